@@ -1,0 +1,107 @@
+/* common: the few helpers every module shares — a growable byte buffer, JSON-lines
+ * logging, and small fd/time utilities. Nothing here knows of HTTP, keys or providers. */
+#ifndef OLP_COMMON_H
+#define OLP_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+/* ---- struct buf: a growable byte buffer -------------------------------------------
+ * Invariants (after buf_init and until buf_release):
+ *  - b->data is never NULL (it points at a shared empty string until the first growth);
+ *  - b->data[b->len] == '\0', so the contents can be used as a C string when they
+ *    hold no NUL byte;
+ *  - b->len < b->cap whenever b->cap != 0.
+ * Allocation failure aborts: a worker cannot answer anything useful without memory. */
+struct buf {
+	char *data;
+	size_t len;
+	size_t cap;
+};
+
+#define BUF_INIT { .data = buf_empty, .len = 0, .cap = 0 }
+extern char buf_empty[];
+
+void buf_init(struct buf *b);
+void buf_release(struct buf *b);
+/* Make room for at least extra more bytes (plus the terminating NUL). */
+void buf_grow(struct buf *b, size_t extra);
+void buf_add(struct buf *b, const void *data, size_t len);
+void buf_adds(struct buf *b, const char *s);
+void buf_addch(struct buf *b, char c);
+void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_vaddf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+void buf_reset(struct buf *b);
+/* Drop the first n bytes (n <= len). */
+void buf_consume(struct buf *b, size_t n);
+/* Hand the contents to the caller (free() them); b is left initialised and empty. */
+char *buf_detach(struct buf *b, size_t *len);
+/* Reading from a descriptor goes prepare → read(2) into buf_tail() → commit. */
+static inline char *buf_tail(struct buf *b)
+{
+	return b->data + b->len;
+}
+void buf_commit(struct buf *b, size_t n);
+/* One read(2) of up to hint bytes appended to b: returns bytes read, 0 at EOF, -errno. */
+ssize_t buf_read_once(struct buf *b, int fd, size_t hint);
+/* Read the whole file at path (at most max bytes): 0, or -errno (-EFBIG when larger). */
+int buf_read_file(struct buf *b, const char *path, size_t max);
+
+/* ---- logging ------------------------------------------------------------------------
+ * One JSON object per line on stderr (lighttpd puts a FastCGI worker's stderr in its
+ * error log). The _x variants leave errno out; the others append strerror(errno).
+ * Never pass a key, a token, a hash or prompt text to these. */
+enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERROR };
+
+void log_set_level(enum log_level min);
+void log_set_program(const char *name);
+void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define log_info(rid, ...) log_msg(LOG_LVL_INFO, 0, rid, __VA_ARGS__)
+#define log_warn(rid, ...) log_msg(LOG_LVL_WARN, 1, rid, __VA_ARGS__)
+#define log_warnx(rid, ...) log_msg(LOG_LVL_WARN, 0, rid, __VA_ARGS__)
+#define log_err(rid, ...) log_msg(LOG_LVL_ERROR, 1, rid, __VA_ARGS__)
+#define log_errx(rid, ...) log_msg(LOG_LVL_ERROR, 0, rid, __VA_ARGS__)
+#define log_debug(rid, ...) log_msg(LOG_LVL_DEBUG, 0, rid, __VA_ARGS__)
+/* Write one already-formed line (a JSON object, no newline) atomically to stderr. */
+void log_line(const char *json);
+
+/* ---- JSON string escaping ---------------------------------------------------------
+ * Append s (len bytes, UTF-8) to b as a JSON string literal, quotes included. Invalid
+ * UTF-8 becomes U+FFFD so that the output is always valid JSON. */
+void buf_add_json_str(struct buf *b, const char *s, size_t len);
+
+/* ---- small utilities ------------------------------------------------------------- */
+/* Monotonic clock in nanoseconds / milliseconds. */
+uint64_t mono_ns(void);
+static inline uint64_t mono_ms(void)
+{
+	return mono_ns() / 1000000u;
+}
+/* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno. */
+int write_all(int fd, const void *buf, size_t len);
+/* Free-floating secure random hex id of n random bytes into out (2n+1 bytes). */
+void random_hex(char *out, size_t nbytes);
+/* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */
+int parse_u64(const char *s, uint64_t *out);
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Cleanup helpers for locals (bubblewrap utils.h style). */
+static inline void free_ptr(void *p)
+{
+	free(*(void **)p);
+}
+#define auto_free __attribute__((cleanup(free_ptr)))
+static inline void *steal_ptr_impl(void **pp)
+{
+	void *p = *pp;
+	*pp = NULL;
+	return p;
+}
+#define steal_pointer(pp) steal_ptr_impl((void **)(pp))
+
+#endif

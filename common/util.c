@@ -1,0 +1,225 @@
+/* Logging, JSON string escaping and small helpers shared by every module. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "common/banned.h"
+
+static enum log_level log_min = LOG_LVL_INFO;
+static const char *log_prog = "olp";
+
+void log_set_level(enum log_level min)
+{
+	log_min = min;
+}
+
+void log_set_program(const char *name)
+{
+	log_prog = name;
+}
+
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+void log_line(const char *json)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, json);
+	buf_addch(&b, '\n');
+	/* One write(2): lines from many threads and processes never interleave. */
+	(void)write_all(STDERR_FILENO, b.data, b.len);
+	buf_release(&b);
+}
+
+void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fmt, ...)
+{
+	int saved = errno;
+	struct buf msg = BUF_INIT, line = BUF_INIT;
+	struct timespec ts;
+	struct tm tm;
+	char when[40];
+	va_list ap;
+
+	if (lvl < log_min)
+		return;
+	va_start(ap, fmt);
+	buf_vaddf(&msg, fmt, ap);
+	va_end(ap);
+	if (with_errno)
+		buf_addf(&msg, ": %s", strerror(saved));
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	buf_addf(&line, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":", when,
+		 ts.tv_nsec / 1000000, level_names[lvl]);
+	buf_add_json_str(&line, log_prog, strlen(log_prog));
+	buf_addf(&line, ",\"pid\":%ld", (long)getpid());
+	if (rid) {
+		buf_adds(&line, ",\"request_id\":");
+		buf_add_json_str(&line, rid, strlen(rid));
+	}
+	buf_adds(&line, ",\"msg\":");
+	buf_add_json_str(&line, msg.data, msg.len);
+	buf_addch(&line, '}');
+	log_line(line.data);
+	buf_release(&msg);
+	buf_release(&line);
+	errno = saved;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when invalid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+	size_t len, i;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if ((s[0] & 0xe0) == 0xc0) {
+		len = 2;
+		cp = s[0] & 0x1f;
+	} else if ((s[0] & 0xf0) == 0xe0) {
+		len = 3;
+		cp = s[0] & 0x0f;
+	} else if ((s[0] & 0xf8) == 0xf0) {
+		len = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3f);
+	}
+	/* Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8. */
+	if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+		return 0;
+	return len;
+}
+
+void buf_add_json_str(struct buf *b, const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, run;
+
+	buf_grow(b, len + 2);
+	buf_addch(b, '"');
+	while (i < len) {
+		unsigned char c = p[i];
+
+		if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+			run = i;
+			while (run < len && p[run] >= 0x20 && p[run] != '"' && p[run] != '\\' &&
+			       p[run] < 0x80)
+				run++;
+			buf_add(b, p + i, run - i);
+			i = run;
+			continue;
+		}
+		switch (c) {
+		case '"':
+			buf_adds(b, "\\\"");
+			break;
+		case '\\':
+			buf_adds(b, "\\\\");
+			break;
+		case '\n':
+			buf_adds(b, "\\n");
+			break;
+		case '\r':
+			buf_adds(b, "\\r");
+			break;
+		case '\t':
+			buf_adds(b, "\\t");
+			break;
+		default:
+			if (c < 0x20) {
+				buf_addf(b, "\\u%04x", c);
+			} else {
+				size_t n = utf8_seq_len(p + i, len - i);
+
+				if (!n) {
+					buf_adds(b, "\\ufffd");
+					n = 1;
+				} else {
+					buf_add(b, p + i, n);
+				}
+				i += n;
+				continue;
+			}
+		}
+		i++;
+	}
+	buf_addch(b, '"');
+}
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	ssize_t n;
+
+	while (len) {
+		n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+void random_hex(char *out, size_t nbytes)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char raw[64];
+	size_t i;
+
+	if (nbytes > sizeof(raw))
+		nbytes = sizeof(raw);
+	if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+		abort();
+	for (i = 0; i < nbytes; i++) {
+		out[2 * i] = hex[raw[i] >> 4];
+		out[2 * i + 1] = hex[raw[i] & 15];
+	}
+	out[2 * nbytes] = '\0';
+}
+
+int parse_u64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*out = v;
+	return 0;
+}
