@@ -1,0 +1,202 @@
+/* Process-wide sandbox settings and the cached status that /health reports. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+struct sbx_global sbx_g = { .runtime_fd = -1 };
+
+/* Top-level entries that point into /usr on a merged-/usr system, or are real directories
+ * on an older one. */
+static const char *const root_entries[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" };
+
+static int scan_root_layout(void)
+{
+	size_t i;
+	int ret = 0;
+
+	for (i = 0; i < ARRAY_SIZE(root_entries) && !ret; i++) {
+		char target[PATH_MAX];
+		struct stat st;
+		ssize_t n;
+
+		if (lstat(root_entries[i], &st) < 0)
+			continue;
+		if (S_ISLNK(st.st_mode)) {
+			n = readlink(root_entries[i], target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			ret = sbx_strv_push(&sbx_g.root_links, target) ?:
+				      sbx_strv_push(&sbx_g.root_links, root_entries[i]);
+		} else if (S_ISDIR(st.st_mode)) {
+			ret = sbx_strv_push(&sbx_g.root_dirs, root_entries[i]);
+		}
+	}
+	return ret;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	size_t len = strlen(path), i;
+
+	if (len == 0 || len >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, len + 1);
+	for (i = 1; i <= len; i++) {
+		if (tmp[i] != '/' && tmp[i] != '\0')
+			continue;
+		tmp[i] = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -errno;
+		tmp[i] = i == len ? '\0' : '/';
+	}
+	return 0;
+}
+
+int sbx_global_init(const struct sbx_global_config *cfg)
+{
+	struct sigaction sa;
+	struct stat st;
+	int ret = 0;
+
+	sbx_global_release();
+	sbx_g.mode = cfg->mode;
+	sbx_g.bwrap_path = strdup(cfg->bwrap_path ? cfg->bwrap_path : "/usr/bin/bwrap");
+	sbx_g.runtime_dir = cfg->runtime_dir ? strdup(cfg->runtime_dir) : NULL;
+	if (!sbx_g.bwrap_path || !sbx_g.runtime_dir) {
+		ret = sbx_g.runtime_dir || !cfg->runtime_dir ? -EINVAL : -ENOMEM;
+		goto fail;
+	}
+	if (sbx_g.runtime_dir[0] != '/' || (ret = mkdir_p(sbx_g.runtime_dir, 0700)))
+		goto fail_inval;
+	sbx_g.runtime_fd = open(sbx_g.runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sbx_g.runtime_fd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	/* Scratch dirs hold one tenant's files: nobody else on the host may look in. */
+	if (fstat(sbx_g.runtime_fd, &st) == 0 && (st.st_mode & 077))
+		fchmod(sbx_g.runtime_fd, st.st_mode & 0700);
+	if ((ret = scan_root_layout()))
+		goto fail;
+	/* A dead reader must surface as EPIPE, not kill the worker; children are reaped by
+	 * the thread that started them, so SIGCHLD must not be ignored. */
+	sigaction(SIGPIPE, NULL, &sa);
+	if (sa.sa_handler == SIG_DFL)
+		signal(SIGPIPE, SIG_IGN);
+	sigaction(SIGCHLD, NULL, &sa);
+	if (sa.sa_handler == SIG_IGN)
+		signal(SIGCHLD, SIG_DFL);
+	sbx_scratch_sweep_stale();
+	return 0;
+
+fail_inval:
+	if (!ret)
+		ret = -EINVAL;
+fail:
+	sbx_global_release();
+	return ret;
+}
+
+void sbx_global_release(void)
+{
+	free(sbx_g.bwrap_path);
+	free(sbx_g.runtime_dir);
+	if (sbx_g.runtime_fd >= 0)
+		close(sbx_g.runtime_fd);
+	sbx_strv_clear(&sbx_g.root_links);
+	sbx_strv_clear(&sbx_g.root_dirs);
+	sbx_g = (struct sbx_global){ .runtime_fd = -1 };
+}
+
+enum sbx_mode sbx_global_mode(void)
+{
+	return sbx_g.mode;
+}
+
+/* ---- status -------------------------------------------------------------------------- */
+
+static struct sbx_status status;
+static char version_buf[64];
+static char message_buf[512];
+static pthread_once_t status_once = PTHREAD_ONCE_INIT;
+
+static int collect(void *ctx, const char *data, size_t len)
+{
+	struct buf *b = ctx;
+
+	if (b->len < 4096)
+		buf_add(b, data, len);
+	return 0;
+}
+
+static void status_compute(void)
+{
+	struct sbx_policy *p;
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
+	int ret;
+
+	status.mode = sbx_g.mode == SBX_MODE_OFF ? "off" : "bwrap";
+	status.bwrap_path = sbx_g.bwrap_path;
+	if (!sbx_g.bwrap_path || access(sbx_g.bwrap_path, X_OK) < 0) {
+		snprintf(message_buf, sizeof(message_buf),
+			 "bubblewrap not found at %s. Install: sudo apt-get install -y bubblewrap",
+			 sbx_g.bwrap_path ? sbx_g.bwrap_path : "(unset)");
+		status.message = message_buf;
+		return;
+	}
+	p = sbx_policy_new();
+	if (!p)
+		return;
+	sbx_policy_set_timeout_ms(p, 10000);
+	/* bwrap --version, run as a plain child. */
+	p->wrap = SBX_WRAP_NEVER;
+	ret = sbx_run(p, (const char *const[]){ sbx_g.bwrap_path, "--version", NULL }, NULL, &cb, &res);
+	if (!ret && res.end == SBX_END_EXITED && res.exit_status == 0) {
+		const char *v = out.data;
+
+		while (*v && (*v < '0' || *v > '9'))
+			v++;
+		snprintf(version_buf, sizeof(version_buf), "%.*s", (int)strcspn(v, " \n"), v);
+		status.bwrap_version = version_buf;
+	}
+	/* Then a real sandboxed spawn, whatever the mode: the only reliable test that this
+	 * host lets us create the namespaces. */
+	p->wrap = SBX_WRAP_ALWAYS;
+	ret = sbx_run(p, (const char *const[]){ "/usr/bin/true", NULL }, NULL, NULL, &res);
+	status.available = !ret && res.end == SBX_END_EXITED && res.exit_status == 0;
+	if (sbx_g.mode == SBX_MODE_OFF) {
+		status.message = "sandbox.mode is \"off\" in config.json: provider commands run "
+				 "WITHOUT isolation";
+	} else if (!status.available) {
+		snprintf(message_buf, sizeof(message_buf),
+			 "bubblewrap cannot start a sandbox here (%s%s%.300s)",
+			 ret ? strerror(-ret) : sbx_end_name(res.end), res.stderr_tail[0] ? ": " : "",
+			 res.stderr_tail);
+		message_buf[strcspn(message_buf, "\n")] = '\0';
+		status.message = message_buf;
+	}
+	status.active = status.available && sbx_g.mode == SBX_MODE_BWRAP;
+	sbx_policy_free(p);
+	buf_release(&out);
+}
+
+const struct sbx_status *sbx_status_get(void)
+{
+	pthread_once(&status_once, status_compute);
+	return &status;
+}

@@ -1,0 +1,241 @@
+/* The policy object and the bwrap command line it turns into. The command line is an
+ * argv built here, never a shell string. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+int sbx_strv_push(struct sbx_strv *sv, const char *s)
+{
+	char **nv;
+	char *dup = strdup(s);
+
+	if (!dup)
+		return -ENOMEM;
+	nv = realloc(sv->v, (sv->n + 2) * sizeof(*nv));
+	if (!nv) {
+		free(dup);
+		return -ENOMEM;
+	}
+	nv[sv->n++] = dup;
+	nv[sv->n] = NULL;
+	sv->v = nv;
+	return 0;
+}
+
+int sbx_strv_pushf(struct sbx_strv *sv, const char *fmt, ...)
+{
+	struct buf b = BUF_INIT;
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	buf_vaddf(&b, fmt, ap);
+	va_end(ap);
+	ret = sbx_strv_push(sv, b.data);
+	buf_release(&b);
+	return ret;
+}
+
+void sbx_strv_clear(struct sbx_strv *sv)
+{
+	size_t i;
+
+	for (i = 0; i < sv->n; i++)
+		free(sv->v[i]);
+	free(sv->v);
+	sv->v = NULL;
+	sv->n = 0;
+}
+
+struct sbx_policy *sbx_policy_new(void)
+{
+	struct sbx_policy *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	if (sbx_policy_setenv(p, "PATH", "/usr/local/bin:/usr/bin:/bin") ||
+	    sbx_policy_setenv(p, "HOME", SBX_HOME) || sbx_policy_setenv(p, "LANG", "C.UTF-8") ||
+	    sbx_policy_setenv(p, "TMPDIR", "/tmp") || sbx_policy_setenv(p, "USER", "olp")) {
+		sbx_policy_free(p);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return p;
+}
+
+void sbx_policy_free(struct sbx_policy *p)
+{
+	if (!p)
+		return;
+	sbx_strv_clear(&p->ro);
+	sbx_strv_clear(&p->rw);
+	sbx_strv_clear(&p->env);
+	free(p);
+}
+
+void sbx_policy_set_network(struct sbx_policy *p, bool on)
+{
+	p->network = on;
+}
+
+void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms)
+{
+	p->timeout_ms = ms;
+}
+
+static int check_abs(const char *path)
+{
+	/* Relative paths would resolve against whatever directory bwrap runs in. */
+	return path && path[0] == '/' ? 0 : -EINVAL;
+}
+
+int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path)
+{
+	return check_abs(host_path) ?: sbx_strv_push(&p->ro, host_path);
+}
+
+int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path)
+{
+	return check_abs(host_path) ?: sbx_strv_push(&p->rw, host_path);
+}
+
+int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value)
+{
+	size_t i, nlen = strlen(name);
+	struct buf b = BUF_INIT;
+
+	if (!nlen || strchr(name, '='))
+		return -EINVAL;
+	buf_addf(&b, "%s=%s", name, value);
+	for (i = 0; i < sv->n; i++) {
+		if (!strncmp(sv->v[i], name, nlen) && sv->v[i][nlen] == '=') {
+			free(sv->v[i]);
+			sv->v[i] = buf_detach(&b, NULL);
+			return 0;
+		}
+	}
+	i = (size_t)sbx_strv_push(sv, b.data);
+	buf_release(&b);
+	return (int)i;
+}
+
+int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value)
+{
+	return sbx_strv_setenv(&p->env, name, value);
+}
+
+int sbx_build_envp(const struct sbx_policy *p, struct sbx_strv *out)
+{
+	size_t i;
+	int ret;
+
+	for (i = 0; i < p->env.n; i++) {
+		ret = sbx_strv_push(out, p->env.v[i]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int push_all(struct sbx_strv *out, ...)
+{
+	va_list ap;
+	const char *s;
+	int ret = 0;
+
+	va_start(ap, out);
+	while (!ret && (s = va_arg(ap, const char *)))
+		ret = sbx_strv_push(out, s);
+	va_end(ap);
+	return ret;
+}
+
+static bool path_exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
+}
+
+/* /etc files a client needs to resolve names, verify TLS and load libraries; nothing else
+ * of /etc is visible. */
+static const char *const etc_allow[] = {
+	"/etc/ld.so.cache", "/etc/resolv.conf", "/etc/hosts",  "/etc/nsswitch.conf",
+	"/etc/ssl",         "/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
+};
+
+int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
+			 const char *const argv[], int status_fd, struct sbx_strv *out)
+{
+	char fdstr[16];
+	size_t i;
+	int ret;
+
+	snprintf(fdstr, sizeof(fdstr), "%d", status_fd);
+	ret = push_all(out, sbx_g.bwrap_path,
+		       /* New namespaces of every kind: the child sees no host process, IPC
+			* object, hostname or cgroup, and has no capability in the host. */
+		       "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
+		       "--unshare-cgroup-try", "--uid", "1000", "--gid", "1000", "--hostname",
+		       SBX_HOSTNAME,
+		       /* The tree dies with us and cannot reach our terminal (TIOCSTI). */
+		       "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		       /* The environment is rebuilt from the policy alone. */
+		       "--clearenv", NULL);
+	if (ret)
+		return ret;
+	if (!p->network && (ret = sbx_strv_push(out, "--unshare-net")))
+		return ret;
+	for (i = 0; i < p->env.n; i++) {
+		const char *kv = p->env.v[i], *eq = strchr(kv, '=');
+		char name[256];
+		size_t nl = (size_t)(eq - kv);
+
+		if (nl >= sizeof(name))
+			return -EINVAL;
+		memcpy(name, kv, nl);
+		name[nl] = '\0';
+		if ((ret = push_all(out, "--setenv", name, eq + 1, NULL)))
+			return ret;
+	}
+	/* An allowlisted root: /usr read-only and the links into it, nothing else of the
+	 * host's file system unless the policy names it. */
+	if ((ret = push_all(out, "--ro-bind", "/usr", "/usr", NULL)))
+		return ret;
+	for (i = 0; i + 1 < sbx_g.root_links.n; i += 2)
+		if ((ret = push_all(out, "--symlink", sbx_g.root_links.v[i], sbx_g.root_links.v[i + 1],
+				    NULL)))
+			return ret;
+	for (i = 0; i < sbx_g.root_dirs.n; i++)
+		if ((ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i], NULL)))
+			return ret;
+	for (i = 0; i < ARRAY_SIZE(etc_allow); i++)
+		if (path_exists(etc_allow[i]) &&
+		    (ret = push_all(out, "--ro-bind", etc_allow[i], etc_allow[i], NULL)))
+			return ret;
+	ret = push_all(out, "--proc", "/proc", "--dev", "/dev", "--size", "268435456", "--tmpfs",
+		       "/tmp", "--bind", s->home, SBX_HOME, "--chdir", SBX_HOME, NULL);
+	if (ret)
+		return ret;
+	for (i = 0; i < p->ro.n; i++)
+		if (path_exists(p->ro.v[i]) &&
+		    (ret = push_all(out, "--ro-bind", p->ro.v[i], p->ro.v[i], NULL)))
+			return ret;
+	for (i = 0; i < p->rw.n; i++)
+		if (path_exists(p->rw.v[i]) &&
+		    (ret = push_all(out, "--bind", p->rw.v[i], p->rw.v[i], NULL)))
+			return ret;
+	if ((ret = push_all(out, "--json-status-fd", fdstr, "--", NULL)))
+		return ret;
+	for (i = 0; argv[i]; i++)
+		if ((ret = sbx_strv_push(out, argv[i])))
+			return ret;
+	return 0;
+}

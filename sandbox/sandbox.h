@@ -1,0 +1,117 @@
+/* sandbox: run one command under a policy, supervise it, clean up after it.
+ *
+ * The module knows nothing of providers, keys or HTTP. A caller builds a policy (what the
+ * child may see), then sbx_run() spawns the command inside bubblewrap, feeds its stdin,
+ * hands its stdout to a callback as it arrives, and returns only when the whole process
+ * tree is gone and the per-run scratch directory is removed.
+ *
+ * Threat model (docs/sandbox.md): the command is hostile. It must not read what it was
+ * not given (the key store, other runs' scratch, host credentials), must not inherit any
+ * descriptor beyond 0-2 (fd 0 of a FastCGI worker is the listening socket), and must not
+ * outlive its run. */
+#ifndef OLP_SANDBOX_H
+#define OLP_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum sbx_mode {
+	SBX_MODE_BWRAP = 0, /* every run inside bwrap (the default) */
+	SBX_MODE_OFF,       /* no isolation: only with an explicit config "sandbox.mode":"off" */
+};
+
+/* Process-wide settings, fixed at start (sbx_global_init). */
+struct sbx_global_config {
+	enum sbx_mode mode;
+	const char *bwrap_path;  /* absolute; NULL = /usr/bin/bwrap */
+	const char *runtime_dir; /* parent of the per-run scratch dirs; created 0700 */
+};
+
+/* Set the process-wide settings; copies every string. Creates runtime_dir if needed and
+ * removes scratch dirs left by processes that no longer exist. 0 or -errno. */
+int sbx_global_init(const struct sbx_global_config *cfg);
+void sbx_global_release(void);
+enum sbx_mode sbx_global_mode(void);
+
+/* What the sandbox looks like from a host's point of view, for /health and the doctor.
+ * Computed once per process and cached; the strings are static. */
+struct sbx_status {
+	bool available;             /* bwrap is present and a real sandboxed spawn worked */
+	bool active;                /* runs are actually wrapped (mode bwrap and available) */
+	const char *mode;           /* "bwrap" or "off" */
+	const char *bwrap_path;
+	const char *bwrap_version;  /* "0.8.0", or NULL */
+	const char *message;        /* why not available, or NULL */
+};
+const struct sbx_status *sbx_status_get(void);
+
+/* ---- policy ------------------------------------------------------------------------- */
+struct sbx_policy;
+
+/* A baseline policy: read-only /usr and its symlinks, fresh /proc, minimal /dev, tmpfs
+ * /tmp, a scratch HOME that is also the working directory, all namespaces unshared (net
+ * too), clearenv + PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
+struct sbx_policy *sbx_policy_new(void);
+void sbx_policy_free(struct sbx_policy *p);
+void sbx_policy_set_network(struct sbx_policy *p, bool on);
+/* Bind host_path read-only (or read-write) at the same path inside. Copies the string.
+ * A path that does not exist on the host is skipped at spawn time. */
+int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path);
+int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
+/* Set one variable of the child's (otherwise empty) environment. Copies both. */
+int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value);
+/* Wall-clock limit for the whole run; 0 = none. */
+void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);
+
+/* ---- running ------------------------------------------------------------------------ */
+
+/* Callbacks of one run. Each returns 0 to go on, > 0 to end the run normally now (the
+ * caller has what it needs; the tree is killed), < 0 to abort it (e.g. the client went
+ * away; the tree is killed and sbx_run reports SBX_END_ABORTED). */
+struct sbx_callbacks {
+	int (*on_stdout)(void *ctx, const char *data, size_t len);
+	void *ctx;
+};
+
+enum sbx_end {
+	SBX_END_EXITED = 0,  /* the command exited; see exit_status */
+	SBX_END_SIGNALED,    /* killed by a signal it did not get from us; see term_signal */
+	SBX_END_TIMEOUT,     /* the wall-clock limit was reached */
+	SBX_END_ABORTED,     /* a callback or the hangup fd asked to stop */
+	SBX_END_STOPPED,     /* a callback said it has everything (> 0) */
+	SBX_END_SPAWN_FAILED /* nothing ran; see spawn_stage and spawn_errno */
+};
+
+struct sbx_result {
+	enum sbx_end end;
+	int exit_status;
+	int term_signal;
+	const char *spawn_stage; /* static string naming the failed step, or NULL */
+	int spawn_errno;
+	bool sandbox_failed;     /* bwrap itself could not build the sandbox (exit 1, its
+				    own message on stderr, no byte of output) */
+	char stderr_tail[2048];  /* last bytes of the child's stderr, NUL-terminated; never
+				    sent to clients, logged only cut */
+	size_t stdout_bytes;
+	uint64_t duration_ms;
+};
+
+struct sbx_run_options {
+	const void *stdin_data; /* written to the child's stdin, then stdin is closed */
+	size_t stdin_len;
+	int hangup_fd;          /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
+				   FastCGI connection; -1 = none */
+};
+
+/* Run argv[0] (an absolute path) with argv under policy p. Blocks until the run is over,
+ * the process tree is gone and the scratch dir is removed. Returns 0 when the run
+ * happened (see res->end), -errno when it could not be set up at all (res->end is then
+ * SBX_END_SPAWN_FAILED). Thread-safe: many runs may go on at once in one process. */
+int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
+	    const struct sbx_callbacks *cb, struct sbx_result *res);
+
+const char *sbx_end_name(enum sbx_end e);
+
+#endif

@@ -1,0 +1,171 @@
+/* Per-run scratch directories under the runtime directory.
+ *
+ * Each run gets <runtime_dir>/<pid>-<seq>-<random>/home, created 0700 relative to an fd
+ * on the runtime dir so that no path component is looked up twice. Removal walks the
+ * tree with openat(O_NOFOLLOW) and unlinkat: a symlink planted by the child is removed,
+ * never followed. The Node OLP left about half of its per-request homes behind because it
+ * deleted them while the client was still writing; here removal happens only after the
+ * whole process tree is gone (see spawn.c). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+static atomic_ulong scratch_seq;
+
+int sbx_scratch_create(struct sbx_scratch *s)
+{
+	char rnd[17];
+	int dfd = -1, ret;
+
+	random_hex(rnd, 8);
+	snprintf(s->name, sizeof(s->name), "%ld-%lu-%s", (long)getpid(),
+		 (unsigned long)atomic_fetch_add(&scratch_seq, 1), rnd);
+	s->home_fd = -1;
+	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s", sbx_g.runtime_dir, s->name) >=
+		    sizeof(s->path) ||
+	    (size_t)snprintf(s->home, sizeof(s->home), "%s/%s/home", sbx_g.runtime_dir, s->name) >=
+		    sizeof(s->home))
+		return -ENAMETOOLONG;
+
+	if (mkdirat(sbx_g.runtime_fd, s->name, 0700) < 0)
+		return -errno;
+	dfd = openat(sbx_g.runtime_fd, s->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		ret = -errno;
+		goto out_rmdir;
+	}
+	if (mkdirat(dfd, "home", 0700) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	s->home_fd = openat(dfd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (s->home_fd < 0) {
+		ret = -errno;
+		unlinkat(dfd, "home", AT_REMOVEDIR);
+		goto out_close;
+	}
+	close(dfd);
+	return 0;
+
+out_close:
+	close(dfd);
+out_rmdir:
+	unlinkat(sbx_g.runtime_fd, s->name, AT_REMOVEDIR);
+	return ret;
+}
+
+/* Empty the directory open at dfd (which is consumed). Depth is bounded to stop a hostile
+ * tree from exhausting our stack; anything deeper is left and reported. */
+static int remove_tree_at(int dfd, int depth)
+{
+	DIR *d;
+	struct dirent *de;
+	int ret = 0;
+
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		int sub;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			continue;
+		if (errno != EISDIR && errno != EPERM) {
+			ret = -errno;
+			continue;
+		}
+		if (depth > 64) {
+			ret = -ELOOP;
+			continue;
+		}
+		sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0) {
+			ret = -errno;
+			continue;
+		}
+		/* The child may have made a directory unwritable or unsearchable. */
+		fchmod(sub, 0700);
+		ret = remove_tree_at(sub, depth + 1) ?: ret;
+		if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) < 0)
+			ret = -errno;
+	}
+	closedir(d);
+	return ret;
+}
+
+static void remove_named(const char *name)
+{
+	int dfd, ret;
+
+	dfd = openat(sbx_g.runtime_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		if (errno != ENOENT)
+			log_warn(NULL, "sandbox: cannot open scratch dir %s", name);
+		return;
+	}
+	fchmod(dfd, 0700);
+	ret = remove_tree_at(dfd, 0);
+	if (ret)
+		log_warnx(NULL, "sandbox: scratch dir %s not fully removed: %s", name, strerror(-ret));
+	if (unlinkat(sbx_g.runtime_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		log_warn(NULL, "sandbox: cannot remove scratch dir %s", name);
+}
+
+void sbx_scratch_remove(struct sbx_scratch *s)
+{
+	if (s->home_fd >= 0) {
+		close(s->home_fd);
+		s->home_fd = -1;
+	}
+	if (s->name[0])
+		remove_named(s->name);
+	s->name[0] = '\0';
+}
+
+/* Remove scratch dirs whose creating process no longer exists (a worker that crashed or
+ * was killed mid-run). Dirs of live processes are left: another worker of the pool may be
+ * using them right now. */
+void sbx_scratch_sweep_stale(void)
+{
+	int dfd;
+	DIR *d;
+	struct dirent *de;
+
+	dfd = openat(sbx_g.runtime_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	while ((de = readdir(d))) {
+		char *end;
+		long pid;
+
+		if (de->d_name[0] == '.')
+			continue;
+		pid = strtol(de->d_name, &end, 10);
+		if (end == de->d_name || *end != '-' || pid <= 0)
+			continue;
+		if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		remove_named(de->d_name);
+	}
+	closedir(d);
+}

@@ -1,0 +1,549 @@
+/* Spawning and supervising one run.
+ *
+ * Everything the child needs (argv, envp, descriptors) is built in the parent before
+ * fork(); the child runs child_exec(), a short straight line of async-signal-safe calls,
+ * and reports a failure as {stage, errno} over a close-on-exec pipe before _exit(127).
+ * EOF on that pipe means exec succeeded (git's run-command.c does the same).
+ *
+ * The parent then polls the child's stdout and stderr, feeds its stdin, watches a pidfd
+ * for its exit, a wall-clock deadline, and optionally a hangup fd (the FastCGI
+ * connection). Any way the run ends, the whole tree is killed and reaped before the
+ * scratch directory is removed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/close_range.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+/* The steps of child_exec, named in spawn failures. */
+enum child_stage {
+	STAGE_SIGNALS = 1,
+	STAGE_SETPGID,
+	STAGE_PDEATHSIG,
+	STAGE_CHDIR,
+	STAGE_DUPFD,
+	STAGE_DUP2,
+	STAGE_CLOSE_RANGE,
+	STAGE_EXEC,
+};
+
+static const char *const stage_names[] = {
+	[STAGE_SIGNALS] = "signals",   [STAGE_SETPGID] = "setpgid", [STAGE_PDEATHSIG] = "pdeathsig",
+	[STAGE_CHDIR] = "chdir",       [STAGE_DUPFD] = "dupfd",     [STAGE_DUP2] = "dup2",
+	[STAGE_CLOSE_RANGE] = "close_range", [STAGE_EXEC] = "exec",
+};
+
+struct child_report {
+	int stage;
+	int err;
+};
+
+/* What child_exec needs; all of it prepared before fork(). */
+struct child_plan {
+	const char *path;
+	char *const *argv;
+	char *const *envp;
+	int fds[4];  /* become 0, 1, 2 and (when >= 0) 3 in the child */
+	int nfds;
+	int cwd_fd;  /* fchdir here, or -1 */
+	int report_fd;
+	pid_t parent;
+};
+
+static void __attribute__((noreturn)) child_fail(int report_fd, int stage)
+{
+	struct child_report r = { .stage = stage, .err = errno };
+
+	(void)!write(report_fd, &r, sizeof(r));
+	_exit(127);
+}
+
+/* Runs in the forked child: async-signal-safe calls only, no allocation, no locks. */
+static void __attribute__((noreturn)) child_exec(const struct child_plan *c)
+{
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	sigset_t none;
+	int tmp[4], report_fd, i, sig;
+
+	/* Ignored signals (SIGPIPE in the worker) and blocked masks survive exec: give the
+	 * command the defaults it expects. */
+	for (sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			(void)sigaction(sig, &dfl, NULL);
+	sigemptyset(&none);
+	if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+		child_fail(c->report_fd, STAGE_SIGNALS);
+	/* Own process group: one kill reaches everything it starts. */
+	if (setpgid(0, 0) < 0)
+		child_fail(c->report_fd, STAGE_SETPGID);
+	/* If the worker thread that started us dies, so do we (bwrap's --die-with-parent
+	 * then takes the sandbox down). */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		child_fail(c->report_fd, STAGE_PDEATHSIG);
+	if (getppid() != c->parent)
+		_exit(127);
+	if (c->cwd_fd >= 0 && fchdir(c->cwd_fd) < 0)
+		child_fail(c->report_fd, STAGE_CHDIR);
+	/* Move every source above the target slots first, so that dup2 onto 0..3 cannot
+	 * clobber a source still to be moved (the FastCGI listen socket is fd 0 here). */
+	report_fd = fcntl(c->report_fd, F_DUPFD_CLOEXEC, 10);
+	if (report_fd < 0)
+		child_fail(c->report_fd, STAGE_DUPFD);
+	for (i = 0; i < c->nfds; i++) {
+		tmp[i] = fcntl(c->fds[i], F_DUPFD_CLOEXEC, 10);
+		if (tmp[i] < 0)
+			child_fail(report_fd, STAGE_DUPFD);
+	}
+	for (i = 0; i < c->nfds; i++)
+		if (dup2(tmp[i], i) < 0) /* dup2 clears close-on-exec on the target */
+			child_fail(report_fd, STAGE_DUP2);
+	/* Nothing beyond our slots crosses exec: not the listen socket, not another
+	 * request's connection, not a key file another thread has open. */
+	if (close_range((unsigned)c->nfds, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		struct rlimit rl;
+		long fd, max = 65536;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    (long)rl.rlim_cur < max)
+			max = (long)rl.rlim_cur;
+		for (fd = c->nfds; fd < max; fd++)
+			if (fd != report_fd)
+				(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	}
+	execve(c->path, c->argv, c->envp);
+	child_fail(report_fd, STAGE_EXEC);
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+/* One supervised process and the parent's ends of its pipes. */
+struct run {
+	pid_t pid;
+	int pidfd;
+	int in_fd, out_fd, err_fd, status_fd;
+	int ns_pidfd;         /* pidfd on bwrap's pid-namespace init, once known */
+	struct buf status;    /* bytes read from --json-status-fd */
+	size_t err_keep;      /* stderr tail bookkeeping */
+	bool reaped;
+	int wstatus;
+};
+
+/* Fork and exec per plan; fills r->pid/pidfd. On failure res gets the stage. */
+static int start_child(struct child_plan *plan, struct run *r, struct sbx_result *res)
+{
+	struct child_report rep;
+	int rp[2], ret = 0;
+	ssize_t n;
+
+	if (pipe2(rp, O_CLOEXEC) < 0) {
+		res->spawn_stage = "pipe";
+		return -errno;
+	}
+	plan->report_fd = rp[1];
+	plan->parent = getpid();
+	r->pid = fork();
+	if (r->pid < 0) {
+		ret = -errno;
+		res->spawn_stage = "fork";
+		goto out_close;
+	}
+	if (r->pid == 0)
+		child_exec(plan);
+	close_fd(&rp[1]);
+	do
+		n = read(rp[0], &rep, sizeof(rep));
+	while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)sizeof(rep)) {
+		ret = -rep.err;
+		res->spawn_stage = rep.stage > 0 && rep.stage < (int)ARRAY_SIZE(stage_names) ?
+					   stage_names[rep.stage] :
+					   "child";
+		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		r->pid = -1;
+		goto out_close;
+	}
+	r->pidfd = pidfd_open(r->pid, 0);
+	if (r->pidfd < 0) {
+		/* Without a pidfd we cannot supervise it safely: stop it now. */
+		ret = -errno;
+		res->spawn_stage = "pidfd_open";
+		kill(r->pid, SIGKILL);
+		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		r->pid = -1;
+	}
+out_close:
+	close_fd(&rp[0]);
+	close_fd(&rp[1]);
+	return ret;
+}
+
+static void keep_stderr(struct sbx_result *res, const char *data, size_t len)
+{
+	size_t cap = sizeof(res->stderr_tail) - 1, have = strlen(res->stderr_tail);
+
+	if (len >= cap) {
+		memcpy(res->stderr_tail, data + len - cap, cap);
+		res->stderr_tail[cap] = '\0';
+		return;
+	}
+	if (have + len > cap) {
+		size_t drop = have + len - cap;
+
+		memmove(res->stderr_tail, res->stderr_tail + drop, have - drop);
+		have -= drop;
+	}
+	memcpy(res->stderr_tail + have, data, len);
+	res->stderr_tail[have + len] = '\0';
+}
+
+/* bwrap reports {"child-pid": N} once the sandbox's init exists; we keep a pidfd on it so
+ * that a kill reaches the whole pid namespace and we can wait for it to be gone. */
+static void parse_status(struct run *r)
+{
+	const char *p = strstr(r->status.data, "\"child-pid\"");
+	long pid;
+
+	if (!p || r->ns_pidfd >= 0)
+		return;
+	p = strchr(p, ':');
+	if (!p)
+		return;
+	pid = strtol(p + 1, NULL, 10);
+	if (pid > 0)
+		r->ns_pidfd = pidfd_open((pid_t)pid, 0);
+}
+
+static void kill_tree(struct run *r)
+{
+	if (r->ns_pidfd >= 0)
+		pidfd_send_signal(r->ns_pidfd, SIGKILL, NULL, 0);
+	if (r->pid > 0 && !r->reaped) {
+		kill(-r->pid, SIGKILL);
+		pidfd_send_signal(r->pidfd, SIGKILL, NULL, 0);
+	}
+}
+
+static void reap(struct run *r)
+{
+	if (r->reaped || r->pid <= 0)
+		return;
+	while (waitpid(r->pid, &r->wstatus, 0) < 0 && errno == EINTR)
+		;
+	r->reaped = true;
+}
+
+/* Wait until the sandbox's pid namespace is gone: its init exits only after every other
+ * process in it has been killed and reaped by the kernel. */
+static void wait_ns_gone(struct run *r)
+{
+	struct pollfd pfd;
+
+	if (r->ns_pidfd < 0)
+		return;
+	pfd.fd = r->ns_pidfd;
+	pfd.events = POLLIN;
+	for (int i = 0; i < 50; i++) { /* 5 s at most; SIGKILL was sent */
+		if (poll(&pfd, 1, 100) != 0)
+			break;
+		pidfd_send_signal(r->ns_pidfd, SIGKILL, NULL, 0);
+	}
+}
+
+enum { PF_OUT, PF_ERR, PF_IN, PF_PID, PF_STATUS, PF_HUP, PF_N };
+
+static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
+		     const struct sbx_callbacks *cb, struct sbx_result *res)
+{
+	const char *in_data = opt ? opt->stdin_data : NULL;
+	size_t in_left = opt && in_data ? opt->stdin_len : 0;
+	int hup_fd = opt ? opt->hangup_fd : -1;
+	uint64_t start = mono_ms(), deadline = p->timeout_ms ? start + p->timeout_ms : 0;
+	uint64_t drain_until = 0;
+	struct buf chunk = BUF_INIT;
+	enum sbx_end end = SBX_END_EXITED;
+	bool ending = false;
+
+	if (!in_left)
+		close_fd(&r->in_fd);
+	for (;;) {
+		struct pollfd pfd[PF_N];
+		int timeout = -1, n, i;
+		uint64_t now = mono_ms();
+
+		if (r->out_fd < 0 && r->err_fd < 0 && r->reaped)
+			break;
+		if (r->reaped && !drain_until) {
+			/* The command is gone but something it started still holds a pipe
+			 * (only possible without bwrap's pid namespace): kill the group and
+			 * drain briefly. */
+			kill(-r->pid, SIGKILL);
+			drain_until = now + 1000;
+		}
+		if (drain_until && now >= drain_until)
+			break;
+		if (!ending && deadline && now >= deadline) {
+			end = SBX_END_TIMEOUT;
+			ending = true;
+			kill_tree(r);
+		}
+		for (i = 0; i < PF_N; i++) {
+			pfd[i].fd = -1;
+			pfd[i].events = 0;
+			pfd[i].revents = 0;
+		}
+		pfd[PF_OUT].fd = r->out_fd;
+		pfd[PF_OUT].events = POLLIN;
+		pfd[PF_ERR].fd = r->err_fd;
+		pfd[PF_ERR].events = POLLIN;
+		pfd[PF_IN].fd = r->in_fd;
+		pfd[PF_IN].events = POLLOUT;
+		pfd[PF_PID].fd = r->reaped ? -1 : r->pidfd;
+		pfd[PF_PID].events = POLLIN;
+		pfd[PF_STATUS].fd = r->status_fd;
+		pfd[PF_STATUS].events = POLLIN;
+		pfd[PF_HUP].fd = ending ? -1 : hup_fd;
+		pfd[PF_HUP].events = POLLRDHUP;
+		if (deadline && !ending)
+			timeout = (int)(deadline - now);
+		if (drain_until)
+			timeout = (int)(drain_until - now);
+		n = poll(pfd, PF_N, timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			log_err(NULL, "sandbox: poll");
+			end = SBX_END_ABORTED;
+			ending = true;
+			kill_tree(r);
+			reap(r);
+			break;
+		}
+		if (pfd[PF_HUP].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			end = SBX_END_ABORTED;
+			ending = true;
+			kill_tree(r);
+		}
+		if (pfd[PF_IN].revents & (POLLOUT | POLLERR | POLLHUP)) {
+			ssize_t w = write(r->in_fd, in_data, in_left);
+
+			if (w > 0) {
+				in_data += w;
+				in_left -= (size_t)w;
+			}
+			/* EPIPE: the command does not read its stdin; that is its business. */
+			if (!in_left || (w < 0 && errno != EAGAIN && errno != EINTR))
+				close_fd(&r->in_fd);
+		}
+		if (pfd[PF_STATUS].revents) {
+			ssize_t s = buf_read_once(&r->status, r->status_fd, 512);
+
+			if (s <= 0 && s != -EAGAIN)
+				close_fd(&r->status_fd);
+			else
+				parse_status(r);
+		}
+		if (pfd[PF_ERR].revents) {
+			ssize_t s;
+
+			buf_reset(&chunk);
+			s = buf_read_once(&chunk, r->err_fd, 4096);
+			if (s > 0)
+				keep_stderr(res, chunk.data, (size_t)s);
+			else if (s != -EAGAIN)
+				close_fd(&r->err_fd);
+		}
+		if (pfd[PF_OUT].revents) {
+			ssize_t s;
+
+			buf_reset(&chunk);
+			s = buf_read_once(&chunk, r->out_fd, 65536);
+			if (s > 0) {
+				res->stdout_bytes += (size_t)s;
+				if (!ending && cb && cb->on_stdout) {
+					int rc = cb->on_stdout(cb->ctx, chunk.data, (size_t)s);
+
+					if (rc) {
+						end = rc > 0 ? SBX_END_STOPPED : SBX_END_ABORTED;
+						ending = true;
+						kill_tree(r);
+					}
+				}
+			} else if (s != -EAGAIN) {
+				close_fd(&r->out_fd);
+			}
+		}
+		if (pfd[PF_PID].revents)
+			reap(r);
+	}
+	kill_tree(r);
+	reap(r);
+	wait_ns_gone(r);
+	buf_release(&chunk);
+
+	res->end = end;
+	if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
+		res->end = SBX_END_SIGNALED;
+		res->term_signal = WTERMSIG(r->wstatus);
+	} else if (WIFEXITED(r->wstatus)) {
+		res->exit_status = WEXITSTATUS(r->wstatus);
+	}
+	res->duration_ms = mono_ms() - start;
+	return 0;
+}
+
+static void run_close(struct run *r)
+{
+	close_fd(&r->in_fd);
+	close_fd(&r->out_fd);
+	close_fd(&r->err_fd);
+	close_fd(&r->status_fd);
+	close_fd(&r->pidfd);
+	close_fd(&r->ns_pidfd);
+	buf_release(&r->status);
+}
+
+/* Pipes for one run: [0] is the child's end, [1] the parent's. */
+static int make_pipe(int child_end_is_read, int *child, int *parent)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	*child = child_end_is_read ? p[0] : p[1];
+	*parent = child_end_is_read ? p[1] : p[0];
+	return set_nonblock(*parent);
+}
+
+int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
+	    const struct sbx_callbacks *cb, struct sbx_result *res)
+{
+	struct sbx_scratch scratch = { .home_fd = -1 };
+	struct sbx_strv args = { 0 }, envp = { 0 };
+	struct child_plan plan = { .cwd_fd = -1 };
+	struct run r = { .pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1,
+			 .status_fd = -1, .ns_pidfd = -1, .status = BUF_INIT };
+	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
+	bool bwrap = p->wrap == SBX_WRAP_ALWAYS ||
+		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
+
+	memset(res, 0, sizeof(*res));
+	if (!argv || !argv[0] || argv[0][0] != '/') {
+		res->spawn_stage = "argv";
+		ret = -EINVAL;
+		goto out;
+	}
+	if (!sbx_g.runtime_dir) {
+		res->spawn_stage = "init";
+		ret = -ENOTCONN;
+		goto out;
+	}
+	ret = sbx_scratch_create(&scratch);
+	if (ret) {
+		res->spawn_stage = "scratch";
+		goto out;
+	}
+	ret = sbx_build_envp(p, &envp);
+	if (!ret && bwrap) {
+		ret = sbx_build_bwrap_argv(p, &scratch, argv, 3, &args);
+	} else if (!ret) {
+		for (size_t i = 0; !ret && argv[i]; i++)
+			ret = sbx_strv_push(&args, argv[i]);
+		/* Mode off: HOME is the scratch dir itself, at its host path. */
+		if (!ret)
+			ret = sbx_strv_setenv(&envp, "HOME", scratch.home);
+	}
+	if (ret) {
+		res->spawn_stage = "argv";
+		goto out;
+	}
+	if ((ret = make_pipe(1, &c_in, &r.in_fd)) || (ret = make_pipe(0, &c_out, &r.out_fd)) ||
+	    (ret = make_pipe(0, &c_err, &r.err_fd)) ||
+	    (bwrap && (ret = make_pipe(0, &c_status, &r.status_fd)))) {
+		res->spawn_stage = "pipe";
+		goto out;
+	}
+	plan.path = args.v[0];
+	plan.argv = args.v;
+	plan.envp = bwrap ? (char *[]){ NULL } : envp.v;
+	plan.fds[0] = c_in;
+	plan.fds[1] = c_out;
+	plan.fds[2] = c_err;
+	plan.fds[3] = c_status;
+	plan.nfds = bwrap ? 4 : 3;
+	plan.cwd_fd = bwrap ? -1 : scratch.home_fd;
+	ret = start_child(&plan, &r, res);
+	close_fd(&c_in);
+	close_fd(&c_out);
+	close_fd(&c_err);
+	close_fd(&c_status);
+	if (ret)
+		goto out;
+	ret = supervise(&r, p, opt, cb, res);
+	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
+	    !strncmp(res->stderr_tail, "bwrap: ", 7))
+		res->sandbox_failed = true;
+out:
+	if (ret) {
+		res->end = SBX_END_SPAWN_FAILED;
+		res->spawn_errno = -ret;
+	}
+	close_fd(&c_in);
+	close_fd(&c_out);
+	close_fd(&c_err);
+	close_fd(&c_status);
+	run_close(&r);
+	sbx_strv_clear(&args);
+	sbx_strv_clear(&envp);
+	sbx_scratch_remove(&scratch);
+	return ret;
+}
+
+const char *sbx_end_name(enum sbx_end e)
+{
+	switch (e) {
+	case SBX_END_EXITED:
+		return "exited";
+	case SBX_END_SIGNALED:
+		return "signaled";
+	case SBX_END_TIMEOUT:
+		return "timeout";
+	case SBX_END_ABORTED:
+		return "aborted";
+	case SBX_END_STOPPED:
+		return "stopped";
+	case SBX_END_SPAWN_FAILED:
+		return "spawn_failed";
+	}
+	return "unknown";
+}

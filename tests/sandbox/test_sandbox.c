@@ -1,0 +1,427 @@
+/* CUnit suite for sandbox/: spawning, supervision, descriptors, environment, timeouts,
+ * cleanup. Runs real bwrap; the payload is olp-probe (built without sanitizers). */
+#include <CUnit/Basic.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "sandbox/sandbox.h"
+#include "common/banned.h"
+
+static char runtime_dir[] = "/tmp/olp-sbx-test-XXXXXX";
+
+static int collect(void *ctx, const char *data, size_t len)
+{
+	buf_add(ctx, data, len);
+	return 0;
+}
+
+static struct sbx_policy *probe_policy(void)
+{
+	struct sbx_policy *p = sbx_policy_new();
+
+	CU_ASSERT_FATAL(p != NULL);
+	CU_ASSERT_EQUAL(sbx_policy_add_ro(p, OLP_PROBE_PATH), 0);
+	sbx_policy_set_timeout_ms(p, 20000);
+	return p;
+}
+
+/* Run argv under p, collecting stdout into out. */
+static int run(struct sbx_policy *p, const char *const argv[], const char *in, size_t in_len,
+	       struct buf *out, struct sbx_result *res)
+{
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = out };
+	struct sbx_run_options opt = { .stdin_data = in, .stdin_len = in_len, .hangup_fd = -1 };
+
+	return sbx_run(p, argv, &opt, &cb, res);
+}
+
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void test_echo_and_exit_status(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/echo", "hello", NULL }, NULL, 0, &out,
+			    &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "hello\n");
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/bin/sh", "-c", "echo oops >&2; exit 3", NULL },
+			    NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(res.exit_status, 3);
+	CU_ASSERT_STRING_EQUAL(res.stderr_tail, "oops\n");
+	CU_ASSERT_FALSE(res.sandbox_failed);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_stdin_roundtrip_large(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	size_t n = 3 * 1024 * 1024 + 17, i;
+	char *in = malloc(n);
+
+	for (i = 0; i < n; i++)
+		in[i] = (char)('a' + i % 26);
+	/* Larger than any pipe buffer both ways: stdin must be fed while stdout drains. */
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, in, n, &out, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(out.len, n);
+	CU_ASSERT(out.len == n && memcmp(out.data, in, n) == 0);
+	free(in);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_relative_argv_refused(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "echo", "x", NULL }, NULL, 0, &out, &res), -EINVAL);
+	CU_ASSERT_EQUAL(res.end, SBX_END_SPAWN_FAILED);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_missing_binary_fails(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/does-not-exist-olp", NULL }, NULL, 0,
+			    &out, &res), 0);
+	/* bwrap reports the failed execvp itself, with its own exit status 1. */
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_NOT_EQUAL(res.exit_status, 0);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_timeout_kills_tree(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+	uint64_t t0 = mono_ms();
+
+	sbx_policy_set_timeout_ms(p, 400);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
+	CU_ASSERT(mono_ms() - t0 < 5000);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "spinning"));
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_no_process_left(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int found = 0;
+
+	/* After the spin tests (which fork a grandchild that calls setsid) nothing of them
+	 * may remain anywhere on the host. */
+	CU_ASSERT_FATAL(d != NULL);
+	while ((de = readdir(d))) {
+		char path[300];
+		struct buf cmd = BUF_INIT;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		if (buf_read_file(&cmd, path, 65536) == 0) {
+			for (size_t i = 0; i + 1 < cmd.len; i++)
+				if (!cmd.data[i])
+					cmd.data[i] = ' ';
+			if (strstr(cmd.data, "olp-probe spin"))
+				found++;
+		}
+		buf_release(&cmd);
+	}
+	closedir(d);
+	CU_ASSERT_EQUAL(found, 0);
+}
+
+static int stop_at_first(void *ctx, const char *data, size_t len)
+{
+	buf_add(ctx, data, len);
+	return 1;
+}
+
+static int abort_at_first(void *ctx, const char *data, size_t len)
+{
+	buf_add(ctx, data, len);
+	return -1;
+}
+
+static void test_callback_stop_and_abort(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	struct sbx_callbacks cb = { .on_stdout = stop_at_first, .ctx = &out };
+	uint64_t t0 = mono_ms();
+
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_STOPPED);
+	cb.on_stdout = abort_at_first;
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_ABORTED);
+	CU_ASSERT(mono_ms() - t0 < 5000);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_hangup_fd_aborts(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
+	struct sbx_run_options opt = { .hangup_fd = -1 };
+	int sv[2];
+	uint64_t t0 = mono_ms();
+
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	opt.hangup_fd = sv[0];
+	close(sv[1]); /* the "web server" is already gone */
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "20", NULL }, &opt, &cb, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_ABORTED);
+	CU_ASSERT(mono_ms() - t0 < 3000);
+	close(sv[0]);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+/* fd 0 of a FastCGI worker is its listen socket; a key file or another tenant's
+ * connection may be open in another thread. None of it may reach the child. */
+static void check_only_stdio(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int saved0 = dup(0), lsock, decoy_file, tcp;
+
+	lsock = socket(AF_INET, SOCK_STREAM, 0); /* no CLOEXEC, like libfcgi's */
+	CU_ASSERT_FATAL(lsock >= 0);
+	CU_ASSERT_FATAL(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lsock, 4) == 0);
+	CU_ASSERT_FATAL(dup2(lsock, 0) == 0);
+	decoy_file = open("/etc/hostname", O_RDONLY); /* no CLOEXEC */
+	tcp = socket(AF_INET6, SOCK_STREAM, 0);
+	CU_ASSERT(decoy_file >= 0 && tcp >= 0);
+
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
+
+	dup2(saved0, 0);
+	close(saved0);
+	close(lsock);
+	close(decoy_file);
+	close(tcp);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_only_stdio_inherited(void)
+{
+	check_only_stdio();
+}
+
+static void test_environment_is_allowlisted(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+
+	setenv("OLP_TEST_SECRET", "do-not-leak", 1);
+	CU_ASSERT_EQUAL(sbx_policy_setenv(p, "EXTRA", "1"), 0);
+	CU_ASSERT_EQUAL(sbx_policy_setenv(p, "BAD=NAME", "1"), -EINVAL);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "OLP_TEST_SECRET"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"EXTRA\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"HOME\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"PATH\""));
+	unsetenv("OLP_TEST_SECRET");
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_filesystem_view(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	char secret[512];
+	int fd;
+
+	/* A file next to the scratch dirs (where a key store would be) is not there. */
+	snprintf(secret, sizeof(secret), "%s.secret", runtime_dir);
+	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "read", secret, NULL }, NULL, 0,
+			    &out, &res), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":false,\"errno\":2}"));
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "/usr/olp-x", NULL }, NULL,
+			    0, &out, &res), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":false"));
+	buf_reset(&out);
+	/* The scratch home is writable, and it is the working directory. */
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "note.txt", NULL }, NULL, 0,
+			    &out, &res), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":true"));
+	unlink(secret);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+static void test_scratch_removed(void)
+{
+	/* Every run above wrote into or created its scratch dir; none may be left. */
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
+static void *thread_runs(void *arg)
+{
+	int *failures = arg;
+
+	for (int i = 0; i < 8; i++) {
+		struct sbx_policy *p = sbx_policy_new();
+		struct buf out = BUF_INIT;
+		struct sbx_result res;
+		char word[32];
+
+		snprintf(word, sizeof(word), "w%d", i);
+		if (run(p, (const char *const[]){ "/usr/bin/echo", word, NULL }, NULL, 0, &out, &res) ||
+		    res.exit_status != 0 || strncmp(out.data, word, strlen(word)))
+			__atomic_add_fetch(failures, 1, __ATOMIC_SEQ_CST);
+		buf_release(&out);
+		sbx_policy_free(p);
+	}
+	return NULL;
+}
+
+static void test_concurrent_runs(void)
+{
+	pthread_t t[4];
+	int failures = 0;
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, thread_runs, &failures);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	CU_ASSERT_EQUAL(failures, 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
+static void test_status(void)
+{
+	const struct sbx_status *st = sbx_status_get();
+
+	CU_ASSERT_TRUE(st->available);
+	CU_ASSERT_TRUE(st->active);
+	CU_ASSERT_STRING_EQUAL(st->mode, "bwrap");
+	CU_ASSERT_PTR_NOT_NULL(st->bwrap_version);
+}
+
+static void test_mode_off_still_closes_fds(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_OFF, .runtime_dir = runtime_dir };
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	check_only_stdio();
+	cfg.mode = SBX_MODE_BWRAP;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+}
+
+static void test_stale_scratch_swept(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir };
+	char path[600];
+
+	/* pid 2^22+1 cannot exist (pid_max is at most 2^22). */
+	snprintf(path, sizeof(path), "%s/4194305-1-deadbeef", runtime_dir);
+	CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/4194305-1-deadbeef/home", runtime_dir);
+	CU_ASSERT_FATAL(mkdir(path, 0500) == 0);
+	snprintf(path, sizeof(path), "%s/%ld-99-live", runtime_dir, (long)getppid());
+	CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 1); /* the live one stays */
+	rmdir(path);
+}
+
+int main(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
+	CU_pSuite s;
+	unsigned fails;
+
+	if (!mkdtemp(runtime_dir))
+		return 1;
+	cfg.runtime_dir = runtime_dir;
+	if (sbx_global_init(&cfg)) {
+		fprintf(stderr, "sbx_global_init failed\n");
+		return 1;
+	}
+	CU_initialize_registry();
+	s = CU_add_suite("sandbox", NULL, NULL);
+	CU_add_test(s, "status probe starts a real sandbox", test_status);
+	CU_add_test(s, "echo and exit status", test_echo_and_exit_status);
+	CU_add_test(s, "3 MiB through stdin and stdout", test_stdin_roundtrip_large);
+	CU_add_test(s, "relative argv refused", test_relative_argv_refused);
+	CU_add_test(s, "missing binary fails", test_missing_binary_fails);
+	CU_add_test(s, "timeout kills the tree", test_timeout_kills_tree);
+	CU_add_test(s, "callback stop and abort", test_callback_stop_and_abort);
+	CU_add_test(s, "hangup fd aborts", test_hangup_fd_aborts);
+	CU_add_test(s, "no process left behind", test_no_process_left);
+	CU_add_test(s, "only fds 0-2 inherited", test_only_stdio_inherited);
+	CU_add_test(s, "environment allowlisted", test_environment_is_allowlisted);
+	CU_add_test(s, "filesystem view", test_filesystem_view);
+	CU_add_test(s, "scratch removed", test_scratch_removed);
+	CU_add_test(s, "concurrent runs", test_concurrent_runs);
+	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
+	CU_add_test(s, "stale scratch swept", test_stale_scratch_swept);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	sbx_global_release();
+	rmdir(runtime_dir);
+	return fails ? 1 : 0;
+}
