@@ -68,6 +68,9 @@ void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fm
 #define log_debug(rid, ...) log_msg(LOG_LVL_DEBUG, 0, rid, __VA_ARGS__)
 /* Write one already-formed line (a JSON object, no newline) atomically to stderr. */
 void log_line(const char *json);
+/* A machine-read event line: {"ts","level":"info","prog","pid","event","request_id"<fields>}
+ * where fields is "" or a JSON member list starting with a comma (",\"status\":200"). */
+void log_event(const char *event, const char *rid, const char *fields);
 
 /* ---- JSON string escaping ---------------------------------------------------------
  * Append s (len bytes, UTF-8) to b as a JSON string literal, quotes included. Invalid

@@ -12,6 +12,7 @@
 #include "common/banned.h"
 
 static enum log_level log_min = LOG_LVL_INFO;
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
 static const char *log_prog = "olp";
 
 void log_set_level(enum log_level min)
@@ -24,8 +25,6 @@ void log_set_program(const char *name)
 	log_prog = name;
 }
 
-static const char *const level_names[] = { "debug", "info", "warn", "error" };
-
 void log_line(const char *json)
 {
 	struct buf b = BUF_INIT;
@@ -37,13 +36,43 @@ void log_line(const char *json)
 	buf_release(&b);
 }
 
+/* The members every line starts with: ts, level, prog, pid. */
+static void line_head(struct buf *line, enum log_level lvl)
+{
+	struct timespec ts;
+	struct tm tm;
+	char when[40];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	buf_addf(line, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":", when,
+		 ts.tv_nsec / 1000000, level_names[lvl]);
+	buf_add_json_str(line, log_prog, strlen(log_prog));
+	buf_addf(line, ",\"pid\":%ld", (long)getpid());
+}
+
+void log_event(const char *event, const char *rid, const char *fields)
+{
+	struct buf line = BUF_INIT;
+
+	line_head(&line, LOG_LVL_INFO);
+	buf_adds(&line, ",\"event\":");
+	buf_add_json_str(&line, event, strlen(event));
+	if (rid) {
+		buf_adds(&line, ",\"request_id\":");
+		buf_add_json_str(&line, rid, strlen(rid));
+	}
+	buf_adds(&line, fields);
+	buf_addch(&line, '}');
+	log_line(line.data);
+	buf_release(&line);
+}
+
 void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fmt, ...)
 {
 	int saved = errno;
 	struct buf msg = BUF_INIT, line = BUF_INIT;
-	struct timespec ts;
-	struct tm tm;
-	char when[40];
 	va_list ap;
 
 	if (lvl < log_min)
@@ -54,13 +83,7 @@ void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fm
 	if (with_errno)
 		buf_addf(&msg, ": %s", strerror(saved));
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	buf_addf(&line, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":", when,
-		 ts.tv_nsec / 1000000, level_names[lvl]);
-	buf_add_json_str(&line, log_prog, strlen(log_prog));
-	buf_addf(&line, ",\"pid\":%ld", (long)getpid());
+	line_head(&line, lvl);
 	if (rid) {
 		buf_adds(&line, ",\"request_id\":");
 		buf_add_json_str(&line, rid, strlen(rid));

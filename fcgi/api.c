@@ -1,0 +1,366 @@
+/* Routing, validation and encodings of the OpenAI surface. No I/O here. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "fcgi/fcgi.h"
+#include "common/banned.h"
+
+void api_error_set(struct api_error *e, int status, const char *type, const char *code,
+		   const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	e->status = status;
+	e->type = type;
+	e->code = code;
+	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+}
+
+void api_error_json(const struct api_error *e, struct buf *out)
+{
+	buf_adds(out, "{\"error\":{\"message\":");
+	buf_add_json_str(out, e->message, strlen(e->message));
+	buf_adds(out, ",\"type\":");
+	buf_add_json_str(out, e->type, strlen(e->type));
+	buf_adds(out, ",\"param\":");
+	if (e->param[0])
+		buf_add_json_str(out, e->param, strlen(e->param));
+	else
+		buf_adds(out, "null");
+	buf_adds(out, ",\"code\":");
+	if (e->code)
+		buf_add_json_str(out, e->code, strlen(e->code));
+	else
+		buf_adds(out, "null");
+	buf_adds(out, "}}");
+}
+
+const char *api_status_text(int status)
+{
+	switch (status) {
+	case 200: return "200 OK";
+	case 400: return "400 Bad Request";
+	case 401: return "401 Unauthorized";
+	case 403: return "403 Forbidden";
+	case 404: return "404 Not Found";
+	case 405: return "405 Method Not Allowed";
+	case 413: return "413 Payload Too Large";
+	case 415: return "415 Unsupported Media Type";
+	case 429: return "429 Too Many Requests";
+	case 499: return "499 Client Closed Request";
+	case 500: return "500 Internal Server Error";
+	case 502: return "502 Bad Gateway";
+	case 503: return "503 Service Unavailable";
+	case 504: return "504 Gateway Timeout";
+	default: return "500 Internal Server Error";
+	}
+}
+
+/* ---- routing --------------------------------------------------------------------------- */
+
+static const struct {
+	const char *path;
+	const char *method;
+	enum api_route route;
+} routes[] = {
+	{ "/v1/chat/completions", "POST", ROUTE_CHAT },
+	{ "/v1/models", "GET", ROUTE_MODELS },
+	{ "/health", "GET", ROUTE_HEALTH },
+};
+
+enum api_route api_route(const char *method, const char *uri, const char *path_info,
+			 const char *prefix, struct buf *pathbuf, const char **allow)
+{
+	const char *src = uri && *uri ? uri : path_info ? path_info : "";
+	size_t plen = prefix ? strlen(prefix) : 0;
+	size_t i;
+
+	buf_reset(pathbuf);
+	/* Match on the path only: a query string never selects a route. */
+	buf_add(pathbuf, src, strcspn(src, "?#"));
+	while (plen && prefix[plen - 1] == '/')
+		plen--;
+	if (plen && !strncmp(pathbuf->data, prefix, plen) &&
+	    (pathbuf->data[plen] == '/' || pathbuf->data[plen] == '\0'))
+		buf_consume(pathbuf, plen);
+	/* One trailing slash is tolerated, as the Node OLP's router does. */
+	if (pathbuf->len > 1 && pathbuf->data[pathbuf->len - 1] == '/') {
+		pathbuf->data[--pathbuf->len] = '\0';
+	}
+	for (i = 0; i < ARRAY_SIZE(routes); i++) {
+		if (strcmp(pathbuf->data, routes[i].path))
+			continue;
+		if (method && !strcmp(method, routes[i].method))
+			return routes[i].route;
+		if (method && !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))
+			return routes[i].route;
+		*allow = routes[i].method;
+		return ROUTE_BAD_METHOD;
+	}
+	return ROUTE_NOT_FOUND;
+}
+
+/* ---- validation ------------------------------------------------------------------------ */
+
+static const char *const roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
+
+static int bad(struct api_error *err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad(struct api_error *err, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->status = 400;
+	err->type = "invalid_request_error";
+	err->code = NULL;
+	snprintf(err->param, sizeof(err->param), "%s", param);
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int check_content(const json_t *content, size_t i, struct api_error *err)
+{
+	char param[64];
+	const json_t *part;
+	size_t j;
+
+	snprintf(param, sizeof(param), "messages[%zu].content", i);
+	if (!content || json_is_null(content) || json_is_string(content))
+		return 0;
+	if (!json_is_array(content))
+		return bad(err, param, "%s must be a string, an array of text parts, or null", param);
+	json_array_foreach(content, j, part) {
+		const json_t *type = json_object_get(part, "type");
+
+		if (!json_is_object(part) || !json_is_string(type) ||
+		    strcmp(json_string_value(type), "text") ||
+		    !json_is_string(json_object_get(part, "text")))
+			return bad(err, param,
+				   "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
+				   param, j);
+	}
+	return 0;
+}
+
+static int check_messages(const json_t *messages, struct api_error *err)
+{
+	const json_t *msg;
+	size_t i, r;
+
+	if (!json_is_array(messages) || !json_array_size(messages))
+		return bad(err, "messages", "messages must be a non-empty array");
+	json_array_foreach(messages, i, msg) {
+		char param[64];
+		const char *role;
+
+		if (!json_is_object(msg)) {
+			snprintf(param, sizeof(param), "messages[%zu]", i);
+			return bad(err, param, "%s must be an object", param);
+		}
+		snprintf(param, sizeof(param), "messages[%zu].role", i);
+		role = json_string_value(json_object_get(msg, "role"));
+		for (r = 0; role && r < ARRAY_SIZE(roles); r++)
+			if (!strcmp(role, roles[r]))
+				break;
+		if (!role || r == ARRAY_SIZE(roles))
+			return bad(err, param, "%s must be one of system, developer, user, assistant, "
+					       "tool, function", param);
+		if (check_content(json_object_get(msg, "content"), i, err))
+			return -1;
+	}
+	return 0;
+}
+
+static int check_number_range(const json_t *root, const char *name, double lo, double hi,
+			      struct api_error *err)
+{
+	const json_t *v = json_object_get(root, name);
+	double d;
+
+	if (!v || json_is_null(v))
+		return 0;
+	d = json_number_value(v);
+	if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi)
+		return bad(err, name, "%s must be a number between %g and %g", name, lo, hi);
+	return 0;
+}
+
+static int check_stop(const json_t *root, struct api_error *err)
+{
+	const json_t *v = json_object_get(root, "stop"), *s;
+	size_t i;
+
+	if (!v || json_is_null(v) || json_is_string(v))
+		return 0;
+	if (!json_is_array(v))
+		return bad(err, "stop", "stop must be a string or an array of strings");
+	json_array_foreach(v, i, s)
+		if (!json_is_string(s))
+			return bad(err, "stop", "stop must be a string or an array of strings");
+	return 0;
+}
+
+static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
+			    struct api_error *err)
+{
+	const json_t *v = json_object_get(root, name);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) <= 0)
+		return bad(err, name, "%s must be a positive integer", name);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+int api_parse_chat(const char *body, size_t len, struct chat_request *out, struct api_error *err)
+{
+	json_error_t jerr;
+	json_t *root, *v, *so;
+
+	memset(out, 0, sizeof(*out));
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (!root)
+		return bad(err, "", "Invalid JSON body: %s (line %d, column %d)", jerr.text,
+			   jerr.line, jerr.column);
+	out->root = root;
+	if (!json_is_object(root)) {
+		bad(err, "", "Request body must be a JSON object");
+		goto fail;
+	}
+	v = json_object_get(root, "model");
+	if (!json_is_string(v) || !json_string_length(v) ||
+	    strlen(json_string_value(v)) != json_string_length(v)) {
+		bad(err, "model", "model must be a non-empty string");
+		goto fail;
+	}
+	out->model = json_string_value(v);
+	out->messages = json_object_get(root, "messages");
+	if (check_messages(out->messages, err) ||
+	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
+	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
+	    check_number_range(root, "temperature", 0, 2, err) ||
+	    check_number_range(root, "top_p", 0, 1, err) || check_stop(root, err))
+		goto fail;
+	v = json_object_get(root, "stream");
+	if (v && !json_is_null(v) && !json_is_boolean(v)) {
+		bad(err, "stream", "stream must be a boolean");
+		goto fail;
+	}
+	out->stream = json_is_true(v);
+	so = json_object_get(root, "stream_options");
+	if (so && !json_is_null(so)) {
+		if (!json_is_object(so)) {
+			bad(err, "stream_options", "stream_options must be an object");
+			goto fail;
+		}
+		v = json_object_get(so, "include_usage");
+		if (v && !json_is_null(v) && !json_is_boolean(v)) {
+			bad(err, "stream_options.include_usage",
+			    "stream_options.include_usage must be a boolean");
+			goto fail;
+		}
+		out->include_usage = json_is_true(v);
+	}
+	return 0;
+fail:
+	chat_request_release(out);
+	return -1;
+}
+
+void chat_request_release(struct chat_request *req)
+{
+	json_decref(req->root);
+	memset(req, 0, sizeof(*req));
+}
+
+/* ---- answers --------------------------------------------------------------------------- */
+
+void completion_meta_init(struct completion_meta *m, const char *model)
+{
+	char hex[25];
+
+	random_hex(hex, 12);
+	snprintf(m->id, sizeof(m->id), "chatcmpl-%s", hex);
+	m->created = (int64_t)time(NULL);
+	m->model = model;
+}
+
+static void meta_head(struct buf *out, const struct completion_meta *m, const char *object)
+{
+	buf_addf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", m->id, object,
+		 (long long)m->created);
+	buf_add_json_str(out, m->model, strlen(m->model));
+}
+
+void api_usage_json(struct buf *out, const struct prov_usage *u)
+{
+	if (!u || !u->present) {
+		buf_adds(out, "null");
+		return;
+	}
+	buf_addf(out, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+		      "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
+		 (long long)u->prompt_tokens, (long long)u->completion_tokens,
+		 (long long)u->total_tokens, (long long)u->cached_tokens);
+}
+
+void api_sse_chunk(struct buf *out, const struct completion_meta *m, const char *role,
+		   const char *content, size_t len, const char *finish_reason)
+{
+	buf_adds(out, "data: ");
+	meta_head(out, m, "chat.completion.chunk");
+	buf_adds(out, ",\"choices\":[{\"index\":0,\"delta\":{");
+	if (role) {
+		buf_adds(out, "\"role\":");
+		buf_add_json_str(out, role, strlen(role));
+	}
+	if (content) {
+		buf_adds(out, role ? ",\"content\":" : "\"content\":");
+		buf_add_json_str(out, content, len);
+	}
+	buf_adds(out, "},\"finish_reason\":");
+	if (finish_reason)
+		buf_add_json_str(out, finish_reason, strlen(finish_reason));
+	else
+		buf_adds(out, "null");
+	buf_adds(out, "}]}\n\n");
+}
+
+void api_sse_usage(struct buf *out, const struct completion_meta *m, const struct prov_usage *u)
+{
+	buf_adds(out, "data: ");
+	meta_head(out, m, "chat.completion.chunk");
+	buf_adds(out, ",\"choices\":[],\"usage\":");
+	api_usage_json(out, u);
+	buf_adds(out, "}\n\n");
+}
+
+void api_sse_done(struct buf *out)
+{
+	buf_adds(out, "data: [DONE]\n\n");
+}
+
+void api_completion_json(struct buf *out, const struct completion_meta *m, const char *content,
+			 size_t len, const char *finish_reason, const struct prov_usage *u)
+{
+	meta_head(out, m, "chat.completion");
+	buf_adds(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+	buf_add_json_str(out, content, len);
+	buf_adds(out, "},\"finish_reason\":");
+	buf_add_json_str(out, finish_reason, strlen(finish_reason));
+	buf_adds(out, "}]");
+	if (u && u->present) {
+		buf_adds(out, ",\"usage\":");
+		api_usage_json(out, u);
+	}
+	buf_addch(out, '}');
+}

@@ -1,0 +1,542 @@
+/* One request, start to end: route → auth → checks → provider run → answer → log line.
+ *
+ * Order of checks for a chat completion (each failure is a JSON error with its status):
+ * auth (401) → Content-Type (415) → size (413) → JSON object (400) → validation (400) →
+ * model (404). Nothing is sent until the answer's first byte exists, so an error before
+ * any output is still a proper JSON error with the right status. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "fcgi/worker.h"
+#include "common/banned.h"
+
+/* A non-streamed answer is held in memory until the provider is done; past this size the
+ * request fails rather than exhausting the worker. */
+#define MAX_BUFFERED_ANSWER (64u << 20)
+
+struct req_ctx {
+	struct olp_app *app;
+	struct olp_io *io;
+	char rid[17];
+	const char *method;
+	struct buf path;
+	uint64_t t0;
+	int status;
+	const char *error_code;
+	const char *model;
+	const char *provider;
+	struct auth_identity id;
+	bool have_id;
+};
+
+/* ---- I/O ------------------------------------------------------------------------------- */
+
+const char *io_param(struct olp_io *io, const char *name)
+{
+	if (io->fcgx)
+		return FCGX_GetParam(name, io->envp);
+	return getenv(name);
+}
+
+ssize_t io_read(struct olp_io *io, char *dst, size_t n)
+{
+	if (n > (1 << 20))
+		n = 1 << 20;
+	if (io->fcgx) {
+		int got = FCGX_GetStr(dst, (int)n, io->fcgx->in);
+
+		return got < 0 ? -1 : got;
+	}
+	for (;;) {
+		ssize_t got = read(STDIN_FILENO, dst, n);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		return got;
+	}
+}
+
+int io_write(struct olp_io *io, const char *data, size_t len)
+{
+	if (io->failed)
+		return -1;
+	if (io->fcgx) {
+		while (len) {
+			int chunk = len > (1u << 30) ? 1 << 30 : (int)len;
+
+			if (FCGX_PutStr(data, chunk, io->fcgx->out) != chunk) {
+				io->failed = true;
+				return -1;
+			}
+			data += chunk;
+			len -= (size_t)chunk;
+		}
+		/* Push it to the web server now: SSE must not wait in a buffer. */
+		if (FCGX_FFlush(io->fcgx->out) < 0) {
+			io->failed = true;
+			return -1;
+		}
+		return 0;
+	}
+	if (write_all(STDOUT_FILENO, data, len) < 0) {
+		io->failed = true;
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- responses ------------------------------------------------------------------------- */
+
+static void send_head(struct req_ctx *rc, int status, const char *ctype, const char *extra)
+{
+	struct buf h = BUF_INIT;
+
+	rc->status = status;
+	buf_addf(&h, "Status: %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\n%s\r\n",
+		 api_status_text(status), ctype, rc->rid, extra ? extra : "");
+	io_write(rc->io, h.data, h.len);
+	buf_release(&h);
+}
+
+static void send_json(struct req_ctx *rc, int status, const struct buf *body, const char *extra)
+{
+	send_head(rc, status, "application/json", extra);
+	io_write(rc->io, body->data, body->len);
+}
+
+static void send_error(struct req_ctx *rc, const struct api_error *e, const char *extra)
+{
+	struct buf b = BUF_INIT;
+
+	api_error_json(e, &b);
+	rc->error_code = e->code ? e->code : e->type;
+	send_json(rc, e->status, &b, extra);
+	buf_release(&b);
+}
+
+static void fail(struct req_ctx *rc, int status, const char *type, const char *code,
+		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void fail(struct req_ctx *rc, int status, const char *type, const char *code,
+		 const char *fmt, ...)
+{
+	struct api_error e = { .status = status, .type = type, .code = code };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
+	va_end(ap);
+	send_error(rc, &e, NULL);
+}
+
+/* ---- auth ------------------------------------------------------------------------------ */
+
+/* Identify the caller. required: a missing token is an error (else it yields no
+ * identity, as /health allows). Returns 0 to go on. */
+static int authenticate(struct req_ctx *rc, bool required)
+{
+	const char *authz = io_param(rc->io, "HTTP_AUTHORIZATION");
+	const char *xkey = io_param(rc->io, "HTTP_X_API_KEY");
+	enum auth_result r;
+
+	if (!required && !authz && !xkey)
+		return 0;
+	r = auth_check(rc->app->auth, authz, xkey, &rc->id);
+	if (r == AUTH_OK) {
+		rc->have_id = true;
+		return 0;
+	}
+	fail(rc, 401, auth_error_type(r), auth_error_type(r), "%s", auth_strerror(r));
+	return -1;
+}
+
+static bool is_owner(const struct req_ctx *rc)
+{
+	return rc->have_id && rc->id.tier == AUTH_TIER_OWNER;
+}
+
+/* ---- GET /health and GET /v1/models ----------------------------------------------------- */
+
+static void add_sandbox_block(struct buf *b)
+{
+	const struct sbx_status *st = sbx_status_get();
+
+	buf_addf(b, "{\"available\":%s,\"active\":%s,\"mode\":\"%s\",\"platform\":\"linux\","
+		    "\"missing\":[%s]",
+		 st->available ? "true" : "false", st->active ? "true" : "false", st->mode,
+		 st->bwrap_version ? "" : "\"bubblewrap\"");
+	buf_adds(b, ",\"bwrap_version\":");
+	if (st->bwrap_version)
+		buf_add_json_str(b, st->bwrap_version, strlen(st->bwrap_version));
+	else
+		buf_adds(b, "null");
+	if (st->message) {
+		buf_adds(b, ",\"message\":");
+		buf_add_json_str(b, st->message, strlen(st->message));
+	}
+	buf_addch(b, '}');
+}
+
+static void handle_health(struct req_ctx *rc)
+{
+	struct buf b = BUF_INIT;
+	size_t i, j;
+
+	if (authenticate(rc, false))
+		return;
+	buf_adds(&b, "{\"ok\":true,\"version\":\"" OLP_VERSION "\"");
+	/* Infrastructure details are for the owner only (ADR 0014 §3.3). */
+	if (is_owner(rc)) {
+		const struct prov_registry *reg = rc->app->reg;
+
+		buf_adds(&b, ",\"providers\":{");
+		for (i = 0; i < prov_registry_provider_count(reg); i++) {
+			const struct prov_provider *pv = prov_registry_provider_at(reg, i);
+			bool first = true;
+
+			if (i)
+				buf_addch(&b, ',');
+			buf_add_json_str(&b, prov_provider_name(pv), strlen(prov_provider_name(pv)));
+			buf_adds(&b, ":{\"type\":");
+			buf_add_json_str(&b, prov_provider_type(pv), strlen(prov_provider_type(pv)));
+			buf_adds(&b, ",\"displayName\":");
+			buf_add_json_str(&b, prov_provider_display_name(pv),
+					 strlen(prov_provider_display_name(pv)));
+			buf_adds(&b, ",\"models\":[");
+			for (j = 0; j < prov_registry_model_count(reg); j++) {
+				const struct prov_model *m = prov_registry_model_at(reg, j);
+
+				if (m->provider != pv)
+					continue;
+				if (!first)
+					buf_addch(&b, ',');
+				buf_add_json_str(&b, m->id, strlen(m->id));
+				first = false;
+			}
+			buf_adds(&b, "]}");
+		}
+		buf_adds(&b, "},\"sandbox\":");
+		add_sandbox_block(&b);
+		buf_addf(&b, ",\"audit_failures\":%llu",
+			 (unsigned long long)auth_audit_failures(rc->app->auth));
+	}
+	buf_addch(&b, '}');
+	send_json(rc, 200, &b, "Cache-Control: no-store\r\n");
+	buf_release(&b);
+}
+
+static void handle_models(struct req_ctx *rc)
+{
+	const struct prov_registry *reg = rc->app->reg;
+	struct buf b = BUF_INIT;
+	size_t i;
+
+	if (authenticate(rc, true))
+		return;
+	buf_adds(&b, "{\"object\":\"list\",\"data\":[");
+	for (i = 0; i < prov_registry_model_count(reg); i++) {
+		const struct prov_model *m = prov_registry_model_at(reg, i);
+		const char *owner = prov_provider_name(m->provider);
+
+		if (i)
+			buf_addch(&b, ',');
+		buf_adds(&b, "{\"id\":");
+		buf_add_json_str(&b, m->id, strlen(m->id));
+		buf_addf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":", (long long)m->created);
+		buf_add_json_str(&b, owner, strlen(owner));
+		buf_addch(&b, '}');
+	}
+	buf_adds(&b, "]}");
+	send_json(rc, 200, &b, NULL);
+	buf_release(&b);
+}
+
+/* ---- POST /v1/chat/completions ---------------------------------------------------------- */
+
+static bool is_json_type(const char *ct)
+{
+	size_t n = strlen("application/json");
+
+	if (!ct)
+		return false;
+	while (*ct == ' ' || *ct == '\t')
+		ct++;
+	return !strncasecmp(ct, "application/json", n) &&
+	       (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ' || ct[n] == '\t');
+}
+
+/* Read the body, refusing more than max bytes: from CONTENT_LENGTH before reading, and
+ * while reading (a body may come without a length). 0, or -1 after answering. */
+static int read_body(struct req_ctx *rc, struct buf *body)
+{
+	const char *cl = io_param(rc->io, "CONTENT_LENGTH");
+	size_t max = rc->app->cfg.max_body;
+	uint64_t declared = 0;
+
+	if (cl && *cl && (parse_u64(cl, &declared) || declared > max)) {
+		fail(rc, 413, "request_too_large", NULL,
+		     "Request body exceeds the limit of %zu bytes", max);
+		return -1;
+	}
+	for (;;) {
+		ssize_t n;
+
+		buf_grow(body, 65536);
+		n = io_read(rc->io, buf_tail(body), 65536);
+		if (n < 0) {
+			fail(rc, 400, "invalid_request_error", NULL, "Could not read the request body");
+			return -1;
+		}
+		if (n == 0)
+			break;
+		buf_commit(body, (size_t)n);
+		if (body->len > max) {
+			fail(rc, 413, "request_too_large", NULL,
+			     "Request body exceeds the limit of %zu bytes", max);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+struct answer {
+	struct req_ctx *rc;
+	const struct chat_request *req;
+	struct completion_meta meta;
+	bool started;     /* stream: head and first chunk sent */
+	bool too_large;   /* non-stream: answer over MAX_BUFFERED_ANSWER */
+	struct buf text;  /* non-stream: the whole answer */
+	struct buf out;   /* encoding scratch */
+};
+
+static void stream_start(struct answer *a)
+{
+	send_head(a->rc, 200, "text/event-stream",
+		  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+	a->started = true;
+}
+
+static int answer_emit(void *ctx, const struct prov_event *ev)
+{
+	struct answer *a = ctx;
+
+	if (ev->kind != PROV_EV_DELTA)
+		return 0;
+	if (!a->req->stream) {
+		if (a->text.len + ev->len > MAX_BUFFERED_ANSWER) {
+			a->too_large = true;
+			return -1;
+		}
+		buf_add(&a->text, ev->text, ev->len);
+		return 0;
+	}
+	buf_reset(&a->out);
+	if (!a->started) {
+		stream_start(a);
+		api_sse_chunk(&a->out, &a->meta, "assistant", ev->text, ev->len, NULL);
+	} else {
+		api_sse_chunk(&a->out, &a->meta, NULL, ev->text, ev->len, NULL);
+	}
+	return io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static void finish_stream(struct answer *a, const struct prov_outcome *o)
+{
+	buf_reset(&a->out);
+	if (!a->started) {
+		stream_start(a);
+		api_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
+	}
+	/* An error after output cannot change the status any more: the stream ends with a
+	 * final chunk saying so, and [DONE]. */
+	api_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
+	if (a->req->include_usage)
+		api_sse_usage(&a->out, &a->meta, &o->usage);
+	api_sse_done(&a->out);
+	io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static const char *provider_error_type(enum prov_error e)
+{
+	switch (e) {
+	case PROV_ERR_SPAWN_TIMEOUT:
+		return "timeout_error";
+	case PROV_ERR_SANDBOX:
+		return "sandbox_unavailable";
+	case PROV_ERR_CONCURRENCY_LIMIT:
+		return "rate_limit_error";
+	case PROV_ERR_AUTH_MISSING:
+		return "provider_auth_missing";
+	default:
+		return "provider_error";
+	}
+}
+
+static void handle_chat(struct req_ctx *rc)
+{
+	struct buf body = BUF_INIT;
+	struct chat_request req;
+	struct api_error err;
+	struct answer a = { .rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT };
+	struct prov_sink sink = { .emit = answer_emit, .ctx = &a };
+	struct prov_request preq;
+	struct prov_outcome o;
+	const struct prov_model *m;
+	const char *pname;
+
+	memset(&req, 0, sizeof(req));
+	if (authenticate(rc, true))
+		goto out;
+	if (!is_json_type(io_param(rc->io, "CONTENT_TYPE"))) {
+		fail(rc, 415, "unsupported_media_type", NULL,
+		     "Content-Type must be application/json");
+		goto out;
+	}
+	if (read_body(rc, &body))
+		goto out;
+	if (api_parse_chat(body.data, body.len, &req, &err)) {
+		send_error(rc, &err, NULL);
+		goto out;
+	}
+	m = prov_registry_find(rc->app->reg, req.model);
+	if (!m) {
+		struct api_error e;
+
+		api_error_set(&e, 404, "model_not_found", "model_not_found", "model",
+			      "The model '%.200s' does not exist", req.model);
+		send_error(rc, &e, NULL);
+		goto out;
+	}
+	pname = prov_provider_name(m->provider);
+	rc->model = m->id;
+	rc->provider = pname;
+	if (!auth_identity_allows(&rc->id, pname)) {
+		fail(rc, 403, "key_no_provider_access", "key_no_provider_access",
+		     "This OLP API key may not use provider '%s' (model '%.200s')", pname, req.model);
+		goto out;
+	}
+
+	completion_meta_init(&a.meta, req.model);
+	preq = (struct prov_request){ .model = m, .model_name = req.model, .messages = req.messages,
+				      .max_tokens = req.max_tokens, .request_id = rc->rid };
+	prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+
+	if (o.err == PROV_ERR_CLIENT_GONE && !a.too_large) {
+		rc->status = 499;
+		rc->error_code = prov_error_code(o.err);
+	} else if (req.stream && a.started) {
+		finish_stream(&a, &o);
+		if (o.err)
+			rc->error_code = prov_error_code(o.err);
+	} else if (a.too_large) {
+		fail(rc, 502, "provider_error", "PROVIDER_ERROR",
+		     "The provider's answer exceeds %u bytes; use \"stream\": true",
+		     MAX_BUFFERED_ANSWER);
+	} else if (o.err) {
+		fail(rc, o.status, provider_error_type(o.err), prov_error_code(o.err), "%s",
+		     o.message);
+	} else if (req.stream) {
+		finish_stream(&a, &o);
+	} else {
+		buf_reset(&a.out);
+		api_completion_json(&a.out, &a.meta, a.text.data, a.text.len, o.finish_reason,
+				    &o.usage);
+		send_json(rc, 200, &a.out, NULL);
+	}
+out:
+	chat_request_release(&req);
+	buf_release(&body);
+	buf_release(&a.text);
+	buf_release(&a.out);
+}
+
+/* ---- the request ----------------------------------------------------------------------- */
+
+static void log_request(struct req_ctx *rc)
+{
+	struct buf l = BUF_INIT;
+	uint64_t ms = mono_ms() - rc->t0;
+	struct audit_record ar;
+
+	buf_adds(&l, ",\"method\":");
+	buf_add_json_str(&l, rc->method, strlen(rc->method));
+	buf_adds(&l, ",\"path\":");
+	buf_add_json_str(&l, rc->path.data, rc->path.len > 200 ? 200 : rc->path.len);
+	buf_addf(&l, ",\"status\":%d,\"latency_ms\":%llu", rc->status, (unsigned long long)ms);
+	if (rc->model) {
+		buf_adds(&l, ",\"model\":");
+		buf_add_json_str(&l, rc->model, strlen(rc->model));
+	}
+	if (rc->error_code) {
+		buf_adds(&l, ",\"error\":");
+		buf_add_json_str(&l, rc->error_code, strlen(rc->error_code));
+	}
+	if (rc->have_id) {
+		buf_adds(&l, ",\"key_id\":");
+		buf_add_json_str(&l, rc->id.key_id, strlen(rc->id.key_id));
+	}
+	log_event("request", rc->rid, l.data);
+	buf_release(&l);
+
+	ar = (struct audit_record){
+		.key_id = rc->have_id ? rc->id.key_id : NULL,
+		.owner_tier = auth_tier_name(rc->have_id ? rc->id.tier : AUTH_TIER_NONE),
+		.method = rc->method,
+		.path = rc->path.data,
+		.provider = rc->provider,
+		.model = rc->model,
+		.status_code = rc->status,
+		.latency_ms = ms,
+		.error_code = rc->error_code,
+		.request_id = rc->rid,
+	};
+	auth_audit(rc->app->auth, &ar);
+}
+
+void olp_handle(struct olp_app *app, struct olp_io *io)
+{
+	struct req_ctx rc = { .app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms() };
+	const char *allow = NULL;
+	enum api_route route;
+
+	random_hex(rc.rid, 8);
+	rc.method = io_param(io, "REQUEST_METHOD");
+	if (!rc.method)
+		rc.method = "GET";
+	route = api_route(rc.method, io_param(io, "REQUEST_URI"), io_param(io, "PATH_INFO"),
+			  app->cfg.route_prefix, &rc.path, &allow);
+	switch (route) {
+	case ROUTE_CHAT:
+		handle_chat(&rc);
+		break;
+	case ROUTE_MODELS:
+		handle_models(&rc);
+		break;
+	case ROUTE_HEALTH:
+		handle_health(&rc);
+		break;
+	case ROUTE_BAD_METHOD: {
+		struct api_error e;
+		char extra[64];
+
+		api_error_set(&e, 405, "method_not_allowed", NULL, NULL, "Method %.16s not allowed on %.200s",
+			      rc.method, rc.path.data);
+		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+		send_error(&rc, &e, extra);
+		break;
+	}
+	case ROUTE_NOT_FOUND:
+		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method, rc.path.data);
+		break;
+	}
+	log_request(&rc);
+	if (rc.have_id) {
+		/* After the answer: last_used_at never delays a response. */
+		auth_touch(app->auth, &rc.id);
+		auth_identity_release(&rc.id);
+	}
+	buf_release(&rc.path);
+}

@@ -1,0 +1,174 @@
+/* olp-fcgi: the worker process. Spawned by the web server (lighttpd mod_fastcgi, Apache
+ * mod_fcgid, spawn-fcgi) with its listening socket on fd 0, it serves requests on N
+ * threads, each with its own FCGX_Request. Started any other way (plain CGI), it answers
+ * the one request in its environment and exits. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fcgi/worker.h"
+#include "common/banned.h"
+
+extern char **environ;
+
+static struct olp_app app;
+/* Some platforms need accept() serialised (libfcgi's threaded example does the same);
+ * on Linux it also keeps idle threads from all waking for one connection. */
+static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *serve_thread(void *arg)
+{
+	FCGX_Request req;
+
+	(void)arg;
+	if (FCGX_InitRequest(&req, 0, 0) != 0) {
+		log_errx(NULL, "FCGX_InitRequest failed");
+		return NULL;
+	}
+	for (;;) {
+		struct olp_io io = { .fcgx = &req, .hangup_fd = -1 };
+		int rc;
+
+		pthread_mutex_lock(&accept_lock);
+		rc = FCGX_Accept_r(&req);
+		pthread_mutex_unlock(&accept_lock);
+		if (rc < 0) {
+			log_warnx(NULL, "FCGX_Accept_r: %d; thread stops", rc);
+			break;
+		}
+		io.envp = req.envp;
+		io.hangup_fd = req.ipcFd;
+		olp_handle(&app, &io);
+		FCGX_Finish_r(&req);
+	}
+	FCGX_Free(&req, 1);
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: olp-fcgi [--version | --help]\n"
+	      "\n"
+	      "OpenAI-compatible LLM proxy worker, run by a FastCGI-capable web server\n"
+	      "(lighttpd mod_fastcgi, Apache mod_fcgid, spawn-fcgi) or as a plain CGI program.\n"
+	      "\n"
+	      "Environment: OLP_HOME (default ~/.olp), OLP_OWNER_TOKEN, OLP_THREADS (16),\n"
+	      "OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error).\n"
+	      "Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n",
+	      f);
+}
+
+static void set_log_level(void)
+{
+	const char *lvl = getenv("OLP_LOG_LEVEL");
+
+	if (!lvl)
+		return;
+	if (!strcmp(lvl, "debug"))
+		log_set_level(LOG_LVL_DEBUG);
+	else if (!strcmp(lvl, "warn"))
+		log_set_level(LOG_LVL_WARN);
+	else if (!strcmp(lvl, "error"))
+		log_set_level(LOG_LVL_ERROR);
+}
+
+static int app_init(void)
+{
+	struct buf err = BUF_INIT;
+	struct sbx_global_config sc;
+	struct auth_options ao;
+	const struct sbx_status *st;
+	int ret;
+
+	if (olp_config_load(&app.cfg, &err)) {
+		log_errx(NULL, "configuration: %s", err.data);
+		goto fail;
+	}
+	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
+					 .bwrap_path = app.cfg.bwrap,
+					 .runtime_dir = app.cfg.runtime_dir };
+	ret = sbx_global_init(&sc);
+	if (ret) {
+		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));
+		goto fail;
+	}
+	app.reg = prov_registry_load(app.cfg.registry_path, json_object_get(app.cfg.json, "providers"),
+				     &err);
+	if (!app.reg) {
+		log_errx(NULL, "models registry: %s", err.data);
+		goto fail;
+	}
+	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
+				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
+	app.auth = auth_store_open(app.cfg.home, &ao);
+	if (!app.auth) {
+		log_err(NULL, "key store in %s", app.cfg.home);
+		goto fail;
+	}
+	/* The token must not linger where a later child or a core dump could see it. */
+	unsetenv("OLP_OWNER_TOKEN");
+	/* Probe the sandbox now rather than on the first request, and say loudly when
+	 * requests will be refused or run without isolation. */
+	st = sbx_status_get();
+	if (app.cfg.sandbox_mode == SBX_MODE_OFF)
+		log_warnx(NULL, "SANDBOX OFF: %s", st->message);
+	else if (!st->available)
+		log_errx(NULL, "sandbox unavailable, provider requests will fail with 503: %s",
+			 st->message);
+	log_info(NULL, "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s",
+		 OLP_VERSION, prov_registry_model_count(app.reg), app.cfg.registry_path,
+		 app.cfg.threads, st->active ? "active" : "INACTIVE");
+	buf_release(&err);
+	return 0;
+fail:
+	buf_release(&err);
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t *threads;
+	unsigned i, started = 0;
+
+	if (argc > 1) {
+		if (!strcmp(argv[1], "--version")) {
+			printf("olp-fcgi %s\n", OLP_VERSION);
+			return 0;
+		}
+		usage(strcmp(argv[1], "--help") ? stderr : stdout);
+		return strcmp(argv[1], "--help") ? 2 : 0;
+	}
+	log_set_program("olp-fcgi");
+	set_log_level();
+	if (FCGX_Init() != 0) {
+		log_errx(NULL, "FCGX_Init failed");
+		return 1;
+	}
+	if (app_init())
+		return 1;
+
+	if (FCGX_IsCGI()) {
+		/* Plain CGI: one request from the environment, then exit. */
+		struct olp_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
+
+		olp_handle(&app, &io);
+		return 0;
+	}
+	threads = calloc(app.cfg.threads, sizeof(*threads));
+	if (!threads)
+		return 1;
+	for (i = 0; i < app.cfg.threads; i++)
+		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
+			started++;
+	if (!started) {
+		log_errx(NULL, "no serving thread could start");
+		return 1;
+	}
+	for (i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	free(threads);
+	return 0;
+}

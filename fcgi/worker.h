@@ -1,0 +1,53 @@
+/* Private to fcgi/: the worker's configuration, its I/O over FastCGI or CGI, and the
+ * request handler. */
+#ifndef OLP_FCGI_WORKER_H
+#define OLP_FCGI_WORKER_H
+
+#include <fcgiapp.h>
+#include <jansson.h>
+
+#include "auth/auth.h"
+#include "fcgi/fcgi.h"
+#include "providers/providers.h"
+#include "sandbox/sandbox.h"
+
+struct olp_config {
+	char *home;          /* OLP_HOME */
+	json_t *json;        /* config.json, or an empty object */
+	unsigned threads;
+	size_t max_body;
+	char *route_prefix;
+	bool allow_anonymous;
+	enum sbx_mode sandbox_mode;
+	char *runtime_dir;
+	char *bwrap;
+	char *registry_path; /* the registry actually used */
+};
+
+/* Read OLP_HOME, config.json and the environment. 0, or -1 with the reason in err. */
+int olp_config_load(struct olp_config *c, struct buf *err);
+void olp_config_release(struct olp_config *c);
+
+struct olp_app {
+	struct olp_config cfg;
+	struct prov_registry *reg;
+	struct auth_store *auth;
+};
+
+/* One request's I/O: FastCGI streams, or stdin/stdout/environ in plain CGI mode. */
+struct olp_io {
+	FCGX_Request *fcgx; /* NULL in CGI mode */
+	char **envp;
+	int hangup_fd;      /* the web server connection (POLLRDHUP = it went away), or -1 */
+	bool failed;        /* a write failed: the client is gone */
+};
+
+const char *io_param(struct olp_io *io, const char *name);
+/* Read up to n bytes of the request body: bytes read, 0 at the end, -1 on error. */
+ssize_t io_read(struct olp_io *io, char *dst, size_t n);
+/* Write and push to the web server now (no buffering): 0, or -1 once the client is gone. */
+int io_write(struct olp_io *io, const char *data, size_t len);
+
+void olp_handle(struct olp_app *app, struct olp_io *io);
+
+#endif

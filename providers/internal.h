@@ -1,0 +1,55 @@
+/* Private to providers/: the provider table and the registry's layout. */
+#ifndef OLP_PROVIDERS_INTERNAL_H
+#define OLP_PROVIDERS_INTERNAL_H
+
+#include "providers/providers.h"
+#include "sandbox/sandbox.h"
+
+/* What a provider wants run for one request; built by ops->plan, released by run.c. */
+struct prov_plan {
+	char **argv;          /* NULL-terminated, heap */
+	size_t argc;
+	struct buf stdin_data;
+	struct sbx_policy *policy;
+};
+
+struct provider_ops {
+	const char *type;
+	/* Build the run for req; 0 or -errno (out->message says why). */
+	int (*plan)(const struct prov_provider *pv, const struct prov_request *req,
+		    struct prov_plan *plan, struct prov_outcome *out);
+	/* Stream parser state for one run. */
+	void *(*parser_new)(void);
+	int (*parser_feed)(void *st, const char *data, size_t len, const struct prov_sink *sink);
+	int (*parser_finish)(void *st, const struct prov_sink *sink);
+	void (*parser_free)(void *st);
+};
+
+extern const struct provider_ops prov_command_ops;
+
+const struct provider_ops *prov_ops_for_type(const char *type);
+
+struct prov_provider {
+	char *name;
+	char *type;
+	char *display_name;
+	const struct provider_ops *ops;
+	json_t *conf;        /* the registry entry, merged with config.json overrides */
+	uint64_t timeout_ms;
+	bool network;
+};
+
+int prov_plan_push_arg(struct prov_plan *plan, const char *arg);
+void prov_plan_release(struct prov_plan *plan);
+
+/* The text reader shared by plain-text outputs: emits deltas as bytes arrive, holding
+ * back only an incomplete trailing UTF-8 sequence (at most 3 bytes). */
+struct prov_text_reader {
+	unsigned char held[4];
+	size_t nheld;
+};
+int prov_text_feed(struct prov_text_reader *tr, const char *data, size_t len,
+		   const struct prov_sink *sink);
+int prov_text_finish(struct prov_text_reader *tr, const struct prov_sink *sink);
+
+#endif

@@ -1,0 +1,142 @@
+/* providers: which models exist, and how a chat request becomes a provider run.
+ *
+ * A provider is a `const struct provider_ops` table (providers/internal.h): it turns a
+ * validated request into a plan (argv, environment, stdin bytes, sandbox needs) and the
+ * child's stdout, fed incrementally, into events. The process handling that all providers
+ * share (sandbox policy, supervision, outcome mapping) lives once, in run.c.
+ * This module knows nothing of FastCGI or HTTP; it speaks the OpenAI chat shapes only as
+ * far as messages and finish reasons go. */
+#ifndef OLP_PROVIDERS_H
+#define OLP_PROVIDERS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* ---- registry ----------------------------------------------------------------------- */
+
+struct prov_provider; /* opaque: one providers.<name> entry */
+
+/* One model of the registry; plain data owned by the registry. */
+struct prov_model {
+	const char *id;
+	const char *display_name; /* may be NULL */
+	int64_t created;          /* unix seconds; 0 when unknown */
+	int64_t context_window;   /* 0 when unknown */
+	const struct prov_provider *provider;
+};
+
+struct prov_registry;
+
+/* Load a models registry (Node OLP format plus "command" providers) from path.
+ * config_providers is config.json's "providers" object (or NULL): per-provider overrides
+ * such as timeout_s. Entries of unknown or not yet supported types are skipped with a
+ * warning. NULL on failure with the reason in err. */
+struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
+					 struct buf *err);
+void prov_registry_free(struct prov_registry *reg);
+/* Find a model by id or alias; NULL when unknown. */
+const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id);
+size_t prov_registry_model_count(const struct prov_registry *reg);
+const struct prov_model *prov_registry_model_at(const struct prov_registry *reg, size_t i);
+size_t prov_registry_provider_count(const struct prov_registry *reg);
+const struct prov_provider *prov_registry_provider_at(const struct prov_registry *reg, size_t i);
+
+const char *prov_provider_name(const struct prov_provider *pv);  /* "local", "anthropic" */
+const char *prov_provider_type(const struct prov_provider *pv);  /* "command", "claude" */
+const char *prov_provider_display_name(const struct prov_provider *pv);
+uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
+
+/* ---- requests and events ------------------------------------------------------------ */
+
+/* A request already validated by the caller. Borrowed pointers, valid during prov_run. */
+struct prov_request {
+	const struct prov_model *model;
+	const char *model_name; /* as the client asked (alias or id) */
+	const json_t *messages; /* array of {role, content[, name, tool_call_id]} */
+	int64_t max_tokens;     /* 0 = not set */
+	const char *request_id;
+};
+
+struct prov_usage {
+	bool present;
+	int64_t prompt_tokens;
+	int64_t completion_tokens;
+	int64_t total_tokens;
+	int64_t cached_tokens;
+};
+
+enum prov_event_kind {
+	PROV_EV_DELTA,  /* text: a piece of the answer, valid UTF-8, never split mid-character */
+	PROV_EV_USAGE,  /* usage: token counts reported by the provider */
+	PROV_EV_FINISH, /* finish_reason: "stop", "length", … */
+};
+
+struct prov_event {
+	enum prov_event_kind kind;
+	const char *text;
+	size_t len;
+	const struct prov_usage *usage;
+	const char *finish_reason;
+};
+
+/* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). */
+struct prov_sink {
+	int (*emit)(void *ctx, const struct prov_event *ev);
+	void *ctx;
+};
+
+/* ---- parsers (a provider's stdout → events), exposed for tests and fuzzing ------------ */
+struct prov_parser;
+/* A parser for a provider type ("command"), or NULL when the type is unknown. */
+struct prov_parser *prov_parser_new(const char *type);
+/* Feed the next bytes of stdout; events go to sink. Returns the sink's < 0 value when it
+ * aborted, else 0. */
+int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len, const struct prov_sink *sink);
+/* End of output: flush what is held back (e.g. a trailing partial UTF-8 sequence). */
+int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
+void prov_parser_free(struct prov_parser *ps);
+
+/* Flatten chat messages into one prompt as the Node OLP does: parts joined by a blank
+ * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". */
+void prov_flatten_messages(const json_t *messages, struct buf *out);
+
+/* ---- running ------------------------------------------------------------------------- */
+
+enum prov_error {
+	PROV_OK = 0,
+	PROV_ERR_AUTH_MISSING,     /* the provider client has no credentials */
+	PROV_ERR_SPAWN_FAILED,     /* the command could not be started */
+	PROV_ERR_SPAWN_TIMEOUT,    /* the wall-clock limit was reached */
+	PROV_ERR_CONCURRENCY_LIMIT,
+	PROV_ERR_PROVIDER_ERROR,   /* the command failed (non-zero exit, error event) */
+	PROV_ERR_SANDBOX,          /* the sandbox could not start: fail closed */
+	PROV_ERR_CLIENT_GONE,      /* the sink aborted: nobody is listening any more */
+};
+
+/* The error code as in the Node OLP ("SPAWN_TIMEOUT", …). */
+const char *prov_error_code(enum prov_error e);
+/* The HTTP status that best tells a client what happened (502, 503, 504, 429…). */
+int prov_error_status(enum prov_error e);
+
+struct prov_outcome {
+	enum prov_error err;
+	int status;                 /* HTTP status for err (0 when PROV_OK) */
+	char message[256];          /* client-safe message; never stderr, never the prompt */
+	char finish_reason[32];     /* "stop" unless the provider said otherwise */
+	struct prov_usage usage;
+	bool output_started;        /* at least one delta reached the sink */
+	int exit_status;
+	uint64_t duration_ms;
+	char stderr_tail[512];      /* for the operator's log only (cut) */
+};
+
+/* Run one request through its model's provider, streaming events into sink. Blocks until
+ * the provider's process tree is gone. hangup_fd: see sbx_run_options (-1 for none). */
+void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
+	      struct prov_outcome *out);
+
+#endif

@@ -1,0 +1,342 @@
+/* The models registry: models-registry.json in the Node OLP's format
+ *   {"providers": {"<name>": {"displayName", "tier", "models": [{id, displayName,
+ *     contextWindow, created}], "aliases": {"alias": "model-id"}, …}}}
+ * plus "type" (defaulted from the name for the three CLI providers) and the settings of
+ * "command" providers. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/internal.h"
+#include "common/banned.h"
+
+struct prov_alias {
+	char *name;
+	size_t model; /* index into models: the array moves while it grows */
+};
+
+struct prov_registry {
+	struct prov_provider **providers;
+	size_t nproviders;
+	struct prov_model *models;
+	size_t nmodels;
+	struct prov_alias *aliases;
+	size_t naliases;
+};
+
+static const struct provider_ops *const all_ops[] = { &prov_command_ops };
+
+const struct provider_ops *prov_ops_for_type(const char *type)
+{
+	for (size_t i = 0; type && i < ARRAY_SIZE(all_ops); i++)
+		if (!strcmp(all_ops[i]->type, type))
+			return all_ops[i];
+	return NULL;
+}
+
+/* The Node OLP names its providers, not their types. */
+static const char *default_type(const char *name, const json_t *entry)
+{
+	if (!strcmp(name, "anthropic"))
+		return "claude";
+	if (!strcmp(name, "openai"))
+		return "codex";
+	if (!strcmp(name, "mistral"))
+		return "vibe";
+	return json_object_get(entry, "argv") ? "command" : NULL;
+}
+
+static bool is_abs_string(const json_t *v)
+{
+	return json_is_string(v) && json_string_value(v)[0] == '/';
+}
+
+/* Check what a command provider entry must hold; the plan trusts it afterwards. */
+static const char *check_command(const json_t *e)
+{
+	const json_t *argv = json_object_get(e, "argv"), *v, *env, *ro;
+	const char *k;
+	size_t i;
+
+	if (!json_is_array(argv) || !json_array_size(argv))
+		return "\"argv\" must be a non-empty array of strings";
+	if (!is_abs_string(json_array_get(argv, 0)))
+		return "argv[0] must be an absolute path";
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v))
+			return "\"argv\" must be a non-empty array of strings";
+	ro = json_object_get(e, "ro_paths");
+	if (ro && !json_is_array(ro))
+		return "\"ro_paths\" must be an array of absolute paths";
+	json_array_foreach(ro, i, v)
+		if (!is_abs_string(v))
+			return "\"ro_paths\" must be an array of absolute paths";
+	env = json_object_get(e, "env");
+	if (env && !json_is_object(env))
+		return "\"env\" must be an object of strings";
+	json_object_foreach((json_t *)env, k, v)
+		if (!json_is_string(v))
+			return "\"env\" must be an object of strings";
+	return NULL;
+}
+
+static void provider_free(struct prov_provider *pv)
+{
+	if (!pv)
+		return;
+	free(pv->name);
+	free(pv->type);
+	free(pv->display_name);
+	json_decref(pv->conf);
+	free(pv);
+}
+
+static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
+{
+	double s;
+
+	if (!json_is_number(v))
+		return dflt;
+	s = json_number_value(v);
+	if (!(s > 0) || s > 86400.0 * 7)
+		return dflt;
+	return (uint64_t)(s * 1000.0);
+}
+
+static struct prov_provider *provider_new(const char *name, const json_t *entry,
+					  const json_t *override)
+{
+	struct prov_provider *pv;
+	const char *type = json_string_value(json_object_get(entry, "type"));
+	const char *why, *dn;
+
+	if (!type)
+		type = default_type(name, entry);
+	if (!type) {
+		log_warnx(NULL, "registry: provider %s has no \"type\" and no \"argv\"; skipped", name);
+		return NULL;
+	}
+	if (!prov_ops_for_type(type)) {
+		log_warnx(NULL, "registry: provider %s has type \"%s\", which this build does not "
+				"run yet; skipped", name, type);
+		return NULL;
+	}
+	if (!strcmp(type, "command") && (why = check_command(entry))) {
+		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
+		return NULL;
+	}
+	pv = calloc(1, sizeof(*pv));
+	if (!pv)
+		return NULL;
+	pv->name = strdup(name);
+	pv->type = strdup(type);
+	dn = json_string_value(json_object_get(entry, "displayName"));
+	pv->display_name = strdup(dn ? dn : name);
+	pv->ops = prov_ops_for_type(type);
+	pv->conf = json_deep_copy(entry);
+	if (json_is_object(override))
+		json_object_update(pv->conf, (json_t *)override);
+	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
+	pv->network = json_is_true(json_object_get(pv->conf, "network"));
+	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
+		provider_free(pv);
+		return NULL;
+	}
+	return pv;
+}
+
+void prov_registry_free(struct prov_registry *reg)
+{
+	size_t i;
+
+	if (!reg)
+		return;
+	for (i = 0; i < reg->nmodels; i++) {
+		free((char *)reg->models[i].id);
+		free((char *)reg->models[i].display_name);
+	}
+	for (i = 0; i < reg->naliases; i++)
+		free(reg->aliases[i].name);
+	for (i = 0; i < reg->nproviders; i++)
+		provider_free(reg->providers[i]);
+	free(reg->models);
+	free(reg->aliases);
+	free(reg->providers);
+	free(reg);
+}
+
+static const struct prov_model *find_id(const struct prov_registry *reg, const char *id)
+{
+	for (size_t i = 0; i < reg->nmodels; i++)
+		if (!strcmp(reg->models[i].id, id))
+			return &reg->models[i];
+	return NULL;
+}
+
+/* Add the models of one provider; duplicates keep the first definition. */
+static int add_models(struct prov_registry *reg, struct prov_provider *pv, const json_t *models)
+{
+	const json_t *m;
+	size_t i;
+
+	json_array_foreach(models, i, m) {
+		const char *id = json_string_value(json_object_get(m, "id"));
+		const char *dn = json_string_value(json_object_get(m, "displayName"));
+		struct prov_model *nm;
+
+		if (!id || !*id) {
+			log_warnx(NULL, "registry: provider %s: a model without \"id\"; skipped",
+				  pv->name);
+			continue;
+		}
+		if (find_id(reg, id)) {
+			log_warnx(NULL, "registry: model %s defined twice; the first one is used", id);
+			continue;
+		}
+		nm = realloc(reg->models, (reg->nmodels + 1) * sizeof(*nm));
+		if (!nm)
+			return -ENOMEM;
+		reg->models = nm;
+		nm = &reg->models[reg->nmodels++];
+		*nm = (struct prov_model){
+			.id = strdup(id),
+			.display_name = dn ? strdup(dn) : NULL,
+			.created = json_integer_value(json_object_get(m, "created")),
+			.context_window = json_integer_value(json_object_get(m, "contextWindow")),
+			.provider = pv,
+		};
+		if (!nm->id)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv,
+		       const json_t *aliases)
+{
+	const char *alias;
+	const json_t *target;
+
+	json_object_foreach((json_t *)aliases, alias, target) {
+		const struct prov_model *m = json_is_string(target) ?
+						     find_id(reg, json_string_value(target)) :
+						     NULL;
+		struct prov_alias *na;
+
+		if (!m || m->provider != pv) {
+			log_warnx(NULL, "registry: alias %s of provider %s names no model of it; "
+					"skipped", alias, pv->name);
+			continue;
+		}
+		na = realloc(reg->aliases, (reg->naliases + 1) * sizeof(*na));
+		if (!na)
+			return -ENOMEM;
+		reg->aliases = na;
+		na[reg->naliases].name = strdup(alias);
+		na[reg->naliases].model = (size_t)(m - reg->models);
+		if (!na[reg->naliases++].name)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
+					 struct buf *err)
+{
+	struct prov_registry *reg;
+	json_error_t jerr;
+	json_t *root, *providers, *entry;
+	const char *name;
+
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		buf_addf(err, "%s:%d: %s", path, jerr.line, jerr.text);
+		return NULL;
+	}
+	providers = json_object_get(root, "providers");
+	if (!json_is_object(providers)) {
+		buf_addf(err, "%s: no \"providers\" object", path);
+		json_decref(root);
+		return NULL;
+	}
+	reg = calloc(1, sizeof(*reg));
+	if (!reg)
+		goto fail_nomem;
+	json_object_foreach(providers, name, entry) {
+		struct prov_provider *pv, **np;
+
+		if (!json_is_object(entry))
+			continue;
+		pv = provider_new(name, entry, json_object_get(config_providers, name));
+		if (!pv)
+			continue;
+		np = realloc(reg->providers, (reg->nproviders + 1) * sizeof(*np));
+		if (!np) {
+			provider_free(pv);
+			goto fail_nomem;
+		}
+		reg->providers = np;
+		np[reg->nproviders++] = pv;
+		if (add_models(reg, pv, json_object_get(entry, "models")) ||
+		    add_aliases(reg, pv, json_object_get(entry, "aliases")))
+			goto fail_nomem;
+	}
+	json_decref(root);
+	return reg;
+
+fail_nomem:
+	buf_addf(err, "%s: out of memory", path);
+	prov_registry_free(reg);
+	json_decref(root);
+	return NULL;
+}
+
+const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id)
+{
+	const struct prov_model *m = find_id(reg, id);
+
+	for (size_t i = 0; !m && i < reg->naliases; i++)
+		if (!strcmp(reg->aliases[i].name, id))
+			m = &reg->models[reg->aliases[i].model];
+	return m;
+}
+
+size_t prov_registry_model_count(const struct prov_registry *reg)
+{
+	return reg->nmodels;
+}
+
+const struct prov_model *prov_registry_model_at(const struct prov_registry *reg, size_t i)
+{
+	return i < reg->nmodels ? &reg->models[i] : NULL;
+}
+
+size_t prov_registry_provider_count(const struct prov_registry *reg)
+{
+	return reg->nproviders;
+}
+
+const struct prov_provider *prov_registry_provider_at(const struct prov_registry *reg, size_t i)
+{
+	return i < reg->nproviders ? reg->providers[i] : NULL;
+}
+
+const char *prov_provider_name(const struct prov_provider *pv)
+{
+	return pv->name;
+}
+
+const char *prov_provider_type(const struct prov_provider *pv)
+{
+	return pv->type;
+}
+
+const char *prov_provider_display_name(const struct prov_provider *pv)
+{
+	return pv->display_name;
+}
+
+uint64_t prov_provider_timeout_ms(const struct prov_provider *pv)
+{
+	return pv->timeout_ms;
+}

@@ -1,0 +1,258 @@
+/* The process layer every provider shares: plan → sandbox policy → supervised run →
+ * parser → events, and the mapping of how a run ended to an error a client understands. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/internal.h"
+#include "common/banned.h"
+
+static const struct {
+	const char *code;
+	int status;
+} errors[] = {
+	[PROV_OK] = { "OK", 200 },
+	[PROV_ERR_AUTH_MISSING] = { "AUTH_MISSING", 502 },
+	[PROV_ERR_SPAWN_FAILED] = { "SPAWN_FAILED", 502 },
+	[PROV_ERR_SPAWN_TIMEOUT] = { "SPAWN_TIMEOUT", 504 },
+	[PROV_ERR_CONCURRENCY_LIMIT] = { "CONCURRENCY_LIMIT", 429 },
+	[PROV_ERR_PROVIDER_ERROR] = { "PROVIDER_ERROR", 502 },
+	[PROV_ERR_SANDBOX] = { "SANDBOX_UNAVAILABLE", 503 },
+	[PROV_ERR_CLIENT_GONE] = { "CLIENT_GONE", 499 },
+};
+
+const char *prov_error_code(enum prov_error e)
+{
+	return (size_t)e < ARRAY_SIZE(errors) ? errors[e].code : "UNKNOWN";
+}
+
+int prov_error_status(enum prov_error e)
+{
+	return (size_t)e < ARRAY_SIZE(errors) ? errors[e].status : 500;
+}
+
+int prov_plan_push_arg(struct prov_plan *plan, const char *arg)
+{
+	char **nv;
+
+	if (!arg)
+		return -EINVAL;
+	nv = realloc(plan->argv, (plan->argc + 2) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	plan->argv = nv;
+	nv[plan->argc] = strdup(arg);
+	if (!nv[plan->argc])
+		return -ENOMEM;
+	nv[++plan->argc] = NULL;
+	return 0;
+}
+
+void prov_plan_release(struct prov_plan *plan)
+{
+	for (size_t i = 0; i < plan->argc; i++)
+		free(plan->argv[i]);
+	free(plan->argv);
+	buf_release(&plan->stdin_data);
+	sbx_policy_free(plan->policy);
+	memset(plan, 0, sizeof(*plan));
+}
+
+/* ---- parsers ------------------------------------------------------------------------- */
+
+struct prov_parser {
+	const struct provider_ops *ops;
+	void *st;
+};
+
+struct prov_parser *prov_parser_new(const char *type)
+{
+	const struct provider_ops *ops = prov_ops_for_type(type);
+	struct prov_parser *ps;
+
+	if (!ops)
+		return NULL;
+	ps = calloc(1, sizeof(*ps));
+	if (!ps)
+		return NULL;
+	ps->ops = ops;
+	ps->st = ops->parser_new();
+	if (!ps->st) {
+		free(ps);
+		return NULL;
+	}
+	return ps;
+}
+
+int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len, const struct prov_sink *sink)
+{
+	return ps->ops->parser_feed(ps->st, data, len, sink);
+}
+
+int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink)
+{
+	return ps->ops->parser_finish(ps->st, sink);
+}
+
+void prov_parser_free(struct prov_parser *ps)
+{
+	if (!ps)
+		return;
+	ps->ops->parser_free(ps->st);
+	free(ps);
+}
+
+/* ---- one run ------------------------------------------------------------------------- */
+
+struct run_ctx {
+	const struct prov_sink *sink; /* the caller's: gets deltas only */
+	struct prov_sink inner;       /* what parsers emit into */
+	struct prov_parser parser;
+	struct prov_outcome *out;
+};
+
+/* Deltas go through at once (no buffering here); usage and finish are kept for the
+ * caller, which closes the answer when the run is over. */
+static int inner_emit(void *ctx, const struct prov_event *ev)
+{
+	struct run_ctx *rc = ctx;
+
+	switch (ev->kind) {
+	case PROV_EV_DELTA:
+		rc->out->output_started = true;
+		return rc->sink->emit(rc->sink->ctx, ev);
+	case PROV_EV_USAGE:
+		rc->out->usage = *ev->usage;
+		rc->out->usage.present = true;
+		return 0;
+	case PROV_EV_FINISH:
+		snprintf(rc->out->finish_reason, sizeof(rc->out->finish_reason), "%s",
+			 ev->finish_reason);
+		return 0;
+	}
+	return 0;
+}
+
+static int on_stdout(void *ctx, const char *data, size_t len)
+{
+	struct run_ctx *rc = ctx;
+
+	return prov_parser_feed(&rc->parser, data, len, &rc->inner);
+}
+
+static void fail(struct prov_outcome *out, enum prov_error e, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void fail(struct prov_outcome *out, enum prov_error e, const char *fmt, ...)
+{
+	va_list ap;
+
+	out->err = e;
+	out->status = prov_error_status(e);
+	va_start(ap, fmt);
+	vsnprintf(out->message, sizeof(out->message), fmt, ap);
+	va_end(ap);
+}
+
+/* Turn how the process ended into the outcome a client sees. */
+static void map_result(const struct prov_provider *pv, const struct sbx_result *res,
+		       struct prov_outcome *out)
+{
+	out->exit_status = res->exit_status;
+	out->duration_ms = res->duration_ms;
+	snprintf(out->stderr_tail, sizeof(out->stderr_tail), "%s",
+		 res->stderr_tail + (strlen(res->stderr_tail) > sizeof(out->stderr_tail) - 1 ?
+					     strlen(res->stderr_tail) - (sizeof(out->stderr_tail) - 1) :
+					     0));
+	switch (res->end) {
+	case SBX_END_EXITED:
+		if (res->sandbox_failed && !strstr(res->stderr_tail, "execvp")) {
+			fail(out, PROV_ERR_SANDBOX, "The sandbox for provider %s could not start; "
+						   "the request was not run",
+			     pv->name);
+		} else if (res->sandbox_failed) {
+			fail(out, PROV_ERR_SPAWN_FAILED, "Provider %s: its command could not be started",
+			     pv->name);
+		} else if (res->exit_status) {
+			fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s failed (exit status %d)",
+			     pv->name, res->exit_status);
+		}
+		break;
+	case SBX_END_SIGNALED:
+		fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s was killed by signal %d", pv->name,
+		     res->term_signal);
+		break;
+	case SBX_END_TIMEOUT:
+		fail(out, PROV_ERR_SPAWN_TIMEOUT, "Provider %s timed out after %llu ms", pv->name,
+		     (unsigned long long)pv->timeout_ms);
+		break;
+	case SBX_END_ABORTED:
+		fail(out, PROV_ERR_CLIENT_GONE, "The client went away");
+		break;
+	case SBX_END_STOPPED:
+		break;
+	case SBX_END_SPAWN_FAILED:
+		fail(out, PROV_ERR_SPAWN_FAILED, "Provider %s: its command could not be started (%s)",
+		     pv->name, res->spawn_stage ? res->spawn_stage : "spawn");
+		break;
+	}
+}
+
+void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
+	      struct prov_outcome *out)
+{
+	const struct prov_provider *pv = req->model->provider;
+	struct prov_plan plan = { .stdin_data = BUF_INIT };
+	struct run_ctx rc = { .sink = sink, .out = out };
+	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
+	struct sbx_callbacks cb = { .on_stdout = on_stdout, .ctx = &rc };
+	struct sbx_result *res = NULL;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
+	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
+		/* Fail closed: never fall back to running unsandboxed. */
+		fail(out, PROV_ERR_SANDBOX, "The sandbox is not available on this host (%s); "
+					    "the request was not run",
+		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+		return;
+	}
+	plan.policy = sbx_policy_new();
+	res = malloc(sizeof(*res));
+	if (!plan.policy || !res) {
+		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
+		goto out;
+	}
+	sbx_policy_set_network(plan.policy, pv->network);
+	sbx_policy_set_timeout_ms(plan.policy, pv->timeout_ms);
+	ret = pv->ops->plan(pv, req, &plan, out);
+	if (ret) {
+		fail(out, PROV_ERR_SPAWN_FAILED, "%s", out->message[0] ? out->message : strerror(-ret));
+		goto out;
+	}
+	rc.inner.emit = inner_emit;
+	rc.inner.ctx = &rc;
+	rc.parser.ops = pv->ops;
+	rc.parser.st = pv->ops->parser_new();
+	if (!rc.parser.st) {
+		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
+		goto out;
+	}
+	opt.stdin_data = plan.stdin_data.data;
+	opt.stdin_len = plan.stdin_data.len;
+	sbx_run(plan.policy, (const char *const *)plan.argv, &opt, &cb, res);
+	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
+		prov_parser_finish(&rc.parser, &rc.inner);
+	map_result(pv, res, out);
+	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
+		log_warnx(req->request_id, "provider %s: %s (%s, exit %d, %zu bytes out)%s%.200s",
+			  pv->name, prov_error_code(out->err), sbx_end_name(res->end),
+			  res->exit_status, res->stdout_bytes, out->stderr_tail[0] ? "; stderr: " : "",
+			  out->stderr_tail);
+out:
+	if (rc.parser.st)
+		pv->ops->parser_free(rc.parser.st);
+	free(res);
+	prov_plan_release(&plan);
+}
