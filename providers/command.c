@@ -5,11 +5,20 @@
  *                             "ro_paths": [...], "network": false, "env": {...},
  *                             "timeout_s": 60, "models": [{"id": "…"}] } } */
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "providers/internal.h"
 #include "common/banned.h"
+
+static bool under_usr(const char *path)
+{
+	char real[PATH_MAX];
+
+	return realpath(path, real) && !strncmp(real, "/usr/", 5);
+}
 
 static int command_plan(const struct prov_provider *pv, const struct prov_request *req,
 			struct prov_plan *plan, struct prov_outcome *out)
@@ -24,8 +33,9 @@ static int command_plan(const struct prov_provider *pv, const struct prov_reques
 			return ret;
 	}
 	exe = plan->argv[0];
-	/* The program itself must be visible inside the sandbox; /usr already is. */
-	if (strncmp(exe, "/usr/", 5) && (ret = sbx_policy_add_ro(plan->policy, exe)))
+	/* The program itself must be visible inside the sandbox; /usr (and /bin, a link
+	 * into it on merged-/usr systems) already is. */
+	if (!under_usr(exe) && (ret = sbx_policy_add_ro(plan->policy, exe)))
 		goto fail;
 	json_array_foreach(json_object_get(pv->conf, "ro_paths"), i, v)
 		if ((ret = sbx_policy_add_ro(plan->policy, json_string_value(v))))
