@@ -15,6 +15,11 @@ struct sbx_policy {
 	struct sbx_strv ro;  /* host paths bound read-only */
 	struct sbx_strv rw;  /* host paths bound read-write */
 	struct sbx_strv env; /* "NAME=value", last one wins */
+	struct sbx_strv bind_ro; /* pairs: host path, path inside */
+	struct sbx_strv bind_rw; /* pairs: host path, path inside */
+	bool allow_unix;
+	bool nested_userns;
+	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
 	enum { SBX_WRAP_BY_MODE = 0, SBX_WRAP_NEVER, SBX_WRAP_ALWAYS } wrap;
 };
@@ -37,7 +42,7 @@ void sbx_strv_clear(struct sbx_strv *sv);
 int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value);
 
 /* Where the scratch home appears inside the sandbox. */
-#define SBX_HOME "/home/olp"
+#define SBX_HOME SBX_HOME_PATH
 #define SBX_UID 1000
 #define SBX_GID 1000
 #define SBX_HOSTNAME "olp"
@@ -55,10 +60,22 @@ int sbx_scratch_create(struct sbx_scratch *s);
 void sbx_scratch_remove(struct sbx_scratch *s);
 void sbx_scratch_sweep_stale(void);
 
-/* Build bwrap's argv for one run (argv[0] = bwrap path). status_fd is the number the
- * child will hold bwrap's --json-status-fd at. */
+/* Descriptor numbers bwrap finds its inputs at, in the child. */
+#define SBX_FD_STATUS 3  /* --json-status-fd */
+#define SBX_FD_SECCOMP 4 /* --seccomp */
+#define SBX_FD_PASSWD 5  /* --ro-bind-data -> /etc/passwd */
+#define SBX_FD_GROUP 6   /* --ro-bind-data -> /etc/group */
+#define SBX_FD_COUNT 7
+
+/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*. */
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], int status_fd, struct sbx_strv *out);
+			 const char *const argv[], struct sbx_strv *out);
+
+/* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
+ * fd or -errno. */
+int sbx_seccomp_fd(bool allow_unix);
+/* Build the default program now (at start-up rather than on the first request). */
+int sbx_seccomp_prepare(void);
 /* The child's environment for mode off (and the --setenv list for bwrap). */
 int sbx_build_envp(const struct sbx_policy *p, struct sbx_strv *out);
 

@@ -77,6 +77,8 @@ void sbx_policy_free(struct sbx_policy *p)
 	sbx_strv_clear(&p->ro);
 	sbx_strv_clear(&p->rw);
 	sbx_strv_clear(&p->env);
+	sbx_strv_clear(&p->bind_ro);
+	sbx_strv_clear(&p->bind_rw);
 	free(p);
 }
 
@@ -88,6 +90,35 @@ void sbx_policy_set_network(struct sbx_policy *p, bool on)
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms)
 {
 	p->timeout_ms = ms;
+}
+
+void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l)
+{
+	p->limits = *l;
+}
+
+void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow)
+{
+	p->allow_unix = allow;
+}
+
+void sbx_policy_allow_nested_userns(struct sbx_policy *p, bool allow)
+{
+	p->nested_userns = allow;
+}
+
+int sbx_policy_apply_profile(struct sbx_policy *p, const char *name)
+{
+	if (!strcmp(name, "command")) {
+		p->network = false;
+		return 0;
+	}
+	if (!strcmp(name, "cli")) {
+		/* The provider CLIs talk to their API; the rest of the policy is the same. */
+		p->network = true;
+		return 0;
+	}
+	return -ENOENT;
 }
 
 static int check_abs(const char *path)
@@ -104,6 +135,33 @@ int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path)
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path)
 {
 	return check_abs(host_path) ?: sbx_strv_push(&p->rw, host_path);
+}
+
+/* A path inside must say where it lands without relying on how ".." resolves there. */
+static bool has_dotdot(const char *path)
+{
+	for (const char *c = path; (c = strstr(c, "..")); c += 2)
+		if ((c == path || c[-1] == '/') && (c[2] == '/' || c[2] == '\0'))
+			return true;
+	return false;
+}
+
+int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
+			bool writable)
+{
+	struct sbx_strv *sv = writable ? &p->bind_rw : &p->bind_ro;
+	int ret;
+
+	if (check_abs(host_path) || check_abs(inside) || has_dotdot(inside) || !strcmp(inside, "/"))
+		return -EINVAL;
+	if ((ret = sbx_strv_push(sv, host_path)))
+		return ret;
+	if ((ret = sbx_strv_push(sv, inside))) {
+		/* Keep the vector in pairs. */
+		free(sv->v[--sv->n]);
+		sv->v[sv->n] = NULL;
+	}
+	return ret;
 }
 
 int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value)
@@ -171,14 +229,15 @@ static const char *const etc_allow[] = {
 	"/etc/ssl",         "/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
 };
 
+#define FD_STR_(n) #n
+#define FD_STR(n) FD_STR_(n)
+
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], int status_fd, struct sbx_strv *out)
+			 const char *const argv[], struct sbx_strv *out)
 {
-	char fdstr[16];
 	size_t i;
 	int ret;
 
-	snprintf(fdstr, sizeof(fdstr), "%d", status_fd);
 	ret = push_all(out, sbx_g.bwrap_path,
 		       /* New namespaces of every kind: the child sees no host process, IPC
 			* object, hostname or cgroup, and has no capability in the host. */
@@ -192,6 +251,9 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 	if (ret)
 		return ret;
 	if (!p->network && (ret = sbx_strv_push(out, "--unshare-net")))
+		return ret;
+	/* No nested user namespace: the kernel's most exposed surface from inside one. */
+	if (!p->nested_userns && (ret = sbx_strv_push(out, "--disable-userns")))
 		return ret;
 	for (i = 0; i < p->env.n; i++) {
 		const char *kv = p->env.v[i], *eq = strchr(kv, '=');
@@ -232,7 +294,20 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 		if (path_exists(p->rw.v[i]) &&
 		    (ret = push_all(out, "--bind", p->rw.v[i], p->rw.v[i], NULL)))
 			return ret;
-	if ((ret = push_all(out, "--json-status-fd", fdstr, "--", NULL)))
+	/* After the scratch home, so that a bind may land inside it (credentials). */
+	for (i = 0; i + 1 < p->bind_ro.n; i += 2)
+		if (path_exists(p->bind_ro.v[i]) &&
+		    (ret = push_all(out, "--ro-bind", p->bind_ro.v[i], p->bind_ro.v[i + 1], NULL)))
+			return ret;
+	for (i = 0; i + 1 < p->bind_rw.n; i += 2)
+		if (path_exists(p->bind_rw.v[i]) &&
+		    (ret = push_all(out, "--bind", p->bind_rw.v[i], p->bind_rw.v[i + 1], NULL)))
+			return ret;
+	/* A passwd and group that name only the sandbox user: no host account is listed. */
+	ret = push_all(out, "--ro-bind-data", FD_STR(SBX_FD_PASSWD), "/etc/passwd", "--ro-bind-data",
+		       FD_STR(SBX_FD_GROUP), "/etc/group", "--seccomp", FD_STR(SBX_FD_SECCOMP),
+		       "--json-status-fd", FD_STR(SBX_FD_STATUS), "--", NULL);
+	if (ret)
 		return ret;
 	for (i = 0; argv[i]; i++)
 		if ((ret = sbx_strv_push(out, argv[i])))

@@ -39,6 +39,8 @@ enum sbx_mode sbx_global_mode(void);
  * Computed once per process and cached; the strings are static. */
 struct sbx_status {
 	bool available;             /* bwrap is present and a real sandboxed spawn worked */
+	bool seccomp;               /* the filter was built and is loaded by every run */
+	const char *cgroup;         /* resource control in use: "rlimits" (no delegated cgroup v2) */
 	bool active;                /* runs are actually wrapped (mode bwrap and available) */
 	const char *mode;           /* "bwrap" or "off" */
 	const char *bwrap_path;
@@ -50,6 +52,9 @@ const struct sbx_status *sbx_status_get(void);
 /* ---- policy ------------------------------------------------------------------------- */
 struct sbx_policy;
 
+/* The scratch home as the child sees it (HOME, and the working directory). */
+#define SBX_HOME_PATH "/home/olp"
+
 /* A baseline policy: read-only /usr and its symlinks, fresh /proc, minimal /dev, tmpfs
  * /tmp, a scratch HOME that is also the working directory, all namespaces unshared (net
  * too), clearenv + PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
@@ -60,10 +65,37 @@ void sbx_policy_set_network(struct sbx_policy *p, bool on);
  * A path that does not exist on the host is skipped at spawn time. */
 int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path);
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
+/* Bind host_path at a different path inside (e.g. a credentials file at
+ * SBX_HOME_PATH "/.claude/.credentials.json"). Both must be absolute; inside must not
+ * contain "..". Copies both. Binds are applied after the scratch home, so inside may lie
+ * in it; missing parent directories are created there. A host_path that does not exist is
+ * skipped at spawn time. In mode off there is no mount namespace and binds are ignored
+ * (the child sees the host's files at their own paths). 0 or -EINVAL / -ENOMEM. */
+int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
+			bool writable);
 /* Set one variable of the child's (otherwise empty) environment. Copies both. */
 int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value);
 /* Wall-clock limit for the whole run; 0 = none. */
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);
+
+/* Resource limits of the command, set as rlimits before bwrap starts (so they hold for
+ * every process of the tree). 0 in a field keeps the default shown. */
+struct sbx_limits {
+	uint64_t nofile;   /* open files, default 4096 */
+	uint64_t fsize_mb; /* largest file written, default 1024 */
+	uint64_t cpu_s;    /* CPU seconds per process, default 600 */
+	uint64_t as_mb;    /* address space per process, default 8192 */
+	uint64_t nproc;    /* processes of the sandbox user, default 1024 (see docs/sandbox.md) */
+};
+void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
+/* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
+void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);
+/* Let the command create nested user namespaces (refused by default: --disable-userns
+ * and the seccomp filter). Only for a client that sandboxes itself. */
+void sbx_policy_allow_nested_userns(struct sbx_policy *p, bool allow);
+/* Apply a named profile: "command" (the default: no network, default limits) or "cli"
+ * (network on, for the provider CLIs). -ENOENT for an unknown name. */
+int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
 
 /* ---- running ------------------------------------------------------------------------ */
 
@@ -99,6 +131,8 @@ struct sbx_result {
 };
 
 struct sbx_run_options {
+	bool pass_stdin;        /* the child reads our own fd 0 (olp-sandbox); stdin_data unused */
+	bool pass_stderr;       /* the child writes our own fd 2; stderr_tail stays empty */
 	const void *stdin_data; /* written to the child's stdin, then stdin is closed */
 	size_t stdin_len;
 	int hangup_fd;          /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -31,7 +32,8 @@
 
 /* The steps of child_exec, named in spawn failures. */
 enum child_stage {
-	STAGE_SIGNALS = 1,
+	STAGE_RLIMIT = 1,
+	STAGE_SIGNALS,
 	STAGE_SETPGID,
 	STAGE_PDEATHSIG,
 	STAGE_CHDIR,
@@ -42,10 +44,15 @@ enum child_stage {
 };
 
 static const char *const stage_names[] = {
+	[STAGE_RLIMIT] = "rlimit",
 	[STAGE_SIGNALS] = "signals",   [STAGE_SETPGID] = "setpgid", [STAGE_PDEATHSIG] = "pdeathsig",
 	[STAGE_CHDIR] = "chdir",       [STAGE_DUPFD] = "dupfd",     [STAGE_DUP2] = "dup2",
 	[STAGE_CLOSE_RANGE] = "close_range", [STAGE_EXEC] = "exec",
 };
+
+/* The rlimits every run gets; values come from struct sbx_limits. Set before bwrap so
+ * that they hold for every process of the tree. A core dump could hold a token. */
+static const int rl_res[5] = { RLIMIT_NOFILE, RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_AS, RLIMIT_NPROC };
 
 struct child_report {
 	int stage;
@@ -57,8 +64,9 @@ struct child_plan {
 	const char *path;
 	char *const *argv;
 	char *const *envp;
-	int fds[4];  /* become 0, 1, 2 and (when >= 0) 3 in the child */
+	int fds[SBX_FD_COUNT]; /* fds[i] becomes fd i in the child */
 	int nfds;
+	struct rlimit rl[5];   /* applied in rl_res order */
 	int cwd_fd;  /* fchdir here, or -1 */
 	int report_fd;
 	pid_t parent;
@@ -76,8 +84,15 @@ static void __attribute__((noreturn)) child_fail(int report_fd, int stage)
 static void __attribute__((noreturn)) child_exec(const struct child_plan *c)
 {
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	struct rlimit zero = { 0, 0 };
 	sigset_t none;
-	int tmp[4], report_fd, i, sig;
+	int tmp[SBX_FD_COUNT], report_fd, i, sig;
+
+	if (setrlimit(RLIMIT_CORE, &zero) < 0)
+		child_fail(c->report_fd, STAGE_RLIMIT);
+	for (i = 0; i < (int)ARRAY_SIZE(rl_res); i++)
+		if (c->rl[i].rlim_cur && setrlimit(rl_res[i], &c->rl[i]) < 0)
+			child_fail(c->report_fd, STAGE_RLIMIT);
 
 	/* Ignored signals (SIGPIPE in the worker) and blocked masks survive exec: give the
 	 * command the defaults it expects. */
@@ -433,6 +448,47 @@ static void run_close(struct run *r)
 	buf_release(&r->status);
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* A sealed memfd holding text, for bwrap's --ro-bind-data. fd or -errno. */
+static int data_fd(const char *text)
+{
+	int fd = memfd_create("olp-data", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = write_all(fd, text, strlen(text));
+	if (!ret && (lseek(fd, 0, SEEK_SET) < 0 ||
+		     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0))
+		ret = -errno;
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static uint64_t or_default(uint64_t v, uint64_t dflt)
+{
+	return v ? v : dflt;
+}
+
+static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
+{
+	const struct sbx_limits *l = &p->limits;
+	uint64_t v[5] = {
+		or_default(l->nofile, 4096),
+		or_default(l->fsize_mb, 1024) << 20,
+		or_default(l->cpu_s, p->timeout_ms ? p->timeout_ms / 1000 + 5 : 600),
+		or_default(l->as_mb, 8192) << 20,
+		or_default(l->nproc, 1024),
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
+		plan->rl[i].rlim_cur = plan->rl[i].rlim_max = (rlim_t)v[i];
+}
+
 /* Pipes for one run: [0] is the child's end, [1] the parent's. */
 static int make_pipe(int child_end_is_read, int *child, int *parent)
 {
@@ -451,6 +507,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	struct sbx_scratch scratch = { .home_fd = -1 };
 	struct sbx_strv args = { 0 }, envp = { 0 };
 	struct child_plan plan = { .cwd_fd = -1 };
+	int c_seccomp = -1, c_passwd = -1, c_group = -1;
 	struct run r = { .pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1,
 			 .status_fd = -1, .ns_pidfd = -1, .status = BUF_INIT };
 	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
@@ -475,7 +532,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	}
 	ret = sbx_build_envp(p, &envp);
 	if (!ret && bwrap) {
-		ret = sbx_build_bwrap_argv(p, &scratch, argv, 3, &args);
+		ret = sbx_build_bwrap_argv(p, &scratch, argv, &args);
 	} else if (!ret) {
 		for (size_t i = 0; !ret && argv[i]; i++)
 			ret = sbx_strv_push(&args, argv[i]);
@@ -487,26 +544,50 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		res->spawn_stage = "argv";
 		goto out;
 	}
-	if ((ret = make_pipe(1, &c_in, &r.in_fd)) || (ret = make_pipe(0, &c_out, &r.out_fd)) ||
-	    (ret = make_pipe(0, &c_err, &r.err_fd)) ||
+	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &r.in_fd))) ||
+	    (ret = make_pipe(0, &c_out, &r.out_fd)) ||
+	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &r.err_fd))) ||
 	    (bwrap && (ret = make_pipe(0, &c_status, &r.status_fd)))) {
 		res->spawn_stage = "pipe";
 		goto out;
 	}
+	if (bwrap) {
+		c_seccomp = sbx_seccomp_fd(p->allow_unix);
+		if (c_seccomp < 0) {
+			ret = c_seccomp;
+			c_seccomp = -1;
+			res->spawn_stage = "seccomp";
+			goto out;
+		}
+		c_passwd = data_fd("olp:x:" STR(SBX_UID) ":" STR(SBX_GID) ":olp:" SBX_HOME ":/bin/sh\n");
+		c_group = data_fd("olp:x:" STR(SBX_GID) ":\n");
+		if (c_passwd < 0 || c_group < 0) {
+			ret = c_passwd < 0 ? c_passwd : c_group;
+			res->spawn_stage = "passwd";
+			goto out;
+		}
+	}
 	plan.path = args.v[0];
 	plan.argv = args.v;
 	plan.envp = bwrap ? (char *[]){ NULL } : envp.v;
-	plan.fds[0] = c_in;
+	plan.fds[0] = opt && opt->pass_stdin ? STDIN_FILENO : c_in;
 	plan.fds[1] = c_out;
-	plan.fds[2] = c_err;
-	plan.fds[3] = c_status;
-	plan.nfds = bwrap ? 4 : 3;
+	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : c_err;
+	plan.fds[SBX_FD_STATUS] = c_status;
+	plan.fds[SBX_FD_SECCOMP] = c_seccomp;
+	plan.fds[SBX_FD_PASSWD] = c_passwd;
+	plan.fds[SBX_FD_GROUP] = c_group;
+	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
+	set_rlimits(&plan, p);
 	plan.cwd_fd = bwrap ? -1 : scratch.home_fd;
 	ret = start_child(&plan, &r, res);
 	close_fd(&c_in);
 	close_fd(&c_out);
 	close_fd(&c_err);
 	close_fd(&c_status);
+	close_fd(&c_seccomp);
+	close_fd(&c_passwd);
+	close_fd(&c_group);
 	if (ret)
 		goto out;
 	ret = supervise(&r, p, opt, cb, res);
@@ -522,6 +603,9 @@ out:
 	close_fd(&c_out);
 	close_fd(&c_err);
 	close_fd(&c_status);
+	close_fd(&c_seccomp);
+	close_fd(&c_passwd);
+	close_fd(&c_group);
 	run_close(&r);
 	sbx_strv_clear(&args);
 	sbx_strv_clear(&envp);

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# http-bench.sh — the request path's cost, measured side by side in one run.
+#
+#  1. GET /health requests/s through lighttpd: olp-fcgi vs a hello-world libfcgi
+#     responder (hello-fcgi) behind the same lighttpd config (goal: ratio >= 0.8).
+#     Rounds alternate A, B, A, B… so that machine noise hits both alike.
+#  2. Median round trip of a non-streaming completion whose command answers at once
+#     (printf ok, sandboxed, over HTTP, one connection) vs spawning that command bare and
+#     spawning it through the sandbox layer alone (spawn-bench).
+#
+# usage: tests/bench/http-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# env:   BENCH_SECONDS (per wrk round, default 5), BENCH_ROUNDS (default 3),
+#        BENCH_CONNS (default 16), BENCH_N (spawn/round-trip samples, default 200)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+secs=${BENCH_SECONDS:-5}
+rounds=${BENCH_ROUNDS:-3}
+conns=${BENCH_CONNS:-16}
+n=${BENCH_N:-200}
+
+command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y -q wrk >/dev/null; }
+command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
+if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/tests/bench/hello-fcgi" ]; then
+	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build "$build" -j"$(nproc)" --target olp-fcgi hello-fcgi spawn-bench >/dev/null
+fi
+
+work=$(mktemp -d /tmp/olp-bench.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+token=bench-owner-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+mkdir -m 0700 "$work/home"
+cat > "$work/home/models-registry.json" <<'JSON'
+{"providers":{"bench":{"type":"command","argv":["/usr/bin/printf","ok"],"timeout_s":30,
+ "models":[{"id":"instant"}]}}}
+JSON
+
+# start_lighttpd NAME BIN PORT
+start_lighttpd() {
+	mkdir -p "$work/$1"
+	OLP_BIN=$2 OLP_HOME=$work/home OLP_RUN_DIR=$work/$1 OLP_PORT=$3 OLP_MAX_PROCS=2 \
+	OLP_THREADS=16 OLP_OWNER_TOKEN=$token OLP_LOG_LEVEL=warn \
+		lighttpd -D -f "$root/lighttpd/olp.conf" >"$work/$1/stdout" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do
+		curl -sf "http://127.0.0.1:$3/health" >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	echo "lighttpd $1 did not come up" >&2
+	cat "$work/$1/stdout" >&2
+	exit 1
+}
+
+pa=$(free_port); start_lighttpd olp "$build/fcgi/olp-fcgi" "$pa"
+pb=$(free_port); start_lighttpd hello "$build/tests/bench/hello-fcgi" "$pb"
+
+rps() { wrk -t2 -c"$conns" -d"${secs}s" "$1" | awk '/Requests\/sec/ {print $2}'; }
+
+echo "== GET /health, wrk -t2 -c$conns -d${secs}s, $rounds alternating rounds"
+sa=(); sb=()
+for r in $(seq "$rounds"); do
+	a=$(rps "http://127.0.0.1:$pa/health"); b=$(rps "http://127.0.0.1:$pb/health")
+	printf 'round %d: olp-fcgi %s req/s, hello-fcgi %s req/s\n' "$r" "$a" "$b"
+	sa+=("$a"); sb+=("$b")
+done
+med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+ma=$(med "${sa[@]}"); mb=$(med "${sb[@]}")
+echo "health_rps_olp $ma"
+echo "health_rps_hello $mb"
+awk -v a="$ma" -v b="$mb" 'BEGIN {printf "health_ratio %.2f (goal >= 0.80)\n", a / b}'
+
+echo "== non-streaming completion round trip, $n samples, one connection"
+cat > "$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"model":"instant","messages":[{"role":"user","content":"hi"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $token"
+LUA
+# Check the answer once, then time it: wrk with one connection gives the latency median.
+curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+	-d '{"model":"instant","messages":[{"role":"user","content":"hi"}]}' \
+	"http://127.0.0.1:$pa/v1/chat/completions" | grep -q '"content":"ok"'
+rt=$(wrk -t1 -c1 -d"${secs}s" --latency -s "$work/post.lua" "http://127.0.0.1:$pa/v1/chat/completions" |
+	awk '$1 == "50%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}')
+mkdir -p "$work/spawn"
+sp=$("$build/tests/bench/spawn-bench" "$work/spawn" "$n" /usr/bin/printf ok)
+bare=$(awk '/bare_spawn_median_ms/ {print $2}' <<<"$sp")
+sbx=$(awk '/sandbox_spawn_median_ms/ {print $2}' <<<"$sp")
+echo "roundtrip_median_ms $rt"
+echo "bare_spawn_median_ms $bare"
+echo "sandbox_spawn_median_ms $sbx"
+awk -v rt="$rt" -v bare="$bare" -v sbx="$sbx" 'BEGIN {
+	printf "overhead_vs_bare_ms %.2f (goal <= 6)\n", rt - bare
+	printf "  of which sandbox (namespaces, mounts, scratch) %.2f\n", sbx - bare
+	printf "  of which HTTP + lighttpd + worker %.2f\n", rt - sbx
+}'
