@@ -165,9 +165,10 @@ static void add_sandbox_block(struct buf *b)
 	const struct sbx_status *st = sbx_status_get();
 
 	buf_addf(b, "{\"available\":%s,\"active\":%s,\"mode\":\"%s\",\"platform\":\"linux\","
-		    "\"missing\":[%s]",
+		    "\"missing\":[%s],\"seccomp\":%s,\"cgroup\":\"%s\"",
 		 st->available ? "true" : "false", st->active ? "true" : "false", st->mode,
-		 st->bwrap_version ? "" : "\"bubblewrap\"");
+		 st->bwrap_version ? "" : "\"bubblewrap\"", st->seccomp ? "true" : "false",
+		 st->cgroup);
 	buf_adds(b, ",\"bwrap_version\":");
 	if (st->bwrap_version)
 		buf_add_json_str(b, st->bwrap_version, strlen(st->bwrap_version));

@@ -147,6 +147,11 @@ int main(int argc, char **argv)
 		log_errx(NULL, "FCGX_Init failed");
 		return 1;
 	}
+	/* Before anything else runs: a worker started as root keeps no privilege. */
+	if (sbx_lockdown_self() < 0) {
+		log_err(NULL, "cannot drop privileges");
+		return 1;
+	}
 	if (app_init())
 		return 1;
 

@@ -152,6 +152,8 @@ static void status_compute(void)
 
 	status.mode = sbx_g.mode == SBX_MODE_OFF ? "off" : "bwrap";
 	status.bwrap_path = sbx_g.bwrap_path;
+	/* No delegated cgroup v2 is used yet: limits are rlimits (docs/sandbox.md). */
+	status.cgroup = "rlimits";
 	if (!sbx_g.bwrap_path || access(sbx_g.bwrap_path, X_OK) < 0) {
 		snprintf(message_buf, sizeof(message_buf),
 			 "bubblewrap not found at %s. Install: sudo apt-get install -y bubblewrap",
@@ -179,6 +181,8 @@ static void status_compute(void)
 	p->wrap = SBX_WRAP_ALWAYS;
 	ret = sbx_run(p, (const char *const[]){ "/usr/bin/true", NULL }, NULL, NULL, &res);
 	status.available = !ret && res.end == SBX_END_EXITED && res.exit_status == 0;
+	/* That run loaded the filter through bwrap --seccomp, or it would have failed. */
+	status.seccomp = status.available;
 	if (sbx_g.mode == SBX_MODE_OFF) {
 		status.message = "sandbox.mode is \"off\" in config.json: provider commands run "
 				 "WITHOUT isolation";

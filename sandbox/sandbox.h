@@ -32,6 +32,11 @@ struct sbx_global_config {
 /* Set the process-wide settings; copies every string. Creates runtime_dir if needed and
  * removes scratch dirs left by processes that no longer exist. 0 or -errno. */
 int sbx_global_init(const struct sbx_global_config *cfg);
+/* Lock the calling process down for the rest of its life: drop every capability (bounding
+ * set, effective/permitted/inheritable, ambient) and set no_new_privs, so that a worker
+ * started as root holds no privilege a bug could use. Call once, early, before threads.
+ * 0 or -errno. */
+int sbx_lockdown_self(void);
 void sbx_global_release(void);
 enum sbx_mode sbx_global_mode(void);
 
