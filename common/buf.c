@@ -153,6 +153,7 @@ ssize_t buf_read_once(struct buf *b, int fd, size_t hint)
 
 int buf_read_file(struct buf *b, const char *path, size_t max)
 {
+	size_t start = b->len;
 	int fd, ret = 0;
 	ssize_t n;
 
@@ -167,7 +168,7 @@ int buf_read_file(struct buf *b, const char *path, size_t max)
 		}
 		if (n == 0)
 			break;
-		if (b->len > max) {
+		if (b->len - start > max) {
 			ret = -EFBIG;
 			break;
 		}

@@ -141,7 +141,7 @@ static int check_content(const json_t *content, size_t i, struct api_error *err)
 		const json_t *type = json_object_get(part, "type");
 
 		if (!json_is_object(part) || !json_is_string(type) ||
-		    strcmp(json_string_value(type), "text") ||
+		    json_string_length(type) != 4 || strcmp(json_string_value(type), "text") ||
 		    !json_is_string(json_object_get(part, "text")))
 			return bad(err, param,
 				   "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
@@ -167,6 +167,9 @@ static int check_messages(const json_t *messages, struct api_error *err)
 		}
 		snprintf(param, sizeof(param), "messages[%zu].role", i);
 		role = json_string_value(json_object_get(msg, "role"));
+		/* The body may hold NULs (JSON_ALLOW_NUL): "user\u0000x" is not "user". */
+		if (role && strlen(role) != json_string_length(json_object_get(msg, "role")))
+			role = NULL;
 		for (r = 0; role && r < ARRAY_SIZE(roles); r++)
 			if (!strcmp(role, roles[r]))
 				break;

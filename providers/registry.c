@@ -24,7 +24,8 @@ struct prov_registry {
 	size_t naliases;
 };
 
-static const struct provider_ops *const all_ops[] = { &prov_command_ops };
+static const struct provider_ops *const all_ops[] = { &prov_command_ops, &prov_claude_ops,
+						     &prov_codex_ops, &prov_vibe_ops };
 
 const struct provider_ops *prov_ops_for_type(const char *type)
 {
@@ -100,7 +101,8 @@ static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
 	s = json_number_value(v);
 	if (!(s > 0) || s > 86400.0 * 7)
 		return dflt;
-	return (uint64_t)(s * 1000.0);
+	/* 0 would mean "no limit" to the sandbox: the smallest limit is 1 ms. */
+	return s * 1000.0 < 1.0 ? 1 : (uint64_t)(s * 1000.0);
 }
 
 static struct prov_provider *provider_new(const char *name, const json_t *entry,
@@ -121,21 +123,23 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 				"run yet; skipped", name, type);
 		return NULL;
 	}
-	if (!strcmp(type, "command") && (why = check_command(entry))) {
-		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
-		return NULL;
-	}
 	pv = calloc(1, sizeof(*pv));
 	if (!pv)
 		return NULL;
+	/* What runs is the entry with config.json's overrides: check that, not the entry. */
+	pv->conf = json_deep_copy(entry);
+	if (pv->conf && json_is_object(override))
+		json_object_update(pv->conf, (json_t *)override);
+	if (pv->conf && !strcmp(type, "command") && (why = check_command(pv->conf))) {
+		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
+		provider_free(pv);
+		return NULL;
+	}
 	pv->name = strdup(name);
 	pv->type = strdup(type);
 	dn = json_string_value(json_object_get(entry, "displayName"));
 	pv->display_name = strdup(dn ? dn : name);
 	pv->ops = prov_ops_for_type(type);
-	pv->conf = json_deep_copy(entry);
-	if (json_is_object(override))
-		json_object_update(pv->conf, (json_t *)override);
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
 	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {

@@ -110,6 +110,10 @@ struct run_ctx {
 	struct prov_sink inner;       /* what parsers emit into */
 	struct prov_parser parser;
 	struct prov_outcome *out;
+	/* The first failure the provider reported in its output (PROV_EV_ERROR). */
+	enum prov_error failure;
+	int upstream_status;
+	char failure_msg[200];
 };
 
 /* Deltas go through at once (no buffering here); usage and finish are kept for the
@@ -130,8 +134,33 @@ static int inner_emit(void *ctx, const struct prov_event *ev)
 		snprintf(rc->out->finish_reason, sizeof(rc->out->finish_reason), "%s",
 			 ev->finish_reason);
 		return 0;
+	case PROV_EV_ERROR:
+		if (rc->failure == PROV_OK && ev->failure) {
+			rc->failure = ev->failure->err ? ev->failure->err : PROV_ERR_PROVIDER_ERROR;
+			rc->upstream_status = ev->failure->upstream_status;
+			snprintf(rc->failure_msg, sizeof(rc->failure_msg), "%s",
+				 ev->failure->message ? ev->failure->message : "request failed");
+		}
+		return 0;
 	}
 	return 0;
+}
+
+/* The status a client gets for an upstream API error the provider reported: a rate limit
+ * stays a rate limit (the client should back off and retry), an overloaded upstream is a
+ * 503; anything else, the upstream rejecting our credentials included, is the gateway's
+ * problem (502), never a 401 that would make the client doubt its own OLP key. */
+static int status_for_upstream(int upstream)
+{
+	switch (upstream) {
+	case 429:
+		return 429;
+	case 503:
+	case 529:
+		return 503;
+	default:
+		return 502;
+	}
 }
 
 static int on_stdout(void *ctx, const char *data, size_t len)
@@ -160,10 +189,15 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 {
 	out->exit_status = res->exit_status;
 	out->duration_ms = res->duration_ms;
-	snprintf(out->stderr_tail, sizeof(out->stderr_tail), "%s",
-		 res->stderr_tail + (strlen(res->stderr_tail) > sizeof(out->stderr_tail) - 1 ?
-					     strlen(res->stderr_tail) - (sizeof(out->stderr_tail) - 1) :
-					     0));
+	{
+		/* The last bytes are the ones that say what went wrong. */
+		size_t len = strlen(res->stderr_tail), keep = sizeof(out->stderr_tail) - 1;
+
+		if (len < keep)
+			keep = len;
+		memcpy(out->stderr_tail, res->stderr_tail + len - keep, keep);
+		out->stderr_tail[keep] = '\0';
+	}
 	switch (res->end) {
 	case SBX_END_EXITED:
 		if (res->sandbox_failed && !strstr(res->stderr_tail, "execvp")) {
@@ -228,7 +262,11 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	sbx_policy_set_timeout_ms(plan.policy, pv->timeout_ms);
 	ret = pv->ops->plan(pv, req, &plan, out);
 	if (ret) {
-		fail(out, PROV_ERR_SPAWN_FAILED, "%s", out->message[0] ? out->message : strerror(-ret));
+		/* A copy: fail() formats into out->message, which must not also be its source. */
+		char why[sizeof(out->message)];
+
+		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
+		fail(out, PROV_ERR_SPAWN_FAILED, "%s", why);
 		goto out;
 	}
 	rc.inner.emit = inner_emit;
@@ -245,11 +283,20 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
 		prov_parser_finish(&rc.parser, &rc.inner);
 	map_result(pv, res, out);
+	/* What the provider said about its own failure beats the exit status it ended with
+	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
+	if (rc.failure != PROV_OK && (out->err == PROV_OK || out->err == PROV_ERR_PROVIDER_ERROR)) {
+		fail(out, rc.failure, "Provider %s: %s", pv->name, rc.failure_msg);
+		out->upstream_status = rc.upstream_status;
+		if (rc.failure == PROV_ERR_PROVIDER_ERROR && rc.upstream_status)
+			out->status = status_for_upstream(rc.upstream_status);
+	}
 	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
-		log_warnx(req->request_id, "provider %s: %s (%s, exit %d, %zu bytes out)%s%.200s",
+		log_warnx(req->request_id, "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
+					   "out)%s%.200s",
 			  pv->name, prov_error_code(out->err), sbx_end_name(res->end),
-			  res->exit_status, res->stdout_bytes, out->stderr_tail[0] ? "; stderr: " : "",
-			  out->stderr_tail);
+			  res->exit_status, out->upstream_status, res->stdout_bytes,
+			  out->stderr_tail[0] ? "; stderr: " : "", out->stderr_tail);
 out:
 	if (rc.parser.st)
 		pv->ops->parser_free(rc.parser.st);

@@ -46,20 +46,25 @@ int prov_text_feed(struct prov_text_reader *tr, const char *data, size_t len,
 	int ret;
 
 	if (tr->nheld) {
-		/* Complete the held sequence from the front of data first. */
-		size_t need = utf8_len(tr->held[0]) - tr->nheld, take = need < len ? need : len;
+		/* Complete the held sequence from the front of data, with continuation bytes
+		 * only: anything else means it was never going to be valid, and it goes out
+		 * as it is (the encoder replaces it) without swallowing what follows. */
+		size_t need = utf8_len(tr->held[0]) - tr->nheld, take = 0;
 		unsigned char seq[4];
 
 		memcpy(seq, tr->held, tr->nheld);
-		memcpy(seq + tr->nheld, p, take);
-		if (take < need) {
+		while (take < need && take < len && (p[take] & 0xc0) == 0x80) {
+			seq[tr->nheld + take] = p[take];
+			take++;
+		}
+		if (take < need && take == len) {
 			memcpy(tr->held, seq, tr->nheld + take);
 			tr->nheld += take;
 			return 0;
 		}
-		tr->nheld = 0;
-		if ((ret = emit_delta(sink, (const char *)seq, take + (utf8_len(seq[0]) - need))))
+		if ((ret = emit_delta(sink, (const char *)seq, tr->nheld + take)))
 			return ret;
+		tr->nheld = 0;
 		p += take;
 		len -= take;
 	}

@@ -95,6 +95,15 @@ static int add(scmp_filter_ctx ctx, int err, const char *name, unsigned n,
 	return seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO((uint32_t)err), nr, n, cmp);
 }
 
+/* One argument comparison (libseccomp's SCMP_A* macros leave fields implicit, which clang
+ * warns about). */
+static struct scmp_arg_cmp cmp(unsigned arg, enum scmp_compare op, scmp_datum_t a, scmp_datum_t b)
+{
+	struct scmp_arg_cmp c = { .arg = arg, .op = op, .datum_a = a, .datum_b = b };
+
+	return c;
+}
+
 static int build(scmp_filter_ctx ctx, bool allow_unix)
 {
 	size_t i;
@@ -103,25 +112,25 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 	for (i = 0; !ret && i < ARRAY_SIZE(plain_rules); i++)
 		ret = add(ctx, plain_rules[i].err, plain_rules[i].name, 0, NULL);
 	for (i = 0; !ret && i < ARRAY_SIZE(ns_flags); i++) {
-		struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
+		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
 
 		ret = add(ctx, EPERM, "clone", 1, &c);
 	}
 	for (i = 0; !ret && i < ARRAY_SIZE(bad_personality); i++) {
-		struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, bad_personality[i],
-						bad_personality[i]);
+		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, bad_personality[i],
+					    bad_personality[i]);
 
 		ret = add(ctx, EPERM, "personality", 1, &c);
 	}
 	/* Typing into the controlling terminal (TIOCSTI) and the console (TIOCLINUX). The
 	 * kernel truncates the request to 32 bits, so the comparison must too. */
 	if (!ret) {
-		struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI);
+		struct scmp_arg_cmp c = cmp(1, SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI);
 
 		ret = add(ctx, EPERM, "ioctl", 1, &c);
 	}
 	if (!ret) {
-		struct scmp_arg_cmp c = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX);
+		struct scmp_arg_cmp c = cmp(1, SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX);
 
 		ret = add(ctx, EPERM, "ioctl", 1, &c);
 	}
@@ -129,7 +138,7 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 	 * not stop connect() on a socket path, and with the host network shared the host's
 	 * abstract unix sockets are reachable. AF_NETLINK, AF_PACKET… are kernel surface. */
 	for (fam = 0; !ret && fam < AF_INET6; fam++) {
-		struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fam);
+		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fam);
 
 		if (fam == AF_INET || (fam == AF_UNIX && allow_unix))
 			continue;
@@ -137,7 +146,7 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 	}
 	if (!ret) {
 		/* Anything above AF_INET6, including values with high bits set. */
-		struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_GT, AF_INET6);
+		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_GT, AF_INET6, 0);
 
 		ret = add(ctx, EAFNOSUPPORT, "socket", 1, &c);
 	}

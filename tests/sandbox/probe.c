@@ -6,7 +6,15 @@
  *   olp-probe env        the names of its environment variables
  *   olp-probe read PATH  whether PATH can be opened for reading (errno name when not)
  *   olp-probe write PATH whether PATH can be created/written
- *   olp-probe spin       ignore SIGTERM, fork a grandchild, sleep forever */
+ *   olp-probe spin       ignore SIGTERM, fork a grandchild, sleep forever
+ *   olp-probe dump PATH... print each file's bytes if it can be read (the HTTP test)
+ *   olp-probe forkbomb   fork until something stops it
+ *   olp-probe hog        allocate and touch memory until something stops it
+ *   olp-probe mark NAME  create /tmp/NAME, then sleep 3 s
+ *   olp-probe peek NAME  report whether /tmp/NAME or another probe is visible
+ *   olp-probe escape [--keyfile P] [--keydir P] [--runtime P] [--hostpid N] [--unix P]
+ *                    [--tcp HOST:PORT] [--shmid N] [--secret-hex HEX] [--net]
+ *                        every escape check (escape.c), one JSON line each */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +24,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
+
+#include "escape.h"
 
 extern char **environ;
 
@@ -102,6 +113,166 @@ static int __attribute__((noreturn)) cmd_spin(void)
 		pause();
 }
 
+static int cmd_dump(int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++) {
+		char buf[65536];
+		int fd = open(argv[i], O_RDONLY);
+		ssize_t n;
+
+		if (fd < 0) {
+			printf("%s: %s\n", argv[i], strerror(errno));
+			continue;
+		}
+		while ((n = read(fd, buf, sizeof(buf))) > 0)
+			fwrite(buf, 1, (size_t)n, stdout);
+		close(fd);
+	}
+	return 0;
+}
+
+static int __attribute__((noreturn)) cmd_forkbomb(void)
+{
+	long n = 0;
+
+	printf("{\"forkbomb\":true}\n");
+	fflush(stdout);
+	for (;;) {
+		pid_t p = fork();
+
+		if (p == 0)
+			continue; /* every child forks too */
+		if (p < 0) {
+			/* Stopped by the process limit: keep the ones we have busy. */
+			if (n++ == 0)
+				fprintf(stderr, "fork: %s\n", strerror(errno));
+			pause();
+		}
+	}
+}
+
+static int cmd_hog(void)
+{
+	size_t total = 0;
+
+	for (;;) {
+		char *p = malloc(64 << 20);
+
+		if (!p) {
+			printf("{\"hog_stopped_at_mib\":%zu}\n", total >> 20);
+			return 3;
+		}
+		memset(p, 1, 64 << 20);
+		total += 64 << 20;
+	}
+}
+
+static int cmd_mark(const char *name)
+{
+	char path[300];
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/%s", name);
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	printf("{\"marked\":%s}\n", fd >= 0 ? "true" : "false");
+	fflush(stdout);
+	sleep(3);
+	return 0;
+}
+
+static int cmd_peek(const char *name)
+{
+	char path[300];
+	struct stat st;
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int others = 0;
+
+	snprintf(path, sizeof(path), "/tmp/%s", name);
+	while (d && (de = readdir(d))) {
+		char cpath[300], cmd[256] = "";
+		FILE *f;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || atoi(de->d_name) == getpid())
+			continue;
+		snprintf(cpath, sizeof(cpath), "/proc/%s/cmdline", de->d_name);
+		f = fopen(cpath, "r");
+		if (f) {
+			size_t n = fread(cmd, 1, sizeof(cmd) - 1, f);
+
+			cmd[n] = '\0';
+			fclose(f);
+		}
+		if (strstr(cmd, "olp-probe"))
+			others++;
+	}
+	if (d)
+		closedir(d);
+	printf("{\"other_tmp_visible\":%s,\"other_probes_visible\":%d}\n",
+	       stat(path, &st) == 0 ? "true" : "false", others);
+	return 0;
+}
+
+static int cmd_escape(int argc, char **argv)
+{
+	struct escape_args a = { .hostpid = -1, .shmid = -1 };
+
+	for (int i = 0; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(argv[i], "--net")) {
+			a.network = true;
+			continue;
+		}
+		if (!v)
+			return 2;
+		if (!strcmp(argv[i], "--keyfile"))
+			a.keyfile = v;
+		else if (!strcmp(argv[i], "--keydir"))
+			a.keydir = v;
+		else if (!strcmp(argv[i], "--runtime"))
+			a.runtime = v;
+		else if (!strcmp(argv[i], "--hostpid"))
+			a.hostpid = atoi(v);
+		else if (!strcmp(argv[i], "--unix"))
+			a.unix_path = v;
+		else if (!strcmp(argv[i], "--shmid"))
+			a.shmid = atoi(v);
+		else if (!strcmp(argv[i], "--secret-hex")) {
+			static char secret[256];
+			size_t n = strlen(v) / 2;
+
+			if (n >= sizeof(secret))
+				return 2;
+			for (size_t k = 0; k < n; k++) {
+				unsigned int byte;
+
+				if (sscanf(v + 2 * k, "%2x", &byte) != 1)
+					return 2;
+				secret[k] = (char)byte;
+			}
+			secret[n] = '\0';
+			a.secret = secret;
+		}
+		else if (!strcmp(argv[i], "--extra-env"))
+			a.extra_env = v;
+		else if (!strcmp(argv[i], "--tcp")) {
+			static char host[64];
+			const char *colon = strrchr(v, ':');
+
+			if (!colon)
+				return 2;
+			snprintf(host, sizeof(host), "%.*s", (int)(colon - v), v);
+			a.tcp_host = host;
+			a.tcp_port = atoi(colon + 1);
+		} else {
+			return 2;
+		}
+		i++;
+	}
+	return escape_main(&a);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -115,6 +286,18 @@ int main(int argc, char **argv)
 		return cmd_write(argv[2]);
 	if (argc >= 2 && !strcmp(argv[1], "spin"))
 		return cmd_spin();
+	if (argc >= 2 && !strcmp(argv[1], "dump"))
+		return cmd_dump(argc - 2, argv + 2);
+	if (argc >= 2 && !strcmp(argv[1], "forkbomb"))
+		return cmd_forkbomb();
+	if (argc >= 2 && !strcmp(argv[1], "hog"))
+		return cmd_hog();
+	if (argc >= 3 && !strcmp(argv[1], "mark"))
+		return cmd_mark(argv[2]);
+	if (argc >= 3 && !strcmp(argv[1], "peek"))
+		return cmd_peek(argv[2]);
+	if (argc >= 2 && !strcmp(argv[1], "escape"))
+		return cmd_escape(argc - 2, argv + 2);
 	fprintf(stderr, "usage: olp-probe fds|env|read PATH|write PATH|spin\n");
 	return 2;
 }

@@ -1,0 +1,330 @@
+/* olp-sandbox: run any command under exactly the policy olp-fcgi uses for provider
+ * commands (for operators, tests and benchmarks), or check whether this host can.
+ *
+ *   olp-sandbox [--profile NAME] [--net] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
+ *               [--as-mb MB] [--nproc N] [--runtime-dir DIR] -- COMMAND [ARGS...]
+ *   olp-sandbox --doctor [--json]
+ *
+ * Exit status: the command's own; 128+N when it died of signal N; 124 on timeout; 125
+ * when the sandbox could not be set up; 2 on a usage error. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "sandbox/sandbox.h"
+#include "common/banned.h"
+
+static void usage(FILE *f)
+{
+	fputs("usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
+	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--runtime-dir DIR]\n"
+	      "                   -- COMMAND [ARGS...]\n"
+	      "       olp-sandbox --doctor [--json]\n"
+	      "\n"
+	      "Runs COMMAND inside the sandbox olp-fcgi uses for provider commands: bubblewrap\n"
+	      "with new namespaces, an allowlisted read-only root, a scratch HOME, a seccomp\n"
+	      "filter, no capabilities and rlimits. Only fds 0-2 reach the command.\n"
+	      "--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
+	      f);
+}
+
+static int to_stdout(void *ctx, const char *data, size_t len)
+{
+	(void)ctx;
+	return write_all(STDOUT_FILENO, data, len) ? -1 : 0;
+}
+
+/* Resolve a command name the way a shell would, in the parent (never after fork). */
+static char *resolve(const char *cmd)
+{
+	const char *path = getenv("PATH"), *p;
+	char buf[PATH_MAX];
+
+	if (strchr(cmd, '/'))
+		return realpath(cmd, NULL);
+	for (p = path ? path : "/usr/bin:/bin"; *p;) {
+		size_t n = strcspn(p, ":");
+
+		if (n && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd) < sizeof(buf) &&
+		    access(buf, X_OK) == 0)
+			return realpath(buf, NULL);
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	return NULL;
+}
+
+static void default_runtime_dir(char *out, size_t n)
+{
+	const char *x = getenv("XDG_RUNTIME_DIR");
+
+	if (x && *x)
+		snprintf(out, n, "%s/olp-sandbox", x);
+	else
+		snprintf(out, n, "/tmp/olp-sandbox-%ld", (long)getuid());
+}
+
+/* ---- doctor --------------------------------------------------------------------------- */
+
+struct check {
+	const char *name;
+	bool ok;
+	char detail[400];
+};
+
+static int read_int_file(const char *path, long *v)
+{
+	struct buf b = BUF_INIT;
+	int ret = buf_read_file(&b, path, 64);
+
+	if (!ret)
+		*v = strtol(b.data, NULL, 10);
+	buf_release(&b);
+	return ret;
+}
+
+static int collect(void *ctx, const char *data, size_t len)
+{
+	buf_add(ctx, data, len);
+	return 0;
+}
+
+static const char *cgroup_mode(char *detail, size_t n)
+{
+	struct stat st;
+
+	if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+		snprintf(detail, n, "cgroup v2; delegated cgroups are not used yet, limits are rlimits");
+		return "v2";
+	}
+	if (stat("/sys/fs/cgroup/unified", &st) == 0) {
+		snprintf(detail, n, "cgroup v1/v2 hybrid: no v2 controllers to delegate; limits are rlimits");
+		return "hybrid";
+	}
+	snprintf(detail, n, "cgroup v1 only; limits are rlimits");
+	return "v1";
+}
+
+static int doctor(bool json)
+{
+	struct check c[6];
+	const struct sbx_status *st = sbx_status_get();
+	struct sbx_policy *p = sbx_policy_new();
+	struct buf out = BUF_INIT;
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
+	struct sbx_result res;
+	const char *cg;
+	long v;
+	size_t i, n = 0;
+	bool all = true;
+
+	c[n] = (struct check){ .name = "bwrap", .ok = st->bwrap_version != NULL };
+	snprintf(c[n].detail, sizeof(c[n].detail), "%s %s", st->bwrap_path,
+		 st->bwrap_version ? st->bwrap_version : "not found (apt-get install bubblewrap)");
+	n++;
+	c[n] = (struct check){ .name = "user_namespaces", .ok = st->available };
+	snprintf(c[n].detail, sizeof(c[n].detail), "%s",
+		 st->available ? "a real sandboxed spawn worked" : st->message ? st->message : "failed");
+	n++;
+	c[n] = (struct check){ .name = "seccomp", .ok = false };
+	if (st->available && p &&
+	    sbx_run(p, (const char *const[]){ "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status", NULL },
+		    NULL, &cb, &res) == 0 && strstr(out.data, "Seccomp:\t2")) {
+		c[n].ok = true;
+		snprintf(c[n].detail, sizeof(c[n].detail), "filter loaded (Seccomp: 2 inside)");
+	} else {
+		snprintf(c[n].detail, sizeof(c[n].detail), "filter not seen inside the sandbox");
+	}
+	n++;
+	c[n] = (struct check){ .name = "cgroup", .ok = true };
+	cg = cgroup_mode(c[n].detail, sizeof(c[n].detail));
+	n++;
+	/* Known blockers, each with its fix. */
+	c[n] = (struct check){ .name = "apparmor_userns", .ok = true };
+	if (read_int_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", &v) == 0 && v) {
+		c[n].ok = st->available;
+		snprintf(c[n].detail, sizeof(c[n].detail),
+			 "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu): allow bwrap with an "
+			 "AppArmor profile (apt-get install apparmor-profiles; see docs/sandbox.md) or "
+			 "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0");
+	} else {
+		snprintf(c[n].detail, sizeof(c[n].detail), "no AppArmor user-namespace restriction");
+	}
+	n++;
+	c[n] = (struct check){ .name = "max_user_namespaces", .ok = true };
+	if (read_int_file("/proc/sys/user/max_user_namespaces", &v) == 0 && v == 0) {
+		c[n].ok = false;
+		snprintf(c[n].detail, sizeof(c[n].detail),
+			 "user.max_user_namespaces=0: sysctl -w user.max_user_namespaces=10000");
+	} else if (read_int_file("/proc/sys/kernel/unprivileged_userns_clone", &v) == 0 && v == 0) {
+		c[n].ok = st->available;
+		snprintf(c[n].detail, sizeof(c[n].detail),
+			 "kernel.unprivileged_userns_clone=0: sysctl -w kernel.unprivileged_userns_clone=1");
+	} else {
+		snprintf(c[n].detail, sizeof(c[n].detail), "user namespaces enabled");
+	}
+	n++;
+
+	for (i = 0; i < n; i++)
+		all = all && c[i].ok;
+	all = all && st->available;
+	if (json) {
+		struct buf j = BUF_INIT;
+
+		buf_addf(&j, "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\",\"checks\":[",
+			 all ? "true" : "false", st->mode, cg, st->cgroup);
+		for (i = 0; i < n; i++) {
+			buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "", c[i].name,
+				 c[i].ok ? "true" : "false");
+			buf_add_json_str(&j, c[i].detail, strlen(c[i].detail));
+			buf_addch(&j, '}');
+		}
+		buf_adds(&j, "]}\n");
+		fputs(j.data, stdout);
+		buf_release(&j);
+	} else {
+		for (i = 0; i < n; i++)
+			printf("%-20s %-4s %s\n", c[i].name, c[i].ok ? "ok" : "FAIL", c[i].detail);
+		printf("%s\n", all ? "sandbox: usable" : "sandbox: NOT usable (provider requests would fail with 503)");
+	}
+	buf_release(&out);
+	sbx_policy_free(p);
+	return all ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
+	struct sbx_run_options opt = { .pass_stdin = true, .pass_stderr = true, .hangup_fd = -1 };
+	struct sbx_callbacks cb = { .on_stdout = to_stdout };
+	struct sbx_result res;
+	struct sbx_policy *p;
+	char runtime[PATH_MAX], *exe, *real;
+	const char *profile = "command";
+	struct sbx_limits limits = { 0 };
+	bool net = false, do_doctor = false, json = false;
+	double timeout = 0;
+	int i, ret, first_cmd = -1;
+
+	log_set_program("olp-sandbox");
+	/* The same lockdown as the worker's, so the policy is exactly the server's. */
+	if (sbx_lockdown_self() < 0) {
+		perror("olp-sandbox: cannot drop privileges");
+		return 125;
+	}
+	default_runtime_dir(runtime, sizeof(runtime));
+	p = sbx_policy_new();
+	if (!p)
+		return 125;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--")) {
+			first_cmd = i + 1;
+			break;
+		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--doctor")) {
+			do_doctor = true;
+		} else if (!strcmp(a, "--json")) {
+			json = true;
+		} else if (!strcmp(a, "--net")) {
+			net = true;
+		} else if ((!strcmp(a, "--ro") || !strcmp(a, "--rw")) && i + 1 < argc) {
+			real = realpath(argv[i + 1], NULL);
+			if (!real) {
+				fprintf(stderr, "olp-sandbox: %s: %s\n", argv[i + 1], strerror(errno));
+				return 2;
+			}
+			ret = !strcmp(a, "--ro") ? sbx_policy_add_ro(p, real) : sbx_policy_add_rw(p, real);
+			free(real);
+			if (ret)
+				return 2;
+			i++;
+		} else if (!strcmp(a, "--profile") && i + 1 < argc) {
+			profile = argv[++i];
+		} else if (!strcmp(a, "--timeout") && i + 1 < argc) {
+			char *end;
+
+			timeout = strtod(argv[++i], &end);
+			if (*end || timeout < 0) {
+				fprintf(stderr, "olp-sandbox: --timeout takes seconds\n");
+				return 2;
+			}
+		} else if ((!strcmp(a, "--as-mb") || !strcmp(a, "--nproc")) && i + 1 < argc) {
+			uint64_t v;
+
+			if (parse_u64(argv[i + 1], &v) || !v) {
+				fprintf(stderr, "olp-sandbox: %s takes a positive number\n", a);
+				return 2;
+			}
+			if (!strcmp(a, "--as-mb"))
+				limits.as_mb = v;
+			else
+				limits.nproc = v;
+			i++;
+		} else if (!strcmp(a, "--runtime-dir") && i + 1 < argc) {
+			snprintf(runtime, sizeof(runtime), "%s", argv[++i]);
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (sbx_policy_apply_profile(p, profile)) {
+		fprintf(stderr, "olp-sandbox: unknown profile %s (command, cli)\n", profile);
+		return 2;
+	}
+	if (net)
+		sbx_policy_set_network(p, true);
+	sbx_policy_set_limits(p, &limits);
+	if (timeout > 0)
+		sbx_policy_set_timeout_ms(p, (uint64_t)(timeout * 1000));
+	cfg.runtime_dir = runtime;
+	ret = sbx_global_init(&cfg);
+	if (ret) {
+		fprintf(stderr, "olp-sandbox: runtime dir %s: %s\n", runtime, strerror(-ret));
+		return 125;
+	}
+	if (do_doctor)
+		return doctor(json);
+	if (first_cmd < 0 || first_cmd >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	exe = resolve(argv[first_cmd]);
+	if (!exe) {
+		fprintf(stderr, "olp-sandbox: %s: command not found\n", argv[first_cmd]);
+		return 127;
+	}
+	/* As for command providers: the program itself is visible, read-only. */
+	if (strncmp(exe, "/usr/", 5))
+		sbx_policy_add_ro(p, exe);
+	argv[first_cmd] = exe;
+	ret = sbx_run(p, (const char *const *)argv + first_cmd, &opt, &cb, &res);
+	sbx_policy_free(p);
+	free(exe);
+	sbx_global_release();
+	if (ret) {
+		fprintf(stderr, "olp-sandbox: cannot start: %s (%s)\n", strerror(-ret),
+			res.spawn_stage ? res.spawn_stage : "?");
+		return 125;
+	}
+	switch (res.end) {
+	case SBX_END_EXITED:
+		return res.exit_status;
+	case SBX_END_SIGNALED:
+		return 128 + res.term_signal;
+	case SBX_END_TIMEOUT:
+		fprintf(stderr, "olp-sandbox: timed out\n");
+		return 124;
+	default:
+		return 125;
+	}
+}

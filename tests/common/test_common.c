@@ -1,0 +1,787 @@
+/* CUnit suite for common/: the growable buffer and its invariants, reading files, JSON
+ * string escaping (checked by parsing every output with jansson), parse_u64, the JSON-line
+ * loggers and the small utilities. Public header only. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "common/banned.h"
+
+static char tmpdir[] = "/tmp/olp-common-test-XXXXXX";
+
+/* The invariants common.h promises, checked after every operation. */
+static void check_invariants(const struct buf *b)
+{
+	CU_ASSERT_PTR_NOT_NULL_FATAL(b->data);
+	CU_ASSERT_EQUAL(b->data[b->len], '\0');
+	if (b->cap) {
+		CU_ASSERT(b->len < b->cap);
+	} else {
+		CU_ASSERT_EQUAL(b->len, 0);
+	}
+}
+
+/* ---- struct buf ------------------------------------------------------------------------- */
+
+static void test_buf_init(void)
+{
+	struct buf a = BUF_INIT, b;
+
+	check_invariants(&a);
+	CU_ASSERT_STRING_EQUAL(a.data, "");
+	memset(&b, 0x5a, sizeof(b));
+	buf_init(&b);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	CU_ASSERT_EQUAL(b.cap, 0);
+	/* Releasing a never-grown buffer is fine, and leaves it usable. */
+	buf_release(&b);
+	check_invariants(&b);
+	buf_adds(&b, "x");
+	CU_ASSERT_STRING_EQUAL(b.data, "x");
+	buf_release(&b);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	/* The shared empty string was never written to. */
+	CU_ASSERT_EQUAL(buf_empty[0], '\0');
+}
+
+static void test_buf_add_and_grow(void)
+{
+	struct buf b = BUF_INIT;
+	char chunk[97];
+	size_t i, total = 0;
+
+	for (i = 0; i < sizeof(chunk); i++)
+		chunk[i] = (char)('a' + i % 26);
+	/* Many appends of an odd size: every growth must keep the old contents. */
+	for (i = 0; i < 5000; i++) {
+		buf_add(&b, chunk, sizeof(chunk));
+		total += sizeof(chunk);
+		check_invariants(&b);
+	}
+	CU_ASSERT_EQUAL(b.len, total);
+	for (i = 0; i < b.len; i++)
+		if (b.data[i] != chunk[i % sizeof(chunk)])
+			break;
+	CU_ASSERT_EQUAL(i, total);
+
+	buf_reset(&b);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	CU_ASSERT_STRING_EQUAL(b.data, "");
+	CU_ASSERT(b.cap > 0); /* reset keeps the allocation */
+
+	buf_add(&b, "", 0);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	buf_adds(&b, "ab");
+	buf_addch(&b, 'c');
+	buf_addch(&b, '\0'); /* binary bytes count in len */
+	buf_addch(&b, 'd');
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 5);
+	CU_ASSERT_EQUAL(memcmp(b.data, "abc\0d", 5), 0);
+	buf_release(&b);
+}
+
+static void test_buf_grow_reserves(void)
+{
+	struct buf b = BUF_INIT;
+
+	buf_grow(&b, 1000);
+	check_invariants(&b);
+	CU_ASSERT(b.cap >= 1001);
+	CU_ASSERT_EQUAL(b.len, 0);
+	CU_ASSERT_STRING_EQUAL(b.data, "");
+	buf_adds(&b, "hello");
+	buf_grow(&b, 10);
+	CU_ASSERT(b.cap >= b.len + 11);
+	CU_ASSERT_STRING_EQUAL(b.data, "hello");
+	/* Room reserved with buf_grow is what the prepare → write → commit cycle uses. */
+	memcpy(buf_tail(&b), " world", 6);
+	buf_commit(&b, 6);
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, "hello world");
+	buf_release(&b);
+}
+
+static void test_buf_consume(void)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, "0123456789");
+	buf_consume(&b, 0);
+	CU_ASSERT_STRING_EQUAL(b.data, "0123456789");
+	buf_consume(&b, 3);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 7);
+	CU_ASSERT_STRING_EQUAL(b.data, "3456789");
+	buf_consume(&b, 6);
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, "9");
+	buf_consume(&b, 1); /* n == len */
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	CU_ASSERT_STRING_EQUAL(b.data, "");
+	buf_adds(&b, "again");
+	CU_ASSERT_STRING_EQUAL(b.data, "again");
+	buf_release(&b);
+
+	/* Consuming on a never-grown buffer must not write into the shared empty string. */
+	buf_init(&b);
+	buf_consume(&b, 0);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(buf_empty[0], '\0');
+}
+
+static void test_buf_detach(void)
+{
+	struct buf b = BUF_INIT;
+	size_t len = 12345;
+	char *p;
+
+	/* Detaching an empty, never-grown buffer still hands out a heap string. */
+	p = buf_detach(&b, &len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+	CU_ASSERT(p != buf_empty);
+	CU_ASSERT_EQUAL(len, 0);
+	CU_ASSERT_STRING_EQUAL(p, "");
+	free(p);
+	check_invariants(&b);
+
+	buf_adds(&b, "payload");
+	p = buf_detach(&b, &len);
+	CU_ASSERT_EQUAL(len, 7);
+	CU_ASSERT_STRING_EQUAL(p, "payload");
+	/* b is left initialised and empty, and no longer owns p. */
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	CU_ASSERT(b.data != p);
+	buf_adds(&b, "next");
+	CU_ASSERT_STRING_EQUAL(p, "payload");
+	CU_ASSERT_STRING_EQUAL(b.data, "next");
+	free(p);
+	p = buf_detach(&b, NULL); /* len may be NULL */
+	CU_ASSERT_STRING_EQUAL(p, "next");
+	free(p);
+	buf_release(&b);
+}
+
+static void test_buf_addf(void)
+{
+	struct buf b = BUF_INIT;
+	char *big;
+	size_t n = 100000, i;
+
+	buf_addf(&b, "%s", "");
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+	buf_addf(&b, "%d-%s-%c", 42, "x", 'y');
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, "42-x-y");
+
+	/* Longer than any initial capacity, from both an empty and a non-empty buffer. */
+	big = malloc(n + 1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+	for (i = 0; i < n; i++)
+		big[i] = (char)('A' + i % 23);
+	big[n] = '\0';
+	buf_addf(&b, "[%s]", big);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 6 + n + 2);
+	CU_ASSERT_EQUAL(memcmp(b.data, "42-x-y[", 7), 0);
+	CU_ASSERT_EQUAL(memcmp(b.data + 7, big, n), 0);
+	CU_ASSERT_EQUAL(b.data[b.len - 1], ']');
+
+	buf_release(&b);
+	buf_addf(&b, "%s", big);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, n);
+	CU_ASSERT_STRING_EQUAL(b.data, big);
+
+	/* Exactly filling the remaining room (the boundary of the first vsnprintf). */
+	buf_release(&b);
+	buf_grow(&b, 63);
+	CU_ASSERT_FATAL(b.cap >= 64);
+	buf_addf(&b, "%.*s", (int)(b.cap - 1), big);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, strlen(b.data));
+	CU_ASSERT_EQUAL(memcmp(b.data, big, b.len), 0);
+	buf_addf(&b, "%.*s", 1, "Z");
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.data[b.len - 1], 'Z');
+	free(big);
+	buf_release(&b);
+}
+
+static char *write_tmp(const char *name, const void *data, size_t len)
+{
+	static char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write_all(fd, data, len) == 0);
+	close(fd);
+	return path;
+}
+
+static void test_buf_read_file(void)
+{
+	struct buf b = BUF_INIT;
+	size_t n = 200000, i;
+	char *data = malloc(n), *path;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+	for (i = 0; i < n; i++)
+		data[i] = (char)(i * 7 + 3); /* includes NUL bytes */
+	path = write_tmp("big", data, n);
+
+	CU_ASSERT_EQUAL(buf_read_file(&b, path, n), 0); /* exactly max bytes: fine */
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, n);
+	CU_ASSERT_EQUAL(memcmp(b.data, data, n), 0);
+	buf_release(&b);
+
+	CU_ASSERT_EQUAL(buf_read_file(&b, path, n - 1), -EFBIG);
+	check_invariants(&b);
+	buf_release(&b);
+	CU_ASSERT_EQUAL(buf_read_file(&b, path, 10), -EFBIG);
+	buf_release(&b);
+
+	path = write_tmp("empty", "", 0);
+	CU_ASSERT_EQUAL(buf_read_file(&b, path, 0), 0);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(b.len, 0);
+
+	CU_ASSERT_EQUAL(buf_read_file(&b, "/nonexistent/olp/file", 100), -ENOENT);
+	check_invariants(&b);
+	CU_ASSERT_EQUAL(buf_read_file(&b, tmpdir, 100), -EISDIR);
+	buf_release(&b);
+	free(data);
+}
+
+/* The limit is on the file ("read the whole file … at most max bytes"); bytes already in
+ * the buffer are not part of the file. */
+static void test_buf_read_file_appends(void)
+{
+	struct buf b = BUF_INIT;
+	char *path = write_tmp("hundred", "0123456789012345678901234567890123456789"
+					  "0123456789012345678901234567890123456789"
+					  "01234567890123456789", 100);
+
+	buf_adds(&b, "prefix:");
+	CU_ASSERT_EQUAL(buf_read_file(&b, path, 100), 0);
+	CU_ASSERT_EQUAL(b.len, 107);
+	CU_ASSERT_EQUAL(memcmp(b.data, "prefix:0123", 11), 0);
+	buf_release(&b);
+}
+
+static void test_buf_read_once(void)
+{
+	struct buf b = BUF_INIT;
+	int fds[2];
+
+	CU_ASSERT_FATAL(pipe(fds) == 0);
+	CU_ASSERT_EQUAL(write_all(fds[1], "hello", 5), 0);
+	CU_ASSERT_EQUAL(buf_read_once(&b, fds[0], 3), 3);
+	CU_ASSERT_STRING_EQUAL(b.data, "hel");
+	CU_ASSERT_EQUAL(buf_read_once(&b, fds[0], 100), 2);
+	CU_ASSERT_STRING_EQUAL(b.data, "hello");
+	check_invariants(&b);
+	close(fds[1]);
+	CU_ASSERT_EQUAL(buf_read_once(&b, fds[0], 100), 0);
+	CU_ASSERT_EQUAL(b.len, 5);
+	close(fds[0]);
+	CU_ASSERT_EQUAL(buf_read_once(&b, fds[0], 100), -EBADF);
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, "hello");
+	buf_release(&b);
+}
+
+/* ---- buf_add_json_str ------------------------------------------------------------------- */
+
+/* Encode s and parse the result back with jansson; returns the decoded value (owned) or
+ * NULL when the output was not valid JSON. The raw encoding is left in enc. */
+static json_t *roundtrip(const char *s, size_t len, struct buf *enc)
+{
+	json_error_t jerr;
+
+	buf_reset(enc);
+	buf_add_json_str(enc, s, len);
+	check_invariants(enc);
+	return json_loadb(enc->data, enc->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+}
+
+static void test_json_escapes(void)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		const char *out;
+	} cases[] = {
+		{ "", 0, "\"\"" },
+		{ "plain text", 10, "\"plain text\"" },
+		{ "a\"b", 3, "\"a\\\"b\"" },
+		{ "a\\b", 3, "\"a\\\\b\"" },
+		{ "l1\nl2", 5, "\"l1\\nl2\"" },
+		{ "\r\t", 2, "\"\\r\\t\"" },
+		{ "\x01", 1, "\"\\u0001\"" },
+		{ "\x08\x0c", 2, "\"\\u0008\\u000c\"" },
+		{ "\x1f", 1, "\"\\u001f\"" },
+		{ "a\0b", 3, "\"a\\u0000b\"" },
+		{ "\x7f", 1, "\"\x7f\"" },
+		{ "</script>", 9, "\"</script>\"" },
+		/* valid multibyte UTF-8 is kept as is */
+		{ "\xc3\xa9", 2, "\"\xc3\xa9\"" },
+		{ "\xe2\x82\xac", 3, "\"\xe2\x82\xac\"" },
+		{ "\xf0\x9f\x98\x80", 4, "\"\xf0\x9f\x98\x80\"" },
+		{ "\xf4\x8f\xbf\xbf", 4, "\"\xf4\x8f\xbf\xbf\"" },  /* U+10FFFF */
+		{ "\xef\xbf\xbd", 3, "\"\xef\xbf\xbd\"" },          /* U+FFFD itself */
+		{ "\xed\x9f\xbf", 3, "\"\xed\x9f\xbf\"" },          /* U+D7FF, just below surrogates */
+		{ "\xee\x80\x80", 3, "\"\xee\x80\x80\"" },          /* U+E000, just above */
+		{ "\xc2\x80", 2, "\"\xc2\x80\"" },                  /* U+0080, smallest 2-byte */
+	};
+	struct buf enc = BUF_INIT;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		json_t *v = roundtrip(cases[i].in, cases[i].len, &enc);
+
+		CU_ASSERT_STRING_EQUAL(enc.data, cases[i].out);
+		CU_ASSERT_PTR_NOT_NULL(v);
+		if (!v) {
+			fprintf(stderr, "case %zu: not JSON: %s\n", i, enc.data);
+			continue;
+		}
+		CU_ASSERT(json_is_string(v));
+		CU_ASSERT_EQUAL(json_string_length(v), cases[i].len);
+		CU_ASSERT_EQUAL(memcmp(json_string_value(v), cases[i].in, cases[i].len), 0);
+		json_decref(v);
+	}
+	/* Appends: what was in the buffer stays. */
+	buf_reset(&enc);
+	buf_adds(&enc, "{\"k\":");
+	buf_add_json_str(&enc, "v", 1);
+	buf_addch(&enc, '}');
+	CU_ASSERT_STRING_EQUAL(enc.data, "{\"k\":\"v\"}");
+	/* len is honoured: bytes after it are not read. */
+	buf_reset(&enc);
+	buf_add_json_str(&enc, "abc\"def", 3);
+	CU_ASSERT_STRING_EQUAL(enc.data, "\"abc\"");
+	buf_release(&enc);
+}
+
+static bool contains(const char *hay, size_t hlen, const char *needle)
+{
+	size_t n = strlen(needle);
+
+	for (size_t i = 0; i + n <= hlen; i++)
+		if (!memcmp(hay + i, needle, n))
+			return true;
+	return false;
+}
+
+static void test_json_invalid_utf8(void)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		const char *good; /* valid text around it that must survive */
+	} cases[] = {
+		{ "a\x80z", 3, "a" },                     /* lone continuation */
+		{ "a\xbf\xbfz", 4, "z" },
+		{ "a\xc0\xafz", 4, "a" },                 /* overlong '/' */
+		{ "a\xc1\xbfz", 4, "z" },                 /* overlong 2-byte */
+		{ "a\xe0\x80\xafz", 5, "a" },             /* overlong 3-byte */
+		{ "a\xf0\x80\x80\xafz", 6, "z" },         /* overlong 4-byte */
+		{ "a\xed\xa0\x80z", 5, "a" },             /* U+D800, a surrogate */
+		{ "a\xed\xbf\xbfz", 5, "z" },             /* U+DFFF */
+		{ "a\xed\xa0\xbd\xed\xb8\x80z", 8, "a" }, /* CESU-8 surrogate pair */
+		{ "a\xf4\x90\x80\x80z", 6, "z" },         /* U+110000 */
+		{ "a\xf5\x80\x80\x80z", 6, "a" },
+		{ "a\xf8\x88\x80\x80\x80z", 7, "z" },     /* 5-byte form */
+		{ "a\xfe\xffz", 4, "a" },
+		{ "a\xc3", 2, "a" },                      /* truncated at the end */
+		{ "a\xe2\x82", 3, "a" },
+		{ "a\xf0\x9f\x98", 4, "a" },
+		{ "a\xe2\x82z", 4, "z" },                 /* truncated in the middle */
+		{ "a\xc3(z", 4, "(z" },                   /* lead + non-continuation */
+		{ "\xc3\xa9\xff\xc3\xa9", 5, "\xc3\xa9" },
+	};
+	struct buf enc = BUF_INIT;
+	size_t i, j;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		json_t *v = roundtrip(cases[i].in, cases[i].len, &enc);
+		const char *d;
+		size_t dl;
+
+		CU_ASSERT_PTR_NOT_NULL(v);
+		if (!v) {
+			fprintf(stderr, "invalid case %zu: not JSON\n", i);
+			continue;
+		}
+		d = json_string_value(v);
+		dl = json_string_length(v);
+		/* Replaced: U+FFFD appears (raw or escaped), no byte >= 0x80 of the input that
+		 * is not part of a valid sequence is copied. */
+		CU_ASSERT(contains(enc.data, enc.len, "\\ufffd"));
+		CU_ASSERT(contains(d, dl, "\xef\xbf\xbd"));
+		CU_ASSERT(contains(d, dl, cases[i].good));
+		for (j = 0; j < enc.len; j++) {
+			unsigned char c = (unsigned char)enc.data[j];
+
+			CU_ASSERT(c != 0xc0 && c != 0xc1 && c < 0xf5);
+		}
+		json_decref(v);
+	}
+	/* One replacement per byte that cannot start a valid sequence: a lone continuation
+	 * byte becomes exactly one U+FFFD, and the text after it is untouched. */
+	buf_reset(&enc);
+	buf_add_json_str(&enc, "x\x80y", 3);
+	CU_ASSERT_STRING_EQUAL(enc.data, "\"x\\ufffdy\"");
+	buf_release(&enc);
+}
+
+/* A deterministic generator, so that a failure can be replayed. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state >> 11);
+}
+
+/* Strict UTF-8 check, written independently of common/. */
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned char c = s[i];
+		size_t len, k;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if (c >= 0xc2 && c <= 0xdf) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (i + len > n)
+			return false;
+		for (k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
+static void test_json_random(void)
+{
+	static const char *const pieces[] = { "a", "\"", "\\", "\n", "\x01", "\xc3\xa9",
+					      "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\x80", "\xff",
+					      "\xed\xa0\x80", "\xc0\x80", "\xf0\x9f", "\0" };
+	struct buf enc = BUF_INIT, in = BUF_INIT;
+	unsigned bad_json = 0, bad_roundtrip = 0, bad_utf8 = 0;
+	int iter;
+
+	for (iter = 0; iter < 20000; iter++) {
+		size_t n = rng() % 40, i;
+		json_t *v;
+
+		buf_reset(&in);
+		if (iter % 2) {
+			for (i = 0; i < n; i++)
+				buf_addch(&in, (char)(rng() & 0xff));
+		} else {
+			for (i = 0; i < n; i++) {
+				const char *p = pieces[rng() % ARRAY_SIZE(pieces)];
+
+				buf_add(&in, p, *p ? strlen(p) : 1);
+			}
+		}
+		v = roundtrip(in.data, in.len, &enc);
+		if (!v) {
+			bad_json++;
+			continue;
+		}
+		/* Output must itself be valid UTF-8 (JSON text is). */
+		if (!valid_utf8((const unsigned char *)enc.data, enc.len))
+			bad_utf8++;
+		/* Valid input comes back byte for byte. */
+		if (valid_utf8((const unsigned char *)in.data, in.len) &&
+		    (json_string_length(v) != in.len ||
+		     memcmp(json_string_value(v), in.data, in.len)))
+			bad_roundtrip++;
+		json_decref(v);
+	}
+	CU_ASSERT_EQUAL(bad_json, 0);
+	CU_ASSERT_EQUAL(bad_utf8, 0);
+	CU_ASSERT_EQUAL(bad_roundtrip, 0);
+	buf_release(&enc);
+	buf_release(&in);
+}
+
+/* ---- parse_u64 -------------------------------------------------------------------------- */
+
+static void test_parse_u64(void)
+{
+	static const struct {
+		const char *s;
+		int ret;
+		uint64_t v;
+	} cases[] = {
+		{ "0", 0, 0 },
+		{ "1", 0, 1 },
+		{ "007", 0, 7 },
+		{ "5000000", 0, 5000000 },
+		{ "4294967296", 0, 4294967296ull },
+		{ "18446744073709551615", 0, UINT64_MAX },
+		{ "18446744073709551616", -ERANGE, 0 },
+		{ "18446744073709551620", -ERANGE, 0 },
+		{ "99999999999999999999", -ERANGE, 0 },
+		{ "184467440737095516150", -ERANGE, 0 },
+		{ "", -EINVAL, 0 },
+		{ "-1", -EINVAL, 0 },
+		{ "+1", -EINVAL, 0 },
+		{ " 1", -EINVAL, 0 },
+		{ "1 ", -EINVAL, 0 },
+		{ "1\n", -EINVAL, 0 },
+		{ "0x10", -EINVAL, 0 },
+		{ "1e3", -EINVAL, 0 },
+		{ "1.0", -EINVAL, 0 },
+		{ "12a", -EINVAL, 0 },
+		{ "a12", -EINVAL, 0 },
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		uint64_t v = 0xdeadbeefull;
+		int ret = parse_u64(cases[i].s, &v);
+
+		CU_ASSERT_EQUAL(ret, cases[i].ret);
+		if (ret != cases[i].ret)
+			fprintf(stderr, "parse_u64(\"%s\") = %d, want %d\n", cases[i].s, ret,
+				cases[i].ret);
+		if (cases[i].ret == 0) {
+			CU_ASSERT_EQUAL(v, cases[i].v);
+		} else {
+			CU_ASSERT_EQUAL(v, 0xdeadbeefull); /* untouched on failure */
+		}
+	}
+	CU_ASSERT_EQUAL(parse_u64(NULL, &(uint64_t){ 0 }), -EINVAL);
+}
+
+/* ---- logging ------------------------------------------------------------------------------ */
+
+/* Run fn with stderr redirected to a file; return what it wrote. */
+static void capture_stderr(void (*fn)(void), struct buf *out)
+{
+	char path[256];
+	int fd, saved;
+
+	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	CU_ASSERT_FATAL(saved >= 0);
+	CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+	fn();
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(fd);
+	buf_reset(out);
+	CU_ASSERT_EQUAL(buf_read_file(out, path, 1 << 20), 0);
+}
+
+/* Split captured output into lines and parse each as a JSON object. */
+static size_t parse_lines(const struct buf *b, json_t **lines, size_t max)
+{
+	size_t n = 0, start = 0, i;
+
+	for (i = 0; i < b->len; i++) {
+		if (b->data[i] != '\n')
+			continue;
+		if (n < max) {
+			lines[n] = json_loadb(b->data + start, i - start, 0, NULL);
+			CU_ASSERT_PTR_NOT_NULL(lines[n]);
+			CU_ASSERT(json_is_object(lines[n]));
+		}
+		n++;
+		start = i + 1;
+	}
+	CU_ASSERT_EQUAL(start, b->len); /* every line ends with a newline */
+	return n;
+}
+
+static void emit_logs(void)
+{
+	log_set_program("olp-test");
+	log_set_level(LOG_LVL_INFO);
+	log_debug("r0", "not shown");
+	log_info("r1", "hello %s", "\"world\"\n");
+	errno = ENOENT;
+	log_warn(NULL, "open %s", "x");
+	errno = EACCES;
+	log_warnx("r3", "bad \xff byte");
+	CU_ASSERT_EQUAL(errno, EACCES); /* loggers keep errno */
+	log_errx("r4", "%d%%", 5);
+	log_event("request", "r5", ",\"status\":200");
+	log_line("{\"raw\":true}");
+	log_set_level(LOG_LVL_ERROR);
+	log_warnx("r6", "filtered");
+	log_set_level(LOG_LVL_INFO);
+}
+
+static const char *jstr(const json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+static void test_logging(void)
+{
+	struct buf out = BUF_INIT;
+	json_t *l[10] = { 0 };
+	size_t n, i;
+	const char *msg;
+
+	capture_stderr(emit_logs, &out);
+	n = parse_lines(&out, l, ARRAY_SIZE(l));
+	CU_ASSERT_EQUAL_FATAL(n, 6);
+	for (i = 0; i < n; i++)
+		CU_ASSERT_PTR_NOT_NULL_FATAL(l[i]);
+
+	CU_ASSERT_STRING_EQUAL(jstr(l[0], "level"), "info");
+	CU_ASSERT_STRING_EQUAL(jstr(l[0], "prog"), "olp-test");
+	CU_ASSERT_STRING_EQUAL(jstr(l[0], "request_id"), "r1");
+	CU_ASSERT_STRING_EQUAL(jstr(l[0], "msg"), "hello \"world\"\n");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(l[0], "pid")), getpid());
+	CU_ASSERT_PTR_NOT_NULL(jstr(l[0], "ts"));
+
+	CU_ASSERT_STRING_EQUAL(jstr(l[1], "level"), "warn");
+	CU_ASSERT_PTR_NULL(json_object_get(l[1], "request_id"));
+	msg = jstr(l[1], "msg");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(msg);
+	CU_ASSERT_EQUAL(strncmp(msg, "open x: ", 8), 0);
+	CU_ASSERT_STRING_EQUAL(msg + 8, strerror(ENOENT));
+
+	CU_ASSERT_STRING_EQUAL(jstr(l[2], "level"), "warn");
+	CU_ASSERT_STRING_EQUAL(jstr(l[2], "msg"), "bad \xef\xbf\xbd byte"); /* no errno */
+
+	CU_ASSERT_STRING_EQUAL(jstr(l[3], "level"), "error");
+	CU_ASSERT_STRING_EQUAL(jstr(l[3], "msg"), "5%");
+
+	CU_ASSERT_STRING_EQUAL(jstr(l[4], "event"), "request");
+	CU_ASSERT_STRING_EQUAL(jstr(l[4], "request_id"), "r5");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(l[4], "status")), 200);
+
+	CU_ASSERT(json_is_true(json_object_get(l[5], "raw")));
+	for (i = 0; i < n; i++)
+		json_decref(l[i]);
+	buf_release(&out);
+	log_set_program("olp");
+}
+
+/* ---- small utilities ---------------------------------------------------------------------- */
+
+static void test_utils(void)
+{
+	char a[2 * 16 + 1], b[2 * 16 + 1];
+	uint64_t t0, t1;
+	size_t i;
+
+	memset(a, 'Z', sizeof(a));
+	random_hex(a, 16);
+	CU_ASSERT_EQUAL(strlen(a), 32);
+	for (i = 0; i < 32; i++)
+		CU_ASSERT(strchr("0123456789abcdef", a[i]) != NULL);
+	random_hex(b, 16);
+	CU_ASSERT_STRING_NOT_EQUAL(a, b);
+	random_hex(a, 0);
+	CU_ASSERT_STRING_EQUAL(a, "");
+
+	t0 = mono_ns();
+	usleep(2000);
+	t1 = mono_ns();
+	CU_ASSERT(t1 > t0);
+	CU_ASSERT(t1 - t0 >= 2000000u);
+	CU_ASSERT(mono_ms() >= t1 / 1000000u);
+
+	CU_ASSERT_EQUAL(write_all(-1, "x", 1), -EBADF);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (!mkdtemp(tmpdir))
+		return 1;
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("common", NULL, NULL);
+	CU_add_test(s, "buf init and release", test_buf_init);
+	CU_add_test(s, "buf add and growth", test_buf_add_and_grow);
+	CU_add_test(s, "buf grow reserves room", test_buf_grow_reserves);
+	CU_add_test(s, "buf consume", test_buf_consume);
+	CU_add_test(s, "buf detach", test_buf_detach);
+	CU_add_test(s, "buf addf long strings", test_buf_addf);
+	CU_add_test(s, "buf read file and EFBIG", test_buf_read_file);
+	CU_add_test(s, "buf read file appends to content", test_buf_read_file_appends);
+	CU_add_test(s, "buf read once", test_buf_read_once);
+	CU_add_test(s, "json escapes", test_json_escapes);
+	CU_add_test(s, "json invalid UTF-8 replaced", test_json_invalid_utf8);
+	CU_add_test(s, "json random input always parses", test_json_random);
+	CU_add_test(s, "parse_u64", test_parse_u64);
+	CU_add_test(s, "logging JSON lines", test_logging);
+	CU_add_test(s, "utilities", test_utils);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	{
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s/big", tmpdir);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/empty", tmpdir);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/hundred", tmpdir);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/stderr", tmpdir);
+		unlink(path);
+		rmdir(tmpdir);
+	}
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,820 @@
+/* CUnit suite for the OpenAI surface of fcgi/ (fcgi.h): routing, every validation rule of
+ * a chat request (table-driven), and the JSON / server-sent-event encodings, each output
+ * parsed back with jansson. No I/O, no FastCGI. */
+#include <CUnit/Basic.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/common.h"
+#include "fcgi/fcgi.h"
+#include "common/banned.h"
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+static void test_route(void)
+{
+	static const struct {
+		const char *method, *uri, *path_info, *prefix;
+		enum api_route route;
+		const char *allow; /* for ROUTE_BAD_METHOD */
+		const char *path;  /* what pathbuf holds afterwards (NULL: not checked) */
+	} cases[] = {
+		{ "POST", "/v1/chat/completions", NULL, "", ROUTE_CHAT, NULL, "/v1/chat/completions" },
+		{ "GET", "/v1/models", NULL, "", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/health", NULL, "", ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/health", NULL, NULL, ROUTE_HEALTH, NULL, "/health" },
+		/* the query string never selects a route */
+		{ "GET", "/v1/models?x=1", NULL, "", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", "/v1/chat/completions?stream=true&a=/health", NULL, "", ROUTE_CHAT, NULL,
+		  "/v1/chat/completions" },
+		{ "GET", "/health?", NULL, "", ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/x?/health", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/health#frag", NULL, "", ROUTE_HEALTH, NULL, "/health" },
+		/* a mount prefix is stripped, with or without a trailing slash */
+		{ "GET", "/api/v1/models", NULL, "/api", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/api/v1/models", NULL, "/api/", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", "/api/v1/chat/completions?q", NULL, "/api", ROUTE_CHAT, NULL,
+		  "/v1/chat/completions" },
+		{ "GET", "/olp/api/health", NULL, "/olp/api", ROUTE_HEALTH, NULL, "/health" },
+		/* a root mount still works with a prefix configured */
+		{ "GET", "/v1/models", NULL, "/api", ROUTE_MODELS, NULL, "/v1/models" },
+		/* a prefix matches whole segments only */
+		{ "GET", "/api2/v1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/apiv1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api/", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api/api/v1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		/* wrong method: 405 with the method the path takes */
+		{ "GET", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
+		{ "PUT", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
+		{ "POST", "/v1/models", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
+		{ "DELETE", "/health", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
+		{ "post", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
+		{ "POST", "/api/health?x", NULL, "/api", ROUTE_BAD_METHOD, "GET", NULL },
+		{ NULL, "/health", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
+		/* unknown paths */
+		{ "GET", "/x", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/V1/models", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/v1/models/extra", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/v1/modelsx", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "v1/models", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "POST", "/v1/chat/completions/../../health", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		/* REQUEST_URI missing: PATH_INFO is used */
+		{ "GET", NULL, "/v1/models", "", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", NULL, "/v1/chat/completions", "/api", ROUTE_CHAT, NULL, NULL },
+		{ "GET", NULL, "/nope", "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+	};
+	struct buf path = BUF_INIT;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		const char *allow = NULL;
+		enum api_route r = api_route(cases[i].method, cases[i].uri, cases[i].path_info,
+					     cases[i].prefix, &path, &allow);
+
+		CU_ASSERT_EQUAL(r, cases[i].route);
+		if (r != cases[i].route)
+			fprintf(stderr, "route case %zu (%s %s, prefix \"%s\"): %d, want %d\n", i,
+				cases[i].method ? cases[i].method : "(null)",
+				cases[i].uri ? cases[i].uri : "(null)",
+				cases[i].prefix ? cases[i].prefix : "(null)", r, cases[i].route);
+		if (cases[i].route == ROUTE_BAD_METHOD) {
+			CU_ASSERT_PTR_NOT_NULL(allow);
+			if (allow)
+				CU_ASSERT_STRING_EQUAL(allow, cases[i].allow);
+		}
+		if (cases[i].path)
+			CU_ASSERT_STRING_EQUAL(path.data, cases[i].path);
+		CU_ASSERT_EQUAL(path.data[path.len], '\0');
+	}
+	buf_release(&path);
+}
+
+/* ---- api_parse_chat ----------------------------------------------------------------------- */
+
+#define MSG "[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define BODY(extra) "{\"model\":\"m\",\"messages\":" MSG extra "}"
+
+static void test_parse_failures(void)
+{
+	static const struct {
+		const char *body;
+		const char *param;
+	} cases[] = {
+		/* model */
+		{ "{\"messages\":" MSG "}", "model" },
+		{ "{\"model\":\"\",\"messages\":" MSG "}", "model" },
+		{ "{\"model\":5,\"messages\":" MSG "}", "model" },
+		{ "{\"model\":null,\"messages\":" MSG "}", "model" },
+		{ "{\"model\":[\"m\"],\"messages\":" MSG "}", "model" },
+		{ "{\"model\":true,\"messages\":" MSG "}", "model" },
+		{ "{\"model\":\"a\\u0000b\",\"messages\":" MSG "}", "model" },
+		/* messages */
+		{ "{\"model\":\"m\"}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":[]}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":null}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":{}}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":\"hi\"}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":{\"role\":\"user\",\"content\":\"hi\"}}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":[1]}", "messages[0]" },
+		{ "{\"model\":\"m\",\"messages\":[\"hi\"]}", "messages[0]" },
+		{ "{\"model\":\"m\",\"messages\":[null]}", "messages[0]" },
+		{ "{\"model\":\"m\",\"messages\":[[]]}", "messages[0]" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},7]}",
+		  "messages[1]" },
+		/* role */
+		{ "{\"model\":\"m\",\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"bot\",\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"User\",\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"\",\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":1,\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":null,\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+		  "{\"role\":\"admin\",\"content\":\"b\"}]}",
+		  "messages[1].role" },
+		/* "user\0x" is not "user" (JSON_ALLOW_NUL lets NUL into strings) */
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"hi\"}]}",
+		  "messages[0].role" },
+		/* content */
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":true}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":{\"text\":\"hi\"}}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
+		  "\"image_url\":{\"url\":\"http://x\"}}]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		  "[{\"type\":\"text\",\"text\":5}]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[null]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		  "[{\"type\":\"text\\u0000image\",\"text\":\"a\"}]}]}",
+		  "messages[0].content" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+		  "{\"role\":\"assistant\",\"content\":1}]}",
+		  "messages[1].content" },
+		/* max_tokens, max_completion_tokens */
+		{ BODY(",\"max_tokens\":0"), "max_tokens" },
+		{ BODY(",\"max_tokens\":-1"), "max_tokens" },
+		{ BODY(",\"max_tokens\":1.5"), "max_tokens" },
+		{ BODY(",\"max_tokens\":\"3\""), "max_tokens" },
+		{ BODY(",\"max_tokens\":true"), "max_tokens" },
+		{ BODY(",\"max_tokens\":[3]"), "max_tokens" },
+		{ BODY(",\"max_completion_tokens\":0"), "max_completion_tokens" },
+		{ BODY(",\"max_completion_tokens\":-1"), "max_completion_tokens" },
+		{ BODY(",\"max_completion_tokens\":1.5"), "max_completion_tokens" },
+		{ BODY(",\"max_completion_tokens\":\"3\""), "max_completion_tokens" },
+		/* temperature [0,2], top_p [0,1] */
+		{ BODY(",\"temperature\":-0.1"), "temperature" },
+		{ BODY(",\"temperature\":2.1"), "temperature" },
+		{ BODY(",\"temperature\":2.0000001"), "temperature" },
+		{ BODY(",\"temperature\":3"), "temperature" },
+		{ BODY(",\"temperature\":\"1\""), "temperature" },
+		{ BODY(",\"temperature\":true"), "temperature" },
+		{ BODY(",\"top_p\":1.1"), "top_p" },
+		{ BODY(",\"top_p\":-0.5"), "top_p" },
+		{ BODY(",\"top_p\":2"), "top_p" },
+		{ BODY(",\"top_p\":\"0.5\""), "top_p" },
+		/* stop */
+		{ BODY(",\"stop\":3"), "stop" },
+		{ BODY(",\"stop\":[1]"), "stop" },
+		{ BODY(",\"stop\":[\"a\",null]"), "stop" },
+		{ BODY(",\"stop\":{}"), "stop" },
+		{ BODY(",\"stop\":true"), "stop" },
+		/* stream, stream_options */
+		{ BODY(",\"stream\":\"yes\""), "stream" },
+		{ BODY(",\"stream\":1"), "stream" },
+		{ BODY(",\"stream\":\"true\""), "stream" },
+		{ BODY(",\"stream\":{}"), "stream" },
+		{ BODY(",\"stream\":true,\"stream_options\":\"x\""), "stream_options" },
+		{ BODY(",\"stream\":true,\"stream_options\":[]"), "stream_options" },
+		{ BODY(",\"stream\":true,\"stream_options\":true"), "stream_options" },
+		{ BODY(",\"stream\":true,\"stream_options\":{\"include_usage\":\"true\"}"),
+		  "stream_options.include_usage" },
+		{ BODY(",\"stream\":true,\"stream_options\":{\"include_usage\":1}"),
+		  "stream_options.include_usage" },
+		/* not JSON, or not an object: no param */
+		{ "", "" },
+		{ "{", "" },
+		{ "not json", "" },
+		{ "{\"model\":\"m\",}", "" },
+		{ BODY("") " trailing", "" },
+		{ BODY("") BODY(""), "" },
+		{ "[]", "" },
+		{ "[" BODY("") "]", "" },
+		{ "null", "" },
+		{ "\"str\"", "" },
+		{ "42", "" },
+		{ "{\"model\":\"a\",\"model\":\"b\",\"messages\":" MSG "}", "" },
+		{ "{\"model\":\"m\",\"messages\":" MSG ",\"max_tokens\":99999999999999999999}", "" },
+		{ "{\"model\":\"m\\ud800\",\"messages\":" MSG "}", "" },
+		{ "{\"model\":\"\xff\",\"messages\":" MSG "}", "" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", "" },
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct chat_request req;
+		struct api_error err;
+		int ret;
+
+		memset(&err, 0, sizeof(err));
+		memset(&req, 0x5a, sizeof(req));
+		ret = api_parse_chat(cases[i].body, strlen(cases[i].body), &req, &err);
+		CU_ASSERT_EQUAL(ret, -1);
+		if (ret != -1) {
+			fprintf(stderr, "accepted: %s\n", cases[i].body);
+			chat_request_release(&req);
+			continue;
+		}
+		CU_ASSERT_EQUAL(err.status, 400);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(err.type);
+		CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
+		CU_ASSERT_STRING_EQUAL(err.param, cases[i].param);
+		if (strcmp(err.param, cases[i].param))
+			fprintf(stderr, "param \"%s\", want \"%s\" for %s\n", err.param,
+				cases[i].param, cases[i].body);
+		CU_ASSERT(err.message[0] != '\0');
+		/* A named field is named in the message too. */
+		if (cases[i].param[0])
+			CU_ASSERT_PTR_NOT_NULL(strstr(err.message, cases[i].param));
+		/* Nothing is left owned after a failure. */
+		CU_ASSERT_PTR_NULL(req.root);
+		chat_request_release(&req); /* and releasing again is harmless */
+	}
+}
+
+static void test_parse_valid(void)
+{
+	static const char *const bodies[] = {
+		BODY(""),
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":null}]}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\"}]}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\"}]}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[]}]}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		"[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"\"}]}]}",
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+		"{\"role\":\"developer\",\"content\":\"d\"},{\"role\":\"user\",\"content\":\"u\"},"
+		"{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"t\","
+		"\"tool_call_id\":\"c1\"},{\"role\":\"function\",\"name\":\"f\",\"content\":\"f\"}]}",
+		BODY(",\"stop\":\"x\""),
+		BODY(",\"stop\":[\"a\",\"b\"]"),
+		BODY(",\"stop\":[]"),
+		BODY(",\"stop\":null"),
+		BODY(",\"temperature\":0"),
+		BODY(",\"temperature\":2"),
+		BODY(",\"temperature\":1.3"),
+		BODY(",\"temperature\":null"),
+		BODY(",\"top_p\":0"),
+		BODY(",\"top_p\":1"),
+		BODY(",\"top_p\":0.95"),
+		BODY(",\"max_tokens\":null"),
+		BODY(",\"stream\":false"),
+		BODY(",\"stream\":null"),
+		BODY(",\"stream_options\":null"),
+		BODY(",\"stream_options\":{}"),
+		BODY(",\"n\":1,\"tools\":[],\"user\":\"x\",\"seed\":4,\"metadata\":{\"a\":\"b\"}"),
+		"  \n{\"messages\":" MSG ",\"model\":\"m\"}\n  ",
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bodies); i++) {
+		struct chat_request req;
+		struct api_error err = { 0 };
+		int ret = api_parse_chat(bodies[i], strlen(bodies[i]), &req, &err);
+
+		CU_ASSERT_EQUAL(ret, 0);
+		if (ret) {
+			fprintf(stderr, "refused (%s: %s): %s\n", err.param, err.message, bodies[i]);
+			continue;
+		}
+		CU_ASSERT_PTR_NOT_NULL(req.root);
+		CU_ASSERT_STRING_EQUAL(req.model, "m");
+		CU_ASSERT(json_is_array(req.messages) && json_array_size(req.messages) >= 1);
+		CU_ASSERT_FALSE(req.stream);
+		CU_ASSERT_FALSE(req.include_usage);
+		CU_ASSERT_EQUAL(req.max_tokens, 0);
+		chat_request_release(&req);
+		CU_ASSERT_PTR_NULL(req.root);
+	}
+}
+
+static void test_parse_fields(void)
+{
+	static const char body[] =
+		"{\"model\":\"claude-sonnet\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+		"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
+		"\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_tokens\":256}";
+	struct chat_request req;
+	struct api_error err = { 0 };
+
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(body, strlen(body), &req, &err), 0);
+	CU_ASSERT_STRING_EQUAL(req.model, "claude-sonnet");
+	CU_ASSERT_EQUAL(json_array_size(req.messages), 2);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(
+				       json_array_get(req.messages, 0), "role")),
+			       "system");
+	CU_ASSERT_TRUE(req.stream);
+	CU_ASSERT_TRUE(req.include_usage);
+	CU_ASSERT_EQUAL(req.max_tokens, 256);
+	chat_request_release(&req);
+
+	/* include_usage false / stream without options */
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"stream\":true,\"stream_options\":"
+						  "{\"include_usage\":false}"),
+					     strlen(BODY(",\"stream\":true,\"stream_options\":"
+							 "{\"include_usage\":false}")),
+					     &req, &err),
+			      0);
+	CU_ASSERT_TRUE(req.stream);
+	CU_ASSERT_FALSE(req.include_usage);
+	chat_request_release(&req);
+
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_completion_tokens\":32"),
+					     strlen(BODY(",\"max_completion_tokens\":32")), &req,
+					     &err),
+			      0);
+	CU_ASSERT_EQUAL(req.max_tokens, 32);
+	chat_request_release(&req);
+
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_tokens\":9223372036854775807"),
+					     strlen(BODY(",\"max_tokens\":9223372036854775807")),
+					     &req, &err),
+			      0);
+	CU_ASSERT_EQUAL(req.max_tokens, INT64_MAX);
+	chat_request_release(&req);
+}
+
+/* The body is len bytes, not a C string: bytes after it are never read, and a NUL inside a
+ * string value is allowed where the field is text. */
+static void test_parse_len(void)
+{
+	static const char body[] = BODY("") "garbage that is not JSON";
+	struct chat_request req;
+	struct api_error err = { 0 };
+	char *copy;
+	size_t n = strlen(BODY(""));
+
+	CU_ASSERT_EQUAL(api_parse_chat(body, n, &req, &err), 0);
+	chat_request_release(&req);
+	CU_ASSERT_EQUAL(api_parse_chat(body, n - 1, &req, &err), -1);
+	CU_ASSERT_EQUAL(err.status, 400);
+
+	/* An exact-size heap copy, no terminating NUL (ASan sees any over-read). */
+	copy = malloc(n);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
+	memcpy(copy, BODY(""), n);
+	CU_ASSERT_EQUAL(api_parse_chat(copy, n, &req, &err), 0);
+	chat_request_release(&req);
+	free(copy);
+
+	CU_ASSERT_EQUAL(api_parse_chat(NULL, 0, &req, &err), -1);
+	CU_ASSERT_EQUAL(err.status, 400);
+	CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
+}
+
+/* ---- encoders ------------------------------------------------------------------------------ */
+
+static json_t *load(const char *s, size_t len)
+{
+	json_error_t jerr;
+	json_t *v = json_loadb(s, len, JSON_ALLOW_NUL, &jerr);
+
+	if (!v)
+		fprintf(stderr, "not JSON (%s): %.*s\n", jerr.text, (int)len, s);
+	return v;
+}
+
+static const char *sget(const json_t *o, const char *path)
+{
+	return json_string_value(json_object_get(o, path));
+}
+
+static void test_error_json(void)
+{
+	struct api_error e;
+	struct buf out = BUF_INIT;
+	json_t *v, *eo;
+	char longmsg[700];
+	size_t i;
+
+	api_error_set(&e, 404, "not_found", NULL, NULL, "Route %s %s not found", "GET", "/x");
+	CU_ASSERT_EQUAL(e.status, 404);
+	api_error_json(&e, &out);
+	v = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+	CU_ASSERT_EQUAL(json_object_size(v), 1);
+	eo = json_object_get(v, "error");
+	CU_ASSERT_FATAL(json_is_object(eo));
+	CU_ASSERT_STRING_EQUAL(sget(eo, "message"), "Route GET /x not found");
+	CU_ASSERT_STRING_EQUAL(sget(eo, "type"), "not_found");
+	CU_ASSERT(json_is_null(json_object_get(eo, "param")));
+	CU_ASSERT(json_is_null(json_object_get(eo, "code")));
+	json_decref(v);
+
+	buf_reset(&out);
+	api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+		      "The model \"%s\" does not exist\n\tor you lack access \xff", "x\\y");
+	api_error_json(&e, &out);
+	v = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+	eo = json_object_get(v, "error");
+	CU_ASSERT_STRING_EQUAL(sget(eo, "message"),
+			       "The model \"x\\y\" does not exist\n\tor you lack access \xef\xbf\xbd");
+	CU_ASSERT_STRING_EQUAL(sget(eo, "type"), "invalid_request_error");
+	CU_ASSERT_STRING_EQUAL(sget(eo, "param"), "model");
+	CU_ASSERT_STRING_EQUAL(sget(eo, "code"), "model_not_found");
+	json_decref(v);
+
+	/* A message longer than the struct holds is cut, possibly mid-character: the JSON
+	 * stays valid all the same. */
+	for (i = 0; i + 2 < sizeof(longmsg); i += 2)
+		memcpy(longmsg + i, "\xc3\xa9", 2);
+	longmsg[i] = '\0';
+	buf_reset(&out);
+	api_error_set(&e, 400, "invalid_request_error", NULL, "messages[0].content", "%s", longmsg);
+	api_error_json(&e, &out);
+	v = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL(v);
+	CU_ASSERT(strlen(e.message) < sizeof(e.message));
+	json_decref(v);
+
+	/* What api_parse_chat fills encodes the same way. */
+	{
+		struct chat_request req;
+
+		buf_reset(&out);
+		CU_ASSERT_EQUAL(api_parse_chat("{\"model\":1}", 11, &req, &e), -1);
+		api_error_json(&e, &out);
+		v = load(out.data, out.len);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+		eo = json_object_get(v, "error");
+		CU_ASSERT_STRING_EQUAL(sget(eo, "type"), "invalid_request_error");
+		CU_ASSERT_STRING_EQUAL(sget(eo, "param"), "model");
+		CU_ASSERT(json_is_null(json_object_get(eo, "code")));
+		json_decref(v);
+
+		buf_reset(&out);
+		CU_ASSERT_EQUAL(api_parse_chat("{", 1, &req, &e), -1);
+		api_error_json(&e, &out);
+		v = load(out.data, out.len);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+		CU_ASSERT(json_is_null(json_object_get(json_object_get(v, "error"), "param")));
+		json_decref(v);
+	}
+	buf_release(&out);
+}
+
+static void test_status_text(void)
+{
+	static const int codes[] = { 200, 400, 401, 403, 404, 405, 413, 415, 429, 500, 502, 503, 504 };
+	char want[8];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(codes); i++) {
+		snprintf(want, sizeof(want), "%d ", codes[i]);
+		CU_ASSERT_EQUAL(strncmp(api_status_text(codes[i]), want, 4), 0);
+		CU_ASSERT(strlen(api_status_text(codes[i])) > 4);
+	}
+	CU_ASSERT_STRING_EQUAL(api_status_text(405), "405 Method Not Allowed");
+}
+
+static void test_meta(void)
+{
+	struct completion_meta a, b;
+	time_t now = time(NULL);
+	size_t i;
+
+	completion_meta_init(&a, "model-a");
+	completion_meta_init(&b, "model-a");
+	CU_ASSERT_EQUAL(strncmp(a.id, "chatcmpl-", 9), 0);
+	CU_ASSERT(strlen(a.id) > 9 + 8);
+	CU_ASSERT(strlen(a.id) < sizeof(a.id));
+	for (i = 9; a.id[i]; i++)
+		CU_ASSERT(strchr("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+				 a.id[i]) != NULL);
+	CU_ASSERT_STRING_NOT_EQUAL(a.id, b.id);
+	CU_ASSERT(a.created >= now - 5 && a.created <= now + 5);
+	CU_ASSERT_STRING_EQUAL(a.model, "model-a");
+}
+
+/* Split "data: X\n\n" events; each X goes to events[]. Returns the count, or -1 when the
+ * framing is wrong (an event without its blank line, or a stray newline inside X). */
+static int split_sse(const struct buf *b, char **events, int max)
+{
+	const char *p = b->data, *end = b->data + b->len;
+	int n = 0;
+
+	while (p < end) {
+		const char *nl;
+
+		if ((size_t)(end - p) < 6 || memcmp(p, "data: ", 6))
+			return -1;
+		p += 6;
+		nl = memchr(p, '\n', (size_t)(end - p));
+		if (!nl || nl + 1 >= end || nl[1] != '\n')
+			return -1;
+		if (n < max)
+			events[n] = strndup(p, (size_t)(nl - p));
+		n++;
+		p = nl + 2;
+	}
+	return n;
+}
+
+static void check_chunk_head(const json_t *c, const struct completion_meta *m)
+{
+	CU_ASSERT_STRING_EQUAL(sget(c, "id"), m->id);
+	CU_ASSERT_STRING_EQUAL(sget(c, "object"), "chat.completion.chunk");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(c, "created")), m->created);
+	CU_ASSERT(json_is_integer(json_object_get(c, "created")));
+	CU_ASSERT_STRING_EQUAL(sget(c, "model"), m->model);
+}
+
+static void test_sse_chunks(void)
+{
+	struct completion_meta m;
+	struct buf out = BUF_INIT;
+	char *ev[8] = { 0 };
+	json_t *c, *ch, *d;
+	int n, i;
+	static const char text[] = "line one\nline \"two\"\r\n\t\\ \xe2\x82\xac\x01";
+
+	completion_meta_init(&m, "echo \"model\"");
+	api_sse_chunk(&out, &m, "assistant", "", 0, NULL);       /* role only, empty content */
+	api_sse_chunk(&out, &m, NULL, text, sizeof(text) - 1, NULL);
+	api_sse_chunk(&out, &m, NULL, "abcdef", 3, NULL);        /* len, not strlen */
+	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");          /* final chunk */
+	api_sse_chunk(&out, &m, "assistant", "x", 1, "length");
+	api_sse_done(&out);
+	n = split_sse(&out, ev, 8);
+	CU_ASSERT_EQUAL_FATAL(n, 6);
+	CU_ASSERT_STRING_EQUAL(ev[5], "[DONE]");
+	CU_ASSERT_EQUAL(out.len >= 14 && !memcmp(out.data + out.len - 14, "data: [DONE]\n\n", 14), 1);
+
+	for (i = 0; i < 5; i++) {
+		c = load(ev[i], strlen(ev[i]));
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		check_chunk_head(c, &m);
+		ch = json_object_get(c, "choices");
+		CU_ASSERT_FATAL(json_is_array(ch) && json_array_size(ch) == 1);
+		ch = json_array_get(ch, 0);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(ch, "index")), 0);
+		CU_ASSERT(json_is_integer(json_object_get(ch, "index")));
+		d = json_object_get(ch, "delta");
+		CU_ASSERT_FATAL(json_is_object(d));
+		CU_ASSERT_PTR_NOT_NULL(json_object_get(ch, "finish_reason"));
+		switch (i) {
+		case 0:
+			CU_ASSERT_STRING_EQUAL(sget(d, "role"), "assistant");
+			CU_ASSERT_STRING_EQUAL(sget(d, "content"), "");
+			CU_ASSERT(json_is_null(json_object_get(ch, "finish_reason")));
+			break;
+		case 1:
+			CU_ASSERT_PTR_NULL(json_object_get(d, "role"));
+			CU_ASSERT_STRING_EQUAL(sget(d, "content"), text);
+			CU_ASSERT(json_is_null(json_object_get(ch, "finish_reason")));
+			break;
+		case 2:
+			CU_ASSERT_PTR_NULL(json_object_get(d, "role"));
+			CU_ASSERT_STRING_EQUAL(sget(d, "content"), "abc");
+			break;
+		case 3:
+			CU_ASSERT_EQUAL(json_object_size(d), 0);
+			CU_ASSERT_STRING_EQUAL(sget(ch, "finish_reason"), "stop");
+			break;
+		case 4:
+			CU_ASSERT_STRING_EQUAL(sget(d, "role"), "assistant");
+			CU_ASSERT_STRING_EQUAL(sget(d, "content"), "x");
+			CU_ASSERT_STRING_EQUAL(sget(ch, "finish_reason"), "length");
+			break;
+		}
+		json_decref(c);
+	}
+	for (i = 0; i < 8; i++)
+		free(ev[i]);
+	buf_release(&out);
+}
+
+/* A delta cut mid-character by a provider still gives a valid event. */
+static void test_sse_chunk_invalid_utf8(void)
+{
+	struct completion_meta m;
+	struct buf out = BUF_INIT;
+	char *ev[2] = { 0 };
+	json_t *c;
+
+	completion_meta_init(&m, "m");
+	api_sse_chunk(&out, &m, NULL, "ok\xf0\x9f\x98", 5, NULL);
+	CU_ASSERT_EQUAL_FATAL(split_sse(&out, ev, 2), 1);
+	c = load(ev[0], strlen(ev[0]));
+	CU_ASSERT_PTR_NOT_NULL(c);
+	if (c) {
+		const char *s = sget(json_object_get(json_array_get(json_object_get(c, "choices"), 0),
+						     "delta"),
+				     "content");
+
+		CU_ASSERT_PTR_NOT_NULL(s);
+		if (s)
+			CU_ASSERT_EQUAL(strncmp(s, "ok\xef\xbf\xbd", 5), 0);
+	}
+	json_decref(c);
+	free(ev[0]);
+	buf_release(&out);
+}
+
+static void test_sse_usage(void)
+{
+	struct completion_meta m;
+	struct prov_usage u = { .present = true, .prompt_tokens = 12, .completion_tokens = 30,
+				.total_tokens = 42, .cached_tokens = 5 };
+	struct prov_usage absent = { .present = false, .prompt_tokens = 99 };
+	struct buf out = BUF_INIT;
+	char *ev[4] = { 0 };
+	json_t *c, *us;
+	int i;
+
+	completion_meta_init(&m, "m");
+	api_sse_usage(&out, &m, &u);
+	api_sse_usage(&out, &m, NULL);
+	api_sse_usage(&out, &m, &absent);
+	CU_ASSERT_EQUAL_FATAL(split_sse(&out, ev, 4), 3);
+	for (i = 0; i < 3; i++) {
+		c = load(ev[i], strlen(ev[i]));
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		check_chunk_head(c, &m);
+		CU_ASSERT(json_is_array(json_object_get(c, "choices")));
+		CU_ASSERT_EQUAL(json_array_size(json_object_get(c, "choices")), 0);
+		us = json_object_get(c, "usage");
+		CU_ASSERT_PTR_NOT_NULL_FATAL(us);
+		if (i == 0) {
+			CU_ASSERT(json_is_object(us));
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "prompt_tokens")), 12);
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "completion_tokens")), 30);
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "total_tokens")), 42);
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(
+						json_object_get(us, "prompt_tokens_details"),
+						"cached_tokens")),
+					5);
+		} else {
+			CU_ASSERT(json_is_null(us));
+		}
+		json_decref(c);
+	}
+	for (i = 0; i < 4; i++)
+		free(ev[i]);
+
+	buf_reset(&out);
+	api_sse_done(&out);
+	CU_ASSERT_STRING_EQUAL(out.data, "data: [DONE]\n\n");
+
+	buf_reset(&out);
+	api_usage_json(&out, NULL);
+	CU_ASSERT_STRING_EQUAL(out.data, "null");
+	buf_reset(&out);
+	api_usage_json(&out, &absent);
+	CU_ASSERT_STRING_EQUAL(out.data, "null");
+	buf_reset(&out);
+	api_usage_json(&out, &u);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(c, "total_tokens")), 42);
+	json_decref(c);
+	buf_release(&out);
+}
+
+static void test_completion_json(void)
+{
+	struct completion_meta m;
+	struct prov_usage u = { .present = true, .prompt_tokens = 1, .completion_tokens = 2,
+				.total_tokens = 3 };
+	struct buf out = BUF_INIT;
+	static const char text[] = "Hello \"you\"\n\xf0\x9f\x98\x80 \\ end";
+	json_t *c, *ch, *msg, *us;
+
+	completion_meta_init(&m, "local-echo");
+	api_completion_json(&out, &m, text, sizeof(text) - 1, "stop", &u);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_STRING_EQUAL(sget(c, "id"), m.id);
+	CU_ASSERT_EQUAL(strncmp(sget(c, "id"), "chatcmpl-", 9), 0);
+	CU_ASSERT_STRING_EQUAL(sget(c, "object"), "chat.completion");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(c, "created")), m.created);
+	CU_ASSERT_STRING_EQUAL(sget(c, "model"), "local-echo");
+	ch = json_object_get(c, "choices");
+	CU_ASSERT_FATAL(json_is_array(ch) && json_array_size(ch) == 1);
+	ch = json_array_get(ch, 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(ch, "index")), 0);
+	CU_ASSERT_STRING_EQUAL(sget(ch, "finish_reason"), "stop");
+	msg = json_object_get(ch, "message");
+	CU_ASSERT_STRING_EQUAL(sget(msg, "role"), "assistant");
+	CU_ASSERT_STRING_EQUAL(sget(msg, "content"), text);
+	us = json_object_get(c, "usage");
+	CU_ASSERT_FATAL(json_is_object(us));
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "prompt_tokens")), 1);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "completion_tokens")), 2);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "total_tokens")), 3);
+	json_decref(c);
+
+	/* Without usage the member is absent; an empty answer is an empty string. */
+	buf_reset(&out);
+	api_completion_json(&out, &m, "", 0, "length", NULL);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_PTR_NULL(json_object_get(c, "usage"));
+	ch = json_array_get(json_object_get(c, "choices"), 0);
+	CU_ASSERT_STRING_EQUAL(sget(ch, "finish_reason"), "length");
+	CU_ASSERT_STRING_EQUAL(sget(json_object_get(ch, "message"), "content"), "");
+	json_decref(c);
+
+	buf_reset(&out);
+	u.present = false;
+	api_completion_json(&out, &m, "x", 1, "stop", &u);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	CU_ASSERT_PTR_NULL(json_object_get(c, "usage"));
+	json_decref(c);
+	buf_release(&out);
+}
+
+/* The chunks of one answer share id and created; another answer has another id. */
+static void test_same_id(void)
+{
+	struct completion_meta m, other;
+	struct prov_usage u = { .present = true, .total_tokens = 1 };
+	struct buf out = BUF_INIT;
+	char *ev[8] = { 0 };
+	json_t *c;
+	int n, i;
+
+	completion_meta_init(&m, "m");
+	completion_meta_init(&other, "m");
+	api_sse_chunk(&out, &m, "assistant", "a", 1, NULL);
+	api_sse_chunk(&out, &m, NULL, "b", 1, NULL);
+	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	api_sse_usage(&out, &m, &u);
+	n = split_sse(&out, ev, 8);
+	CU_ASSERT_EQUAL_FATAL(n, 4);
+	for (i = 0; i < n; i++) {
+		c = load(ev[i], strlen(ev[i]));
+		CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+		CU_ASSERT_STRING_EQUAL(sget(c, "id"), m.id);
+		CU_ASSERT_STRING_NOT_EQUAL(sget(c, "id"), other.id);
+		CU_ASSERT_EQUAL(json_integer_value(json_object_get(c, "created")), m.created);
+		json_decref(c);
+		free(ev[i]);
+	}
+	buf_release(&out);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("api", NULL, NULL);
+	CU_add_test(s, "route", test_route);
+	CU_add_test(s, "parse: every failure is 400 naming the field", test_parse_failures);
+	CU_add_test(s, "parse: valid forms", test_parse_valid);
+	CU_add_test(s, "parse: fields set", test_parse_fields);
+	CU_add_test(s, "parse: body length honoured", test_parse_len);
+	CU_add_test(s, "error object", test_error_json);
+	CU_add_test(s, "status text", test_status_text);
+	CU_add_test(s, "completion meta", test_meta);
+	CU_add_test(s, "SSE chunks", test_sse_chunks);
+	CU_add_test(s, "SSE chunk with a cut character", test_sse_chunk_invalid_utf8);
+	CU_add_test(s, "SSE usage and DONE", test_sse_usage);
+	CU_add_test(s, "completion object", test_completion_json);
+	CU_add_test(s, "same id on the chunks of one answer", test_same_id);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,152 @@
+/* libFuzzer target for the request path of olp-fcgi without I/O: the bytes are a chat
+ * request body for api_parse_chat; a valid one is flattened and encoded as a completion
+ * and as stream chunks; a refused one is encoded as an error. Every JSON produced must
+ * parse back (abort otherwise, so the fuzzer reports it). The same bytes, cut at the first
+ * space into method and URI, are routed, and fed to the command text reader, whose deltas
+ * must add up to the input.
+ *
+ *   fuzz_chat -max_total_time=20 corpus/ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "fcgi/fcgi.h"
+#include "providers/providers.h"
+#include "common/banned.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void must_parse(const struct buf *b)
+{
+	json_t *v = json_loadb(b->data, b->len, JSON_ALLOW_NUL, NULL);
+
+	if (!v)
+		abort();
+	json_decref(v);
+}
+
+/* Each "data: X\n\n" event's X must be JSON (or [DONE]). */
+static void must_parse_sse(const struct buf *b)
+{
+	const char *p = b->data, *end = b->data + b->len;
+
+	while (p < end) {
+		const char *nl;
+		json_t *v;
+
+		if ((size_t)(end - p) < 6 || memcmp(p, "data: ", 6))
+			abort();
+		p += 6;
+		nl = memchr(p, '\n', (size_t)(end - p));
+		if (!nl || nl + 1 >= end || nl[1] != '\n')
+			abort();
+		if ((size_t)(nl - p) != 6 || memcmp(p, "[DONE]", 6)) {
+			v = json_loadb(p, (size_t)(nl - p), JSON_ALLOW_NUL, NULL);
+			if (!v)
+				abort();
+			json_decref(v);
+		}
+		p = nl + 2;
+	}
+}
+
+static void fuzz_parse(const char *body, size_t size)
+{
+	struct chat_request req;
+	struct api_error err;
+	struct buf prompt = BUF_INIT, out = BUF_INIT;
+	struct completion_meta m;
+	struct prov_usage u = { .present = true, .prompt_tokens = 1, .completion_tokens = 2,
+				.total_tokens = 3 };
+
+	if (api_parse_chat(body, size, &req, &err)) {
+		if (err.status != 400 || !err.type || strcmp(err.type, "invalid_request_error"))
+			abort();
+		api_error_json(&err, &out);
+		must_parse(&out);
+		buf_release(&out);
+		return;
+	}
+	if (!req.model || !*req.model || !json_is_array(req.messages) ||
+	    !json_array_size(req.messages))
+		abort();
+	prov_flatten_messages(req.messages, &prompt);
+	completion_meta_init(&m, req.model);
+	api_completion_json(&out, &m, prompt.data, prompt.len, "stop", req.include_usage ? &u : NULL);
+	must_parse(&out);
+	buf_reset(&out);
+	api_sse_chunk(&out, &m, "assistant", prompt.data, prompt.len, NULL);
+	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	api_sse_usage(&out, &m, &u);
+	api_sse_done(&out);
+	must_parse_sse(&out);
+	buf_release(&out);
+	buf_release(&prompt);
+	chat_request_release(&req);
+}
+
+static void fuzz_route(const char *s, size_t size)
+{
+	struct buf method = BUF_INIT, uri = BUF_INIT, path = BUF_INIT;
+	const char *sp = memchr(s, ' ', size), *allow = NULL;
+	size_t mlen = sp ? (size_t)(sp - s) : size;
+	enum api_route r;
+
+	buf_add(&method, s, mlen);
+	if (sp)
+		buf_add(&uri, sp + 1, size - mlen - 1);
+	/* As a CGI variable would be: up to the first NUL. */
+	r = api_route(method.data, uri.data, "/v1/models", (size & 1) ? "/api" : "", &path, &allow);
+	if (r == ROUTE_BAD_METHOD && !allow)
+		abort();
+	r = api_route(method.data, NULL, uri.data, "/api/", &path, &allow);
+	if (path.data[path.len] != '\0')
+		abort();
+	(void)r;
+	buf_release(&method);
+	buf_release(&uri);
+	buf_release(&path);
+}
+
+static int collect(void *ctx, const struct prov_event *ev)
+{
+	if (ev->kind == PROV_EV_DELTA)
+		buf_add(ctx, ev->text, ev->len);
+	return 0;
+}
+
+static void fuzz_text(const char *s, size_t size)
+{
+	struct prov_parser *ps = prov_parser_new("command");
+	struct buf all = BUF_INIT;
+	struct prov_sink sink = { .emit = collect, .ctx = &all };
+	size_t at = 0, step = size ? (size_t)(unsigned char)s[0] % 7 + 1 : 1;
+
+	if (!ps)
+		abort();
+	while (at < size) {
+		size_t n = size - at < step ? size - at : step;
+
+		if (prov_parser_feed(ps, s + at, n, &sink))
+			abort();
+		at += n;
+	}
+	if (prov_parser_finish(ps, &sink))
+		abort();
+	if (all.len != size || (size && memcmp(all.data, s, size)))
+		abort();
+	prov_parser_free(ps);
+	buf_release(&all);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *s = (const char *)data;
+
+	fuzz_parse(s, size);
+	fuzz_route(s, size);
+	fuzz_text(s, size);
+	return 0;
+}

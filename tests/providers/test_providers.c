@@ -1,0 +1,900 @@
+/* CUnit suite for providers/ through providers.h: prompt flattening, the command
+ * provider's incremental text reader (whole, byte by byte, split at every position, with
+ * multibyte UTF-8), and the models registry loaded from temporary files. Nothing here
+ * spawns a process. */
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "providers/providers.h"
+#include "common/banned.h"
+
+static char tmpdir[] = "/tmp/olp-prov-test-XXXXXX";
+
+static json_t *parse(const char *text)
+{
+	json_error_t jerr;
+	json_t *v = json_loads(text, 0, &jerr);
+
+	if (!v)
+		fprintf(stderr, "bad test JSON: %s: %s\n", jerr.text, text);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+	return v;
+}
+
+/* ---- prov_flatten_messages ------------------------------------------------------------- */
+
+static void test_flatten(void)
+{
+	static const struct {
+		const char *messages;
+		const char *prompt;
+	} cases[] = {
+		{ "[]", "" },
+		{ "[{\"role\":\"user\",\"content\":\"hi\"}]", "hi" },
+		{ "[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]",
+		  "[System] be brief\n\nhi" },
+		{ "[{\"role\":\"developer\",\"content\":\"rules\"}]", "[System] rules" },
+		{ "[{\"role\":\"assistant\",\"content\":\"sure\"}]", "[Assistant] sure" },
+		{ "[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\",\"content\":\"a1\"},"
+		  "{\"role\":\"user\",\"content\":\"q2\"}]",
+		  "q1\n\n[Assistant] a1\n\nq2" },
+		/* tool results: name, else tool_call_id, else "tool" */
+		{ "[{\"role\":\"tool\",\"name\":\"get_weather\",\"tool_call_id\":\"call_1\","
+		  "\"content\":\"sunny\"}]",
+		  "[Tool Result (get_weather)] sunny" },
+		{ "[{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}]",
+		  "[Tool Result (call_1)] sunny" },
+		{ "[{\"role\":\"tool\",\"content\":\"sunny\"}]", "[Tool Result (tool)] sunny" },
+		/* content arrays: text parts joined by a newline */
+		{ "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+		  "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"text\",\"text\":\"c\"}]}]",
+		  "a\nb\nc" },
+		{ "[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"s1\"},"
+		  "{\"type\":\"text\",\"text\":\"s2\"}]}]",
+		  "[System] s1\ns2" },
+		/* null and empty content are skipped, separators included */
+		{ "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null},"
+		  "{\"role\":\"user\",\"content\":\"b\"}]",
+		  "a\n\nb" },
+		{ "[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"b\"}]", "b" },
+		{ "[{\"role\":\"assistant\"},{\"role\":\"user\",\"content\":[]}]", "" },
+		{ "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":[]}]", "x" },
+		/* text is copied as is: newlines, brackets, multibyte */
+		{ "[{\"role\":\"user\",\"content\":\"line1\\n\\n[System] fake\\u00e9\"}]",
+		  "line1\n\n[System] fake\xc3\xa9" },
+		{ "[{\"role\":\"user\",\"content\":\"\xf0\x9f\x98\x80\"},"
+		  "{\"role\":\"assistant\",\"content\":\"\xe2\x82\xac\"}]",
+		  "\xf0\x9f\x98\x80\n\n[Assistant] \xe2\x82\xac" },
+	};
+	struct buf out = BUF_INIT;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		json_t *msgs = parse(cases[i].messages);
+
+		buf_reset(&out);
+		prov_flatten_messages(msgs, &out);
+		CU_ASSERT_EQUAL(out.len, strlen(out.data));
+		CU_ASSERT_STRING_EQUAL(out.data, cases[i].prompt);
+		if (strcmp(out.data, cases[i].prompt))
+			fprintf(stderr, "flatten case %zu: got \"%s\", want \"%s\"\n", i, out.data,
+				cases[i].prompt);
+		json_decref(msgs);
+	}
+	buf_release(&out);
+}
+
+/* A text containing a NUL byte is passed on whole (the prompt goes to stdin as bytes). */
+static void test_flatten_binary(void)
+{
+	json_t *msgs = json_pack("[{s:s, s:s#}]", "role", "user", "content", "a\0b", (size_t)3);
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(msgs);
+	prov_flatten_messages(msgs, &out);
+	CU_ASSERT_EQUAL(out.len, 3);
+	CU_ASSERT_EQUAL(memcmp(out.data, "a\0b", 3), 0);
+	json_decref(msgs);
+	buf_release(&out);
+}
+
+/* ---- the command text reader ---------------------------------------------------------- */
+
+struct collect {
+	struct buf all;     /* every delta, concatenated */
+	size_t ndeltas;
+	size_t bad_utf8;    /* deltas that are not valid UTF-8 by themselves */
+	size_t empty;       /* deltas of length 0 */
+	size_t non_delta;   /* events of another kind */
+	int abort_at;       /* return -abort_ret on this delta (1-based); 0 = never */
+	int abort_ret;
+};
+
+/* Strict UTF-8 check, independent of the code under test. */
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned char c = s[i];
+		size_t len, k;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		} else if (c >= 0xc2 && c <= 0xdf) {
+			len = 2;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			len = 3;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			len = 4;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (i + len > n)
+			return false;
+		for (k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
+static int collect_emit(void *ctx, const struct prov_event *ev)
+{
+	struct collect *c = ctx;
+
+	if (ev->kind != PROV_EV_DELTA) {
+		c->non_delta++;
+		return 0;
+	}
+	c->ndeltas++;
+	if (!ev->len)
+		c->empty++;
+	if (!valid_utf8((const unsigned char *)ev->text, ev->len))
+		c->bad_utf8++;
+	buf_add(&c->all, ev->text, ev->len);
+	if (c->abort_at && (int)c->ndeltas == c->abort_at)
+		return -c->abort_ret;
+	return 0;
+}
+
+static void collect_init(struct collect *c)
+{
+	memset(c, 0, sizeof(*c));
+	buf_init(&c->all);
+}
+
+/* Feed text in pieces cut at cuts[0..ncuts) (ascending offsets), then finish. */
+static void feed_cuts(const char *text, size_t len, const size_t *cuts, size_t ncuts,
+		      struct collect *c)
+{
+	struct prov_parser *ps = prov_parser_new("command");
+	struct prov_sink sink = { .emit = collect_emit, .ctx = c };
+	size_t at = 0, i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	for (i = 0; i <= ncuts; i++) {
+		size_t end = i < ncuts ? cuts[i] : len;
+
+		CU_ASSERT_EQUAL(prov_parser_feed(ps, text + at, end - at, &sink), 0);
+		at = end;
+	}
+	CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+	prov_parser_free(ps);
+}
+
+/* 1-, 2-, 3- and 4-byte characters next to each other and at both ends. */
+static const char utf8_text[] =
+	"\xf0\x9f\x98\x80 h\xc3\xa9llo \xe2\x82\xac 5, \xe4\xb8\xad\xe6\x96\x87 "
+	"\xf0\x9d\x84\x9e\xc3\xa9\xe2\x9c\x93\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd!\n"
+	"\xc2\xa0\xef\xbf\xbd\xf4\x8f\xbf\xbf\xe2\x80\x94\xf0\x9f\x98\x80";
+
+static void check_collected(struct collect *c, const char *text, size_t len, bool valid_input,
+			    const char *what)
+{
+	bool same = c->all.len == len && !memcmp(c->all.data, text, len);
+
+	CU_ASSERT(same);
+	if (valid_input)
+		CU_ASSERT_EQUAL(c->bad_utf8, 0);
+	CU_ASSERT_EQUAL(c->empty, 0);
+	CU_ASSERT_EQUAL(c->non_delta, 0);
+	if (!same || (valid_input && c->bad_utf8))
+		fprintf(stderr, "%s: %zu deltas, %zu bytes (want %zu), %zu not UTF-8\n", what,
+			c->ndeltas, c->all.len, len, c->bad_utf8);
+	buf_release(&c->all);
+}
+
+static void test_text_whole(void)
+{
+	struct collect c;
+
+	collect_init(&c);
+	feed_cuts(utf8_text, sizeof(utf8_text) - 1, NULL, 0, &c);
+	CU_ASSERT_EQUAL(c.ndeltas, 1); /* nothing held back: one delta */
+	check_collected(&c, utf8_text, sizeof(utf8_text) - 1, true, "whole");
+}
+
+static void test_text_byte_by_byte(void)
+{
+	size_t len = sizeof(utf8_text) - 1, cuts[sizeof(utf8_text)], i;
+	struct collect c;
+
+	for (i = 0; i < len - 1; i++)
+		cuts[i] = i + 1;
+	collect_init(&c);
+	feed_cuts(utf8_text, len, cuts, len - 1, &c);
+	check_collected(&c, utf8_text, len, true, "byte by byte");
+	/* One delta per character at most: multibyte ones are held until complete. */
+	collect_init(&c);
+	feed_cuts("\xf0\x9f\x98\x80\xe2\x82\xac", 7, (size_t[]){ 1, 2, 3, 4, 5, 6 }, 6, &c);
+	CU_ASSERT_EQUAL(c.ndeltas, 2);
+	check_collected(&c, "\xf0\x9f\x98\x80\xe2\x82\xac", 7, true, "two chars");
+}
+
+static void test_text_every_split(void)
+{
+	size_t len = sizeof(utf8_text) - 1, i, j;
+	char what[64];
+
+	/* Two pieces at every position, then three pieces at every pair of positions. */
+	for (i = 0; i <= len; i++) {
+		struct collect c;
+
+		collect_init(&c);
+		feed_cuts(utf8_text, len, &i, 1, &c);
+		snprintf(what, sizeof(what), "split at %zu", i);
+		check_collected(&c, utf8_text, len, true, what);
+	}
+	for (i = 0; i <= len; i++) {
+		for (j = i; j <= len; j++) {
+			struct collect c;
+			size_t cuts[2] = { i, j };
+
+			collect_init(&c);
+			feed_cuts(utf8_text, len, cuts, 2, &c);
+			snprintf(what, sizeof(what), "split at %zu,%zu", i, j);
+			check_collected(&c, utf8_text, len, true, what);
+		}
+	}
+}
+
+/* A sequence cut off by the end of output is passed on at finish (the JSON encoder turns it
+ * into U+FFFD); nothing is lost. */
+static void test_text_truncated_tail(void)
+{
+	static const struct {
+		const char *text;
+		size_t len;
+		size_t held; /* bytes only finish() gives back */
+	} cases[] = {
+		{ "ab\xc3", 3, 1 },
+		{ "ab\xe2\x82", 4, 2 },
+		{ "ab\xf0\x9f\x98", 5, 3 },
+		{ "\xf0", 1, 1 },
+	};
+	size_t i, k;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct prov_parser *ps = prov_parser_new("command");
+		struct collect c;
+		struct prov_sink sink = { .emit = collect_emit, .ctx = &c };
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+		collect_init(&c);
+		CU_ASSERT_EQUAL(prov_parser_feed(ps, cases[i].text, cases[i].len, &sink), 0);
+		CU_ASSERT_EQUAL(c.all.len, cases[i].len - cases[i].held);
+		CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+		CU_ASSERT_EQUAL(c.all.len, cases[i].len);
+		CU_ASSERT_EQUAL(memcmp(c.all.data, cases[i].text, cases[i].len), 0);
+		/* Finishing twice gives nothing more. */
+		CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+		CU_ASSERT_EQUAL(c.all.len, cases[i].len);
+		buf_release(&c.all);
+		prov_parser_free(ps);
+
+		/* The same, byte by byte. */
+		collect_init(&c);
+		{
+			size_t cuts[8];
+
+			for (k = 0; k + 1 < cases[i].len; k++)
+				cuts[k] = k + 1;
+			feed_cuts(cases[i].text, cases[i].len, cuts, cases[i].len - 1, &c);
+		}
+		CU_ASSERT_EQUAL(c.all.len, cases[i].len);
+		CU_ASSERT_EQUAL(memcmp(c.all.data, cases[i].text, cases[i].len), 0);
+		buf_release(&c.all);
+	}
+}
+
+/* Invalid input is not the reader's to fix: every byte still comes through, in order,
+ * however it is cut. */
+static void test_text_invalid_passthrough(void)
+{
+	static const char text[] = "a\xff" "b\x80\x80" "c\xe2(d\xf0\x9f" "e\xc3\xa9\xed\xa0\x80z\xc3";
+	size_t len = sizeof(text) - 1, i, j;
+
+	for (i = 0; i <= len; i++) {
+		for (j = i; j <= len; j++) {
+			struct collect c;
+			size_t cuts[2] = { i, j };
+
+			collect_init(&c);
+			feed_cuts(text, len, cuts, 2, &c);
+			check_collected(&c, text, len, false, "invalid input");
+		}
+	}
+}
+
+/* A sink that does what the worker does with each delta (one SSE chunk, i.e. one JSON
+ * string, per delta) and appends what a client decodes from it to ctx. */
+static int client_emit(void *ctx, const struct prov_event *ev)
+{
+	struct buf enc = BUF_INIT;
+	json_t *v;
+
+	if (ev->kind != PROV_EV_DELTA || !ev->len)
+		return 0;
+	buf_add_json_str(&enc, ev->text, ev->len);
+	v = json_loadb(enc.data, enc.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	CU_ASSERT_PTR_NOT_NULL(v);
+	if (v)
+		buf_add(ctx, json_string_value(v), json_string_length(v));
+	json_decref(v);
+	buf_release(&enc);
+	return 0;
+}
+
+/* Feed text cut at cuts[] and collect what a client reads into seen. */
+static void client_view(const char *text, size_t len, const size_t *cuts, size_t ncuts,
+			struct buf *seen)
+{
+	struct prov_parser *ps = prov_parser_new("command");
+	struct prov_sink sink = { .emit = client_emit, .ctx = seen };
+	size_t at = 0, i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	buf_reset(seen);
+	for (i = 0; i <= ncuts; i++) {
+		size_t end = i < ncuts ? cuts[i] : len;
+
+		CU_ASSERT_EQUAL(prov_parser_feed(ps, text + at, end - at, &sink), 0);
+		at = end;
+	}
+	CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+	prov_parser_free(ps);
+}
+
+/* What a client reads must not depend on how the pipe happened to cut the output: a valid
+ * character that follows an invalid byte must still arrive whole. */
+static void test_text_split_invariant_after_invalid(void)
+{
+	static const struct {
+		const char *text;
+		size_t len;
+	} cases[] = {
+		{ "\xe2" "a\xe2\x82\xac", 5 },             /* stray lead, then a euro sign */
+		{ "\xf0\x9f" "\xc3\xa9xyz", 7 },           /* cut emoji, then e-acute */
+		{ "\xc3" "\xf0\x9f\x98\x80!", 6 },         /* stray lead, then an emoji */
+		{ "ok \xe2\x82" " \xe4\xb8\xad\xe6\x96\x87", 12 },
+	};
+	struct buf whole = BUF_INIT, cut = BUF_INIT;
+	size_t i, a, b;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		client_view(cases[i].text, cases[i].len, NULL, 0, &whole);
+		for (a = 0; a <= cases[i].len; a++) {
+			for (b = a; b <= cases[i].len; b++) {
+				size_t cuts[2] = { a, b };
+				bool same;
+
+				client_view(cases[i].text, cases[i].len, cuts, 2, &cut);
+				same = cut.len == whole.len && !memcmp(cut.data, whole.data, cut.len);
+				CU_ASSERT(same);
+				if (!same)
+					fprintf(stderr, "text case %zu cut at %zu,%zu: client sees %zu "
+							"bytes, %zu when fed whole\n",
+						i, a, b, cut.len, whole.len);
+			}
+		}
+	}
+	buf_release(&whole);
+	buf_release(&cut);
+}
+
+/* Empty feeds are harmless, also while a sequence is held. */
+static void test_text_empty_feeds(void)
+{
+	struct prov_parser *ps = prov_parser_new("command");
+	struct collect c;
+	struct prov_sink sink = { .emit = collect_emit, .ctx = &c };
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	collect_init(&c);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "", 0, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "x\xe2", 2, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "", 0, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "\x82", 1, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "", 0, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "\xac!", 2, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+	prov_parser_free(ps);
+	check_collected(&c, "x\xe2\x82\xac!", 5, true, "empty feeds");
+}
+
+static void test_text_sink_abort(void)
+{
+	struct prov_parser *ps;
+	struct collect c;
+	struct prov_sink sink = { .emit = collect_emit, .ctx = &c };
+
+	/* Abort on the first delta of a plain feed. */
+	ps = prov_parser_new("command");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	collect_init(&c);
+	c.abort_at = 1;
+	c.abort_ret = EPIPE;
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "hello", 5, &sink), -EPIPE);
+	prov_parser_free(ps);
+	buf_release(&c.all);
+
+	/* Abort on the delta that completes a held sequence: the rest is not emitted. */
+	ps = prov_parser_new("command");
+	collect_init(&c);
+	c.abort_at = 2;
+	c.abort_ret = 42;
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "a\xe2\x82", 3, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "\xac tail", 6, &sink), -42);
+	CU_ASSERT_EQUAL(c.ndeltas, 2);
+	CU_ASSERT_EQUAL(c.all.len, 4); /* "a" and the euro sign, not " tail" */
+	prov_parser_free(ps);
+	buf_release(&c.all);
+
+	/* Abort on the delta finish() flushes. */
+	ps = prov_parser_new("command");
+	collect_init(&c);
+	c.abort_at = 2;
+	c.abort_ret = 7;
+	CU_ASSERT_EQUAL(prov_parser_feed(ps, "a\xf0\x9f", 3, &sink), 0);
+	CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), -7);
+	prov_parser_free(ps);
+	buf_release(&c.all);
+}
+
+static void test_parser_types(void)
+{
+	struct prov_parser *ps = prov_parser_new("command");
+
+	CU_ASSERT_PTR_NOT_NULL(ps);
+	prov_parser_free(ps);
+	CU_ASSERT_PTR_NULL(prov_parser_new("no-such-type"));
+	CU_ASSERT_PTR_NULL(prov_parser_new(""));
+	prov_parser_free(NULL);
+}
+
+/* ---- the registry -------------------------------------------------------------------- */
+
+static const char *write_registry(const char *name, const char *text)
+{
+	static char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write_all(fd, text, strlen(text)) == 0);
+	close(fd);
+	return path;
+}
+
+static struct prov_registry *load_text(const char *text, const char *config, struct buf *err)
+{
+	const char *path = write_registry("registry.json", text);
+	json_t *conf = config ? parse(config) : NULL;
+	struct prov_registry *reg;
+
+	buf_reset(err);
+	reg = prov_registry_load(path, conf, err);
+	json_decref(conf);
+	unlink(path);
+	return reg;
+}
+
+static const struct prov_provider *provider_named(const struct prov_registry *reg,
+						  const char *name)
+{
+	for (size_t i = 0; i < prov_registry_provider_count(reg); i++)
+		if (!strcmp(prov_provider_name(prov_registry_provider_at(reg, i)), name))
+			return prov_registry_provider_at(reg, i);
+	return NULL;
+}
+
+static void test_registry_command(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"version\":1,\"providers\":{\"local\":{\"type\":\"command\","
+		"\"displayName\":\"Local\",\"tier\":\"B\",\"argv\":[\"/bin/cat\",\"-u\"],"
+		"\"ro_paths\":[\"/etc/hostname\"],\"env\":{\"LANG\":\"C.UTF-8\"},"
+		"\"models\":[{\"id\":\"echo\",\"displayName\":\"Echo\",\"created\":1700000000,"
+		"\"contextWindow\":8192},{\"id\":\"echo-2\"}],"
+		"\"aliases\":{\"e\":\"echo\",\"e2\":\"echo-2\"}}}}",
+		NULL, &err);
+	const struct prov_model *m, *a;
+	const struct prov_provider *pv;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT_EQUAL(err.len, 0);
+	CU_ASSERT_EQUAL(prov_registry_provider_count(reg), 1);
+	pv = prov_registry_provider_at(reg, 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_STRING_EQUAL(prov_provider_name(pv), "local");
+	CU_ASSERT_STRING_EQUAL(prov_provider_type(pv), "command");
+	CU_ASSERT_STRING_EQUAL(prov_provider_display_name(pv), "Local");
+	CU_ASSERT_EQUAL(prov_provider_timeout_ms(pv), 600000);
+	CU_ASSERT_PTR_NULL(prov_registry_provider_at(reg, 1));
+
+	CU_ASSERT_EQUAL(prov_registry_model_count(reg), 2);
+	m = prov_registry_find(reg, "echo");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_STRING_EQUAL(m->id, "echo");
+	CU_ASSERT_STRING_EQUAL(m->display_name, "Echo");
+	CU_ASSERT_EQUAL(m->created, 1700000000);
+	CU_ASSERT_EQUAL(m->context_window, 8192);
+	CU_ASSERT_PTR_EQUAL(m->provider, pv);
+	CU_ASSERT_PTR_EQUAL(prov_registry_model_at(reg, 0), m);
+
+	m = prov_registry_find(reg, "echo-2");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_PTR_NULL(m->display_name);
+	CU_ASSERT_EQUAL(m->created, 0);
+	CU_ASSERT_EQUAL(m->context_window, 0);
+
+	/* Aliases resolve to the very model entries. */
+	a = prov_registry_find(reg, "e");
+	CU_ASSERT_PTR_EQUAL(a, prov_registry_find(reg, "echo"));
+	a = prov_registry_find(reg, "e2");
+	CU_ASSERT_PTR_EQUAL(a, prov_registry_find(reg, "echo-2"));
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "nope"));
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, ""));
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "ECHO"));
+	CU_ASSERT_PTR_NULL(prov_registry_model_at(reg, 2));
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+/* Without "type", a provider with "argv" is a command provider; displayName defaults to the
+ * provider's name. */
+static void test_registry_defaults(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"providers\":{\"mine\":{\"argv\":[\"/bin/echo\"],\"models\":[{\"id\":\"m\"}]}}}",
+		NULL, &err);
+	const struct prov_model *m;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	m = prov_registry_find(reg, "m");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_STRING_EQUAL(prov_provider_type(m->provider), "command");
+	CU_ASSERT_STRING_EQUAL(prov_provider_display_name(m->provider), "mine");
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+static void test_registry_aliases(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"providers\":{"
+		"\"p1\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"m1\"}],"
+		"\"aliases\":{\"ghost\":\"no-such-model\",\"num\":5,\"good\":\"m1\"}},"
+		"\"p2\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"m2\"}],"
+		"\"aliases\":{\"steal\":\"m1\",\"two\":\"m2\"}}}}",
+		NULL, &err);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT_EQUAL(prov_registry_model_count(reg), 2);
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "ghost"));
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "num"));
+	CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, "good"), prov_registry_find(reg, "m1"));
+	CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, "two"), prov_registry_find(reg, "m2"));
+	/* An alias names a model of its own provider only. */
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "steal"));
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+static void test_registry_duplicates(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"providers\":{"
+		"\"first\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		"\"models\":[{\"id\":\"m\",\"displayName\":\"First\"},{\"id\":\"m\",\"displayName\":\"Again\"},"
+		"{\"displayName\":\"no id\"},{\"id\":\"\"},{\"id\":7}]},"
+		"\"second\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		"\"models\":[{\"id\":\"m\",\"displayName\":\"Second\"},{\"id\":\"other\"}]}}}",
+		NULL, &err);
+	const struct prov_model *m;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT_EQUAL(prov_registry_model_count(reg), 2);
+	m = prov_registry_find(reg, "m");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_STRING_EQUAL(m->display_name, "First");
+	CU_ASSERT_STRING_EQUAL(prov_provider_name(m->provider), "first");
+	CU_ASSERT_PTR_NOT_NULL(prov_registry_find(reg, "other"));
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+static void test_registry_invalid_commands(void)
+{
+	static const char *const bad[] = {
+		"\"argv\":[\"cat\"]",                       /* relative argv[0] */
+		"\"argv\":[\"./bin/cat\"]",
+		"\"argv\":[]",
+		"\"argv\":\"/bin/cat\"",
+		"\"argv\":[\"/bin/cat\",1]",                /* non-string argv */
+		"\"argv\":[\"/bin/cat\",null]",
+		"\"argv\":[5]",
+		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"relative/path\"]",
+		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"/ok\",\"\"]",
+		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"/ok\",3]",
+		"\"argv\":[\"/bin/cat\"],\"ro_paths\":\"/usr\"",
+		"\"argv\":[\"/bin/cat\"],\"env\":{\"A\":1}",  /* env not strings */
+		"\"argv\":[\"/bin/cat\"],\"env\":{\"A\":\"x\",\"B\":null}",
+		"\"argv\":[\"/bin/cat\"],\"env\":[\"A=x\"]",
+		"\"argv\":[\"/bin/cat\"],\"env\":\"A=x\"",
+	};
+	struct buf err = BUF_INIT, text = BUF_INIT;
+	struct prov_registry *reg;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		buf_reset(&text);
+		buf_addf(&text,
+			 "{\"providers\":{\"good\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			 "\"models\":[{\"id\":\"ok\"}]},"
+			 "\"bad\":{\"type\":\"command\",%s,\"models\":[{\"id\":\"badmodel\"}],"
+			 "\"aliases\":{\"b\":\"badmodel\"}}}}",
+			 bad[i]);
+		reg = load_text(text.data, NULL, &err);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+		CU_ASSERT_EQUAL(prov_registry_provider_count(reg), 1);
+		CU_ASSERT_PTR_NOT_NULL(prov_registry_find(reg, "ok"));
+		CU_ASSERT_PTR_NULL(prov_registry_find(reg, "badmodel"));
+		CU_ASSERT_PTR_NULL(prov_registry_find(reg, "b"));
+		CU_ASSERT_PTR_NULL(provider_named(reg, "bad"));
+		if (provider_named(reg, "bad"))
+			fprintf(stderr, "invalid command entry accepted: %s\n", bad[i]);
+		prov_registry_free(reg);
+	}
+	buf_release(&err);
+	buf_release(&text);
+}
+
+/* An entry is loaded only when this build runs its type: claude, codex and vibe are
+ * skipped until their providers land (prov_parser_new() says which types exist), whether
+ * the type is explicit or follows from the Node OLP's provider names; unknown types,
+ * entries with neither "type" nor "argv", and non-objects are always skipped. */
+static void test_registry_types_not_run(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"providers\":{"
+		"\"anthropic\":{\"models\":[{\"id\":\"claude-x\"}],\"aliases\":{\"claude\":\"claude-x\"}},"
+		"\"openai\":{\"models\":[{\"id\":\"gpt-x\"}]},"
+		"\"mistral\":{\"models\":[{\"id\":\"devstral-x\"}]},"
+		"\"c2\":{\"type\":\"claude\",\"models\":[{\"id\":\"c2m\"}]},"
+		"\"x2\":{\"type\":\"codex\",\"models\":[{\"id\":\"x2m\"}]},"
+		"\"v2\":{\"type\":\"vibe\",\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"v2m\"}]},"
+		"\"weird\":{\"type\":\"nonsense\",\"models\":[{\"id\":\"wm\"}]},"
+		"\"untyped\":{\"models\":[{\"id\":\"um\"}]},"
+		"\"notobj\":[1,2],"
+		"\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"echo\"}]}}}",
+		NULL, &err);
+	static const struct {
+		const char *model, *type;
+	} typed[] = {
+		{ "claude-x", "claude" }, { "claude", "claude" }, { "c2m", "claude" },
+		{ "gpt-x", "codex" },     { "x2m", "codex" },     { "devstral-x", "vibe" },
+		{ "v2m", "vibe" },
+	};
+	static const char *const gone[] = { "wm", "um", "nonsense" };
+	size_t i, want_models = 1;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT_PTR_NOT_NULL(prov_registry_find(reg, "echo"));
+	for (i = 0; i < ARRAY_SIZE(typed); i++) {
+		struct prov_parser *ps = prov_parser_new(typed[i].type);
+		const struct prov_model *m = prov_registry_find(reg, typed[i].model);
+
+		if (ps) {
+			CU_ASSERT_PTR_NOT_NULL(m);
+			if (m)
+				CU_ASSERT_STRING_EQUAL(prov_provider_type(m->provider), typed[i].type);
+			if (strcmp(typed[i].model, "claude")) /* an alias, not a model */
+				want_models++;
+		} else {
+			CU_ASSERT_PTR_NULL(m);
+		}
+		prov_parser_free(ps);
+	}
+	for (i = 0; i < ARRAY_SIZE(gone); i++)
+		CU_ASSERT_PTR_NULL(prov_registry_find(reg, gone[i]));
+	CU_ASSERT_PTR_NULL(provider_named(reg, "weird"));
+	CU_ASSERT_PTR_NULL(provider_named(reg, "untyped"));
+	CU_ASSERT_PTR_NULL(provider_named(reg, "notobj"));
+	CU_ASSERT_EQUAL(prov_registry_model_count(reg), want_models);
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+static void test_registry_load_failures(void)
+{
+	static const struct {
+		const char *text;
+		const char *in_message;
+	} cases[] = {
+		{ "{\"providers\":", "registry.json" },
+		{ "not json", "registry.json" },
+		{ "", "registry.json" },
+		{ "{}", "providers" },
+		{ "{\"version\":1}", "providers" },
+		{ "{\"providers\":[]}", "providers" },
+		{ "{\"providers\":\"x\"}", "providers" },
+		{ "[]", "providers" },
+		{ "{\"providers\":{},\"providers\":{}}", "registry.json" }, /* duplicate key */
+	};
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		reg = load_text(cases[i].text, NULL, &err);
+		CU_ASSERT_PTR_NULL(reg);
+		CU_ASSERT(err.len > 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, cases[i].in_message));
+		if (!strstr(err.data, cases[i].in_message))
+			fprintf(stderr, "registry case %zu: message \"%s\" lacks \"%s\"\n", i,
+				err.data, cases[i].in_message);
+		prov_registry_free(reg);
+	}
+	buf_reset(&err);
+	reg = prov_registry_load("/nonexistent/olp/models-registry.json", NULL, &err);
+	CU_ASSERT_PTR_NULL(reg);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data, "/nonexistent/olp/models-registry.json"));
+	/* An empty providers object is a valid, empty registry. */
+	reg = load_text("{\"providers\":{}}", NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL(reg);
+	if (reg) {
+		CU_ASSERT_EQUAL(prov_registry_model_count(reg), 0);
+		CU_ASSERT_PTR_NULL(prov_registry_find(reg, "x"));
+	}
+	prov_registry_free(reg);
+	prov_registry_free(NULL);
+	buf_release(&err);
+}
+
+static uint64_t timeout_for(const char *entry_extra, const char *config)
+{
+	struct buf err = BUF_INIT, text = BUF_INIT;
+	struct prov_registry *reg;
+	uint64_t ms = 0;
+
+	buf_addf(&text, "{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"]%s,"
+			"\"models\":[{\"id\":\"m\"}]},\"other\":{\"type\":\"command\","
+			"\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"o\"}]}}}",
+		 entry_extra);
+	reg = load_text(text.data, config, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	ms = prov_provider_timeout_ms(prov_registry_find(reg, "m")->provider);
+	/* The override never leaks into another provider. */
+	CU_ASSERT_EQUAL(prov_provider_timeout_ms(prov_registry_find(reg, "o")->provider), 600000);
+	prov_registry_free(reg);
+	buf_release(&err);
+	buf_release(&text);
+	return ms;
+}
+
+static void test_registry_timeouts(void)
+{
+	CU_ASSERT_EQUAL(timeout_for("", NULL), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{}"), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":5}}"), 5000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":0.25}}"), 250);
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":2", NULL), 2000);
+	/* config.json wins over the registry entry */
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":2", "{\"local\":{\"timeout_s\":30}}"), 30000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"nobody\":{\"timeout_s\":30}}"), 600000);
+	/* nonsense values leave the default */
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":0}}"), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":-3}}"), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":\"5\"}}"), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":1e12}}"), 600000);
+	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":5}"), 600000);
+	/* A positive timeout must stay a limit: 0 ms means "no limit" to the sandbox. */
+	CU_ASSERT(timeout_for("", "{\"local\":{\"timeout_s\":0.0004}}") > 0);
+	CU_ASSERT(timeout_for(",\"timeout_s\":1e-9", NULL) > 0);
+}
+
+static void test_registry_shipped_default(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = prov_registry_load(OLP_DEFAULT_REGISTRY, NULL, &err);
+	size_t i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT(prov_registry_model_count(reg) >= 1);
+	for (i = 0; i < prov_registry_model_count(reg); i++) {
+		const struct prov_model *m = prov_registry_model_at(reg, i);
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		CU_ASSERT(m->id[0] != '\0');
+		CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, m->id), m);
+		CU_ASSERT_PTR_NOT_NULL(m->provider);
+	}
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (!mkdtemp(tmpdir))
+		return 1;
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("providers", NULL, NULL);
+	CU_add_test(s, "flatten messages", test_flatten);
+	CU_add_test(s, "flatten keeps binary bytes", test_flatten_binary);
+	CU_add_test(s, "text reader: whole", test_text_whole);
+	CU_add_test(s, "text reader: byte by byte", test_text_byte_by_byte);
+	CU_add_test(s, "text reader: every split", test_text_every_split);
+	CU_add_test(s, "text reader: truncated tail flushed", test_text_truncated_tail);
+	CU_add_test(s, "text reader: invalid bytes pass through", test_text_invalid_passthrough);
+	CU_add_test(s, "text reader: client view independent of cuts",
+		    test_text_split_invariant_after_invalid);
+	CU_add_test(s, "text reader: empty feeds", test_text_empty_feeds);
+	CU_add_test(s, "text reader: sink abort propagates", test_text_sink_abort);
+	CU_add_test(s, "parser types", test_parser_types);
+	CU_add_test(s, "registry: command provider", test_registry_command);
+	CU_add_test(s, "registry: defaults", test_registry_defaults);
+	CU_add_test(s, "registry: aliases", test_registry_aliases);
+	CU_add_test(s, "registry: duplicate ids keep the first", test_registry_duplicates);
+	CU_add_test(s, "registry: invalid command entries skipped", test_registry_invalid_commands);
+	CU_add_test(s, "registry: types not run yet skipped", test_registry_types_not_run);
+	CU_add_test(s, "registry: load failures", test_registry_load_failures);
+	CU_add_test(s, "registry: timeouts", test_registry_timeouts);
+	CU_add_test(s, "registry: shipped default loads", test_registry_shipped_default);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	rmdir(tmpdir);
+	return fails ? 1 : 0;
+}

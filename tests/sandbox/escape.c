@@ -1,0 +1,453 @@
+/* The escape checks of olp-probe: each one tries something a hostile prompt might make a
+ * provider client do, and reports whether the sandbox stopped it. One JSON line per check:
+ *   {"check":"name","ok":true|false,"detail":"..."}
+ * "ok" means the sandbox held. Arguments tell the probe where the host's secrets are:
+ *   --keyfile PATH   a key store manifest       --keydir PATH   the key store directory
+ *   --runtime PATH   the scratch runtime dir    --hostpid N     a host process id
+ *   --unix PATH      a host unix socket path    --tcp HOST:PORT a host TCP listener
+ *   --shmid N        a host SysV shm id         --secret VALUE  a secret in the worker env */
+#include <stdarg.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <linux/perf_event.h>
+#include <linux/sched.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "escape.h"
+
+static int failures;
+
+static void report(const char *check, bool ok, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void report(const char *check, bool ok, const char *fmt, ...)
+{
+	char detail[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	for (char *c = detail; *c; c++)
+		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+			*c = '\'';
+	printf("{\"check\":\"%s\",\"ok\":%s,\"detail\":\"%s\"}\n", check, ok ? "true" : "false", detail);
+	fflush(stdout);
+	if (!ok)
+		failures++;
+}
+
+/* The path must not be openable, and the reason must be that it does not exist here. */
+static void expect_absent(const char *check, const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	int e = errno;
+
+	if (fd >= 0) {
+		char buf[64];
+		ssize_t n = read(fd, buf, sizeof(buf));
+
+		close(fd);
+		report(check, false, "%s opened (%zd bytes readable)", path, n);
+		return;
+	}
+	report(check, e == ENOENT, "%s: %s", path, strerror(e));
+}
+
+static void expect_errno(const char *check, long rc, int want)
+{
+	int e = errno;
+
+	if (rc >= 0)
+		report(check, false, "succeeded (rc %ld)", rc);
+	else
+		report(check, e == want, "%s (want %s)", strerror(e), strerror(want));
+}
+
+static void check_files(const struct escape_args *a)
+{
+	char path[4096];
+
+	if (a->keyfile) {
+		expect_absent("keystore_file", a->keyfile);
+		snprintf(path, sizeof(path), "/proc/1/root%s", a->keyfile);
+		expect_absent("keystore_via_proc1_root", path);
+		snprintf(path, sizeof(path), "/proc/self/root%s", a->keyfile);
+		expect_absent("keystore_via_proc_self_root", path);
+		snprintf(path, sizeof(path), "../../../../../../../..%s", a->keyfile);
+		expect_absent("keystore_via_dotdot", path);
+		/* A symlink planted in the scratch home resolves inside the sandbox too. */
+		unlink("planted-link");
+		if (symlink(a->keyfile, "planted-link") == 0)
+			expect_absent("keystore_via_planted_symlink", "planted-link");
+		else
+			report("keystore_via_planted_symlink", false, "symlink: %s", strerror(errno));
+	}
+	if (a->keydir)
+		expect_absent("keystore_dir", a->keydir);
+	if (a->runtime)
+		expect_absent("other_scratch_dirs", a->runtime);
+	expect_absent("root_home", "/root");
+	expect_absent("root_ssh", "/root/.ssh/id_rsa");
+	expect_absent("home_dirs", "/home/olp/../../home/root");
+	expect_absent("sys_absent", "/sys/kernel");
+	expect_absent("host_run_absent", "/run");
+	expect_absent("etc_shadow_absent", "/etc/shadow");
+}
+
+static void check_env(const struct escape_args *a)
+{
+	/* The policy's variables, and PWD, which bwrap's --chdir sets. */
+	static const char *const allowed[] = { "PATH", "HOME", "LANG", "TMPDIR", "USER", "PWD" };
+	extern char **environ;
+	bool ok = true;
+	char bad[256] = "";
+	DIR *d;
+	struct dirent *de;
+
+	for (char **e = environ; *e; e++) {
+		size_t n = strcspn(*e, "="), i;
+
+		for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+			if (strlen(allowed[i]) == n && !strncmp(*e, allowed[i], n))
+				break;
+		if (i == sizeof(allowed) / sizeof(allowed[0]) && !(a->extra_env && !strncmp(*e, a->extra_env, n))) {
+			ok = false;
+			snprintf(bad, sizeof(bad), "%.*s", (int)n, *e);
+		}
+	}
+	report("env_allowlisted", ok, ok ? "only allowlisted names" : "unexpected variable %s", bad);
+	if (!a->secret)
+		return;
+	/* (The secret reaches us hex-encoded, so that our own cmdline does not hold it.) */
+	/* The secret is in no process's environment or command line in here. */
+	ok = true;
+	d = opendir("/proc");
+	while (d && (de = readdir(d))) {
+		static const char *const files[] = { "environ", "cmdline" };
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		for (int f = 0; f < 2; f++) {
+			char path[300], buf[65536];
+			int fd;
+			ssize_t n;
+
+			snprintf(path, sizeof(path), "/proc/%s/%s", de->d_name, files[f]);
+			fd = open(path, O_RDONLY);
+			if (fd < 0)
+				continue;
+			n = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (n > 0 && memmem(buf, (size_t)n, a->secret, strlen(a->secret)))
+				ok = false;
+		}
+	}
+	if (d)
+		closedir(d);
+	report("secret_not_in_proc", ok, ok ? "not in any /proc/*/environ or cmdline" : "secret found");
+}
+
+static void check_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	struct stat st;
+	char list[256] = "";
+	size_t len = 0;
+	bool ok = true;
+
+	while (d && (de = readdir(d))) {
+		int fd = atoi(de->d_name);
+
+		if (de->d_name[0] == '.' || fd == dirfd(d))
+			continue;
+		if (fd > 2)
+			ok = false;
+		len += (size_t)snprintf(list + len, sizeof(list) - len, "%d ", fd);
+	}
+	if (d)
+		closedir(d);
+	report("only_fds_0_1_2", ok, "fds: %s", list);
+	report("fd0_not_socket", fstat(0, &st) == 0 && !S_ISSOCK(st.st_mode), "fd 0 mode %o", st.st_mode);
+}
+
+static void check_pids(const struct escape_args *a)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0, maxpid = 0;
+
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		n++;
+		if (atoi(de->d_name) > maxpid)
+			maxpid = atoi(de->d_name);
+	}
+	if (d)
+		closedir(d);
+	/* bwrap's init, this probe, maybe a shell: a handful of small pids. */
+	report("only_sandbox_pids", n <= 4 && maxpid < 100, "%d pids visible, highest %d", n, maxpid);
+	if (a->hostpid > 0) {
+		long rc = kill(a->hostpid, 0);
+
+		/* ESRCH: no such pid in this namespace (a same-numbered sandbox pid would be
+		 * ours, which the pid count above already rules out for large host pids). */
+		if (a->hostpid >= 100)
+			expect_errno("host_pid_not_signalable", rc, ESRCH);
+	}
+}
+
+static void check_ptrace(void)
+{
+	char buf[16] = "", rbuf[16];
+	struct iovec local = { rbuf, sizeof(rbuf) }, remote = { buf, sizeof(buf) };
+	pid_t child;
+	int fd;
+
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	expect_errno("ptrace_attach", ptrace(PTRACE_ATTACH, child, 0, 0), EPERM);
+	expect_errno("process_vm_readv", process_vm_readv(child, &local, 1, &remote, 1, 0), EPERM);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	fd = open("/proc/1/mem", O_RDWR);
+	if (fd >= 0) {
+		long rc = pwrite(fd, "x", 1, 0x400000);
+
+		close(fd);
+		report("proc1_mem_write", rc < 0, "write to /proc/1/mem %s", rc < 0 ? "failed" : "succeeded");
+	} else {
+		report("proc1_mem_write", true, "open /proc/1/mem: %s", strerror(errno));
+	}
+}
+
+static void check_syscalls(void)
+{
+	struct clone_args ca = { .flags = 0, .exit_signal = SIGCHLD };
+	struct perf_event_attr pea = { .type = PERF_TYPE_SOFTWARE, .size = sizeof(pea),
+				       .config = PERF_COUNT_SW_CPU_CLOCK };
+	union bpf_attr ba;
+	struct io_uring_params up;
+
+	memset(&ba, 0, sizeof(ba));
+	memset(&up, 0, sizeof(up));
+	expect_errno("unshare_user", unshare(CLONE_NEWUSER), EPERM);
+	expect_errno("unshare_mount", unshare(CLONE_NEWNS), EPERM);
+	expect_errno("clone_newuser", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0), EPERM);
+	expect_errno("clone3_enosys", syscall(SYS_clone3, &ca, sizeof(ca)), ENOSYS);
+	expect_errno("mount_tmpfs", mount("none", "/tmp", "tmpfs", 0, NULL), EPERM);
+	expect_errno("keyctl", syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0), EPERM);
+	expect_errno("add_key", syscall(SYS_add_key, "user", "olp", "x", 1, KEY_SPEC_PROCESS_KEYRING), EPERM);
+	expect_errno("bpf", syscall(SYS_bpf, BPF_PROG_LOAD, &ba, sizeof(ba)), EPERM);
+	expect_errno("io_uring_setup", syscall(SYS_io_uring_setup, 4, &up), EPERM);
+	expect_errno("userfaultfd", syscall(SYS_userfaultfd, 0), EPERM);
+	expect_errno("perf_event_open", syscall(SYS_perf_event_open, &pea, 0, -1, -1, 0), EPERM);
+	expect_errno("personality_no_aslr", syscall(SYS_personality, 0x0040000 /* ADDR_NO_RANDOMIZE */), EPERM);
+	expect_errno("chroot", chroot("/tmp"), EPERM);
+	expect_errno("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0), EPERM);
+}
+
+static void check_sockets(const struct escape_args *a)
+{
+	expect_errno("socket_af_unix", socket(AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
+	expect_errno("socket_af_netlink", socket(AF_NETLINK, SOCK_RAW, 0), EAFNOSUPPORT);
+	expect_errno("socket_af_packet", socket(AF_PACKET, SOCK_RAW, 0), EAFNOSUPPORT);
+	expect_errno("socket_high_bits_unix", syscall(SYS_socket, 0x100000000L | AF_UNIX, SOCK_STREAM, 0),
+		     EAFNOSUPPORT);
+	if (a->unix_path)
+		expect_absent("host_unix_socket_absent", a->unix_path);
+}
+
+/* Ask the resolver of /etc/resolv.conf for a name: no answer may come back. (A send may
+ * "succeed" when the resolver's address is a loopback one: it lands on the sandbox's own
+ * loopback, where nothing listens.) */
+static void check_resolver(void)
+{
+	static const unsigned char query[] = {
+		0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, /* id, RD, one question */
+		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+	};
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(53) };
+	char line[256], ns[64] = "127.0.0.53", reply[512];
+	FILE *f = fopen("/etc/resolv.conf", "r");
+	struct timeval tv = { .tv_sec = 1 };
+	int s;
+	ssize_t n;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "nameserver %63s", ns) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (inet_pton(AF_INET, ns, &sin.sin_addr) != 1) {
+		report("udp_to_resolver_fails", true, "resolver %s is not IPv4", ns);
+		return;
+	}
+	s = socket(AF_INET, SOCK_DGRAM, 0);
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(s, (struct sockaddr *)&sin, sizeof(sin)) < 0 || send(s, query, sizeof(query), 0) < 0) {
+		report("udp_to_resolver_fails", true, "send to %s:53: %s", ns, strerror(errno));
+		close(s);
+		return;
+	}
+	n = recv(s, reply, sizeof(reply), 0);
+	report("udp_to_resolver_fails", n < 0, "resolver %s: %s", ns,
+	       n < 0 ? strerror(errno) : "answered");
+	close(s);
+}
+
+static void check_network(const struct escape_args *a)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	int s;
+
+	if (a->tcp_host && a->tcp_port) {
+		inet_pton(AF_INET, a->tcp_host, &sin.sin_addr);
+		sin.sin_port = htons((uint16_t)a->tcp_port);
+		s = socket(AF_INET, SOCK_STREAM, 0);
+		long rc = connect(s, (struct sockaddr *)&sin, sizeof(sin));
+		int e = errno;
+
+		report("tcp_to_host_fails", rc < 0, "connect %s:%d: %s", a->tcp_host, a->tcp_port,
+		       rc < 0 ? strerror(e) : "connected");
+		close(s);
+	}
+	check_resolver();
+	/* Anything off this host: there is no route (only the sandbox's own loopback). */
+	s = socket(AF_INET, SOCK_DGRAM, 0);
+	sin.sin_port = htons(53);
+	inet_pton(AF_INET, "192.0.2.1", &sin.sin_addr); /* TEST-NET-1 */
+	long rc = connect(s, (struct sockaddr *)&sin, sizeof(sin));
+	report("no_route_out", rc < 0, "connect 192.0.2.1:53: %s", rc < 0 ? strerror(errno) : "connected");
+	close(s);
+}
+
+static void check_tty(void)
+{
+	char c = 'x';
+
+	/* fd 0 is a pipe: without the filter this would be ENOTTY, with it EPERM. */
+	expect_errno("tiocsti", ioctl(0, TIOCSTI, &c), EPERM);
+	expect_errno("tiocsti_high_bits", syscall(SYS_ioctl, 0, 0x100000000UL | TIOCSTI, &c), EPERM);
+}
+
+static void check_ipc(const struct escape_args *a)
+{
+	if (a->shmid >= 0) {
+		void *p = shmat(a->shmid, NULL, SHM_RDONLY);
+
+		report("host_shm_invisible", p == (void *)-1, "shmat(%d): %s", a->shmid,
+		       p == (void *)-1 ? strerror(errno) : "attached");
+	}
+}
+
+static void read_status(const char *field, char *out, size_t n)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+
+	out[0] = '\0';
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':') {
+			snprintf(out, n, "%s", line + strlen(field) + 1 + strspn(line + strlen(field) + 1, " \t"));
+			out[strcspn(out, "\n")] = '\0';
+		}
+	if (f)
+		fclose(f);
+}
+
+static void check_creds(void)
+{
+	static const struct {
+		const char *field, *want;
+	} want[] = {
+		{ "CapEff", "0000000000000000" }, { "CapPrm", "0000000000000000" },
+		{ "CapBnd", "0000000000000000" }, { "CapAmb", "0000000000000000" },
+		{ "NoNewPrivs", "1" }, { "Seccomp", "2" },
+	};
+	char v[64], name[64];
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		read_status(want[i].field, v, sizeof(v));
+		snprintf(name, sizeof(name), "status_%s", want[i].field);
+		report(name, !strcmp(v, want[i].want), "%s=%s", want[i].field, v);
+	}
+}
+
+static void check_writes(void)
+{
+	int fd = open("/usr/olp-escape", O_WRONLY | O_CREAT, 0600);
+	char chunk[1 << 16];
+	long total = 0;
+
+	if (fd >= 0) {
+		close(fd);
+		report("usr_read_only", false, "created /usr/olp-escape");
+	} else {
+		report("usr_read_only", errno == EROFS, "%s", strerror(errno));
+	}
+	memset(chunk, 'x', sizeof(chunk));
+	fd = open("/tmp/fill", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	for (;;) {
+		ssize_t n = write(fd, chunk, sizeof(chunk));
+
+		if (n <= 0) {
+			report("tmp_size_limited", n < 0 && errno == ENOSPC && total < (1L << 30),
+			       "stopped after %ld MiB: %s", total >> 20, n < 0 ? strerror(errno) : "eof");
+			break;
+		}
+		total += n;
+		if (total > (2L << 30)) {
+			report("tmp_size_limited", false, "wrote 2 GiB into /tmp");
+			break;
+		}
+	}
+	close(fd);
+	unlink("/tmp/fill");
+}
+
+int escape_main(const struct escape_args *a)
+{
+	check_files(a);
+	check_env(a);
+	check_fds();
+	check_pids(a);
+	check_ptrace();
+	check_syscalls();
+	check_sockets(a);
+	if (!a->network)
+		check_network(a);
+	check_tty();
+	check_ipc(a);
+	check_creds();
+	check_writes();
+	printf("{\"summary\":true,\"failures\":%d}\n", failures);
+	return failures ? 1 : 0;
+}
