@@ -26,6 +26,7 @@ struct provider_ops {
 };
 
 extern const struct provider_ops prov_command_ops;
+extern const struct provider_ops prov_claude_ops, prov_codex_ops, prov_vibe_ops;
 
 const struct provider_ops *prov_ops_for_type(const char *type);
 

@@ -69,10 +69,32 @@ struct prov_usage {
 	int64_t cached_tokens;
 };
 
+enum prov_error {
+	PROV_OK = 0,
+	PROV_ERR_AUTH_MISSING,     /* the provider client has no credentials */
+	PROV_ERR_SPAWN_FAILED,     /* the command could not be started */
+	PROV_ERR_SPAWN_TIMEOUT,    /* the wall-clock limit was reached */
+	PROV_ERR_CONCURRENCY_LIMIT,
+	PROV_ERR_PROVIDER_ERROR,   /* the command failed (non-zero exit, error event) */
+	PROV_ERR_SANDBOX,          /* the sandbox could not start: fail closed */
+	PROV_ERR_CLIENT_GONE,      /* the sink aborted: nobody is listening any more */
+};
+
+/* A failure the provider reported in its own output (an upstream 429, "Not logged in"),
+ * as opposed to one seen from outside (exit status, timeout). */
+struct prov_failure {
+	enum prov_error err;      /* PROV_ERR_PROVIDER_ERROR or PROV_ERR_AUTH_MISSING */
+	int upstream_status;      /* the provider API's HTTP status when the output names it
+				     (401, 429, 500…), else 0 */
+	const char *message;      /* client-safe, written by the parser: never the upstream's
+				     own error text, which may name internal URLs */
+};
+
 enum prov_event_kind {
 	PROV_EV_DELTA,  /* text: a piece of the answer, valid UTF-8, never split mid-character */
 	PROV_EV_USAGE,  /* usage: token counts reported by the provider */
 	PROV_EV_FINISH, /* finish_reason: "stop", "length", … */
+	PROV_EV_ERROR,  /* failure: the provider reported that the request failed */
 };
 
 struct prov_event {
@@ -81,6 +103,7 @@ struct prov_event {
 	size_t len;
 	const struct prov_usage *usage;
 	const char *finish_reason;
+	const struct prov_failure *failure;
 };
 
 /* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). */
@@ -94,7 +117,10 @@ struct prov_parser;
 /* A parser for a provider type ("command"), or NULL when the type is unknown. */
 struct prov_parser *prov_parser_new(const char *type);
 /* Feed the next bytes of stdout; events go to sink. Returns the sink's < 0 value when it
- * aborted, else 0. */
+ * aborted; > 0 when the answer is complete (e.g. claude's "result" line): the rest of the
+ * output is not needed and the caller may end the run now (prov_run does, which saves
+ * waiting for the client to exit); else 0. Once it returned > 0, further bytes are
+ * ignored. */
 int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len, const struct prov_sink *sink);
 /* End of output: flush what is held back (e.g. a trailing partial UTF-8 sequence). */
 int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
@@ -105,17 +131,6 @@ void prov_parser_free(struct prov_parser *ps);
 void prov_flatten_messages(const json_t *messages, struct buf *out);
 
 /* ---- running ------------------------------------------------------------------------- */
-
-enum prov_error {
-	PROV_OK = 0,
-	PROV_ERR_AUTH_MISSING,     /* the provider client has no credentials */
-	PROV_ERR_SPAWN_FAILED,     /* the command could not be started */
-	PROV_ERR_SPAWN_TIMEOUT,    /* the wall-clock limit was reached */
-	PROV_ERR_CONCURRENCY_LIMIT,
-	PROV_ERR_PROVIDER_ERROR,   /* the command failed (non-zero exit, error event) */
-	PROV_ERR_SANDBOX,          /* the sandbox could not start: fail closed */
-	PROV_ERR_CLIENT_GONE,      /* the sink aborted: nobody is listening any more */
-};
 
 /* The error code as in the Node OLP ("SPAWN_TIMEOUT", …). */
 const char *prov_error_code(enum prov_error e);
@@ -128,6 +143,8 @@ struct prov_outcome {
 	char message[256];          /* client-safe message; never stderr, never the prompt */
 	char finish_reason[32];     /* "stop" unless the provider said otherwise */
 	struct prov_usage usage;
+	int upstream_status;        /* the provider API's HTTP status when its output named one
+				       (see struct prov_failure), else 0; for logs and routing */
 	bool output_started;        /* at least one delta reached the sink */
 	int exit_status;
 	uint64_t duration_ms;

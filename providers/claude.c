@@ -1,0 +1,292 @@
+/* The claude provider: Anthropic's Claude Code CLI in print mode, streaming JSON.
+ *
+ *   claude -p --output-format stream-json --verbose --include-partial-messages
+ *          --no-session-persistence --model M --system-prompt S --tools ""   (prompt on stdin)
+ *
+ *   "providers": { "anthropic": { "bin": "…", "tools": "", "max_retries": 2,
+ *       "credentials": "~/.claude/.credentials.json", "credentials_writable": false,
+ *       "env": { "ANTHROPIC_BASE_URL": "…", "ANTHROPIC_API_KEY": "…" },
+ *       "system_prompt": "…", "network": true } }
+ *
+ * Output, one JSON object a line (docs/providers.md has real samples): "stream_event"
+ * lines wrap the Messages API stream (text_delta pieces are the answer), "assistant"
+ * repeats each message whole, and the last line, "result", carries the stop reason, the
+ * usage and whether the request failed. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/cli.h"
+#include "providers/ndjson.h"
+#include "common/banned.h"
+
+/* What the model is told before the client's own system messages: it answers an API
+ * client, not a developer at a terminal. */
+static const char default_system_prompt[] =
+	"You are answering a request that arrived through an OpenAI-compatible API. Reply to "
+	"the conversation below directly, as a chat assistant would; do not mention tools, "
+	"files or a terminal.";
+
+static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
+		       struct prov_plan *plan, struct prov_outcome *out)
+{
+	static const char *const creds[] = { "~/.claude/.credentials.json", NULL };
+	struct buf system = BUF_INIT;
+	char num[32];
+	int ret;
+
+	if ((ret = prov_cli_push_program(pv, "OLP_CLAUDE_BIN", "claude", plan, out)))
+		goto out;
+	prov_cli_split_messages(req->messages, &system, &plan->stdin_data);
+	if (system.len) {
+		struct buf s = BUF_INIT;
+
+		buf_adds(&s, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
+		buf_adds(&s, "\n\n");
+		buf_add(&s, system.data, system.len);
+		buf_release(&system);
+		system = s;
+	} else {
+		buf_adds(&system, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
+	}
+	{
+		const char *const args[] = { "-p", "--output-format", "stream-json", "--verbose",
+					     "--include-partial-messages", "--no-session-persistence",
+					     "--model", req->model->id, "--system-prompt", system.data,
+					     "--tools", prov_cli_conf_str(pv, "tools", "") };
+
+		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
+			if ((ret = prov_plan_push_arg(plan, args[i])))
+				goto out;
+	}
+	prov_cli_set_network(pv, plan);
+	/* No update checks, telemetry or error reports from inside the sandbox; retries
+	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
+	snprintf(num, sizeof(num), "%lld", (long long)prov_cli_conf_int(pv, "max_retries", 2));
+	if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")) ||
+	    (ret = sbx_policy_setenv(plan->policy, "DISABLE_AUTOUPDATER", "1")) ||
+	    (ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_RETRIES", num)))
+		goto out;
+	if (req->max_tokens > 0) {
+		snprintf(num, sizeof(num), "%lld", (long long)req->max_tokens);
+		if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_OUTPUT_TOKENS", num)))
+			goto out;
+	}
+	/* Credentials only as configured: the sandbox environment starts empty, so nothing
+	 * (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in from the worker's own environment. */
+	if ((ret = prov_cli_set_conf_env(pv, plan, out)) ||
+	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
+		goto out;
+out:
+	buf_release(&system);
+	return ret;
+}
+
+/* ---- parser ---------------------------------------------------------------------------- */
+
+struct claude_parser {
+	struct prov_lines pl;
+	bool got_delta;         /* text_delta pieces came: "assistant" lines only repeat them */
+	bool got_text;          /* some answer text went out */
+	int error_status;       /* api_error_status of an "assistant" error message */
+	char stop_reason[32];   /* from message_delta, for a result without one */
+};
+
+static const char *finish_for(const char *stop_reason)
+{
+	if (!stop_reason)
+		return "stop";
+	if (!strcmp(stop_reason, "max_tokens") || !strcmp(stop_reason, "model_context_window_exceeded"))
+		return "length";
+	if (!strcmp(stop_reason, "refusal"))
+		return "content_filter";
+	return "stop"; /* end_turn, stop_sequence, pause_turn, tool_use (claude ran it) */
+}
+
+/* Lines that belong to a sub-agent's conversation, not to the answer. */
+static bool from_subagent(const json_t *o)
+{
+	return json_is_string(json_object_get(o, "parent_tool_use_id"));
+}
+
+static int on_stream_event(struct claude_parser *cp, const json_t *o)
+{
+	const json_t *ev = json_object_get(o, "event"), *delta = json_object_get(ev, "delta");
+	const char *type = prov_json_str(ev, "type");
+
+	if (!type || from_subagent(o)) {
+		cp->pl.ignored++;
+		return 0;
+	}
+	if (!strcmp(type, "content_block_delta")) {
+		const char *dt = prov_json_str(delta, "type");
+		const json_t *text = json_object_get(delta, "text");
+
+		if (dt && !strcmp(dt, "text_delta") && json_is_string(text)) {
+			cp->got_delta = true;
+			cp->got_text |= json_string_length(text) > 0;
+			return prov_emit_delta(cp->pl.sink, json_string_value(text),
+					       json_string_length(text));
+		}
+	} else if (!strcmp(type, "message_delta")) {
+		const char *sr = prov_json_str(delta, "stop_reason");
+
+		if (sr)
+			snprintf(cp->stop_reason, sizeof(cp->stop_reason), "%s", sr);
+		return 0;
+	}
+	cp->pl.ignored++;
+	return 0;
+}
+
+static int on_assistant(struct claude_parser *cp, const json_t *o)
+{
+	const json_t *content = json_object_get(json_object_get(o, "message"), "content"), *part;
+	size_t i;
+	int ret;
+
+	if (from_subagent(o))
+		return 0;
+	/* A synthetic message carrying an API error ("API Error: Request rejected (429)")
+	 * is not the answer; the "result" line after it reports the failure. */
+	if (json_is_true(json_object_get(o, "is_api_error_message")) ||
+	    json_object_get(o, "error")) {
+		cp->error_status = (int)prov_json_int(o, "api_error_status", 0);
+		return 0;
+	}
+	if (cp->got_delta)
+		return 0;
+	json_array_foreach(content, i, part) {
+		const char *pt = prov_json_str(part, "type");
+		const json_t *text = json_object_get(part, "text");
+
+		if (!pt || strcmp(pt, "text") || !json_is_string(text))
+			continue;
+		cp->got_text |= json_string_length(text) > 0;
+		if ((ret = prov_emit_delta(cp->pl.sink, json_string_value(text),
+					   json_string_length(text))))
+			return ret;
+	}
+	return 0;
+}
+
+static int on_result_error(struct claude_parser *cp, const json_t *o)
+{
+	const char *text = prov_json_str(o, "result");
+	int status = (int)prov_json_int(o, "api_error_status", cp->error_status);
+
+	if (text && strstr(text, "Not logged in"))
+		return prov_emit_failure(cp->pl.sink, PROV_ERR_AUTH_MISSING, 0,
+					 "claude is not logged in. Fix: run `claude` once as the "
+					 "user OLP runs as and log in (its ~/.claude/.credentials.json "
+					 "is handed to each run), or set ANTHROPIC_API_KEY in this "
+					 "provider's \"env\" in config.json");
+	return prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, status,
+				 prov_upstream_text(status));
+}
+
+static int on_result(struct claude_parser *cp, const json_t *o)
+{
+	const json_t *u = json_object_get(o, "usage");
+	const char *subtype = prov_json_str(o, "subtype"), *sr = prov_json_str(o, "stop_reason");
+	const json_t *text = json_object_get(o, "result");
+	struct prov_usage usage = { .present = true };
+	int ret;
+
+	if (json_is_true(json_object_get(o, "is_error")) ||
+	    (subtype && !strncmp(subtype, "error", 5)))
+		return on_result_error(cp, o) ?: 1;
+	/* Print mode without partial messages: the result is the only place of the text. */
+	if (!cp->got_text && json_is_string(text) &&
+	    (ret = prov_emit_delta(cp->pl.sink, json_string_value(text), json_string_length(text))))
+		return ret;
+	if (json_is_object(u)) {
+		int64_t cache_read = prov_json_int(u, "cache_read_input_tokens", 0);
+
+		/* Anthropic counts cached input apart from input_tokens; OpenAI's
+		 * prompt_tokens include it. */
+		usage.prompt_tokens = prov_json_int(u, "input_tokens", 0) + cache_read +
+				      prov_json_int(u, "cache_creation_input_tokens", 0);
+		usage.completion_tokens = prov_json_int(u, "output_tokens", 0);
+		usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+		usage.cached_tokens = cache_read;
+		if ((ret = prov_emit_usage(cp->pl.sink, &usage)))
+			return ret;
+	}
+	ret = prov_emit_finish(cp->pl.sink, finish_for(sr ? sr : cp->stop_reason[0] ? cp->stop_reason : NULL));
+	return ret ?: 1; /* the answer is complete: no need to wait for the exit */
+}
+
+static int claude_line(void *ctx, const char *line, size_t len)
+{
+	struct claude_parser *cp = ctx;
+	json_t *o = prov_json_object(line, len);
+	const char *type = prov_json_str(o, "type");
+	int ret = 0;
+
+	if (!o) {
+		cp->pl.garbage++;
+		return 0;
+	}
+	if (!type)
+		cp->pl.ignored++;
+	else if (!strcmp(type, "stream_event"))
+		ret = on_stream_event(cp, o);
+	else if (!strcmp(type, "assistant"))
+		ret = on_assistant(cp, o);
+	else if (!strcmp(type, "result"))
+		ret = on_result(cp, o);
+	else
+		cp->pl.ignored++; /* system, user, rate_limit_event, and types to come */
+	json_decref(o);
+	return ret;
+}
+
+static void *claude_parser_new(void)
+{
+	struct claude_parser *cp = calloc(1, sizeof(*cp));
+
+	if (cp)
+		prov_lines_init(&cp->pl);
+	return cp;
+}
+
+static int claude_feed(void *st, const char *data, size_t len, const struct prov_sink *sink)
+{
+	struct claude_parser *cp = st;
+
+	return prov_lines_feed(&cp->pl, data, len, sink, claude_line, cp);
+}
+
+static int claude_finish(void *st, const struct prov_sink *sink)
+{
+	struct claude_parser *cp = st;
+	int ret = prov_lines_finish(&cp->pl, sink, claude_line, cp);
+
+	/* An API error message and then no "result" (the process died): still say why. */
+	if (!ret && !cp->pl.done && cp->error_status)
+		ret = prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, cp->error_status,
+					prov_upstream_text(cp->error_status));
+	return ret;
+}
+
+static void claude_parser_free(void *st)
+{
+	struct claude_parser *cp = st;
+
+	if (!cp)
+		return;
+	prov_lines_release(&cp->pl);
+	free(cp);
+}
+
+const struct provider_ops prov_claude_ops = {
+	.type = "claude",
+	.plan = claude_plan,
+	.parser_new = claude_parser_new,
+	.parser_feed = claude_feed,
+	.parser_finish = claude_finish,
+	.parser_free = claude_parser_free,
+};

@@ -1,0 +1,334 @@
+/* Plan helpers shared by the CLI providers: finding the program, binding its install
+ * tree and the credentials it needs, the environment from the provider's conf. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "providers/cli.h"
+#include "common/banned.h"
+
+const char *prov_cli_conf_str(const struct prov_provider *pv, const char *key, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(pv->conf, key));
+
+	return s ? s : dflt;
+}
+
+int64_t prov_cli_conf_int(const struct prov_provider *pv, const char *key, int64_t dflt)
+{
+	const json_t *v = json_object_get(pv->conf, key);
+
+	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : dflt;
+}
+
+void prov_cli_set_network(const struct prov_provider *pv, struct prov_plan *plan)
+{
+	sbx_policy_set_network(plan->policy, !json_is_false(json_object_get(pv->conf, "network")));
+}
+
+/* The worker's home, for "~/" in configured paths. */
+static const char *host_home(char *tmp, size_t tmpsz)
+{
+	const char *h = getenv("HOME");
+	struct passwd pw, *res = NULL;
+
+	if (h && h[0] == '/')
+		return h;
+	if (getpwuid_r(getuid(), &pw, tmp, tmpsz, &res) || !res || !res->pw_dir)
+		return NULL;
+	return res->pw_dir;
+}
+
+/* Expand "~/" against the worker's home into out (PATH_MAX); absolute paths as they are. */
+static int expand_home(const char *path, char *out)
+{
+	char tmp[1024];
+	const char *home;
+	int n;
+
+	if (path[0] == '/') {
+		n = snprintf(out, PATH_MAX, "%s", path);
+	} else if (path[0] == '~' && path[1] == '/') {
+		if (!(home = host_home(tmp, sizeof(tmp))))
+			return -ENOENT;
+		n = snprintf(out, PATH_MAX, "%s%s", home, path + 1);
+	} else {
+		return -EINVAL;
+	}
+	return n > 0 && n < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
+static bool is_exec_file(const char *path)
+{
+	struct stat st;
+
+	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, X_OK);
+}
+
+/* name on the worker's PATH (absolute entries only: a relative one would depend on the
+ * worker's working directory). Real path into real. */
+static int path_lookup(const char *name, char *real)
+{
+	const char *path = getenv("PATH"), *p, *colon;
+	char cand[PATH_MAX];
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (p = path; *p; p = *colon ? colon + 1 : colon) {
+		int n;
+
+		colon = strchrnul(p, ':');
+		if (p[0] != '/')
+			continue;
+		n = snprintf(cand, sizeof(cand), "%.*s/%s", (int)(colon - p), p, name);
+		if (n > 0 && n < (int)sizeof(cand) && is_exec_file(cand) && realpath(cand, real))
+			return 0;
+	}
+	return -ENOENT;
+}
+
+static int resolve(const char *what, char *real)
+{
+	char exp[PATH_MAX];
+
+	if (!strchr(what, '/'))
+		return path_lookup(what, real);
+	if (expand_home(what, exp) || !is_exec_file(exp) || !realpath(exp, real))
+		return -ENOENT;
+	return 0;
+}
+
+int prov_cli_find(const struct prov_provider *pv, const char *env_name, const char *name,
+		  char *real)
+{
+	const char *conf_bin = prov_cli_conf_str(pv, "bin", NULL);
+	const char *env_bin = env_name ? getenv(env_name) : NULL;
+
+	if (conf_bin && *conf_bin)
+		return resolve(conf_bin, real);
+	if (env_bin && *env_bin)
+		return resolve(env_bin, real);
+	return path_lookup(name, real);
+}
+
+int prov_cli_bind_install(struct sbx_policy *p, const char *real)
+{
+	const char *nm = NULL, *s, *end;
+	char root[PATH_MAX];
+
+	if (!strncmp(real, "/usr/", 5))
+		return 0;
+	for (s = real; (s = strstr(s, "/node_modules/")); s++)
+		nm = s;
+	if (!nm)
+		return sbx_policy_add_ro(p, real);
+	/* The package root: node_modules/<name> or node_modules/@scope/<name>. */
+	s = nm + strlen("/node_modules/");
+	end = strchr(s, '/');
+	if (end && *s == '@')
+		end = strchr(end + 1, '/');
+	if (!end || (size_t)(end - real) >= sizeof(root))
+		return sbx_policy_add_ro(p, real);
+	memcpy(root, real, (size_t)(end - real));
+	root[end - real] = '\0';
+	return sbx_policy_add_ro(p, root);
+}
+
+/* The interpreter of a "#!" script: "#!/usr/bin/env node" gives "node", "#!/x/node" gives
+ * "/x/node". Empty when path is not a script. */
+static void shebang_interp(const char *path, char *interp, size_t size)
+{
+	char line[256], *s, *e;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	interp[0] = '\0';
+	if (fd < 0)
+		return;
+	n = read(fd, line, sizeof(line) - 1);
+	close(fd);
+	if (n < 3 || line[0] != '#' || line[1] != '!')
+		return;
+	line[n] = '\0';
+	s = line + 2 + strspn(line + 2, " \t");
+	e = s + strcspn(s, " \t\n");
+	if (e - s == 12 && !strncmp(s, "/usr/bin/env", 12)) {
+		s = e + strspn(e, " \t");
+		e = s + strcspn(s, " \t\n");
+	}
+	snprintf(interp, size, "%.*s", (int)(e - s), s);
+}
+
+int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, const char *name,
+			  struct prov_plan *plan, struct prov_outcome *out)
+{
+	char real[PATH_MAX], interp[256], interp_real[PATH_MAX];
+	int ret;
+
+	if (prov_cli_find(pv, env_name, name, real)) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: program \"%s\" not found (set providers.%s.bin or %s)",
+			 pv->name, prov_cli_conf_str(pv, "bin", name), pv->name, env_name);
+		return -ENOENT;
+	}
+	shebang_interp(real, interp, sizeof(interp));
+	/* A script whose interpreter the sandbox cannot see at the path the "#!" line names
+	 * (node under ~/.nvm, say) runs through the interpreter's real path instead. */
+	if (interp[0] && (resolve(interp, interp_real) == 0) &&
+	    strncmp(interp_real, "/usr/", 5)) {
+		if ((ret = prov_plan_push_arg(plan, interp_real)) ||
+		    (ret = prov_cli_bind_install(plan->policy, interp_real)))
+			return ret;
+	}
+	if ((ret = prov_plan_push_arg(plan, real)))
+		return ret;
+	return prov_cli_bind_install(plan->policy, real);
+}
+
+int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside,
+		       bool writable)
+{
+	char exp[PATH_MAX];
+	int ret;
+
+	if ((ret = expand_home(host, exp)))
+		return ret;
+	return sbx_policy_add_bind(plan->policy, exp, inside, writable);
+}
+
+/* Where a credentials file lands inside: its place relative to the worker's HOME. */
+static int inside_for(const char *host, char *inside)
+{
+	char exp[PATH_MAX], tmp[1024];
+	const char *home = host_home(tmp, sizeof(tmp));
+	size_t hl;
+	int ret;
+
+	if ((ret = expand_home(host, exp)))
+		return ret;
+	hl = home ? strlen(home) : 0;
+	if (!home || hl < 2 || strncmp(exp, home, hl) || exp[hl] != '/')
+		return -EINVAL;
+	ret = snprintf(inside, PATH_MAX, "%s%s", SBX_HOME_PATH, exp + hl);
+	return ret > 0 && ret < PATH_MAX ? 0 : -ENAMETOOLONG;
+}
+
+static int bind_one_credential(struct prov_plan *plan, const char *host, const char *rel,
+			       bool writable)
+{
+	char inside[PATH_MAX];
+	int n;
+
+	if (!rel)
+		return inside_for(host, inside) ?: prov_cli_bind_file(plan, host, inside, writable);
+	if (rel[0] == '/')
+		n = strncmp(rel, SBX_HOME_PATH "/", sizeof(SBX_HOME_PATH)) ?
+			    -1 : snprintf(inside, sizeof(inside), "%s", rel);
+	else
+		n = snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, rel);
+	if (n <= 0 || n >= (int)sizeof(inside))
+		return -EINVAL;
+	return prov_cli_bind_file(plan, host, inside, writable);
+}
+
+int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
+			      struct prov_plan *plan, struct prov_outcome *out)
+{
+	const json_t *cred = json_object_get(pv->conf, "credentials"), *v;
+	bool writable = json_is_true(json_object_get(pv->conf, "credentials_writable"));
+	const char *key;
+	size_t i;
+	int ret = 0;
+
+	if (!cred) {
+		for (i = 0; !ret && dflt && dflt[i]; i++)
+			ret = bind_one_credential(plan, dflt[i], NULL, writable);
+		/* A default outside HOME (no HOME at all) is simply not there. */
+		return ret == -EINVAL || ret == -ENOENT ? 0 : ret;
+	}
+	if (json_is_string(cred)) {
+		ret = bind_one_credential(plan, json_string_value(cred), NULL, writable);
+	} else if (json_is_array(cred)) {
+		json_array_foreach(cred, i, v)
+			if (!ret)
+				ret = json_is_string(v) ?
+					      bind_one_credential(plan, json_string_value(v), NULL, writable) :
+					      -EINVAL;
+	} else if (json_is_object(cred)) {
+		json_object_foreach((json_t *)cred, key, v)
+			if (!ret)
+				ret = json_is_string(v) ?
+					      bind_one_credential(plan, key, json_string_value(v), writable) :
+					      -EINVAL;
+	} else if (!json_is_null(cred) && !json_is_false(cred)) {
+		ret = -EINVAL;
+	}
+	if (ret)
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s is misconfigured: \"credentials\" must be paths under HOME, or "
+			 "an object {host path: path inside the home}", pv->name);
+	return ret;
+}
+
+int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan,
+			  struct prov_outcome *out)
+{
+	const json_t *env = json_object_get(pv->conf, "env"), *v;
+	const char *key;
+	int ret;
+
+	if (env && !json_is_object(env))
+		goto bad;
+	json_object_foreach((json_t *)env, key, v) {
+		if (!json_is_string(v))
+			goto bad;
+		ret = sbx_policy_setenv(plan->policy, key, json_string_value(v));
+		if (ret == -ENOMEM)
+			return ret;
+		if (ret)
+			goto bad;
+	}
+	return 0;
+bad:
+	snprintf(out->message, sizeof(out->message),
+		 "provider %s is misconfigured: \"env\" must be an object of variable names to "
+		 "strings", pv->name);
+	return -EINVAL;
+}
+
+void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt)
+{
+	json_t *sys = json_array(), *rest = json_array(), *m;
+	size_t i;
+
+	if (!sys || !rest)
+		goto out;
+	json_array_foreach(messages, i, m) {
+		const char *role = json_string_value(json_object_get(m, "role"));
+
+		if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {
+			/* As a plain message, so that flattening gives its text without the
+			 * "[System]" label: here it becomes the system prompt itself. */
+			json_t *plain = json_pack("{s:s, s:O}", "role", "user", "content",
+						  json_object_get(m, "content"));
+
+			if (plain)
+				json_array_append_new(sys, plain);
+		} else {
+			json_array_append(rest, m);
+		}
+	}
+	if (system)
+		prov_flatten_messages(sys, system);
+	if (prompt)
+		prov_flatten_messages(rest, prompt);
+out:
+	json_decref(sys);
+	json_decref(rest);
+}

@@ -1,0 +1,298 @@
+/* The codex provider: OpenAI's Codex CLI, non-interactive, JSON events.
+ *
+ *   codex exec --json --skip-git-repo-check --ephemeral
+ *              --dangerously-bypass-approvals-and-sandbox --model M -   (prompt on stdin)
+ *
+ *   "providers": { "openai": { "bin": "…", "max_retries": 1,
+ *       "credentials": "~/.codex/auth.json", "config_toml": "~/.codex/config.toml",
+ *       "model_provider": "<id of a [model_providers.<id>] table in config.toml>",
+ *       "env": { "OPENAI_API_KEY": "…" }, "network": true } }
+ *
+ * Our sandbox is the boundary: codex's own sandbox would need the user namespaces that
+ * ours forbids, so it is switched off inside (the flag codex documents for "externally
+ * sandboxed" environments). CODEX_HOME is a writable directory of the scratch home with
+ * auth.json and config.toml bound in; TMPDIR stays /tmp, outside CODEX_HOME, because codex
+ * refuses to place its helpers under TMPDIR.
+ *
+ * Output, one JSON object a line: "item.completed" with an "agent_message" item holds
+ * the whole answer (codex streams no token deltas), "turn.completed" the usage, and
+ * "error" / "turn.failed" a failure. An item of type "error" is a warning (e.g. unknown
+ * model metadata), not a failure. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "providers/cli.h"
+#include "providers/ndjson.h"
+#include "common/banned.h"
+
+#define CODEX_HOME SBX_HOME_PATH "/.codex"
+
+#if defined(__x86_64__)
+#define CODEX_ARCH "x64"
+#define CODEX_TRIPLE "x86_64-unknown-linux-musl"
+#elif defined(__aarch64__)
+#define CODEX_ARCH "arm64"
+#define CODEX_TRIPLE "aarch64-unknown-linux-musl"
+#endif
+
+/* The npm package's bin/codex.js only finds and execs a native binary shipped in a
+ * platform package. Run that binary directly: the sandbox then needs no node at all. */
+static bool codex_native(const char *real, char *native)
+{
+#ifdef CODEX_TRIPLE
+	/* Relative to the package root: where npm puts the platform package (nested or
+	 * hoisted next to it), and where older releases kept the binary. */
+	static const char *const where[] = {
+		"/node_modules/@openai/codex-linux-" CODEX_ARCH "/vendor/" CODEX_TRIPLE "/bin/codex",
+		"/../codex-linux-" CODEX_ARCH "/vendor/" CODEX_TRIPLE "/bin/codex",
+		"/vendor/" CODEX_TRIPLE "/bin/codex",
+	};
+	char cand[PATH_MAX];
+	size_t rl = strlen(real), sl = strlen("/bin/codex.js");
+
+	if (rl <= sl || strcmp(real + rl - sl, "/bin/codex.js"))
+		return false;
+	for (size_t i = 0; i < ARRAY_SIZE(where); i++) {
+		int n = snprintf(cand, sizeof(cand), "%.*s%s", (int)(rl - sl), real, where[i]);
+
+		if (n > 0 && n < (int)sizeof(cand) && !access(cand, X_OK) && realpath(cand, native))
+			return true;
+	}
+#else
+	(void)real;
+	(void)native;
+#endif
+	return false;
+}
+
+/* One "-c key=value" override; value is TOML. */
+static int push_config(struct prov_plan *plan, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int push_config(struct prov_plan *plan, const char *fmt, ...)
+{
+	struct buf kv = BUF_INIT;
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	buf_vaddf(&kv, fmt, ap);
+	va_end(ap);
+	ret = prov_plan_push_arg(plan, "-c") ?: prov_plan_push_arg(plan, kv.data);
+	buf_release(&kv);
+	return ret;
+}
+
+/* A [model_providers.<id>] key goes into a TOML key path: letters, digits, - and _ only. */
+static bool valid_id(const char *id)
+{
+	return *id && strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+			      strlen(id) && strlen(id) < 64;
+}
+
+static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
+		      struct prov_plan *plan, struct prov_outcome *out)
+{
+	static const char *const creds[] = { "~/.codex/auth.json", NULL };
+	const json_t *toml = json_object_get(pv->conf, "config_toml");
+	const char *mp = prov_cli_conf_str(pv, "model_provider", NULL);
+	long long retries = prov_cli_conf_int(pv, "max_retries", 1);
+	char real[PATH_MAX], native[PATH_MAX];
+	int ret;
+
+	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
+		if ((ret = prov_plan_push_arg(plan, native)) ||
+		    (ret = prov_cli_bind_install(plan->policy, native)))
+			return ret;
+	} else if ((ret = prov_cli_push_program(pv, "OLP_CODEX_BIN", "codex", plan, out))) {
+		return ret;
+	}
+	{
+		const char *const args[] = { "exec", "--json", "--skip-git-repo-check", "--ephemeral",
+					     "--dangerously-bypass-approvals-and-sandbox",
+					     "--model", req->model->id };
+
+		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
+			if ((ret = prov_plan_push_arg(plan, args[i])))
+				return ret;
+	}
+	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
+	 * client in seconds. The retry settings belong to a [model_providers.<id>] table. */
+	if (mp && !valid_id(mp)) {
+		ret = -EINVAL;
+		goto bad_conf;
+	}
+	if (mp && ((ret = push_config(plan, "model_provider=\"%s\"", mp)) ||
+		   (ret = push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries)) ||
+		   (ret = push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries))))
+		return ret;
+	if ((ret = prov_plan_push_arg(plan, "-")))
+		return ret;
+	prov_flatten_messages(req->messages, &plan->stdin_data);
+	prov_cli_set_network(pv, plan);
+	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
+	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
+	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
+		return ret;
+	if (!toml || json_is_string(toml)) {
+		ret = prov_cli_bind_file(plan, toml ? json_string_value(toml) : "~/.codex/config.toml",
+					 CODEX_HOME "/config.toml", false);
+		/* The default file may not exist (or HOME may be unknown): then there is none. */
+		if (ret && (toml || ret == -ENOMEM))
+			goto bad_conf;
+	} else if (!json_is_false(toml) && !json_is_null(toml)) {
+		goto bad_conf;
+	}
+	return 0;
+bad_conf:
+	if (ret == -ENOMEM)
+		return ret;
+	snprintf(out->message, sizeof(out->message),
+		 "provider %s is misconfigured: \"config_toml\" must be a path, and "
+		 "\"model_provider\" a short id", pv->name);
+	return -EINVAL;
+}
+
+/* ---- parser ---------------------------------------------------------------------------- */
+
+struct codex_parser {
+	struct prov_lines pl;
+	size_t messages;        /* agent messages emitted */
+	int error_status;       /* from an "error" line, until the turn says how it ended */
+	bool error_seen;
+};
+
+static int on_item(struct codex_parser *xp, const json_t *o)
+{
+	const json_t *item = json_object_get(o, "item"), *text = json_object_get(item, "text");
+	const char *type = prov_json_str(item, "type");
+	int ret;
+
+	if (!type || strcmp(type, "agent_message") || !json_is_string(text)) {
+		xp->pl.ignored++; /* reasoning, command_execution, error (a warning), … */
+		return 0;
+	}
+	if (!json_string_length(text))
+		return 0;
+	/* Several messages in one turn (a preamble, then the answer) read as paragraphs. */
+	if (xp->messages++ && (ret = prov_emit_delta(xp->pl.sink, "\n\n", 2)))
+		return ret;
+	return prov_emit_delta(xp->pl.sink, json_string_value(text), json_string_length(text));
+}
+
+static int on_turn_completed(struct codex_parser *xp, const json_t *o)
+{
+	const json_t *u = json_object_get(o, "usage");
+	struct prov_usage usage = { .present = true };
+	int ret;
+
+	if (json_is_object(u)) {
+		/* As in OpenAI's API: input_tokens include the cached ones, output_tokens the
+		 * reasoning ones. */
+		usage.prompt_tokens = prov_json_int(u, "input_tokens", 0);
+		usage.completion_tokens = prov_json_int(u, "output_tokens", 0);
+		usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+		usage.cached_tokens = prov_json_int(u, "cached_input_tokens", 0);
+		if ((ret = prov_emit_usage(xp->pl.sink, &usage)))
+			return ret;
+	}
+	return prov_emit_finish(xp->pl.sink, "stop") ?: 1;
+}
+
+static int failure(struct codex_parser *xp, const struct prov_sink *sink, int status)
+{
+	if (!status)
+		status = xp->error_status;
+	if (status == 401 || status == 403)
+		/* codex says 401 both for a bad key and for none at all. */
+		return prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, status,
+					 "the upstream API rejected codex's credentials; check "
+					 "~/.codex/auth.json (codex login) or this provider's \"env\"");
+	return prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, status, prov_upstream_text(status));
+}
+
+static int codex_line(void *ctx, const char *line, size_t len)
+{
+	struct codex_parser *xp = ctx;
+	json_t *o = prov_json_object(line, len);
+	const char *type = prov_json_str(o, "type");
+	int ret = 0;
+
+	if (!o) {
+		xp->pl.garbage++;
+		return 0;
+	}
+	if (!type) {
+		xp->pl.ignored++;
+	} else if (!strcmp(type, "item.completed")) {
+		ret = on_item(xp, o);
+	} else if (!strcmp(type, "turn.completed")) {
+		ret = on_turn_completed(xp, o);
+	} else if (!strcmp(type, "turn.failed")) {
+		const char *msg = prov_json_str(json_object_get(o, "error"), "message");
+
+		ret = failure(xp, xp->pl.sink, msg ? prov_find_status(msg) : 0) ?: 1;
+	} else if (!strcmp(type, "error")) {
+		/* Also sent for retries that may still succeed: the turn decides. */
+		const char *msg = prov_json_str(o, "message");
+		int st = msg ? prov_find_status(msg) : 0;
+
+		xp->error_seen = true;
+		if (st)
+			xp->error_status = st;
+	} else {
+		xp->pl.ignored++; /* thread.started, turn.started, item.started, … */
+	}
+	json_decref(o);
+	return ret;
+}
+
+static void *codex_parser_new(void)
+{
+	struct codex_parser *xp = calloc(1, sizeof(*xp));
+
+	if (xp)
+		prov_lines_init(&xp->pl);
+	return xp;
+}
+
+static int codex_feed(void *st, const char *data, size_t len, const struct prov_sink *sink)
+{
+	struct codex_parser *xp = st;
+
+	return prov_lines_feed(&xp->pl, data, len, sink, codex_line, xp);
+}
+
+static int codex_finish(void *st, const struct prov_sink *sink)
+{
+	struct codex_parser *xp = st;
+	int ret = prov_lines_finish(&xp->pl, sink, codex_line, xp);
+
+	/* An error and then no end of turn (the process exited): that error is the end. */
+	if (!ret && !xp->pl.done && xp->error_seen)
+		ret = failure(xp, sink, 0);
+	return ret;
+}
+
+static void codex_parser_free(void *st)
+{
+	struct codex_parser *xp = st;
+
+	if (!xp)
+		return;
+	prov_lines_release(&xp->pl);
+	free(xp);
+}
+
+const struct provider_ops prov_codex_ops = {
+	.type = "codex",
+	.plan = codex_plan,
+	.parser_new = codex_parser_new,
+	.parser_feed = codex_feed,
+	.parser_finish = codex_finish,
+	.parser_free = codex_parser_free,
+};

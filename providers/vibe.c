@@ -1,0 +1,185 @@
+/* The vibe provider: Mistral's Vibe CLI, streaming output.
+ *
+ *   vibe --prompt P --output streaming
+ *
+ *   "providers": { "mistral": { "bin": "…", "credentials": ["~/.vibe/.env"],
+ *       "env": { "MISTRAL_API_KEY": "…" }, "network": true } }
+ *
+ * The prompt travels in argv, so it is bounded by the kernel's limit on one argument
+ * (MAX_ARG_STRLEN, 128 KiB). The output is read as tolerantly as the Node OLP does: one
+ * JSON object a line, the text in "choices[0].delta.content", "text", "content" or
+ * "delta"; "type":"stop" or "done":true ends it. Messages of other roles (the system
+ * prompt, the user's own message, tool results) are not the answer. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/cli.h"
+#include "providers/ndjson.h"
+#include "common/banned.h"
+
+/* Below MAX_ARG_STRLEN (32 pages) with room to spare. */
+#define VIBE_MAX_PROMPT (120u * 1024u)
+
+static int vibe_plan(const struct prov_provider *pv, const struct prov_request *req,
+		     struct prov_plan *plan, struct prov_outcome *out)
+{
+	static const char *const creds[] = { "~/.vibe/.env", "~/.vibe/config.toml", NULL };
+	struct buf prompt = BUF_INIT;
+	int ret;
+
+	if ((ret = prov_cli_push_program(pv, "OLP_VIBE_BIN", "vibe", plan, out)))
+		return ret;
+	prov_flatten_messages(req->messages, &prompt);
+	if (prompt.len > VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s takes prompts of at most %u KiB", pv->name, VIBE_MAX_PROMPT / 1024);
+		ret = -E2BIG;
+		goto out;
+	}
+	if ((ret = prov_plan_push_arg(plan, "--prompt")) || (ret = prov_plan_push_arg(plan, prompt.data)) ||
+	    (ret = prov_plan_push_arg(plan, "--output")) || (ret = prov_plan_push_arg(plan, "streaming")))
+		goto out;
+	prov_cli_set_network(pv, plan);
+	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
+	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
+	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
+		goto out;
+out:
+	buf_release(&prompt);
+	return ret;
+}
+
+/* ---- parser ---------------------------------------------------------------------------- */
+
+struct vibe_parser {
+	struct prov_lines pl;
+};
+
+static const json_t *text_of(const json_t *o)
+{
+	const json_t *choice = json_array_get(json_object_get(o, "choices"), 0);
+	const json_t *delta = json_object_get(o, "delta"), *v;
+
+	if (choice) {
+		v = json_object_get(json_object_get(choice, "delta"), "content");
+		if (!json_is_string(v))
+			v = json_object_get(json_object_get(choice, "message"), "content");
+		if (!json_is_string(v))
+			v = json_object_get(choice, "text");
+		return json_is_string(v) ? v : NULL;
+	}
+	if (json_is_string(v = json_object_get(o, "text")) ||
+	    json_is_string(v = json_object_get(o, "content")))
+		return v;
+	if (json_is_string(delta))
+		return delta;
+	if (json_is_string(v = json_object_get(delta, "content")) ||
+	    json_is_string(v = json_object_get(delta, "text")))
+		return v;
+	return NULL;
+}
+
+static int on_usage(struct vibe_parser *vp, const json_t *u)
+{
+	struct prov_usage usage = { .present = true };
+
+	usage.prompt_tokens = prov_json_int(u, "prompt_tokens", prov_json_int(u, "input_tokens", 0));
+	usage.completion_tokens =
+		prov_json_int(u, "completion_tokens", prov_json_int(u, "output_tokens", 0));
+	usage.total_tokens = prov_json_int(u, "total_tokens",
+					   usage.prompt_tokens + usage.completion_tokens);
+	return prov_emit_usage(vp->pl.sink, &usage);
+}
+
+static int vibe_line(void *ctx, const char *line, size_t len)
+{
+	struct vibe_parser *vp = ctx;
+	json_t *o = prov_json_object(line, len);
+	const char *type = prov_json_str(o, "type"), *role = prov_json_str(o, "role");
+	const json_t *choice = json_array_get(json_object_get(o, "choices"), 0), *text, *err;
+	const char *fr = prov_json_str(choice, "finish_reason");
+	int ret = 0;
+
+	if (!o) {
+		vp->pl.garbage++;
+		return 0;
+	}
+	if (role && strcmp(role, "assistant")) {
+		vp->pl.ignored++;
+		goto out;
+	}
+	err = json_object_get(o, "error");
+	if ((type && !strcmp(type, "error")) || (err && !json_is_null(err) && !json_is_false(err))) {
+		const char *msg = json_is_string(err) ? json_string_value(err) :
+				  prov_json_str(json_is_object(err) ? err : o, "message");
+		int st = (int)prov_json_int(json_is_object(err) ? err : o, "status", 0);
+
+		if (!st && msg)
+			st = prov_find_status(msg);
+		ret = prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
+					prov_upstream_text(st)) ?: 1;
+		goto out;
+	}
+	if ((text = text_of(o)) &&
+	    (ret = prov_emit_delta(vp->pl.sink, json_string_value(text), json_string_length(text))))
+		goto out;
+	if (json_is_object(json_object_get(o, "usage")) &&
+	    (ret = on_usage(vp, json_object_get(o, "usage"))))
+		goto out;
+	if (fr && (ret = prov_emit_finish(vp->pl.sink, !strcmp(fr, "length") ? "length" : "stop")))
+		goto out;
+	if ((type && (!strcmp(type, "stop") || !strcmp(type, "done"))) ||
+	    json_is_true(json_object_get(o, "done"))) {
+		ret = (fr ? 0 : prov_emit_finish(vp->pl.sink, "stop")) ?: 1;
+		goto out;
+	}
+	if (!text && !fr)
+		vp->pl.ignored++;
+out:
+	json_decref(o);
+	return ret;
+}
+
+static void *vibe_parser_new(void)
+{
+	struct vibe_parser *vp = calloc(1, sizeof(*vp));
+
+	if (vp)
+		prov_lines_init(&vp->pl);
+	return vp;
+}
+
+static int vibe_feed(void *st, const char *data, size_t len, const struct prov_sink *sink)
+{
+	struct vibe_parser *vp = st;
+
+	return prov_lines_feed(&vp->pl, data, len, sink, vibe_line, vp);
+}
+
+static int vibe_finish(void *st, const struct prov_sink *sink)
+{
+	struct vibe_parser *vp = st;
+
+	return prov_lines_finish(&vp->pl, sink, vibe_line, vp);
+}
+
+static void vibe_parser_free(void *st)
+{
+	struct vibe_parser *vp = st;
+
+	if (!vp)
+		return;
+	prov_lines_release(&vp->pl);
+	free(vp);
+}
+
+const struct provider_ops prov_vibe_ops = {
+	.type = "vibe",
+	.plan = vibe_plan,
+	.parser_new = vibe_parser_new,
+	.parser_feed = vibe_feed,
+	.parser_finish = vibe_finish,
+	.parser_free = vibe_parser_free,
+};
