@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct buf; /* common/common.h */
+
 enum auth_tier {
 	AUTH_TIER_NONE = 0,  /* no identity (missing or bad credentials) */
 	AUTH_TIER_ANONYMOUS, /* config auth.allow_anonymous: the shared "__anonymous__" */
@@ -37,23 +39,32 @@ struct auth_identity {
 };
 
 struct auth_options {
-	bool allow_anonymous;        /* config.json auth.allow_anonymous */
+	bool allow_anonymous;	     /* config.json auth.allow_anonymous */
 	const char *env_owner_token; /* OLP_OWNER_TOKEN, or NULL; copied (only its hash is kept) */
 };
 
 /* An open key store: opaque, thread-safe (one per worker process, shared by its threads). */
 struct auth_store;
 
-/* Open the store under olp_home (keys/ need not exist yet). NULL with errno on failure. */
+/* Open the store under olp_home (keys/ need not exist yet) and index its keys, so that the
+ * first request pays no scan. Copies olp_home and what it needs of opt (opt may be NULL:
+ * no anonymous access, no env owner). NULL with errno on failure. Invalid manifests are
+ * skipped with one log warning each. Does not start threads; auth_touch() starts one. */
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt);
+/* Write out queued last_used_at updates, join the writer thread, close the audit log and
+ * free st (NULL is fine). No other thread may use st during or after the call. */
 void auth_store_free(struct auth_store *st);
 
 /* Check a request's credentials. authorization is the raw Authorization header value (or
- * NULL), x_api_key the raw x-api-key value (or NULL). "Bearer" is matched case-insensitively
- * and wins over x-api-key. On AUTH_OK *out is filled (release it). Revocation by another
- * process is seen on the very next call. */
-enum auth_result auth_check(struct auth_store *st, const char *authorization,
-			    const char *x_api_key, struct auth_identity *out);
+ * NULL), x_api_key the raw x-api-key value (or NULL); both are borrowed for the call.
+ * "Bearer" is matched case-insensitively and wins over x-api-key; blanks around the token
+ * are ignored. No token: AUTH_ERR_REQUIRED, or the anonymous identity when allowed. A
+ * token that is wrong, revoked, or whose manifest is invalid: AUTH_ERR_INVALID (even when
+ * anonymous access is on). On AUTH_OK *out is filled (release it); otherwise *out is
+ * zeroed and needs no release. Revocation by another process is seen on the very next
+ * call: the matched key's manifest is stat(2)ed on every check. Thread-safe. */
+enum auth_result auth_check(struct auth_store *st, const char *authorization, const char *x_api_key,
+			    struct auth_identity *out);
 const char *auth_strerror(enum auth_result r);
 /* The OpenAI-style error "type" for r: "auth_required" / "invalid_or_revoked_key". */
 const char *auth_error_type(enum auth_result r);
@@ -64,13 +75,14 @@ bool auth_identity_allows(const struct auth_identity *id, const char *provider);
 const char *auth_tier_name(enum auth_tier t); /* "owner", "guest", "anonymous", "none" */
 
 /* Record that id was used (manifest last_used_at). Cheap to call after the response is
- * finished: it never blocks on disk in the caller's thread, never revives a revoked key,
- * and does nothing for synthetic identities. */
+ * finished: it only queues the write for a background thread, which writes at most once
+ * per key per minute, under the key's lock, and never for a key revoked meanwhile. Does
+ * nothing for synthetic identities (env owner, anonymous). id is borrowed for the call. */
 void auth_touch(struct auth_store *st, const struct auth_identity *id);
 
 /* ---- audit log: $OLP_HOME/logs/audit.ndjson, one JSON line per API request ---------- */
 struct audit_record {
-	const char *key_id;     /* may be NULL */
+	const char *key_id;	/* may be NULL */
 	const char *owner_tier; /* auth_tier_name() */
 	const char *method;
 	const char *path;
@@ -82,9 +94,97 @@ struct audit_record {
 	const char *request_id;
 };
 
-/* Append one line (one write(2), O_APPEND, 0600, daily rotation). Never fails a request:
- * a failure is counted and reported by auth_audit_failures(). */
+/* Append one line (one write(2), O_APPEND, 0600, daily rotation to
+ * audit-YYYY-MM-DD.ndjson). rec and its strings are borrowed; NULL strings become null.
+ * The query string of path is dropped and long fields are cut, so that no token a client
+ * put in a URL reaches the log. Never fails a request: a failure is counted and reported
+ * by auth_audit_failures(). Thread-safe and safe across processes. */
 void auth_audit(struct auth_store *st, const struct audit_record *rec);
 uint64_t auth_audit_failures(const struct auth_store *st);
+
+/* ==== key management (olp-keys) ==========================================================
+ * These work on the files under olp_home directly and need no open auth_store. They are
+ * safe against running workers and other olp-keys runs: every writer takes flock(2) on the
+ * key's directory (keys/<id>/) or, to create a key, on keys/ itself, and re-reads under the
+ * lock. Workers see the result on their next request. */
+
+#define AUTH_TOKEN_LEN 47 /* "olp_" + 43 base64url characters (32 random bytes) */
+#define AUTH_NAME_MAX 128 /* bytes of a key's name */
+
+/* Domain results of key management. AUTH_KEY_ERR_SYSTEM leaves errno set. */
+enum auth_key_result {
+	AUTH_KEY_OK = 0,
+	AUTH_KEY_ERR_SYSTEM,	   /* a system call failed: errno says which */
+	AUTH_KEY_ERR_INSECURE,	   /* group or others can reach the store (see the message) */
+	AUTH_KEY_ERR_OWNER_EXISTS, /* an active owner key exists and force was not given */
+	AUTH_KEY_ERR_NOT_FOUND,	   /* no key directory with a valid manifest has that id */
+	AUTH_KEY_ERR_INVALID_ARG,  /* a name, tier, provider or id the store cannot hold */
+};
+const char *auth_key_strerror(enum auth_key_result r);
+
+/* What to create. Strings are borrowed for the call. */
+struct auth_key_spec {
+	const char *name;	      /* required, 1..AUTH_NAME_MAX bytes, no control characters */
+	enum auth_tier tier;	      /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
+	const char *const *providers; /* NULL: providers_enabled "*"; else n_providers names */
+	size_t n_providers;
+	const char *notes; /* NULL: "notes": null */
+	bool force;	   /* allow a second active owner */
+};
+
+/* A created key. token is the only copy of the secret: show it once, then wipe the struct
+ * with auth_new_key_wipe(). */
+struct auth_new_key {
+	char id[AUTH_ID_MAX];
+	char token[AUTH_TOKEN_LEN + 1];
+	char created_at[32];
+};
+
+/* Create keys/<id>/manifest.json (creating olp_home and keys/ 0700 when missing). The key
+ * appears in keys/ complete or not at all: it is written in a hidden temporary directory
+ * which is then renamed to keys/<id>. Refuses an insecure store (msg says why and how to
+ * fix it; msg may be NULL, else it is a struct buf * the caller owns). */
+enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
+				     struct auth_new_key *out, struct buf *msg);
+void auth_new_key_wipe(struct auth_new_key *k);
+
+/* Set revoked_at on key id (under the key's lock, so no concurrent last_used_at update
+ * can undo it). Revoking a revoked key succeeds and keeps the first revoked_at;
+ * *was_revoked (may be NULL) tells which happened. */
+enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
+				     struct buf *msg);
+
+/* One key as listed: never its hash. Strings are heap copies owned by the list; the
+ * timestamps are NULL when the manifest has null. */
+struct auth_key_info {
+	char id[AUTH_ID_MAX];
+	char *name;
+	enum auth_tier tier;
+	bool revoked;
+	bool all_providers;
+	char **providers;
+	size_t n_providers;
+	char *created_at;
+	char *revoked_at;
+	char *last_used_at;
+	char *notes;
+};
+
+struct auth_key_list {
+	struct auth_key_info *keys; /* sorted by created_at, then id */
+	size_t n;
+	size_t n_skipped; /* invalid manifests left out (each logged once) */
+};
+
+/* Read every valid manifest under olp_home/keys (an absent keys/ is an empty store).
+ * Release the list with auth_key_list_release(). */
+enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *out,
+				   struct buf *msg);
+void auth_key_list_release(struct auth_key_list *l);
+
+/* Refuse a store others could read or tamper with: olp_home writable by group/others, or
+ * keys/ (or anything under it) reachable by group/others. AUTH_KEY_OK when fine or absent;
+ * AUTH_KEY_ERR_INSECURE with the offending path and the chmod command that fixes it in msg. */
+enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *msg);
 
 #endif

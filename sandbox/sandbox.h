@@ -90,7 +90,8 @@ struct sbx_limits {
 	uint64_t fsize_mb; /* largest file written, default 1024 */
 	uint64_t cpu_s;    /* CPU seconds per process, default 600 */
 	uint64_t as_mb;    /* address space per process, default 8192 */
-	uint64_t nproc;    /* processes of the sandbox user, default 1024 (see docs/sandbox.md) */
+	uint64_t nproc;    /* processes (threads count) of the sandbox user, default 256 (see
+			      docs/sandbox.md) */
 };
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
 /* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */

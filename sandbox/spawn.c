@@ -288,7 +288,9 @@ static void wait_ns_gone(struct run *r)
 		return;
 	pfd.fd = r->ns_pidfd;
 	pfd.events = POLLIN;
-	for (int i = 0; i < 50; i++) { /* 5 s at most; SIGKILL was sent */
+	/* A fork bomb of a few hundred processes takes seconds to die on a slow VM; the
+	 * scratch dir must outlive all of them, so wait up to 60 s (SIGKILL was sent). */
+	for (int i = 0; i < 600; i++) {
 		if (poll(&pfd, 1, 100) != 0)
 			break;
 		pidfd_send_signal(r->ns_pidfd, SIGKILL, NULL, 0);
@@ -482,7 +484,7 @@ static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
 		or_default(l->fsize_mb, 1024) << 20,
 		or_default(l->cpu_s, p->timeout_ms ? p->timeout_ms / 1000 + 5 : 600),
 		or_default(l->as_mb, 8192) << 20,
-		or_default(l->nproc, 1024),
+		or_default(l->nproc, 256),
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(v); i++)

@@ -191,7 +191,10 @@ static void check_fds(void)
 	if (d)
 		closedir(d);
 	report("only_fds_0_1_2", ok, "fds: %s", list);
-	report("fd0_not_socket", fstat(0, &st) == 0 && !S_ISSOCK(st.st_mode), "fd 0 mode %o", st.st_mode);
+	if (fstat(0, &st) < 0)
+		report("fd0_not_socket", false, "fstat(0): %s", strerror(errno));
+	else
+		report("fd0_not_socket", !S_ISSOCK(st.st_mode), "fd 0 mode %o", st.st_mode);
 }
 
 static void check_pids(const struct escape_args *a)

@@ -1,0 +1,120 @@
+/* auth: private declarations shared by the module's files (never included outside auth/
+ * except by its CUnit suite, which tests the manifest parser and token helpers directly). */
+#ifndef OLP_AUTH_INTERNAL_H
+#define OLP_AUTH_INTERNAL_H
+
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <jansson.h>
+#include <sodium.h>
+
+#include "auth/auth.h"
+#include "common/common.h"
+
+#define AUTH_HASH_BYTES crypto_hash_sha256_BYTES /* 32 */
+#define AUTH_HASH_HEX (2 * AUTH_HASH_BYTES)	 /* 64 hex digits in the manifest */
+#define AUTH_ISO_MAX 32				 /* "2025-01-31T12:34:56.789Z" + NUL */
+#define AUTH_MANIFEST_MAX (64 * 1024)		 /* a manifest larger than this is invalid */
+#define AUTH_TOKEN_MAX 1024			 /* longer presented tokens fail without hashing */
+
+/* Ids the server makes up; no manifest may claim them. */
+#define AUTH_ID_ENV_OWNER "__env_owner__"
+#define AUTH_ID_ANONYMOUS "__anonymous__"
+
+/* ---- token.c: libsodium, tokens, hashes, header parsing ---------------------------- */
+/* sodium_init() once per process (pthread_once): 0 or -ENOSYS when libsodium cannot start. */
+int auth_crypto_init(void);
+/* SHA-256 of the len bytes at tok. */
+void auth_hash_token(const char *tok, size_t len, unsigned char out[AUTH_HASH_BYTES]);
+/* Lowercase hex of a hash (AUTH_HASH_HEX + 1 bytes); parse the 64 hex digits back: 0 or -EINVAL. */
+void auth_hash_to_hex(const unsigned char h[AUTH_HASH_BYTES], char out[AUTH_HASH_HEX + 1]);
+int auth_hash_from_hex(const char *hex, unsigned char out[AUTH_HASH_BYTES]);
+/* A fresh token: "olp_" + base64url(32 random bytes), AUTH_TOKEN_LEN characters + NUL. */
+void auth_token_generate(char out[AUTH_TOKEN_LEN + 1]);
+/* A fresh key id: 8 characters of [a-z0-9_-], never starting with '-' or '_'. */
+void auth_id_generate(char out[AUTH_ID_MAX]);
+/* Whether s can name a key directory: 1..AUTH_ID_MAX-1 of [A-Za-z0-9_-], not reserved. */
+bool auth_id_valid(const char *s);
+/* Find the presented token: "Bearer <t>" in authorization (scheme case-insensitive), else
+ * x_api_key, surrounding blanks trimmed. Points into the header strings; *len 0 when none. */
+void auth_token_extract(const char *authorization, const char *x_api_key, const char **tok,
+			size_t *len);
+
+/* ---- manifest.c: one key's manifest.json --------------------------------------------- */
+/* What the request path needs from a manifest. Owned by whoever holds it. */
+struct key_record {
+	char id[AUTH_ID_MAX];
+	unsigned char hash[AUTH_HASH_BYTES];
+	enum auth_tier tier; /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
+	bool revoked;	     /* revoked_at is not null */
+	bool all_providers;
+	char **providers;
+	size_t n_providers;
+};
+
+void key_record_release(struct key_record *r);
+/* Deep copy src into dst (dst is overwritten, not released). */
+void key_record_copy(struct key_record *dst, const struct key_record *src);
+
+/* Identity of one version of a file: every atomic rewrite changes the inode, so two
+ * equal signatures mean the same contents. A zeroed signature means "no file". */
+struct file_sig {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	nlink_t nlink;
+	struct timespec mtime;
+	struct timespec ctime;
+};
+
+void file_sig_from_stat(struct file_sig *s, const struct stat *sb);
+bool file_sig_equal(const struct file_sig *a, const struct file_sig *b);
+
+/* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
+ * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
+int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why);
+/* Read and validate keys_dir/<id>/manifest.json. On 0, *root (may be NULL) holds the JSON
+ * (json_decref it), rec is filled and sig describes the file read. -ENOENT when there is
+ * no manifest, -EINVAL (with *why) when it is invalid, other -errno on I/O failure. */
+int manifest_load(const char *keys_dir, const char *id, json_t **root, struct key_record *rec,
+		  struct file_sig *sig, const char **why);
+/* Write root as dirfd/manifest.json atomically: a 0600 temporary file in the same
+ * directory, fsync, rename over, fsync the directory. 0 or -errno. */
+int manifest_write_at(int dirfd, json_t *root);
+
+/* Locked read-modify-write of keys_dir/<id>/manifest.json. Takes flock(LOCK_EX) on the
+ * key's directory (every writer of ours does, so a revocation and a last_used_at update
+ * serialise), re-reads and validates the manifest under the lock, then calls edit: edit
+ * returns 1 to write the changed JSON back, 0 to leave the file alone, or -errno.
+ * Returns edit's verdict (0/1) or -errno; -ENOENT when the key does not exist, -EINVAL
+ * when its manifest is invalid. */
+int manifest_update(const char *keys_dir, const char *id,
+		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg);
+
+/* Wall-clock time as JavaScript's Date.toISOString() prints it. */
+void iso_time_now(char out[AUTH_ISO_MAX]);
+void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX]);
+
+/* ---- audit.c: $OLP_HOME/logs/audit.ndjson ------------------------------------------- */
+struct audit_log {
+	char *dir;	      /* $OLP_HOME/logs */
+	pthread_mutex_t lock; /* guards fd and day */
+	int fd;		      /* open on audit.ndjson, or -1 */
+	long day;	      /* UTC day number (time / 86400) fd was opened for */
+	_Atomic uint64_t failures;
+};
+
+/* Takes ownership of dir (a heap string). Opens nothing until the first line. */
+void audit_log_init(struct audit_log *a, char *dir);
+void audit_log_release(struct audit_log *a);
+void audit_log_write(struct audit_log *a, const struct audit_record *rec);
+
+/* Join dir and name into out (size n): 0 or -ENAMETOOLONG. */
+int path_join(char *out, size_t n, const char *dir, const char *name);
+
+#endif

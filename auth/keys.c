@@ -1,0 +1,495 @@
+/* Key management for olp-keys: create, revoke, list, and the store permission check. */
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "auth/internal.h"
+#include "common/banned.h"
+
+const char *auth_key_strerror(enum auth_key_result r)
+{
+	switch (r) {
+	case AUTH_KEY_OK:
+		return "done";
+	case AUTH_KEY_ERR_SYSTEM:
+		return "system error";
+	case AUTH_KEY_ERR_INSECURE:
+		return "the key store is accessible to other users";
+	case AUTH_KEY_ERR_OWNER_EXISTS:
+		return "an active owner key already exists";
+	case AUTH_KEY_ERR_NOT_FOUND:
+		return "no such key";
+	case AUTH_KEY_ERR_INVALID_ARG:
+		break;
+	}
+	return "invalid argument";
+}
+
+static void msg_set(struct buf *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void msg_set(struct buf *msg, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!msg)
+		return;
+	buf_reset(msg);
+	va_start(ap, fmt);
+	buf_vaddf(msg, fmt, ap);
+	va_end(ap);
+}
+
+/* A failed system call: keep errno for the caller, say where in msg. */
+static enum auth_key_result sys_fail(struct buf *msg, int err, const char *what, const char *path)
+{
+	msg_set(msg, "%s %s: %s", what, path, strerror(err));
+	errno = err;
+	return AUTH_KEY_ERR_SYSTEM;
+}
+
+/* ---- permissions ------------------------------------------------------------------- */
+
+static enum auth_key_result insecure(struct buf *msg, const char *path, mode_t mode,
+				     const char *fix)
+{
+	msg_set(msg, "%s has mode %04o: group or others can reach the key store. Fix it with: %s",
+		path, (unsigned)(mode & 07777), fix);
+	return AUTH_KEY_ERR_INSECURE;
+}
+
+enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *msg)
+{
+	char keys[4096], path[4096], fix[8300];
+	struct dirent *de;
+	struct stat sb;
+	enum auth_key_result res = AUTH_KEY_OK;
+	DIR *d;
+
+	if (stat(olp_home, &sb) < 0)
+		return errno == ENOENT ? AUTH_KEY_OK
+				       : sys_fail(msg, errno, "cannot stat", olp_home);
+	/* Whoever can write OLP_HOME can swap keys/ for a store of their own. */
+	if (sb.st_mode & 022) {
+		snprintf(fix, sizeof(fix), "chmod go-w '%s'", olp_home);
+		return insecure(msg, olp_home, sb.st_mode, fix);
+	}
+	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
+	if (lstat(keys, &sb) < 0)
+		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot stat", keys);
+	snprintf(fix, sizeof(fix), "chmod -R go= '%s'", keys);
+	if (sb.st_mode & 077)
+		return insecure(msg, keys, sb.st_mode, fix);
+	d = opendir(keys);
+	if (!d)
+		return sys_fail(msg, errno, "cannot read", keys);
+	while ((de = readdir(d)) && res == AUTH_KEY_OK) {
+		char rel[300];
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (path_join(path, sizeof(path), keys, de->d_name) || lstat(path, &sb) < 0)
+			continue;
+		if (sb.st_mode & 077) {
+			res = insecure(msg, path, sb.st_mode, fix);
+			break;
+		}
+		if (!S_ISDIR(sb.st_mode))
+			continue;
+		snprintf(rel, sizeof(rel), "%s/manifest.json", de->d_name);
+		if (fstatat(dirfd(d), rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 && (sb.st_mode & 077)) {
+			(void)path_join(path, sizeof(path), keys, rel);
+			res = insecure(msg, path, sb.st_mode, fix);
+		}
+	}
+	closedir(d);
+	return res;
+}
+
+/* ---- create ------------------------------------------------------------------------ */
+
+static bool name_valid(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (!n || n > AUTH_NAME_MAX)
+		return false;
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+static bool provider_name_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-' || s[i] == '.'))
+			return false;
+	return i > 0 && i < 64;
+}
+
+static int mkdir_0700(const char *path)
+{
+	if (mkdir(path, 0700) == 0 || errno == EEXIST)
+		return 0;
+	return -errno;
+}
+
+/* Whether keys/ holds a valid, unrevoked owner key. */
+static int owner_exists(const char *keys_dir, bool *found)
+{
+	struct key_record rec;
+	struct dirent *de;
+	const char *why;
+	DIR *d;
+
+	*found = false;
+	d = opendir(keys_dir);
+	if (!d)
+		return -errno;
+	while (!*found && (de = readdir(d))) {
+		if (de->d_name[0] == '.' || !auth_id_valid(de->d_name))
+			continue;
+		memset(&rec, 0, sizeof(rec));
+		if (manifest_load(keys_dir, de->d_name, NULL, &rec, NULL, &why) == 0)
+			*found = rec.tier == AUTH_TIER_OWNER && !rec.revoked;
+		key_record_release(&rec);
+	}
+	closedir(d);
+	return 0;
+}
+
+static json_t *manifest_new(const char *id, const struct auth_key_spec *spec,
+			    const unsigned char hash[AUTH_HASH_BYTES], const char *now)
+{
+	char hex[AUTH_HASH_HEX + 1];
+	json_t *m, *prov;
+	size_t i;
+
+	auth_hash_to_hex(hash, hex);
+	if (spec->providers) {
+		prov = json_array();
+		for (i = 0; i < spec->n_providers; i++)
+			json_array_append_new(prov, json_string(spec->providers[i]));
+	} else {
+		prov = json_string("*");
+	}
+	/* Field order as the Node OLP writes them. */
+	m = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:n, s:s, s:n, s:n, s:s?}",
+		      "schema_version", 1, "id", id, "name", spec->name, "token_hash", hex,
+		      "token_hash_algo", "sha256", "owner_tier", auth_tier_name(spec->tier),
+		      "providers_enabled", prov, "quota", "created_at", now, "revoked_at",
+		      "last_used_at", "notes", spec->notes);
+	if (m && !spec->notes)
+		json_object_set_new(m, "notes", json_null());
+	return m;
+}
+
+/* Write the manifest into a hidden directory, then rename it to keys/<id>: a worker that
+ * scans keys/ sees the key complete or not at all. */
+static int key_publish(int keys_fd, const char *id, json_t *m)
+{
+	char tmp[AUTH_ID_MAX + 32], rnd[9];
+	int dfd, ret;
+
+	random_hex(rnd, 4);
+	snprintf(tmp, sizeof(tmp), ".new-%s-%s", id, rnd);
+	if (mkdirat(keys_fd, tmp, 0700) < 0)
+		return -errno;
+	dfd = openat(keys_fd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0) {
+		ret = -errno;
+		goto out_rmdir;
+	}
+	ret = manifest_write_at(dfd, m);
+	close(dfd);
+	if (ret)
+		goto out_rmdir;
+	/* NOREPLACE: an id collision must never overwrite another key. */
+	if (renameat2(keys_fd, tmp, keys_fd, id, RENAME_NOREPLACE) < 0) {
+		ret = -errno;
+		goto out_rmdir;
+	}
+	return fsync(keys_fd) < 0 ? -errno : 0;
+out_rmdir:
+	dfd = openat(keys_fd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd >= 0) {
+		DIR *d = fdopendir(dfd);
+		struct dirent *de;
+
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+				unlinkat(dfd, de->d_name, 0);
+		if (d)
+			closedir(d);
+		else
+			close(dfd);
+	}
+	unlinkat(keys_fd, tmp, AT_REMOVEDIR);
+	return ret;
+}
+
+enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
+				     struct auth_new_key *out, struct buf *msg)
+{
+	unsigned char hash[AUTH_HASH_BYTES];
+	char keys[4096];
+	enum auth_key_result res;
+	json_t *m = NULL;
+	bool owner = false;
+	int keys_fd, ret, tries;
+	size_t i;
+
+	memset(out, 0, sizeof(*out));
+	if (auth_crypto_init())
+		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
+	if (!spec->name || !name_valid(spec->name)) {
+		msg_set(msg, "a key name is 1 to %d bytes without control characters",
+			AUTH_NAME_MAX);
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (spec->tier != AUTH_TIER_OWNER && spec->tier != AUTH_TIER_GUEST) {
+		msg_set(msg, "a key's tier is owner or guest");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	for (i = 0; spec->providers && i < spec->n_providers; i++) {
+		if (!provider_name_valid(spec->providers[i])) {
+			msg_set(msg, "invalid provider name \"%s\"", spec->providers[i]);
+			return AUTH_KEY_ERR_INVALID_ARG;
+		}
+	}
+	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
+	ret = mkdir_0700(olp_home);
+	if (!ret)
+		ret = mkdir_0700(keys);
+	if (ret)
+		return sys_fail(msg, -ret, "cannot create", keys);
+	res = auth_store_check_perms(olp_home, msg);
+	if (res)
+		return res;
+	keys_fd = open(keys, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (keys_fd < 0)
+		return sys_fail(msg, errno, "cannot open", keys);
+	/* keys/ is locked so that two "keygen --owner" runs cannot both see no owner. */
+	while (flock(keys_fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			res = sys_fail(msg, errno, "cannot lock", keys);
+			goto out_close;
+		}
+	}
+	if (spec->tier == AUTH_TIER_OWNER && !spec->force) {
+		ret = owner_exists(keys, &owner);
+		if (ret) {
+			res = sys_fail(msg, -ret, "cannot read", keys);
+			goto out_close;
+		}
+		if (owner) {
+			msg_set(msg,
+				"an active owner key already exists in %s; pass --force to "
+				"create another",
+				keys);
+			res = AUTH_KEY_ERR_OWNER_EXISTS;
+			goto out_close;
+		}
+	}
+	iso_time_now(out->created_at);
+	auth_token_generate(out->token);
+	auth_hash_token(out->token, AUTH_TOKEN_LEN, hash);
+	for (tries = 0; tries < 8; tries++) {
+		auth_id_generate(out->id);
+		m = manifest_new(out->id, spec, hash, out->created_at);
+		if (!m) {
+			res = sys_fail(msg, ENOMEM, "cannot build", "the manifest");
+			goto out_close;
+		}
+		ret = key_publish(keys_fd, out->id, m);
+		json_decref(m);
+		if (ret != -EEXIST && ret != -ENOTEMPTY)
+			break;
+	}
+	if (ret) {
+		res = sys_fail(msg, -ret, "cannot write a key under", keys);
+		goto out_close;
+	}
+	res = AUTH_KEY_OK;
+out_close:
+	close(keys_fd);
+	sodium_memzero(hash, sizeof(hash));
+	if (res)
+		auth_new_key_wipe(out);
+	return res;
+}
+
+void auth_new_key_wipe(struct auth_new_key *k)
+{
+	sodium_memzero(k, sizeof(*k));
+}
+
+/* ---- revoke ------------------------------------------------------------------------ */
+
+struct revoke_arg {
+	char when[AUTH_ISO_MAX];
+	bool was_revoked;
+};
+
+static int revoke_edit(json_t *root, const struct key_record *rec, void *arg)
+{
+	struct revoke_arg *ra = arg;
+
+	if (rec->revoked) {
+		ra->was_revoked = true;
+		return 0;
+	}
+	return json_object_set_new(root, "revoked_at", json_string(ra->when)) < 0 ? -ENOMEM : 1;
+}
+
+enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
+				     struct buf *msg)
+{
+	struct revoke_arg ra = {.was_revoked = false};
+	char keys[4096];
+	enum auth_key_result res;
+	int ret;
+
+	if (!id || !auth_id_valid(id)) {
+		msg_set(msg, "\"%s\" is not a key id", id ? id : "");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	res = auth_store_check_perms(olp_home, msg);
+	if (res)
+		return res;
+	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
+	iso_time_now(ra.when);
+	ret = manifest_update(keys, id, revoke_edit, &ra);
+	if (ret == -ENOENT || ret == -EINVAL) {
+		msg_set(msg, "no key %s in %s%s", id, keys,
+			ret == -EINVAL ? " (its manifest is invalid)" : "");
+		return AUTH_KEY_ERR_NOT_FOUND;
+	}
+	if (ret < 0)
+		return sys_fail(msg, -ret, "cannot revoke key", id);
+	if (was_revoked)
+		*was_revoked = ra.was_revoked;
+	return AUTH_KEY_OK;
+}
+
+/* ---- list -------------------------------------------------------------------------- */
+
+static char *dup_str_or_null(json_t *v)
+{
+	char *s;
+
+	if (!json_is_string(v))
+		return NULL;
+	s = strdup(json_string_value(v));
+	if (!s)
+		abort();
+	return s;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+	const struct auth_key_info *x = a, *y = b;
+	int c = strcmp(x->created_at ? x->created_at : "", y->created_at ? y->created_at : "");
+
+	return c ? c : strcmp(x->id, y->id);
+}
+
+static void key_info_release(struct auth_key_info *k)
+{
+	size_t i;
+
+	free(k->name);
+	for (i = 0; i < k->n_providers; i++)
+		free(k->providers[i]);
+	free(k->providers);
+	free(k->created_at);
+	free(k->revoked_at);
+	free(k->last_used_at);
+	free(k->notes);
+}
+
+void auth_key_list_release(struct auth_key_list *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		key_info_release(&l->keys[i]);
+	free(l->keys);
+	memset(l, 0, sizeof(*l));
+}
+
+enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *out, struct buf *msg)
+{
+	char keys[4096];
+	enum auth_key_result res;
+	struct dirent *de;
+	size_t cap = 0;
+	DIR *d;
+
+	memset(out, 0, sizeof(*out));
+	res = auth_store_check_perms(olp_home, msg);
+	if (res)
+		return res;
+	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
+	d = opendir(keys);
+	if (!d)
+		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot read", keys);
+	while ((de = readdir(d))) {
+		struct key_record rec = {0};
+		struct auth_key_info *k;
+		json_t *root = NULL;
+		const char *why = NULL;
+		int ret;
+
+		if (de->d_name[0] == '.')
+			continue;
+		ret = auth_id_valid(de->d_name)
+			  ? manifest_load(keys, de->d_name, &root, &rec, NULL, &why)
+			  : -ENOENT;
+		if (ret) {
+			if (ret != -ENOENT) {
+				log_warnx(NULL, "skipping key manifest %s/%s/manifest.json: %s",
+					  keys, de->d_name, why ? why : strerror(-ret));
+				out->n_skipped++;
+			}
+			continue;
+		}
+		if (out->n == cap) {
+			cap = cap ? 2 * cap : 16;
+			out->keys = realloc(out->keys, cap * sizeof(*out->keys));
+			if (!out->keys)
+				abort();
+		}
+		k = &out->keys[out->n++];
+		memset(k, 0, sizeof(*k));
+		snprintf(k->id, sizeof(k->id), "%s", rec.id);
+		k->name = dup_str_or_null(json_object_get(root, "name"));
+		k->tier = rec.tier;
+		k->revoked = rec.revoked;
+		k->all_providers = rec.all_providers;
+		k->providers = steal_pointer(&rec.providers);
+		k->n_providers = rec.n_providers;
+		rec.n_providers = 0;
+		k->created_at = dup_str_or_null(json_object_get(root, "created_at"));
+		k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
+		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
+		k->notes = dup_str_or_null(json_object_get(root, "notes"));
+		json_decref(root);
+		key_record_release(&rec);
+	}
+	closedir(d);
+	if (out->n)
+		qsort(out->keys, out->n, sizeof(*out->keys), cmp_info);
+	return AUTH_KEY_OK;
+}

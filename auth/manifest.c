@@ -1,0 +1,361 @@
+/* One key's manifest.json: validation, atomic rewrite, and the locked read-modify-write
+ * that keeps a revocation from being undone by a concurrent last_used_at update. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "auth/internal.h"
+#include "common/banned.h"
+
+void key_record_release(struct key_record *r)
+{
+	size_t i;
+
+	for (i = 0; i < r->n_providers; i++)
+		free(r->providers[i]);
+	free(r->providers);
+	r->providers = NULL;
+	r->n_providers = 0;
+}
+
+static char *xstrdup(const char *s)
+{
+	char *p = strdup(s);
+
+	if (!p)
+		abort(); /* as struct buf: a worker can do nothing useful without memory */
+	return p;
+}
+
+void key_record_copy(struct key_record *dst, const struct key_record *src)
+{
+	size_t i;
+
+	*dst = *src;
+	dst->providers = NULL;
+	if (!src->n_providers)
+		return;
+	dst->providers = calloc(src->n_providers, sizeof(*dst->providers));
+	if (!dst->providers)
+		abort();
+	for (i = 0; i < src->n_providers; i++)
+		dst->providers[i] = xstrdup(src->providers[i]);
+}
+
+void file_sig_from_stat(struct file_sig *s, const struct stat *sb)
+{
+	memset(s, 0, sizeof(*s));
+	s->dev = sb->st_dev;
+	s->ino = sb->st_ino;
+	s->size = sb->st_size;
+	s->nlink = sb->st_nlink;
+	s->mtime = sb->st_mtim;
+	s->ctime = sb->st_ctim;
+}
+
+bool file_sig_equal(const struct file_sig *a, const struct file_sig *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->nlink == b->nlink &&
+	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+int path_join(char *out, size_t n, const char *dir, const char *name)
+{
+	int len = snprintf(out, n, "%s/%s", dir, name);
+
+	return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+}
+
+void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
+{
+	long ms = ts->tv_nsec / 1000000;
+	struct tm tm;
+	size_t n;
+
+	gmtime_r(&ts->tv_sec, &tm);
+	n = strftime(out, AUTH_ISO_MAX - 5, "%Y-%m-%dT%H:%M:%S", &tm);
+	out[n++] = '.';
+	out[n++] = (char)('0' + ms / 100);
+	out[n++] = (char)('0' + ms / 10 % 10);
+	out[n++] = (char)('0' + ms % 10);
+	out[n++] = 'Z';
+	out[n] = '\0';
+}
+
+void iso_time_now(char out[AUTH_ISO_MAX])
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	iso_time_format(&ts, out);
+}
+
+/* providers_enabled: "*" or an array of non-empty strings. */
+static int parse_providers(json_t *v, struct key_record *rec, const char **why)
+{
+	size_t i, n;
+
+	if (json_is_string(v) && strcmp(json_string_value(v), "*") == 0) {
+		rec->all_providers = true;
+		return 0;
+	}
+	if (!json_is_array(v)) {
+		*why = "providers_enabled is neither \"*\" nor an array";
+		return -EINVAL;
+	}
+	n = json_array_size(v);
+	for (i = 0; i < n; i++) {
+		json_t *p = json_array_get(v, i);
+
+		if (!json_is_string(p) || !json_string_length(p)) {
+			*why = "providers_enabled holds something other than a provider name";
+			return -EINVAL;
+		}
+	}
+	rec->all_providers = false;
+	rec->n_providers = 0;
+	if (!n)
+		return 0;
+	rec->providers = calloc(n, sizeof(*rec->providers));
+	if (!rec->providers)
+		abort();
+	for (i = 0; i < n; i++)
+		rec->providers[rec->n_providers++] =
+		    xstrdup(json_string_value(json_array_get(v, i)));
+	return 0;
+}
+
+int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why)
+{
+	struct key_record tmp = {0};
+	json_t *v;
+	const char *s;
+	int ret = -EINVAL;
+
+	if (!json_is_object(root)) {
+		*why = "not a JSON object";
+		goto out;
+	}
+	v = json_object_get(root, "schema_version");
+	if (!json_is_integer(v) || json_integer_value(v) != 1) {
+		*why = "schema_version is not 1";
+		goto out;
+	}
+	v = json_object_get(root, "id");
+	if (!json_is_string(v) || strcmp(json_string_value(v), dir_id) != 0 ||
+	    !auth_id_valid(dir_id)) {
+		*why = "id does not match its directory";
+		goto out;
+	}
+	snprintf(tmp.id, sizeof(tmp.id), "%s", dir_id);
+	/* Absent means sha256, the only algorithm the Node OLP ever wrote. */
+	v = json_object_get(root, "token_hash_algo");
+	if (v && !(json_is_string(v) && strcmp(json_string_value(v), "sha256") == 0)) {
+		*why = "token_hash_algo is not sha256";
+		goto out;
+	}
+	v = json_object_get(root, "token_hash");
+	if (!json_is_string(v) || auth_hash_from_hex(json_string_value(v), tmp.hash) != 0) {
+		*why = "token_hash is not 64 hex digits";
+		goto out;
+	}
+	v = json_object_get(root, "owner_tier");
+	s = json_is_string(v) ? json_string_value(v) : "";
+	if (strcmp(s, "owner") == 0) {
+		tmp.tier = AUTH_TIER_OWNER;
+	} else if (strcmp(s, "guest") == 0) {
+		tmp.tier = AUTH_TIER_GUEST;
+	} else {
+		*why = "owner_tier is neither \"owner\" nor \"guest\"";
+		goto out;
+	}
+	/* Fail closed: anything but null (or absent) in revoked_at means revoked. */
+	v = json_object_get(root, "revoked_at");
+	tmp.revoked = v && !json_is_null(v);
+	v = json_object_get(root, "name");
+	if (v && !json_is_string(v) && !json_is_null(v)) {
+		*why = "name is not a string";
+		goto out;
+	}
+	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
+	if (ret)
+		goto out;
+	if (rec) {
+		*rec = tmp;
+		tmp.providers = NULL;
+		tmp.n_providers = 0;
+	}
+out:
+	key_record_release(&tmp);
+	return ret;
+}
+
+/* Read all of fd (at most AUTH_MANIFEST_MAX bytes) into b. */
+static int read_fd(int fd, struct buf *b)
+{
+	ssize_t n;
+
+	for (;;) {
+		if (b->len > AUTH_MANIFEST_MAX)
+			return -EFBIG;
+		n = buf_read_once(b, fd, 4096);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return 0;
+	}
+}
+
+/* Read and validate dirfd/manifest.json, the manifest of key dir_id. */
+static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
+			    struct key_record *rec, struct file_sig *sig, const char **why)
+{
+	struct buf text = BUF_INIT;
+	struct stat sb;
+	json_error_t jerr;
+	json_t *root = NULL;
+	int fd, ret;
+
+	*why = NULL;
+	fd = openat(dirfd, "manifest.json", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		*why = "manifest.json is not a regular file";
+		ret = -EINVAL;
+		goto out_close;
+	}
+	if (sig)
+		file_sig_from_stat(sig, &sb);
+	ret = read_fd(fd, &text);
+	if (ret == -EFBIG) {
+		*why = "manifest.json is too large";
+		ret = -EINVAL;
+	}
+	if (ret)
+		goto out_close;
+	root = json_loadb(text.data, text.len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		*why = "not valid JSON";
+		ret = -EINVAL;
+		goto out_close;
+	}
+	ret = manifest_check(root, dir_id, rec, why);
+	if (ret == 0 && root_out)
+		*root_out = steal_pointer(&root);
+out_close:
+	json_decref(root);
+	close(fd);
+	buf_release(&text);
+	return ret;
+}
+
+static int open_key_dir(const char *keys_dir, const char *id)
+{
+	char path[4096];
+	int fd;
+
+	if (!auth_id_valid(id))
+		return -ENOENT;
+	if (path_join(path, sizeof(path), keys_dir, id))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? -errno : fd;
+}
+
+int manifest_load(const char *keys_dir, const char *id, json_t **root, struct key_record *rec,
+		  struct file_sig *sig, const char **why)
+{
+	int dirfd, ret;
+
+	*why = NULL;
+	dirfd = open_key_dir(keys_dir, id);
+	if (dirfd < 0)
+		return dirfd == -ENOTDIR || dirfd == -ELOOP ? -ENOENT : dirfd;
+	ret = manifest_load_at(dirfd, id, root, rec, sig, why);
+	close(dirfd);
+	return ret;
+}
+
+int manifest_write_at(int dirfd, json_t *root)
+{
+	char tmp[64], rnd[9];
+	char *text;
+	int fd, ret;
+
+	/* Node writes JSON.stringify(m, null, 2) plus a newline; so do we. */
+	text = json_dumps(root, JSON_INDENT(2));
+	if (!text)
+		return -ENOMEM;
+	random_hex(rnd, 4);
+	snprintf(tmp, sizeof(tmp), ".manifest.json.%ld.%s.tmp", (long)getpid(), rnd);
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	ret = write_all(fd, text, strlen(text));
+	if (!ret)
+		ret = write_all(fd, "\n", 1);
+	/* fsync before rename: otherwise a crash can leave a renamed but empty manifest. */
+	if (!ret && fsync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	if (!ret && renameat(dirfd, tmp, dirfd, "manifest.json") < 0)
+		ret = -errno;
+	if (ret) {
+		unlinkat(dirfd, tmp, 0);
+		goto out_free;
+	}
+	/* The rename is durable only once the directory itself is synced. */
+	if (fsync(dirfd) < 0)
+		ret = -errno;
+out_free:
+	free(text);
+	return ret;
+}
+
+int manifest_update(const char *keys_dir, const char *id,
+		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg)
+{
+	struct key_record rec = {0};
+	json_t *root = NULL;
+	const char *why;
+	int dirfd, ret;
+
+	dirfd = open_key_dir(keys_dir, id);
+	if (dirfd < 0)
+		return dirfd == -ENOTDIR || dirfd == -ELOOP ? -ENOENT : dirfd;
+	/* The lock is on the directory, not on manifest.json: the file is replaced by every
+	 * write, the directory stays, and no extra lock file appears in the Node layout. */
+	while (flock(dirfd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			ret = -errno;
+			goto out_close;
+		}
+	}
+	ret = manifest_load_at(dirfd, id, &root, &rec, NULL, &why);
+	if (ret)
+		goto out_close; /* closing the fd drops the lock */
+	ret = edit(root, &rec, arg);
+	if (ret == 1) {
+		int w = manifest_write_at(dirfd, root);
+
+		if (w)
+			ret = w;
+	}
+out_close:
+	json_decref(root);
+	key_record_release(&rec);
+	close(dirfd);
+	return ret;
+}

@@ -1,0 +1,153 @@
+/* auth-bench: time auth_check() with stores of different sizes, side by side.
+ *
+ *   auth-bench [-i ITERATIONS] [-d TMPDIR] N1 [N2 ...]
+ *
+ * For each N a fresh OLP home gets N keys (through auth_key_create, as olp-keys makes
+ * them); then each case is timed call by call and reported as median / p90 / p99 in
+ * microseconds. Cases: a stored key (cycling over all N), the OLP_OWNER_TOKEN owner, an
+ * unknown token, a stored key followed by auth_touch (the request path's full cost), and
+ * an unknown token right after keys/ changed (the rescan a new key costs every worker). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "auth/auth.h"
+#include "common/common.h"
+#include "tests/auth/test_util.h"
+#include "common/banned.h"
+
+#define ENV_TOKEN "olp_bench-env-owner-token-0000000000000000000000"
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void report(size_t nkeys, const char *name, uint64_t *ns, size_t n)
+{
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+	printf("%6zu  %-22s %10.2f %10.2f %10.2f\n", nkeys, name, ns[n / 2] / 1000.0,
+	       ns[n * 90 / 100] / 1000.0, ns[n * 99 / 100] / 1000.0);
+}
+
+enum bench_case { CASE_STORED, CASE_ENV, CASE_MISS, CASE_TOUCH, CASE_RESCAN };
+
+/* Change keys/ (as adding a key would) so that the next miss rescans it. */
+static void poke_keys_dir(const char *home)
+{
+	struct buf p = BUF_INIT;
+
+	buf_addf(&p, "%s/keys/.bench-poke", home);
+	if (mkdir(p.data, 0700) < 0 || rmdir(p.data) < 0)
+		abort();
+	buf_release(&p);
+}
+
+static int run_size(size_t nkeys, size_t iters)
+{
+	static const char *const names[] = {"stored key", "env owner token", "unknown token",
+					    "stored key + touch", "miss after keys/ change"};
+	struct auth_options opt = {.env_owner_token = ENV_TOKEN};
+	struct auth_key_spec spec = {.name = "bench", .tier = AUTH_TIER_GUEST};
+	char(*tokens)[AUTH_TOKEN_LEN + 1];
+	char *home = tu_mkhome();
+	struct auth_store *st;
+	uint64_t *ns, t0;
+	size_t i, c;
+	int ret = 1;
+
+	tokens = calloc(nkeys, sizeof(*tokens));
+	ns = calloc(iters, sizeof(*ns));
+	if (!tokens || !ns)
+		abort();
+	for (i = 0; i < nkeys; i++) {
+		struct auth_new_key k;
+		struct buf msg = BUF_INIT;
+
+		if (auth_key_create(home, &spec, &k, &msg) != AUTH_KEY_OK) {
+			fprintf(stderr, "auth-bench: %s\n", msg.data);
+			buf_release(&msg);
+			goto out;
+		}
+		memcpy(tokens[i], k.token, sizeof(tokens[i]));
+		auth_new_key_wipe(&k);
+		buf_release(&msg);
+	}
+	t0 = mono_ns();
+	st = auth_store_open(home, &opt);
+	if (!st)
+		goto out;
+	printf("%6zu  %-22s %10.2f\n", nkeys, "open (initial scan)", (mono_ns() - t0) / 1000.0);
+	for (c = CASE_STORED; c <= CASE_RESCAN; c++) {
+		/* A rescan is the rare path (keys added or removed): fewer rounds do. */
+		size_t rounds = c == CASE_RESCAN && iters > 500 ? 500 : iters;
+
+		for (i = 0; i < rounds; i++) {
+			struct auth_identity id;
+			enum auth_result r;
+			bool miss = c == CASE_MISS || c == CASE_RESCAN;
+			const char *tok = c == CASE_ENV ? ENV_TOKEN
+					  : miss ? "olp_not-a-key-at-all-000000000000000000000000"
+						 : tokens[i % nkeys];
+
+			if (c == CASE_RESCAN)
+				poke_keys_dir(home);
+			t0 = mono_ns();
+			r = auth_check(st, NULL, tok, &id);
+			if (c == CASE_TOUCH && r == AUTH_OK)
+				auth_touch(st, &id);
+			ns[i] = mono_ns() - t0;
+			if ((r == AUTH_OK) == miss) {
+				fprintf(stderr, "auth-bench: unexpected result %d\n", r);
+				auth_store_free(st);
+				goto out;
+			}
+			auth_identity_release(&id);
+		}
+		report(nkeys, names[c], ns, rounds);
+	}
+	auth_store_free(st);
+	ret = 0;
+out:
+	free(tokens);
+	free(ns);
+	tu_rmhome(home);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	const char *iters_s = "20000";
+	uint64_t iters, n;
+	int opt, i;
+
+	while ((opt = getopt(argc, argv, "i:d:")) != -1) {
+		switch (opt) {
+		case 'i':
+			iters_s = optarg;
+			break;
+		case 'd':
+			setenv("TMPDIR", optarg, 1);
+			break;
+		default:
+			goto usage;
+		}
+	}
+	if (optind >= argc || parse_u64(iters_s, &iters) || iters < 100)
+		goto usage;
+	printf("%6s  %-22s %10s %10s %10s\n", "keys", "case", "median_us", "p90_us", "p99_us");
+	for (i = optind; i < argc; i++) {
+		if (parse_u64(argv[i], &n) || !n)
+			goto usage;
+		if (run_size((size_t)n, (size_t)iters))
+			return 1;
+	}
+	return 0;
+usage:
+	fprintf(stderr, "usage: auth-bench [-i ITERATIONS>=100] [-d TMPDIR] NKEYS...\n");
+	return 2;
+}

@@ -1,0 +1,1067 @@
+/* CUnit suite for auth/: tokens, manifests, the check, tiers, last_used_at, the
+ * revoke-vs-touch race, key management and the audit log. Mostly through auth.h; the
+ * token and manifest helpers are tested through the module's private header. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CUnit/Basic.h>
+#include <jansson.h>
+
+#include "auth/auth.h"
+#include "auth/internal.h"
+#include "common/common.h"
+#include "tests/auth/test_util.h"
+#include "common/banned.h"
+
+#define RACE_ROUNDS 200
+
+/* Tokens of tests/auth/fixtures/node-home (see TOKENS.txt there). */
+#define FIX_OWNER_TOKEN "olp_9pUCRKOoP2lC7hnaE4q27leV2ReTMEZjxyqADKX0hGM"
+#define FIX_GUEST_TOKEN "olp_BzXYAncu2iP0bD8eGLZmicWqguIy4XKv6Tv_-4ejecU"
+#define FIX_REVOKED_TOKEN "olp_U1GKgTrkPh6c9sq5CdhZciwsJ137MUbme75XKanq6gM"
+
+static const struct auth_options no_opts = {.allow_anonymous = false};
+
+/* Create a key in home; token and id go to the caller's buffers. */
+static void make_key(const char *home, const char *name, enum auth_tier tier,
+		     const char *const *providers, size_t n, struct auth_new_key *k)
+{
+	struct auth_key_spec spec = {
+	    .name = name, .tier = tier, .providers = providers, .n_providers = n, .force = true};
+	struct buf msg = BUF_INIT;
+	enum auth_key_result r = auth_key_create(home, &spec, k, &msg);
+
+	if (r)
+		fprintf(stderr, "auth_key_create: %s\n", msg.data);
+	CU_ASSERT_EQUAL_FATAL(r, AUTH_KEY_OK);
+	buf_release(&msg);
+}
+
+static char *bearer(const char *tok)
+{
+	struct buf b = BUF_INIT;
+
+	buf_addf(&b, "Bearer %s", tok);
+	return buf_detach(&b, NULL);
+}
+
+/* ---- tokens and hashes ------------------------------------------------------------- */
+
+static void expect_token(const char *authz, const char *xkey, const char *want)
+{
+	const char *tok;
+	size_t len;
+
+	auth_token_extract(authz, xkey, &tok, &len);
+	if (!want) {
+		CU_ASSERT_PTR_NULL(tok);
+		CU_ASSERT_EQUAL(len, 0);
+		return;
+	}
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+	CU_ASSERT_EQUAL(len, strlen(want));
+	CU_ASSERT_NSTRING_EQUAL(tok, want, strlen(want));
+}
+
+static void test_token_extract(void)
+{
+	expect_token("Bearer abc", NULL, "abc");
+	expect_token("bearer abc", NULL, "abc");
+	expect_token("BEARER\tabc  ", NULL, "abc");
+	expect_token("  Bearer   abc", "xyz", "abc"); /* Bearer wins over x-api-key */
+	expect_token("Basic dXNlcjpwYXNz", "xyz", "xyz");
+	expect_token("Bearer", "xyz", "xyz"); /* no token after the scheme */
+	expect_token("Bearer    ", "xyz", "xyz");
+	expect_token("Bearerabc", NULL, NULL); /* scheme needs a blank after it */
+	expect_token(NULL, "  xyz ", "xyz");
+	expect_token(NULL, "", NULL);
+	expect_token("", "   ", NULL);
+	expect_token(NULL, NULL, NULL);
+}
+
+static void test_token_generate(void)
+{
+	char a[AUTH_TOKEN_LEN + 1], b[AUTH_TOKEN_LEN + 1];
+	size_t i;
+
+	auth_token_generate(a);
+	auth_token_generate(b);
+	CU_ASSERT_EQUAL(strlen(a), 47);
+	CU_ASSERT_NSTRING_EQUAL(a, "olp_", 4);
+	CU_ASSERT_STRING_NOT_EQUAL(a, b);
+	for (i = 4; i < 47; i++)
+		CU_ASSERT(strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+				 a[i]) != NULL);
+}
+
+static void test_id(void)
+{
+	char id[AUTH_ID_MAX];
+	int i;
+
+	for (i = 0; i < 1000; i++) {
+		auth_id_generate(id);
+		CU_ASSERT_EQUAL(strlen(id), 8);
+		CU_ASSERT(strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789_-") == 8);
+		CU_ASSERT(id[0] != '-' && id[0] != '_');
+		CU_ASSERT(auth_id_valid(id));
+	}
+	CU_ASSERT(auth_id_valid("ab_c-9Z"));
+	CU_ASSERT_FALSE(auth_id_valid(""));
+	CU_ASSERT_FALSE(auth_id_valid("."));
+	CU_ASSERT_FALSE(auth_id_valid(".."));
+	CU_ASSERT_FALSE(auth_id_valid("a/b"));
+	CU_ASSERT_FALSE(auth_id_valid("a b"));
+	CU_ASSERT_FALSE(auth_id_valid("__env_owner__"));
+	CU_ASSERT_FALSE(auth_id_valid("__anonymous__"));
+	CU_ASSERT_FALSE(
+	    auth_id_valid("a123456789012345678901234567890123456789012345678901234567890123"));
+}
+
+static void test_hash(void)
+{
+	/* FIPS 180-2 test vector: SHA-256("abc"). */
+	static const char abc[] =
+	    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+	unsigned char h[AUTH_HASH_BYTES], back[AUTH_HASH_BYTES];
+	char hex[AUTH_HASH_HEX + 1];
+
+	CU_ASSERT_EQUAL(auth_crypto_init(), 0);
+	auth_hash_token("abc", 3, h);
+	auth_hash_to_hex(h, hex);
+	CU_ASSERT_STRING_EQUAL(hex, abc);
+	CU_ASSERT_EQUAL(auth_hash_from_hex(abc, back), 0);
+	CU_ASSERT_EQUAL(memcmp(h, back, sizeof(h)), 0);
+	CU_ASSERT_EQUAL(sodium_memcmp(h, back, sizeof(h)), 0);
+	back[31] ^= 1;
+	CU_ASSERT_NOT_EQUAL(sodium_memcmp(h, back, sizeof(h)), 0);
+	CU_ASSERT_EQUAL(auth_hash_from_hex("abc", back), -EINVAL);
+	CU_ASSERT_EQUAL(
+	    auth_hash_from_hex("zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+			       back),
+	    -EINVAL);
+}
+
+/* ---- manifests --------------------------------------------------------------------- */
+
+#define GOOD_HASH "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+static int check_text(const char *text, const char *dir_id, struct key_record *rec,
+		      const char **why)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	int ret;
+
+	if (!root) {
+		*why = "not valid JSON";
+		return -EINVAL;
+	}
+	ret = manifest_check(root, dir_id, rec, why);
+	json_decref(root);
+	return ret;
+}
+
+static void test_manifest_valid(void)
+{
+	struct key_record rec = {0};
+	const char *why = NULL;
+
+	CU_ASSERT_EQUAL_FATAL(
+	    check_text("{\"schema_version\":1,\"id\":\"abcd1234\",\"name\":\"a\","
+		       "\"token_hash\":\"" GOOD_HASH "\",\"token_hash_algo\":\"sha256\","
+		       "\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",\"codex\"],"
+		       "\"quota\":null,\"revoked_at\":null,\"future_field\":[1,2]}",
+		       "abcd1234", &rec, &why),
+	    0);
+	CU_ASSERT_STRING_EQUAL(rec.id, "abcd1234");
+	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_GUEST);
+	CU_ASSERT_FALSE(rec.revoked);
+	CU_ASSERT_FALSE(rec.all_providers);
+	CU_ASSERT_EQUAL_FATAL(rec.n_providers, 2);
+	CU_ASSERT_STRING_EQUAL(rec.providers[1], "codex");
+	key_record_release(&rec);
+
+	CU_ASSERT_EQUAL_FATAL(
+	    check_text("{\"schema_version\":1,\"id\":\"abcd1234\","
+		       "\"token_hash\":\"" GOOD_HASH "\",\"owner_tier\":\"owner\","
+		       "\"providers_enabled\":\"*\",\"revoked_at\":\"2025-01-01T00:00:00.000Z\"}",
+		       "abcd1234", &rec, &why),
+	    0);
+	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_OWNER);
+	CU_ASSERT(rec.all_providers);
+	CU_ASSERT(rec.revoked);
+	key_record_release(&rec);
+}
+
+static void test_manifest_invalid(void)
+{
+	static const struct {
+		const char *text;
+		const char *why;
+	} bad[] = {
+	    {"{\"schema_version\":1,", "not valid JSON"},
+	    {"[1,2]", "not a JSON object"},
+	    {"{\"schema_version\":2,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "schema_version is not 1"},
+	    {"{\"schema_version\":\"1\",\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "schema_version is not 1"},
+	    {"{\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "schema_version is not 1"},
+	    {"{\"schema_version\":1,\"id\":\"other123\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "id does not match its directory"},
+	    {"{\"schema_version\":1,\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "id does not match its directory"},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"abc\","
+	     "\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "token_hash is not 64 hex digits"},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"token_hash_algo\":\"md5\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+	     "token_hash_algo is not sha256"},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"admin\",\"providers_enabled\":\"*\"}",
+	     "owner_tier is neither \"owner\" nor \"guest\""},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":5}",
+	     "providers_enabled is neither \"*\" nor an array"},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",7]}",
+	     "providers_enabled holds something other than a provider name"},
+	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+	     "\",\"owner_tier\":\"guest\"}",
+	     "providers_enabled is neither \"*\" nor an array"},
+	};
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct key_record rec = {0};
+		const char *why = NULL;
+
+		CU_ASSERT_EQUAL(check_text(bad[i].text, "abcd1234", &rec, &why), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(why);
+		if (strcmp(why, bad[i].why) != 0)
+			fprintf(stderr, "case %zu: got \"%s\", want \"%s\"\n", i, why, bad[i].why);
+		CU_ASSERT_STRING_EQUAL(why, bad[i].why);
+		CU_ASSERT_EQUAL(rec.n_providers, 0);
+	}
+}
+
+/* Invalid manifests in a live store: skipped, one warning each, never a match. */
+static void test_manifest_skipped_once(void)
+{
+	char *home = tu_mkhome(), *out, *authz;
+	struct auth_new_key good;
+	struct auth_identity id;
+	struct auth_store *st;
+	int i;
+
+	make_key(home, "good", AUTH_TIER_GUEST, NULL, 0, &good);
+	tu_write_manifest(home, "badjson1", "{\"schema_version\":1,");
+	tu_write_manifest(home, "badschm1",
+			  "{\"schema_version\":2,\"id\":\"badschm1\",\"token_hash\":\"" GOOD_HASH
+			  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}");
+	/* Claims another id (and the hash of "abc"): must not match as either. */
+	tu_write_manifest(home, "wrongid1",
+			  "{\"schema_version\":1,\"id\":\"stolenid\",\"token_hash\":\"" GOOD_HASH
+			  "\",\"owner_tier\":\"owner\",\"providers_enabled\":\"*\"}");
+	tu_stderr_begin();
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	/* Each new key changes keys/, so each miss rescans: the warnings must not repeat. */
+	for (i = 0; i < 3; i++) {
+		struct auth_new_key more;
+
+		make_key(home, "more", AUTH_TIER_GUEST, NULL, 0, &more);
+		CU_ASSERT_EQUAL(auth_check(st, "Bearer abc", NULL, &id), AUTH_ERR_INVALID);
+		CU_ASSERT_EQUAL(auth_check(st, NULL, "nothing-like-it", &id), AUTH_ERR_INVALID);
+		CU_ASSERT_EQUAL(auth_check(st, NULL, more.token, &id), AUTH_OK);
+		auth_identity_release(&id);
+		auth_new_key_wipe(&more);
+	}
+	authz = bearer(good.token);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	auth_identity_release(&id);
+	auth_store_free(st);
+	out = tu_stderr_end();
+	CU_ASSERT_EQUAL(tu_count(out, "badjson1/manifest.json: not valid JSON"), 1);
+	CU_ASSERT_EQUAL(tu_count(out, "badschm1/manifest.json: schema_version is not 1"), 1);
+	CU_ASSERT_EQUAL(tu_count(out, "wrongid1/manifest.json: id does not match"), 1);
+	CU_ASSERT_EQUAL(tu_count(out, "\"level\":\"warn\""), 3);
+	CU_ASSERT_EQUAL(tu_count(out, good.token), 0);
+	CU_ASSERT_EQUAL(tu_count(out, GOOD_HASH), 0);
+	free(out);
+	free(authz);
+	auth_new_key_wipe(&good);
+	tu_rmhome(home);
+}
+
+/* Every rewrite replaces the file whole: same mode, no temporary left, unknown fields kept. */
+static void test_atomic_rewrite(void)
+{
+	char *home = tu_mkhome();
+	struct buf dir = BUF_INIT, path = BUF_INIT;
+	struct stat before, after;
+	struct dirent *de;
+	bool was = true;
+	json_t *m, *want;
+	DIR *d;
+	int n = 0;
+
+	tu_write_manifest(
+	    home, "keep0001",
+	    "{\"schema_version\":1,\"id\":\"keep0001\",\"name\":\"k\",\"token_hash\":\"" GOOD_HASH
+	    "\",\"token_hash_algo\":\"sha256\",\"owner_tier\":\"guest\","
+	    "\"providers_enabled\":\"*\",\"quota\":null,\"revoked_at\":null,"
+	    "\"x_future\":{\"a\":[1,2,3]},\"notes\":\"n\"}");
+	buf_addf(&dir, "%s/keys/keep0001", home);
+	buf_addf(&path, "%s/manifest.json", dir.data);
+	CU_ASSERT_EQUAL_FATAL(stat(path.data, &before), 0);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, "keep0001", &was, NULL), AUTH_KEY_OK);
+	CU_ASSERT_FALSE(was);
+	CU_ASSERT_EQUAL_FATAL(stat(path.data, &after), 0);
+	CU_ASSERT_NOT_EQUAL(before.st_ino, after.st_ino); /* replaced, not edited in place */
+	CU_ASSERT_EQUAL(after.st_mode & 07777, 0600);
+	m = tu_manifest(home, "keep0001");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT(json_is_string(json_object_get(m, "revoked_at")));
+	want = json_pack("{s:[i,i,i]}", "a", 1, 2, 3);
+	CU_ASSERT(json_equal(json_object_get(m, "x_future"), want));
+	json_decref(want);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(m, "notes")), "n");
+	CU_ASSERT(json_is_null(json_object_get(m, "quota")));
+	json_decref(m);
+	d = opendir(dir.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	while ((de = readdir(d)))
+		n++;
+	closedir(d);
+	CU_ASSERT_EQUAL(n, 3); /* ".", "..", manifest.json: no temporary left behind */
+	buf_release(&dir);
+	buf_release(&path);
+	tu_rmhome(home);
+}
+
+/* ---- the check --------------------------------------------------------------------- */
+
+static void test_check_missing(void)
+{
+	char *home = tu_mkhome();
+	struct auth_options anon = {.allow_anonymous = true};
+	struct auth_identity id;
+	struct auth_store *st;
+
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL(auth_check(st, NULL, NULL, &id), AUTH_ERR_REQUIRED);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_NONE);
+	CU_ASSERT_EQUAL(auth_check(st, "Basic eDp5", NULL, &id), AUTH_ERR_REQUIRED);
+	CU_ASSERT_STRING_EQUAL(auth_strerror(AUTH_ERR_REQUIRED),
+			       "OLP API key required. Pass via \"Authorization: Bearer <token>\" "
+			       "or \"x-api-key: <token>\".");
+	CU_ASSERT_STRING_EQUAL(auth_error_type(AUTH_ERR_REQUIRED), "auth_required");
+	CU_ASSERT_EQUAL(auth_check(st, "Bearer olp_nope", NULL, &id), AUTH_ERR_INVALID);
+	CU_ASSERT_STRING_EQUAL(auth_strerror(AUTH_ERR_INVALID),
+			       "OLP API key is invalid or has been revoked.");
+	CU_ASSERT_STRING_EQUAL(auth_error_type(AUTH_ERR_INVALID), "invalid_or_revoked_key");
+	auth_store_free(st);
+
+	st = auth_store_open(home, &anon);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_ANONYMOUS);
+	CU_ASSERT_STRING_EQUAL(id.key_id, "__anonymous__");
+	CU_ASSERT(auth_identity_allows(&id, "claude"));
+	auth_touch(st, &id); /* no manifest: nothing to write, nothing to crash */
+	auth_identity_release(&id);
+	/* A wrong token is still wrong when anonymous access is on. */
+	CU_ASSERT_EQUAL(auth_check(st, NULL, "olp_wrong", &id), AUTH_ERR_INVALID);
+	auth_store_free(st);
+	tu_rmhome(home);
+}
+
+static void test_check_env_owner(void)
+{
+	char *home = tu_mkhome();
+	struct auth_options o = {.env_owner_token = "env-secret-token"};
+	struct auth_identity id;
+	struct auth_store *st;
+	struct stat sb;
+	struct buf keys = BUF_INIT;
+
+	st = auth_store_open(home, &o);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, "Bearer env-secret-token", NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_OWNER);
+	CU_ASSERT_STRING_EQUAL(id.key_id, "__env_owner__");
+	CU_ASSERT(id.all_providers);
+	auth_touch(st, &id);
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL(auth_check(st, NULL, "env-secret-token", &id), AUTH_OK);
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL(auth_check(st, NULL, "env-secret-tokeN", &id), AUTH_ERR_INVALID);
+	auth_store_free(st);
+	/* Touching a synthetic identity wrote nothing. */
+	buf_addf(&keys, "%s/keys", home);
+	CU_ASSERT_EQUAL(stat(keys.data, &sb), -1);
+	buf_release(&keys);
+	tu_rmhome(home);
+}
+
+static void test_check_keys_and_tiers(void)
+{
+	static const char *const only_claude[] = {"claude"};
+	char *home = tu_mkhome(), *authz;
+	struct auth_new_key owner, guest;
+	struct auth_identity id;
+	struct auth_store *st;
+
+	make_key(home, "owner", AUTH_TIER_OWNER, NULL, 0, &owner);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	authz = bearer(owner.token);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_OWNER);
+	CU_ASSERT_STRING_EQUAL(id.key_id, owner.id);
+	CU_ASSERT(auth_identity_allows(&id, "codex"));
+	auth_identity_release(&id);
+	free(authz);
+
+	/* Created after the store was opened: usable on the very next request. */
+	make_key(home, "alice", AUTH_TIER_GUEST, only_claude, 1, &guest);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, guest.token, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_GUEST);
+	CU_ASSERT_STRING_EQUAL(id.key_id, guest.id);
+	CU_ASSERT_FALSE(id.all_providers);
+	CU_ASSERT(auth_identity_allows(&id, "claude"));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, "codex"));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, NULL));
+	auth_identity_release(&id);
+
+	/* A token differing in one character, or a prefix of a real one, is no key. */
+	guest.token[20] ^= 1;
+	CU_ASSERT_EQUAL(auth_check(st, NULL, guest.token, &id), AUTH_ERR_INVALID);
+	guest.token[20] ^= 1;
+	guest.token[46] = '\0';
+	CU_ASSERT_EQUAL(auth_check(st, NULL, guest.token, &id), AUTH_ERR_INVALID);
+
+	CU_ASSERT_STRING_EQUAL(auth_tier_name(AUTH_TIER_OWNER), "owner");
+	CU_ASSERT_STRING_EQUAL(auth_tier_name(AUTH_TIER_GUEST), "guest");
+	CU_ASSERT_STRING_EQUAL(auth_tier_name(AUTH_TIER_ANONYMOUS), "anonymous");
+	CU_ASSERT_STRING_EQUAL(auth_tier_name(AUTH_TIER_NONE), "none");
+	memset(&id, 0, sizeof(id));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, "claude"));
+	auth_store_free(st);
+	auth_new_key_wipe(&owner);
+	auth_new_key_wipe(&guest);
+	tu_rmhome(home);
+}
+
+/* A revocation by another process is refused on the very next check, without reopening. */
+static void test_check_revoked_next_request(void)
+{
+	char *home = tu_mkhome(), *authz;
+	struct auth_new_key k;
+	struct auth_identity id;
+	struct auth_store *st;
+	struct buf dir = BUF_INIT;
+	pid_t pid;
+	int status;
+
+	make_key(home, "soon-revoked", AUTH_TIER_GUEST, NULL, 0, &k);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	authz = bearer(k.token);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	auth_identity_release(&id);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(auth_key_revoke(home, k.id, NULL, NULL) == AUTH_KEY_OK ? 0 : 1);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_ERR_INVALID);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_ERR_INVALID);
+
+	/* A deleted key directory is refused too. */
+	auth_new_key_wipe(&k);
+	make_key(home, "soon-deleted", AUTH_TIER_GUEST, NULL, 0, &k);
+	free(authz);
+	authz = bearer(k.token);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	auth_identity_release(&id);
+	buf_addf(&dir, "%s/keys/%s/manifest.json", home, k.id);
+	CU_ASSERT_EQUAL(unlink(dir.data), 0);
+	CU_ASSERT_EQUAL(auth_check(st, authz, NULL, &id), AUTH_ERR_INVALID);
+	auth_store_free(st);
+	free(authz);
+	buf_release(&dir);
+	auth_new_key_wipe(&k);
+	tu_rmhome(home);
+}
+
+/* A store written by hand in the Node OLP's format works as is. */
+static void test_node_fixture(void)
+{
+	char *home = tu_mkhome();
+	struct auth_identity id;
+	struct auth_store *st;
+	json_t *m;
+
+	CU_ASSERT_EQUAL_FATAL(tu_copy_tree(AUTH_FIXTURE_DIR, home), 0);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, "Bearer " FIX_OWNER_TOKEN, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_OWNER);
+	CU_ASSERT_STRING_EQUAL(id.key_id, "own3r0k1");
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL(auth_check(st, NULL, FIX_REVOKED_TOKEN, &id), AUTH_ERR_INVALID);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, FIX_GUEST_TOKEN, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_GUEST);
+	CU_ASSERT(auth_identity_allows(&id, "claude"));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, "vibe"));
+	auth_touch(st, &id);
+	auth_identity_release(&id);
+	auth_store_free(st); /* flushes the last_used_at write */
+	m = tu_manifest(home, "gu3st0k1");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT(json_is_string(json_object_get(m, "last_used_at")));
+	CU_ASSERT(json_is_true(json_object_get(json_object_get(m, "x_node_extra"), "kept")));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(m, "notes")),
+			       "written by hand in the Node OLP format");
+	json_decref(m);
+	tu_rmhome(home);
+}
+
+/* ---- last_used_at ------------------------------------------------------------------ */
+
+static bool iso_like(const char *s)
+{
+	/* 2025-01-02T03:04:05.678Z */
+	return s && strlen(s) == 24 && s[4] == '-' && s[10] == 'T' && s[19] == '.' && s[23] == 'Z';
+}
+
+static void test_touch(void)
+{
+	char *home = tu_mkhome();
+	struct auth_new_key a, b;
+	struct auth_identity ia, ib;
+	struct auth_store *st;
+	json_t *m;
+	const char *first;
+	char saved[AUTH_ISO_MAX];
+
+	make_key(home, "a", AUTH_TIER_GUEST, NULL, 0, &a);
+	make_key(home, "b", AUTH_TIER_GUEST, NULL, 0, &b);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, a.token, &ia), AUTH_OK);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, b.token, &ib), AUTH_OK);
+	auth_touch(st, &ia);
+	/* b is revoked between its request and its touch: the touch must not revive it. */
+	CU_ASSERT_EQUAL(auth_key_revoke(home, b.id, NULL, NULL), AUTH_KEY_OK);
+	auth_touch(st, &ib);
+	auth_store_free(st);
+
+	m = tu_manifest(home, a.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	first = json_string_value(json_object_get(m, "last_used_at"));
+	CU_ASSERT(iso_like(first));
+	CU_ASSERT(json_is_null(json_object_get(m, "revoked_at")));
+	snprintf(saved, sizeof(saved), "%s", first ? first : "");
+	json_decref(m);
+	m = tu_manifest(home, b.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT(json_is_null(json_object_get(m, "last_used_at")));
+	CU_ASSERT(iso_like(json_string_value(json_object_get(m, "revoked_at"))));
+	json_decref(m);
+
+	/* Coalesced: many touches within the interval write once. */
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	auth_identity_release(&ia);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, a.token, &ia), AUTH_OK);
+	usleep(5000);
+	for (int i = 0; i < 100; i++)
+		auth_touch(st, &ia);
+	auth_store_free(st);
+	m = tu_manifest(home, a.id);
+	CU_ASSERT_STRING_NOT_EQUAL(json_string_value(json_object_get(m, "last_used_at")), saved);
+	json_decref(m);
+
+	auth_identity_release(&ia);
+	auth_identity_release(&ib);
+	auth_new_key_wipe(&a);
+	auth_new_key_wipe(&b);
+	tu_rmhome(home);
+}
+
+/* Two processes: one revokes while the other records last_used_at, many times over. A
+ * revocation must never be lost to the concurrent rewrite. */
+static void test_race_revoke_touch(void)
+{
+	char *home = tu_mkhome();
+	int round, lost = 0, touched = 0;
+
+	for (round = 0; round < RACE_ROUNDS; round++) {
+		struct auth_new_key k;
+		int ready[2], go[2], status;
+		char c = 0;
+		json_t *m;
+		pid_t pid;
+
+		make_key(home, "race", AUTH_TIER_GUEST, NULL, 0, &k);
+		CU_ASSERT_FATAL(pipe(ready) == 0 && pipe(go) == 0);
+		pid = fork();
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0) {
+			struct auth_store *st = auth_store_open(home, &no_opts);
+			struct auth_identity id;
+			enum auth_result r = auth_check(st, NULL, k.token, &id);
+
+			if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+				_exit(3);
+			auth_touch(st, &id);
+			auth_store_free(st); /* joins the writer: the update is on disk */
+			_exit(r == AUTH_OK ? 0 : 2);
+		}
+		close(ready[1]);
+		close(go[0]);
+		CU_ASSERT(read(ready[0], &c, 1) == 1);
+		CU_ASSERT(write(go[1], "g", 1) == 1);
+		CU_ASSERT_EQUAL(auth_key_revoke(home, k.id, NULL, NULL), AUTH_KEY_OK);
+		CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		close(ready[0]);
+		close(go[1]);
+		m = tu_manifest(home, k.id);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		if (!json_is_string(json_object_get(m, "revoked_at")))
+			lost++;
+		if (json_is_string(json_object_get(m, "last_used_at")))
+			touched++;
+		json_decref(m);
+		auth_new_key_wipe(&k);
+	}
+	printf("\n    race: %d rounds, %d with last_used_at written before the revocation, "
+	       "%d revocations lost ",
+	       RACE_ROUNDS, touched, lost);
+	CU_ASSERT_EQUAL(lost, 0);
+	tu_rmhome(home);
+}
+
+/* One store, many threads checking and touching while keys come and go: every answer
+ * is one of the two legal ones, and a revoked key is never accepted after its revocation
+ * returned. (Run under -fsanitize=thread too.) */
+enum { MT_THREADS = 4, MT_KEYS = 8 };
+
+struct mt_ctx {
+	struct auth_store *st;
+	struct auth_new_key keys[MT_KEYS];
+	atomic_int ready;	     /* keys[0..ready) exist on disk */
+	atomic_int revoked[MT_KEYS]; /* 1 once auth_key_revoke() returned */
+	atomic_bool stop;
+	atomic_int bad;
+};
+
+static void *mt_worker(void *arg)
+{
+	struct mt_ctx *c = arg;
+	unsigned n = 0;
+
+	while (!atomic_load(&c->stop)) {
+		unsigned i = n++ % (unsigned)atomic_load(&c->ready);
+		int was_revoked = atomic_load(&c->revoked[i]);
+		struct auth_identity id;
+		enum auth_result r = auth_check(c->st, NULL, c->keys[i].token, &id);
+
+		if (r == AUTH_OK) {
+			if (was_revoked || strcmp(id.key_id, c->keys[i].id) != 0)
+				atomic_fetch_add(&c->bad, 1);
+			auth_touch(c->st, &id);
+			auth_identity_release(&id);
+		}
+		if (auth_check(c->st, NULL, "olp_unknown", &id) != AUTH_ERR_INVALID)
+			atomic_fetch_add(&c->bad, 1);
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	char *home = tu_mkhome();
+	struct mt_ctx *c = calloc(1, sizeof(*c));
+	pthread_t th[MT_THREADS];
+	int i;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	for (i = 0; i < MT_KEYS / 2; i++)
+		make_key(home, "mt", AUTH_TIER_GUEST, NULL, 0, &c->keys[i]);
+	atomic_store(&c->ready, MT_KEYS / 2);
+	c->st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c->st);
+	for (i = 0; i < MT_THREADS; i++)
+		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, mt_worker, c) == 0);
+	/* Add the other half while the workers run, then revoke everything one by one. */
+	for (i = MT_KEYS / 2; i < MT_KEYS; i++) {
+		make_key(home, "mt-late", AUTH_TIER_GUEST, NULL, 0, &c->keys[i]);
+		atomic_store(&c->ready, i + 1);
+		usleep(20 * 1000);
+	}
+	for (i = 0; i < MT_KEYS; i++) {
+		CU_ASSERT_EQUAL(auth_key_revoke(home, c->keys[i].id, NULL, NULL), AUTH_KEY_OK);
+		atomic_store(&c->revoked[i], 1);
+		usleep(20 * 1000);
+	}
+	atomic_store(&c->stop, true);
+	for (i = 0; i < MT_THREADS; i++)
+		pthread_join(th[i], NULL);
+	CU_ASSERT_EQUAL(atomic_load(&c->bad), 0);
+	auth_store_free(c->st);
+	for (i = 0; i < MT_KEYS; i++) {
+		json_t *m = tu_manifest(home, c->keys[i].id);
+
+		CU_ASSERT(m && json_is_string(json_object_get(m, "revoked_at")));
+		json_decref(m);
+		auth_new_key_wipe(&c->keys[i]);
+	}
+	free(c);
+	tu_rmhome(home);
+}
+
+/* ---- key management ---------------------------------------------------------------- */
+
+static void test_keys_manage(void)
+{
+	char *home = tu_mkhome();
+	struct auth_key_spec owner = {.name = "owner", .tier = AUTH_TIER_OWNER};
+	struct auth_key_spec bad = {.name = "bad\nname", .tier = AUTH_TIER_GUEST};
+	struct auth_new_key k1, k2, k3;
+	struct auth_key_list list;
+	struct buf msg = BUF_INIT, p = BUF_INIT;
+	bool was;
+
+	CU_ASSERT_EQUAL(auth_key_create(home, &owner, &k1, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(auth_key_create(home, &owner, &k2, &msg), AUTH_KEY_ERR_OWNER_EXISTS);
+	CU_ASSERT(strstr(msg.data, "--force") != NULL);
+	CU_ASSERT_EQUAL(k2.token[0], '\0'); /* nothing handed out on failure */
+	owner.force = true;
+	CU_ASSERT_EQUAL(auth_key_create(home, &owner, &k2, &msg), AUTH_KEY_OK);
+	CU_ASSERT_STRING_NOT_EQUAL(k1.id, k2.id);
+	CU_ASSERT_EQUAL(auth_key_create(home, &bad, &k3, &msg), AUTH_KEY_ERR_INVALID_ARG);
+	bad.name = "ok";
+	bad.tier = AUTH_TIER_ANONYMOUS;
+	CU_ASSERT_EQUAL(auth_key_create(home, &bad, &k3, &msg), AUTH_KEY_ERR_INVALID_ARG);
+
+	CU_ASSERT_EQUAL(auth_key_revoke(home, k1.id, &was, &msg), AUTH_KEY_OK);
+	CU_ASSERT_FALSE(was);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, k1.id, &was, &msg), AUTH_KEY_OK);
+	CU_ASSERT(was);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, "nosuch00", &was, &msg), AUTH_KEY_ERR_NOT_FOUND);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, "../../etc", &was, &msg), AUTH_KEY_ERR_INVALID_ARG);
+
+	/* With every owner revoked, a new owner needs no --force. */
+	owner.force = false;
+	CU_ASSERT_EQUAL(auth_key_revoke(home, k2.id, &was, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(auth_key_create(home, &owner, &k3, &msg), AUTH_KEY_OK);
+
+	CU_ASSERT_EQUAL_FATAL(auth_key_list(home, &list, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(list.n, 3);
+	CU_ASSERT_STRING_EQUAL(list.keys[0].id, k1.id); /* oldest first */
+	CU_ASSERT(list.keys[0].revoked);
+	CU_ASSERT(iso_like(list.keys[0].revoked_at));
+	CU_ASSERT(iso_like(list.keys[0].created_at));
+	CU_ASSERT_PTR_NULL(list.keys[0].last_used_at);
+	CU_ASSERT_STRING_EQUAL(list.keys[2].name, "owner");
+	auth_key_list_release(&list);
+
+	/* A store others can read is refused, with the fix in the message. */
+	buf_addf(&p, "%s/keys", home);
+	chmod(p.data, 0755);
+	CU_ASSERT_EQUAL(auth_key_list(home, &list, &msg), AUTH_KEY_ERR_INSECURE);
+	CU_ASSERT(strstr(msg.data, "chmod -R go=") != NULL);
+	chmod(p.data, 0700);
+	buf_addf(&p, "/%s/manifest.json", k1.id);
+	chmod(p.data, 0644);
+	CU_ASSERT_EQUAL(auth_store_check_perms(home, &msg), AUTH_KEY_ERR_INSECURE);
+	CU_ASSERT(strstr(msg.data, k1.id) != NULL);
+	chmod(p.data, 0600);
+	chmod(home, 0777);
+	CU_ASSERT_EQUAL(auth_store_check_perms(home, &msg), AUTH_KEY_ERR_INSECURE);
+	CU_ASSERT(strstr(msg.data, "chmod go-w") != NULL);
+	chmod(home, 0700);
+	CU_ASSERT_EQUAL(auth_store_check_perms(home, &msg), AUTH_KEY_OK);
+
+	auth_new_key_wipe(&k1);
+	auth_new_key_wipe(&k2);
+	auth_new_key_wipe(&k3);
+	buf_release(&msg);
+	buf_release(&p);
+	tu_rmhome(home);
+}
+
+/* ---- audit log --------------------------------------------------------------------- */
+
+static struct audit_record sample_record(void)
+{
+	return (struct audit_record){
+	    .key_id = "abcd1234",
+	    .owner_tier = "guest",
+	    .method = "POST",
+	    .path = "/v1/chat/completions?key=olp_secret",
+	    .provider = "claude",
+	    .model = "claude-sonnet",
+	    .status_code = 200,
+	    .latency_ms = 1234,
+	    .error_code = NULL,
+	    .request_id = "req-1",
+	};
+}
+
+static char *read_all(const char *path)
+{
+	struct buf b = BUF_INIT;
+
+	if (buf_read_file(&b, path, 64 << 20)) {
+		buf_release(&b);
+		return NULL;
+	}
+	return buf_detach(&b, NULL);
+}
+
+static void test_audit_line(void)
+{
+	char *home = tu_mkhome(), *text;
+	struct audit_record rec = sample_record();
+	struct auth_store *st = auth_store_open(home, &no_opts);
+	struct buf p = BUF_INIT;
+	struct stat sb;
+	json_t *j;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	auth_audit(st, &rec);
+	rec.key_id = NULL;
+	rec.provider = NULL;
+	rec.status_code = 401;
+	rec.error_code = "auth_required";
+	auth_audit(st, &rec);
+	CU_ASSERT_EQUAL(auth_audit_failures(st), 0);
+	auth_store_free(st);
+
+	buf_addf(&p, "%s/logs", home);
+	CU_ASSERT_EQUAL_FATAL(stat(p.data, &sb), 0);
+	CU_ASSERT_EQUAL(sb.st_mode & 0777, 0700);
+	buf_adds(&p, "/audit.ndjson");
+	CU_ASSERT_EQUAL_FATAL(stat(p.data, &sb), 0);
+	CU_ASSERT_EQUAL(sb.st_mode & 0777, 0600);
+	text = read_all(p.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	CU_ASSERT_EQUAL(tu_count(text, "\n"), 2);
+	CU_ASSERT_EQUAL(tu_count(text, "olp_secret"), 0); /* the query string is not logged */
+	j = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT(iso_like(json_string_value(json_object_get(j, "ts"))));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "key_id")), "abcd1234");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "owner_tier")), "guest");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "method")), "POST");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "path")),
+			       "/v1/chat/completions");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "provider")), "claude");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "model")), "claude-sonnet");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "status_code")), 200);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "latency_ms")), 1234);
+	CU_ASSERT(json_is_null(json_object_get(j, "error_code")));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "request_id")), "req-1");
+	CU_ASSERT_EQUAL(json_object_size(j), 11);
+	json_decref(j);
+	j = json_loads(strchr(text, '\n') + 1, 0, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	CU_ASSERT(json_is_null(json_object_get(j, "key_id")));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "error_code")),
+			       "auth_required");
+	json_decref(j);
+	free(text);
+	buf_release(&p);
+	tu_rmhome(home);
+}
+
+/* Many processes append at once: every line stays whole. */
+static void test_audit_concurrent(void)
+{
+	enum { PROCS = 4, LINES = 300 };
+	char *home = tu_mkhome(), *text, *line, *next;
+	struct buf p = BUF_INIT, big = BUF_INIT;
+	int i, n = 0, bad = 0, status;
+
+	/* Long lines make a torn write likely to show. */
+	for (i = 0; i < 400; i++)
+		buf_addch(&big, (char)('a' + i % 26));
+	for (i = 0; i < PROCS; i++) {
+		pid_t pid = fork();
+
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0) {
+			struct auth_store *st = auth_store_open(home, &no_opts);
+			struct audit_record rec = sample_record();
+			int j;
+
+			rec.model = big.data;
+			for (j = 0; j < LINES; j++)
+				auth_audit(st, &rec);
+			j = (int)auth_audit_failures(st);
+			auth_store_free(st);
+			_exit(j ? 1 : 0);
+		}
+	}
+	for (i = 0; i < PROCS; i++) {
+		CU_ASSERT(wait(&status) > 0);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	buf_addf(&p, "%s/logs/audit.ndjson", home);
+	text = read_all(p.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	for (line = text; *line; line = next + 1) {
+		json_t *j;
+
+		next = strchr(line, '\n');
+		if (!next)
+			break;
+		*next = '\0';
+		j = json_loads(line, 0, NULL);
+		if (!j || strcmp(json_string_value(json_object_get(j, "model")), big.data) != 0)
+			bad++;
+		json_decref(j);
+		n++;
+	}
+	CU_ASSERT_EQUAL(n, PROCS * LINES);
+	CU_ASSERT_EQUAL(bad, 0);
+	free(text);
+	buf_release(&p);
+	buf_release(&big);
+	tu_rmhome(home);
+}
+
+static void test_audit_rotation(void)
+{
+	static const char old[] = "{\"ts\":\"2020-01-02T03:04:05.678Z\",\"key_id\":\"x\"}\n";
+	char *home = tu_mkhome(), *text;
+	struct audit_record rec = sample_record();
+	struct auth_store *st;
+	struct buf p = BUF_INIT;
+	int fd;
+
+	buf_addf(&p, "%s/logs", home);
+	CU_ASSERT_EQUAL_FATAL(mkdir(p.data, 0700), 0);
+	buf_adds(&p, "/audit.ndjson");
+	fd = open(p.data, O_WRONLY | O_CREAT, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write_all(fd, old, strlen(old)), 0);
+	close(fd);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	auth_audit(st, &rec);
+	auth_store_free(st);
+
+	text = read_all(p.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	CU_ASSERT_EQUAL(tu_count(text, "\n"), 1);
+	CU_ASSERT_EQUAL(tu_count(text, "2020-01-02"), 0);
+	free(text);
+	buf_reset(&p);
+	buf_addf(&p, "%s/logs/audit-2020-01-02.ndjson", home);
+	text = read_all(p.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	CU_ASSERT_STRING_EQUAL(text, old);
+	free(text);
+	buf_release(&p);
+	tu_rmhome(home);
+}
+
+/* An unwritable log fails nothing: it is counted. */
+static void test_audit_failure_counted(void)
+{
+	char *home = tu_mkhome(), *err;
+	struct audit_record rec = sample_record();
+	struct auth_store *st;
+	struct buf p = BUF_INIT;
+	int fd, i;
+
+	buf_addf(&p, "%s/logs", home);
+	fd = open(p.data, O_WRONLY | O_CREAT, 0600); /* a file where the directory should be */
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	tu_stderr_begin();
+	for (i = 0; i < 5; i++)
+		auth_audit(st, &rec);
+	err = tu_stderr_end();
+	CU_ASSERT_EQUAL(auth_audit_failures(st), 5);
+	CU_ASSERT_EQUAL(tu_count(err, "audit log"), 3); /* the 1st, 2nd and 4th failure */
+	free(err);
+	auth_store_free(st);
+	buf_release(&p);
+	tu_rmhome(home);
+}
+
+int main(void)
+{
+	static const struct {
+		const char *suite;
+		const char *name;
+		CU_TestFunc fn;
+	} tests[] = {
+	    {"token", "extract from headers", test_token_extract},
+	    {"token", "generate", test_token_generate},
+	    {"token", "ids", test_id},
+	    {"token", "hash and compare", test_hash},
+	    {"manifest", "valid", test_manifest_valid},
+	    {"manifest", "each invalid kind", test_manifest_invalid},
+	    {"manifest", "invalid skipped with one warning", test_manifest_skipped_once},
+	    {"manifest", "atomic rewrite keeps unknown fields", test_atomic_rewrite},
+	    {"check", "missing token, anonymous", test_check_missing},
+	    {"check", "env owner", test_check_env_owner},
+	    {"check", "keys and tiers", test_check_keys_and_tiers},
+	    {"check", "revoked on the next request", test_check_revoked_next_request},
+	    {"check", "Node OLP fixture store", test_node_fixture},
+	    {"check", "threads sharing one store", test_threads},
+	    {"touch", "last_used_at", test_touch},
+	    {"touch", "revoke vs touch race", test_race_revoke_touch},
+	    {"keys", "create, revoke, list, permissions", test_keys_manage},
+	    {"audit", "line contents", test_audit_line},
+	    {"audit", "concurrent processes", test_audit_concurrent},
+	    {"audit", "daily rotation", test_audit_rotation},
+	    {"audit", "failures counted", test_audit_failure_counted},
+	};
+	CU_pSuite suite = NULL;
+	const char *cur = "";
+	unsigned fails;
+	size_t i;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	for (i = 0; i < ARRAY_SIZE(tests); i++) {
+		if (strcmp(cur, tests[i].suite) != 0) {
+			cur = tests[i].suite;
+			suite = CU_add_suite(cur, NULL, NULL);
+		}
+		CU_add_test(suite, tests[i].name, tests[i].fn);
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}
