@@ -4,6 +4,8 @@
  * the one request in its environment and exits. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,8 @@ static void usage(FILE *f)
 	      "(lighttpd mod_fastcgi, Apache mod_fcgid, spawn-fcgi) or as a plain CGI program.\n"
 	      "\n"
 	      "Environment: OLP_HOME (default ~/.olp), OLP_OWNER_TOKEN, OLP_THREADS (16),\n"
-	      "OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error).\n"
+	      "OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error),\n"
+	      "OLP_EXIT_WITH_PARENT (set by lighttpd/olp.conf: exit when the web server does).\n"
 	      "Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n",
 	      f);
 }
@@ -146,6 +149,18 @@ int main(int argc, char **argv)
 	if (FCGX_Init() != 0) {
 		log_errx(NULL, "FCGX_Init failed");
 		return 1;
+	}
+	/* libfcgi catches SIGTERM to set a flag it only reads between requests, so a worker
+	 * blocked in accept() never stops: let SIGTERM end the process (in-flight children
+	 * die with it through PR_SET_PDEATHSIG and bwrap's --die-with-parent). */
+	signal(SIGTERM, SIG_DFL);
+	/* Under lighttpd (bin-path) the web server is our parent: when it goes, so do we.
+	 * Not by default: spawn-fcgi's parent exits right after starting us. */
+	if (getenv("OLP_EXIT_WITH_PARENT")) {
+		pid_t parent = getppid();
+
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+			return 1;
 	}
 	/* Before anything else runs: a worker started as root keeps no privilege. */
 	if (sbx_lockdown_self() < 0) {
