@@ -142,6 +142,8 @@ static int authenticate(struct req_ctx *rc, bool required)
 	const char *xkey = io_param(rc->io, "HTTP_X_API_KEY");
 	enum auth_result r;
 
+	if (rc->have_id)
+		return 0;
 	if (!required && !authz && !xkey)
 		return 0;
 	r = auth_check(rc->app->auth, authz, xkey, &rc->id);
@@ -497,6 +499,33 @@ static void log_request(struct req_ctx *rc)
 	auth_audit(rc->app->auth, &ar);
 }
 
+/* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only
+ * the owner may call. Others get 401 without a key and 403 with a non-owner one. */
+static bool owner_only(const struct olp_app *app, const char *path)
+{
+	const json_t *list = json_object_get(json_object_get(app->cfg.json, "auth"),
+					     "owner_only_endpoints"), *v;
+	size_t i;
+
+	json_array_foreach(list, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), path))
+			return true;
+	return false;
+}
+
+/* 0 when the caller may go on to the route; else the answer was sent. */
+static int check_owner_only(struct req_ctx *rc)
+{
+	if (!owner_only(rc->app, rc->path.data))
+		return 0;
+	if (authenticate(rc, true))
+		return -1;
+	if (is_owner(rc))
+		return 0;
+	fail(rc, 403, "owner_only", "owner_only", "%.200s is restricted to the owner", rc->path.data);
+	return -1;
+}
+
 void olp_handle(struct olp_app *app, struct olp_io *io)
 {
 	struct req_ctx rc = { .app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms() };
@@ -509,6 +538,9 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 		rc.method = "GET";
 	route = api_route(rc.method, io_param(io, "REQUEST_URI"), io_param(io, "PATH_INFO"),
 			  app->cfg.route_prefix, &rc.path, &allow);
+	if ((route == ROUTE_CHAT || route == ROUTE_MODELS || route == ROUTE_HEALTH) &&
+	    check_owner_only(&rc))
+		goto done;
 	switch (route) {
 	case ROUTE_CHAT:
 		handle_chat(&rc);
@@ -533,6 +565,7 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method, rc.path.data);
 		break;
 	}
+done:
 	log_request(&rc);
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
