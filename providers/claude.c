@@ -88,11 +88,44 @@ out:
 
 struct claude_parser {
 	struct prov_lines pl;
-	bool got_delta;         /* text_delta pieces came: "assistant" lines only repeat them */
-	bool got_text;          /* some answer text went out */
+	struct buf sent;        /* the answer text emitted so far */
+	/* When a stream breaks, claude abandons the partial message and asks again (a new
+	 * stream, or at last a non-streaming request). The client already has the first
+	 * attempt's text: the retry's text is checked against it and only what goes beyond
+	 * is emitted. */
+	bool replaying;
+	size_t replayed;        /* how much of sent the retry has matched so far */
+	char streamed_id[96];   /* the API message whose text came as text_delta pieces */
 	int error_status;       /* api_error_status of an "assistant" error message */
 	char stop_reason[32];   /* from message_delta, for a result without one */
 };
+
+/* Emit answer text, or match it against what a broken attempt already sent. */
+static int emit_text(struct claude_parser *cp, const char *text, size_t len)
+{
+	if (cp->replaying) {
+		size_t n = cp->sent.len - cp->replayed;
+
+		if (n > len)
+			n = len;
+		if (memcmp(text, cp->sent.data + cp->replayed, n)) {
+			int ret = prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, 0,
+						    "the upstream stream broke mid-answer and the "
+						    "retry answered differently");
+			return ret ?: 1;
+		}
+		cp->replayed += n;
+		text += n;
+		len -= n;
+		if (cp->replayed < cp->sent.len)
+			return 0;
+		cp->replaying = false;
+	}
+	if (!len)
+		return 0;
+	buf_add(&cp->sent, text, len);
+	return prov_emit_delta(cp->pl.sink, text, len);
+}
 
 static const char *finish_for(const char *stop_reason)
 {
@@ -114,10 +147,17 @@ static bool from_subagent(const json_t *o)
 static int on_stream_event(struct claude_parser *cp, const json_t *o)
 {
 	const json_t *ev = json_object_get(o, "event"), *delta = json_object_get(ev, "delta");
-	const char *type = prov_json_str(ev, "type");
+	const char *type = prov_json_str(ev, "type"), *id = prov_json_str(o, "api_message_id");
 
 	if (!type || from_subagent(o)) {
 		cp->pl.ignored++;
+		return 0;
+	}
+	if (json_object_get(o, "abandoned_blocks")) {
+		/* This attempt is over; a retry starts again from the first word. */
+		cp->replaying = cp->sent.len > 0;
+		cp->replayed = 0;
+		cp->streamed_id[0] = '\0';
 		return 0;
 	}
 	if (!strcmp(type, "content_block_delta")) {
@@ -125,10 +165,8 @@ static int on_stream_event(struct claude_parser *cp, const json_t *o)
 		const json_t *text = json_object_get(delta, "text");
 
 		if (dt && !strcmp(dt, "text_delta") && json_is_string(text)) {
-			cp->got_delta = true;
-			cp->got_text |= json_string_length(text) > 0;
-			return prov_emit_delta(cp->pl.sink, json_string_value(text),
-					       json_string_length(text));
+			snprintf(cp->streamed_id, sizeof(cp->streamed_id), "%s", id ? id : "?");
+			return emit_text(cp, json_string_value(text), json_string_length(text));
 		}
 	} else if (!strcmp(type, "message_delta")) {
 		const char *sr = prov_json_str(delta, "stop_reason");
@@ -143,7 +181,8 @@ static int on_stream_event(struct claude_parser *cp, const json_t *o)
 
 static int on_assistant(struct claude_parser *cp, const json_t *o)
 {
-	const json_t *content = json_object_get(json_object_get(o, "message"), "content"), *part;
+	const json_t *msg = json_object_get(o, "message"), *part;
+	const char *id = prov_json_str(msg, "id");
 	size_t i;
 	int ret;
 
@@ -156,17 +195,17 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 		cp->error_status = (int)prov_json_int(o, "api_error_status", 0);
 		return 0;
 	}
-	if (cp->got_delta)
+	/* The whole of a message already streamed as deltas: nothing new. A message with
+	 * another id (no partial messages, or claude's non-streaming retry) is new text. */
+	if (cp->streamed_id[0] && (!id || !strcmp(id, cp->streamed_id)))
 		return 0;
-	json_array_foreach(content, i, part) {
+	json_array_foreach(json_object_get(msg, "content"), i, part) {
 		const char *pt = prov_json_str(part, "type");
 		const json_t *text = json_object_get(part, "text");
 
 		if (!pt || strcmp(pt, "text") || !json_is_string(text))
 			continue;
-		cp->got_text |= json_string_length(text) > 0;
-		if ((ret = prov_emit_delta(cp->pl.sink, json_string_value(text),
-					   json_string_length(text))))
+		if ((ret = emit_text(cp, json_string_value(text), json_string_length(text))))
 			return ret;
 	}
 	return 0;
@@ -199,8 +238,8 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 	    (subtype && !strncmp(subtype, "error", 5)))
 		return on_result_error(cp, o) ?: 1;
 	/* Print mode without partial messages: the result is the only place of the text. */
-	if (!cp->got_text && json_is_string(text) &&
-	    (ret = prov_emit_delta(cp->pl.sink, json_string_value(text), json_string_length(text))))
+	if (!cp->sent.len && json_is_string(text) &&
+	    (ret = emit_text(cp, json_string_value(text), json_string_length(text))))
 		return ret;
 	if (json_is_object(u)) {
 		int64_t cache_read = prov_json_int(u, "cache_read_input_tokens", 0);
@@ -248,8 +287,10 @@ static void *claude_parser_new(void)
 {
 	struct claude_parser *cp = calloc(1, sizeof(*cp));
 
-	if (cp)
+	if (cp) {
 		prov_lines_init(&cp->pl);
+		buf_init(&cp->sent);
+	}
 	return cp;
 }
 
@@ -279,6 +320,7 @@ static void claude_parser_free(void *st)
 	if (!cp)
 		return;
 	prov_lines_release(&cp->pl);
+	buf_release(&cp->sent);
 	free(cp);
 }
 

@@ -1,0 +1,171 @@
+/* prov-driver: the providers module from the command line, for the real-CLI tests.
+ *
+ *   prov-driver parse TYPE            stdin = a provider's stdout; prints its events
+ *   prov-driver run REGISTRY MODEL [CONFIG_PROVIDERS_JSON] [off|bwrap]
+ *                                     stdin = the user message; runs the request with
+ *                                     prov_run (plan, sandbox, parser) and prints its
+ *                                     events and outcome
+ *
+ * Every event is one JSON line: {"ev":"delta","text":…,"t_ms":…}, {"ev":"usage",…},
+ * {"ev":"finish","reason":…}, {"ev":"error",…}, then {"ev":"done"} when the parser said
+ * the answer is complete, and (run) {"ev":"outcome",…}. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "providers/providers.h"
+#include "sandbox/sandbox.h"
+#include "common/banned.h"
+
+static uint64_t t0;
+
+static void print_line(struct buf *b)
+{
+	buf_addch(b, '\n');
+	write_all(1, b->data, b->len);
+	buf_release(b);
+}
+
+static int print_event(void *ctx, const struct prov_event *ev)
+{
+	struct buf b = BUF_INIT;
+
+	(void)ctx;
+	switch (ev->kind) {
+	case PROV_EV_DELTA:
+		buf_adds(&b, "{\"ev\":\"delta\",\"text\":");
+		buf_add_json_str(&b, ev->text, ev->len);
+		break;
+	case PROV_EV_USAGE:
+		buf_addf(&b, "{\"ev\":\"usage\",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
+			     "\"total_tokens\":%lld,\"cached_tokens\":%lld",
+			 (long long)ev->usage->prompt_tokens, (long long)ev->usage->completion_tokens,
+			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
+		break;
+	case PROV_EV_FINISH:
+		buf_adds(&b, "{\"ev\":\"finish\",\"reason\":");
+		buf_add_json_str(&b, ev->finish_reason, strlen(ev->finish_reason));
+		break;
+	case PROV_EV_ERROR:
+		buf_addf(&b, "{\"ev\":\"error\",\"code\":\"%s\",\"upstream_status\":%d,\"message\":",
+			 prov_error_code(ev->failure->err), ev->failure->upstream_status);
+		buf_add_json_str(&b, ev->failure->message, strlen(ev->failure->message));
+		break;
+	}
+	buf_addf(&b, ",\"t_ms\":%llu}", (unsigned long long)(mono_ms() - t0));
+	print_line(&b);
+	return 0;
+}
+
+static int parse_main(const char *type)
+{
+	struct prov_sink sink = { .emit = print_event };
+	struct prov_parser *ps = prov_parser_new(type);
+	struct buf in = BUF_INIT, b = BUF_INIT;
+	ssize_t n;
+	int ret = 0;
+
+	if (!ps) {
+		fprintf(stderr, "prov-driver: no parser for type %s\n", type);
+		return 2;
+	}
+	while (ret == 0 && (n = buf_read_once(&in, 0, 65536)) > 0) {
+		ret = prov_parser_feed(ps, in.data, in.len, &sink);
+		buf_reset(&in);
+	}
+	if (ret > 0) {
+		/* The answer is complete: say so at once, as prov_run would answer now. */
+		buf_addf(&b, "{\"ev\":\"done\",\"t_ms\":%llu}", (unsigned long long)(mono_ms() - t0));
+		print_line(&b);
+	}
+	prov_parser_finish(ps, &sink);
+	prov_parser_free(ps);
+	buf_release(&in);
+	return 0;
+}
+
+static int run_main(int argc, char **argv)
+{
+	struct buf err = BUF_INIT, prompt = BUF_INIT, b = BUF_INIT;
+	struct prov_sink sink = { .emit = print_event };
+	char runtime[] = "/tmp/olp-prov-driver-XXXXXX";
+	struct sbx_global_config gc = { .mode = SBX_MODE_BWRAP };
+	json_t *conf = NULL, *messages = NULL;
+	struct prov_registry *reg = NULL;
+	const struct prov_model *m;
+	struct prov_outcome o;
+	int rc = 1;
+
+	if (argc > 4 && argv[4][0]) {
+		json_error_t je;
+
+		if (!(conf = json_loads(argv[4], 0, &je))) {
+			fprintf(stderr, "prov-driver: config: %s\n", je.text);
+			return 2;
+		}
+	}
+	if (argc > 5 && !strcmp(argv[5], "off"))
+		gc.mode = SBX_MODE_OFF;
+	if (!mkdtemp(runtime)) {
+		perror("mkdtemp");
+		goto out;
+	}
+	gc.runtime_dir = runtime;
+	if (sbx_global_init(&gc)) {
+		fprintf(stderr, "prov-driver: sbx_global_init failed\n");
+		goto out;
+	}
+	if (!(reg = prov_registry_load(argv[2], conf, &err))) {
+		fprintf(stderr, "prov-driver: %s\n", err.data);
+		goto out;
+	}
+	if (!(m = prov_registry_find(reg, argv[3]))) {
+		fprintf(stderr, "prov-driver: no model %s\n", argv[3]);
+		goto out;
+	}
+	while (buf_read_once(&prompt, 0, 65536) > 0)
+		;
+	messages = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt.data);
+	{
+		struct prov_request req = { .model = m, .model_name = argv[3], .messages = messages,
+					    .request_id = "prov-driver" };
+
+		prov_run(&req, &sink, -1, &o);
+	}
+	buf_addf(&b, "{\"ev\":\"outcome\",\"code\":\"%s\",\"status\":%d,\"upstream_status\":%d,"
+		     "\"finish_reason\":\"%s\",\"exit_status\":%d,\"duration_ms\":%llu,"
+		     "\"output_started\":%s,\"usage_present\":%s,\"message\":",
+		 prov_error_code(o.err), o.status, o.upstream_status, o.finish_reason, o.exit_status,
+		 (unsigned long long)o.duration_ms, o.output_started ? "true" : "false",
+		 o.usage.present ? "true" : "false");
+	buf_add_json_str(&b, o.message, strlen(o.message));
+	buf_adds(&b, ",\"stderr_tail\":");
+	buf_add_json_str(&b, o.stderr_tail, strlen(o.stderr_tail));
+	buf_addf(&b, ",\"t_ms\":%llu}", (unsigned long long)(mono_ms() - t0));
+	print_line(&b);
+	rc = 0;
+out:
+	json_decref(messages);
+	json_decref(conf);
+	prov_registry_free(reg);
+	sbx_global_release();
+	rmdir(runtime);
+	buf_release(&err);
+	buf_release(&prompt);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	t0 = mono_ms();
+	if (argc == 3 && !strcmp(argv[1], "parse"))
+		return parse_main(argv[2]);
+	if (argc >= 4 && !strcmp(argv[1], "run"))
+		return run_main(argc, argv);
+	fprintf(stderr, "usage: prov-driver parse TYPE < output\n"
+			"       prov-driver run REGISTRY MODEL [CONFIG_PROVIDERS_JSON] [off|bwrap] < prompt\n");
+	return 2;
+}

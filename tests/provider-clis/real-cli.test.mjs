@@ -1,0 +1,235 @@
+// The real claude and codex CLIs (pinned in package.json, installed by `npm ci` here)
+// against our fake upstreams (tests/upstream/), run exactly as OLP runs them: prov-driver
+// `run` goes through prov_run — the provider's plan (argv, environment, binds), the
+// bubblewrap sandbox, the stream parser — and prints the events and the outcome as JSON
+// lines. One test also pipes an unsandboxed CLI's stdout through `prov-driver parse`.
+//
+// Env: PROV_DRIVER (path to prov-driver, set by CTest), OLP_PCLI_SANDBOX=off to run
+// without bwrap on a host that has none.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const upstreamDir = path.join(here, '..', 'upstream');
+const driver = process.env.PROV_DRIVER;
+const sandbox = process.env.OLP_PCLI_SANDBOX === 'off' ? 'off' : 'bwrap';
+const claudeBin = path.join(here, 'node_modules/@anthropic-ai/claude-code/bin/claude.exe');
+const codexJs = path.join(here, 'node_modules/@openai/codex/bin/codex.js');
+const CLAUDE_TEXT = 'Hello from the fake Anthropic server!';
+const CODEX_TEXT = 'Hello from the fake OpenAI server!';
+
+let work, anthropic, openai;
+const children = new Set();
+
+function startServer(file, env = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(upstreamDir, file), '0'],
+      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env } });
+    children.add(child);
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      const nl = out.indexOf('\n');
+      if (nl > 0) resolve({ child, port: Number(out.slice(0, nl)),
+                            url: `http://127.0.0.1:${Number(out.slice(0, nl))}` });
+    });
+    child.on('exit', (code) => reject(new Error(`${file} exited with ${code}`)));
+  });
+}
+
+async function requests(server) {
+  return (await fetch(`${server.url}/_requests`)).json();
+}
+
+// Run argv with stdin, collect stdout lines as JSON; resolves with {events, ms, code}.
+function runJson(argv, input, { env = process.env, timeoutMs = 90000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now();
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env });
+    children.add(child);
+    let out = '', err = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      children.delete(child);
+      const events = out.split('\n').filter(Boolean).map((l) => {
+        try { return JSON.parse(l); } catch { return { ev: 'unparsed', line: l }; }
+      });
+      resolve({ events, ms: Date.now() - t0, code, stderr: err });
+    });
+    child.stdin.end(input);
+  });
+}
+
+function writeJson(name, obj) {
+  const p = path.join(work, name);
+  writeFileSync(p, JSON.stringify(obj));
+  return p;
+}
+
+const models = (prefix) => ['fake', 'fail401', 'fail429', 'fail500', 'cut'].map((m) => ({ id: `${prefix}-${m}` }));
+
+function claudeRegistry(extra = {}) {
+  return writeJson(`claude-${Object.keys(extra).join('-') || 'base'}.json`, { providers: { anthropic: {
+    bin: claudeBin, timeout_s: 60, credentials: [],
+    env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' },
+    models: models('claude'), ...extra } } });
+}
+
+function codexRegistry() {
+  const toml = path.join(work, 'codex-config.toml');
+  writeFileSync(toml, [
+    'model_provider = "fake"', '',
+    '[model_providers.fake]', 'name = "fake"', `base_url = "${openai.url}/v1"`,
+    'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
+    '[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
+  return writeJson('codex.json', { providers: { openai: {
+    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake',
+    env: { OPENAI_API_KEY: 'sk-fake-key' }, models: models('gpt') } } });
+}
+
+const run = (registry, model, prompt = 'Say hello') =>
+  runJson([driver, 'run', registry, model, '', sandbox], prompt);
+
+const outcome = (r) => r.events.find((e) => e.ev === 'outcome');
+const deltas = (r) => r.events.filter((e) => e.ev === 'delta');
+
+before(async () => {
+  assert.ok(driver && existsSync(driver), 'PROV_DRIVER must name the built prov-driver');
+  assert.ok(existsSync(claudeBin) && existsSync(codexJs), 'run `npm ci` in tests/provider-clis first');
+  work = mkdtempSync(path.join(tmpdir(), 'olp-real-cli-'));
+  [anthropic, openai] = await Promise.all([startServer('fake-anthropic.mjs', { FAKE_DELTA_MS: '20' }),
+                                           startServer('fake-openai.mjs')]);
+});
+
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  if (work) rmSync(work, { recursive: true, force: true });
+});
+
+test('claude: text streamed as ordered deltas, usage, finish, answered at the result line', async () => {
+  const r = await run(claudeRegistry(), 'claude-fake');
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  const ds = deltas(r);
+  assert.equal(ds.map((d) => d.text).join(''), CLAUDE_TEXT);
+  assert.deepEqual(ds.map((d) => d.text), ['Hello', ' from', ' the', ' fake', ' Anthropic', ' server!']);
+  // In order and actually streamed: the server spaces them 20 ms apart.
+  for (let i = 1; i < ds.length; i++) assert.ok(ds[i].t_ms >= ds[i - 1].t_ms);
+  assert.ok(ds.at(-1).t_ms - ds[0].t_ms >= 40, `deltas arrived together: ${ds.map((d) => d.t_ms)}`);
+  assert.equal(o.finish_reason, 'stop');
+  assert.equal(o.usage_present, true);
+  const reqs = await requests(anthropic);
+  const mine = reqs.filter((q) => q.model === 'claude-fake');
+  assert.equal(mine.length, 1);
+  assert.equal(mine[0].auth, 'x-api-key');
+  // Only the Messages API was called on the configured base URL.
+  assert.ok(reqs.every((q) => q.path.startsWith('/v1/messages')), JSON.stringify(reqs.map((q) => q.path)));
+});
+
+for (const [status, client] of [[401, 502], [429, 429], [500, 502]]) {
+  test(`claude: upstream ${status} → PROVIDER_ERROR, status ${client}, within seconds`, async () => {
+    const before = (await requests(anthropic)).length;
+    const r = await run(claudeRegistry(), `claude-fail${status}`);
+    const o = outcome(r);
+    assert.equal(o.code, 'PROVIDER_ERROR', JSON.stringify(o));
+    assert.equal(o.upstream_status, status);
+    assert.equal(o.status, client);
+    assert.equal(o.output_started, false);
+    assert.ok(!o.message.includes('fake ' + status), 'the upstream text must not reach clients');
+    assert.ok(r.ms < 30000, `took ${r.ms} ms`);
+    const tries = (await requests(anthropic)).length - before;
+    assert.ok(tries >= 1 && tries <= 3, `claude tried ${tries} times (CLAUDE_CODE_MAX_RETRIES=2)`);
+  });
+}
+
+test('claude: a stream cut midway is retried and the words are not repeated', async () => {
+  // claude abandons the broken message, retries, and at last asks without streaming; the
+  // client already has the first words, so only the rest may follow.
+  const r = await run(claudeRegistry(), 'claude-cut');
+  const o = outcome(r);
+  assert.ok(r.ms < 60000);
+  if (o.code === 'OK') {
+    assert.equal(deltas(r).map((d) => d.text).join(''), CLAUDE_TEXT);
+  } else {
+    assert.equal(o.code, 'PROVIDER_ERROR', JSON.stringify(o));
+  }
+  const tries = (await requests(anthropic)).filter((q) => q.model === 'claude-cut');
+  assert.ok(tries.length >= 2, 'claude retried the broken stream');
+});
+
+test('claude: no credentials at all → AUTH_MISSING with the fix', async () => {
+  const reg = writeJson('claude-nocreds.json', { providers: { anthropic: {
+    bin: claudeBin, timeout_s: 60, credentials: [], env: { ANTHROPIC_BASE_URL: anthropic.url },
+    models: models('claude') } } });
+  const r = await run(reg, 'claude-fake');
+  const o = outcome(r);
+  assert.equal(o.code, 'AUTH_MISSING', JSON.stringify(o));
+  assert.match(o.message, /log in|ANTHROPIC_API_KEY/);
+});
+
+test('claude without the sandbox, stdout piped through prov-driver parse', async () => {
+  const argv = [claudeBin, '-p', '--output-format', 'stream-json', '--verbose', '--include-partial-messages',
+    '--no-session-persistence', '--model', 'claude-fake', '--system-prompt', 'Be brief.', '--tools', ''];
+  const home = mkdtempSync(path.join(work, 'home-'));
+  const env = { PATH: '/usr/bin:/bin', HOME: home, LANG: 'C.UTF-8', TMPDIR: work,
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', CLAUDE_CODE_MAX_RETRIES: '2',
+    ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' };
+  const raw = await new Promise((resolve, reject) => {
+    const c = spawn(argv[0], argv.slice(1), { env, stdio: ['pipe', 'pipe', 'ignore'] });
+    children.add(c);
+    let out = '';
+    c.stdout.on('data', (d) => { out += d; });
+    c.on('error', reject);
+    c.on('close', () => { children.delete(c); resolve(out); });
+    c.stdin.end('Say hello');
+  });
+  const r = await runJson([driver, 'parse', 'claude'], raw);
+  assert.equal(deltas(r).map((d) => d.text).join(''), CLAUDE_TEXT);
+  const u = r.events.find((e) => e.ev === 'usage');
+  assert.deepEqual([u.prompt_tokens, u.completion_tokens, u.total_tokens, u.cached_tokens], [10, 6, 16, 0]);
+  assert.equal(r.events.find((e) => e.ev === 'finish').reason, 'stop');
+  assert.ok(r.events.some((e) => e.ev === 'done'));
+});
+
+test('codex: the agent message, usage, finish', async () => {
+  const r = await run(codexRegistry(), 'gpt-fake');
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  assert.equal(deltas(r).map((d) => d.text).join(''), CODEX_TEXT);
+  assert.equal(o.finish_reason, 'stop');
+  assert.equal(o.usage_present, true);
+  const reqs = (await requests(openai)).filter((q) => q.model === 'gpt-fake');
+  assert.equal(reqs.length, 1);
+  assert.equal(reqs[0].auth, 'bearer');
+});
+
+for (const [status, client] of [[401, 502], [429, 429], [500, 502]]) {
+  test(`codex: upstream ${status} → PROVIDER_ERROR, status ${client}, within seconds`, async () => {
+    const r = await run(codexRegistry(), `gpt-fail${status}`);
+    const o = outcome(r);
+    assert.equal(o.code, 'PROVIDER_ERROR', JSON.stringify(o));
+    // codex names the status for 401 and 429; a 5xx becomes "We're currently
+    // experiencing high demand" with no number in it.
+    assert.ok(o.upstream_status === status || (status >= 500 && o.upstream_status === 0),
+              JSON.stringify(o));
+    assert.equal(o.status, client);
+    assert.ok(!o.message.includes('127.0.0.1'), 'no upstream URL to clients');
+    assert.ok(r.ms < 45000, `took ${r.ms} ms`);
+  });
+}
+
+test('codex: a stream cut midway is a provider error, not a hang', async () => {
+  const r = await run(codexRegistry(), 'gpt-cut');
+  const o = outcome(r);
+  assert.equal(o.code, 'PROVIDER_ERROR', JSON.stringify(o));
+  assert.ok(r.ms < 60000);
+});

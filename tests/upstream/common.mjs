@@ -1,0 +1,58 @@
+// Shared by the fake upstream servers: listening, request logging, body reading.
+// No dependencies beyond Node's standard library (Node >= 18).
+import http from 'node:http';
+
+export const TOKENS = (text) => text.match(/\s*\S+/g) ?? [];
+
+// Models named like "<x>-fail401" answer that status; "<x>-cut" cuts the stream midway.
+export function failStatus(model) {
+  const m = /fail(\d{3})\b/.exec(model ?? '');
+  return m ? Number(m[1]) : 0;
+}
+export const isCut = (model) => /(^|-)cut\b/.test(model ?? '');
+
+export async function readBody(req) {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  const raw = Buffer.concat(chunks).toString('utf8');
+  try { return raw ? JSON.parse(raw) : {}; } catch { return { _raw: raw }; }
+}
+
+// Start a server; every request is logged (method, path, model, headers that name the
+// client) and the log is served at GET /_requests for the tests' assertions.
+export function serve(name, handler) {
+  const log = [];
+  const server = http.createServer(async (req, res) => {
+    if (req.method === 'GET' && req.url === '/_requests') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(log));
+      return;
+    }
+    const body = req.method === 'POST' ? await readBody(req) : {};
+    log.push({ method: req.method, path: req.url, model: body.model ?? null, stream: body.stream ?? null,
+               auth: req.headers['x-api-key'] ? 'x-api-key' : req.headers.authorization ? 'bearer' : null,
+               user_agent: req.headers['user-agent'] ?? null, t: Date.now() });
+    try {
+      await handler(req, res, body);
+    } catch (e) {
+      if (!res.headersSent) res.writeHead(500);
+      res.end(String(e));
+    }
+  });
+  // Our servers speak plain HTTP/1.1; a WebSocket upgrade is refused outright.
+  server.on('upgrade', (req, socket) => socket.end('HTTP/1.1 426 Upgrade Required\r\n\r\n'));
+  const port = Number(process.argv[2] ?? process.env.PORT ?? 0);
+  server.listen(port, '127.0.0.1', () => {
+    process.stdout.write(`${server.address().port}\n`);
+  });
+  const stop = () => server.close(() => process.exit(0));
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  return server;
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export function sse(res, event, data) {
+  res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+// A fake Anthropic Messages API for tests: POST /v1/messages.
+//   node fake-anthropic.mjs [PORT]     prints the port it listens on (127.0.0.1) first
+// stream:true  -> SSE: message_start, content_block_start, content_block_delta (one per
+//                 word), content_block_stop, message_delta (stop_reason, usage), message_stop
+// stream:false -> one JSON message (claude falls back to this when a stream breaks)
+// Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
+//         *-cut sends half the deltas and then drops the connection;
+//         *-maxtok stops with stop_reason "max_tokens".
+// FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one.
+import { serve, failStatus, isCut, TOKENS, sleep, sse } from './common.mjs';
+
+const TEXT = 'Hello from the fake Anthropic server!';
+const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
+let seq = 0;
+const errType = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error',
+                  404: 'not_found_error', 429: 'rate_limit_error', 529: 'overloaded_error' };
+
+serve('anthropic', async (req, res, body) => {
+  const path = req.url.split('?')[0];
+  if (req.method !== 'POST' || path !== '/v1/messages') {
+    res.writeHead(404, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ type: 'error', error: { type: 'not_found_error', message: `no route ${path}` } }));
+    return;
+  }
+  const id = `msg_fake_${(++seq).toString(16).padStart(16, '0')}`;
+  const reqId = `req_fake_${seq.toString(16).padStart(12, '0')}`;
+  const model = body.model ?? 'claude-fake';
+  const status = failStatus(model);
+  if (status) {
+    res.writeHead(status, { 'content-type': 'application/json', 'request-id': reqId,
+                            ...(status === 429 ? { 'retry-after': '1' } : {}) });
+    res.end(JSON.stringify({ type: 'error',
+      error: { type: errType[status] ?? 'api_error', message: `fake ${status}` }, request_id: reqId }));
+    return;
+  }
+  const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
+  const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+  if (!body.stream) {
+    res.writeHead(200, { 'content-type': 'application/json', 'request-id': reqId });
+    res.end(JSON.stringify({ id, type: 'message', role: 'assistant', model,
+      content: [{ type: 'text', text: TEXT }], stop_reason: stopReason, stop_sequence: null, usage }));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'request-id': reqId });
+  sse(res, 'message_start', { type: 'message_start', message: { id, type: 'message', role: 'assistant', model,
+    content: [], stop_reason: null, stop_sequence: null, usage: { ...usage, output_tokens: 1 } } });
+  sse(res, 'content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+  const tokens = TOKENS(TEXT);
+  for (const [i, t] of tokens.entries()) {
+    if (isCut(model) && i === Math.floor(tokens.length / 2)) {
+      res.socket.destroy(); // mid-stream: no message_stop, no end of chunked body
+      return;
+    }
+    if (DELTA_MS) await sleep(DELTA_MS);
+    sse(res, 'content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: t } });
+  }
+  sse(res, 'content_block_stop', { type: 'content_block_stop', index: 0 });
+  sse(res, 'message_delta', { type: 'message_delta', delta: { stop_reason: stopReason, stop_sequence: null },
+    usage: { output_tokens: usage.output_tokens } });
+  sse(res, 'message_stop', { type: 'message_stop' });
+  res.end();
+});
