@@ -22,7 +22,8 @@ struct req_ctx {
 	struct olp_app *app;
 	struct olp_io *io;
 	char rid[17];
-	const char *method;
+	const char *method; /* points into method_buf: the params die with io_finish */
+	char method_buf[16];
 	struct buf path;
 	uint64_t t0;
 	int status;
@@ -37,6 +38,8 @@ struct req_ctx {
 
 const char *io_param(struct olp_io *io, const char *name)
 {
+	if (io->finished)
+		return NULL;
 	if (io->fcgx)
 		return FCGX_GetParam(name, io->envp);
 	return getenv(name);
@@ -62,7 +65,7 @@ ssize_t io_read(struct olp_io *io, char *dst, size_t n)
 
 int io_write(struct olp_io *io, const char *data, size_t len)
 {
-	if (io->failed)
+	if (io->failed || io->finished)
 		return -1;
 	if (io->fcgx) {
 		while (len) {
@@ -87,6 +90,18 @@ int io_write(struct olp_io *io, const char *data, size_t len)
 		return -1;
 	}
 	return 0;
+}
+
+void io_finish(struct olp_io *io)
+{
+	if (io->finished)
+		return;
+	io->finished = true;
+	io->hangup_fd = -1;
+	if (io->fcgx)
+		FCGX_Finish_r(io->fcgx); /* END_REQUEST; frees the params and closes the link */
+	else
+		close(STDOUT_FILENO); /* CGI: end of the response for the web server */
 }
 
 /* ---- responses ------------------------------------------------------------------------- */
@@ -362,6 +377,41 @@ static void finish_stream(struct answer *a, const struct prov_outcome *o)
 	io_write(a->rc->io, a->out.data, a->out.len);
 }
 
+static const char *provider_error_type(enum prov_error e);
+
+/* The outcome is known: finish the answer (the provider's sandbox may still be being torn
+ * down; that is not the client's wait). */
+static void answer_done(void *ctx, const struct prov_outcome *o)
+{
+	struct answer *a = ctx;
+	struct req_ctx *rc = a->rc;
+
+	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
+		rc->status = 499;
+		rc->error_code = prov_error_code(o->err);
+	} else if (a->req->stream && a->started) {
+		finish_stream(a, o);
+		if (o->err)
+			rc->error_code = prov_error_code(o->err);
+	} else if (a->too_large) {
+		fail(rc, 502, "provider_error", "PROVIDER_ERROR",
+		     "The provider's answer exceeds %u bytes; use \"stream\": true",
+		     MAX_BUFFERED_ANSWER);
+	} else if (o->err) {
+		fail(rc, o->status, provider_error_type(o->err), prov_error_code(o->err), "%s",
+		     o->message);
+	} else if (a->req->stream) {
+		finish_stream(a, o);
+	} else {
+		buf_reset(&a->out);
+		api_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
+				    &o->usage);
+		send_json(rc, 200, &a->out, NULL);
+	}
+	/* The answer is complete: the client need not wait for the sandbox's teardown. */
+	io_finish(rc->io);
+}
+
 static const char *provider_error_type(enum prov_error e)
 {
 	switch (e) {
@@ -384,7 +434,7 @@ static void handle_chat(struct req_ctx *rc)
 	struct chat_request req;
 	struct api_error err;
 	struct answer a = { .rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT };
-	struct prov_sink sink = { .emit = answer_emit, .ctx = &a };
+	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
 	const struct prov_model *m;
@@ -425,30 +475,9 @@ static void handle_chat(struct req_ctx *rc)
 	completion_meta_init(&a.meta, req.model);
 	preq = (struct prov_request){ .model = m, .model_name = req.model, .messages = req.messages,
 				      .max_tokens = req.max_tokens, .request_id = rc->rid };
+	/* answer_done sends the end of the answer as soon as the outcome is known; the
+	 * sandbox's teardown happens after that, off the client's critical path. */
 	prov_run(&preq, &sink, rc->io->hangup_fd, &o);
-
-	if (o.err == PROV_ERR_CLIENT_GONE && !a.too_large) {
-		rc->status = 499;
-		rc->error_code = prov_error_code(o.err);
-	} else if (req.stream && a.started) {
-		finish_stream(&a, &o);
-		if (o.err)
-			rc->error_code = prov_error_code(o.err);
-	} else if (a.too_large) {
-		fail(rc, 502, "provider_error", "PROVIDER_ERROR",
-		     "The provider's answer exceeds %u bytes; use \"stream\": true",
-		     MAX_BUFFERED_ANSWER);
-	} else if (o.err) {
-		fail(rc, o.status, provider_error_type(o.err), prov_error_code(o.err), "%s",
-		     o.message);
-	} else if (req.stream) {
-		finish_stream(&a, &o);
-	} else {
-		buf_reset(&a.out);
-		api_completion_json(&a.out, &a.meta, a.text.data, a.text.len, o.finish_reason,
-				    &o.usage);
-		send_json(rc, 200, &a.out, NULL);
-	}
 out:
 	chat_request_release(&req);
 	buf_release(&body);
@@ -533,9 +562,9 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 	enum api_route route;
 
 	random_hex(rc.rid, 8);
-	rc.method = io_param(io, "REQUEST_METHOD");
-	if (!rc.method)
-		rc.method = "GET";
+	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
+		 io_param(io, "REQUEST_METHOD") ? io_param(io, "REQUEST_METHOD") : "GET");
+	rc.method = rc.method_buf;
 	route = api_route(rc.method, io_param(io, "REQUEST_URI"), io_param(io, "PATH_INFO"),
 			  app->cfg.route_prefix, &rc.path, &allow);
 	if ((route == ROUTE_CHAT || route == ROUTE_MODELS || route == ROUTE_HEALTH) &&

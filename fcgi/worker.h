@@ -40,6 +40,7 @@ struct olp_io {
 	char **envp;
 	int hangup_fd;      /* the web server connection (POLLRDHUP = it went away), or -1 */
 	bool failed;        /* a write failed: the client is gone */
+	bool finished;      /* io_finish ran: the answer is complete, nothing more is sent */
 };
 
 const char *io_param(struct olp_io *io, const char *name);
@@ -47,6 +48,11 @@ const char *io_param(struct olp_io *io, const char *name);
 ssize_t io_read(struct olp_io *io, char *dst, size_t n);
 /* Write and push to the web server now (no buffering): 0, or -1 once the client is gone. */
 int io_write(struct olp_io *io, const char *data, size_t len);
+
+/* The answer is complete: end the FastCGI request now (the web server closes the HTTP
+ * response), though the thread may still have cleanup to do. Idempotent. After it,
+ * io_param and io_write must not be used. */
+void io_finish(struct olp_io *io);
 
 void olp_handle(struct olp_app *app, struct olp_io *io);
 

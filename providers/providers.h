@@ -107,8 +107,13 @@ struct prov_event {
 };
 
 /* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). */
+struct prov_outcome;
 struct prov_sink {
 	int (*emit)(void *ctx, const struct prov_event *ev);
+	/* Optional: called exactly once by prov_run with the final outcome, as soon as it is
+	 * known — possibly before the provider's sandbox is torn down — so that the answer
+	 * can be finished without waiting for the cleanup. */
+	void (*done)(void *ctx, const struct prov_outcome *o);
 	void *ctx;
 };
 

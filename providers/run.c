@@ -106,6 +106,9 @@ void prov_parser_free(struct prov_parser *ps)
 /* ---- one run ------------------------------------------------------------------------- */
 
 struct run_ctx {
+	const struct prov_request *req;
+	bool concluded;  /* the outcome is final */
+	bool done_sent;  /* sink->done was called */
 	const struct prov_sink *sink; /* the caller's: gets deltas only */
 	struct prov_sink inner;       /* what parsers emit into */
 	struct prov_parser parser;
@@ -232,14 +235,53 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 }
 
+/* Everything known about the run: turn it into the outcome, once. */
+static void conclude(struct run_ctx *rc, const struct sbx_result *res)
+{
+	const struct prov_provider *pv = rc->req->model->provider;
+	struct prov_outcome *out = rc->out;
+
+	if (rc->concluded)
+		return;
+	rc->concluded = true;
+	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
+		prov_parser_finish(&rc->parser, &rc->inner);
+	map_result(pv, res, out);
+	/* What the provider said about its own failure beats the exit status it ended with
+	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
+	if (rc->failure != PROV_OK && (out->err == PROV_OK || out->err == PROV_ERR_PROVIDER_ERROR)) {
+		fail(out, rc->failure, "Provider %s: %s", pv->name, rc->failure_msg);
+		out->upstream_status = rc->upstream_status;
+		if (rc->failure == PROV_ERR_PROVIDER_ERROR && rc->upstream_status)
+			out->status = status_for_upstream(rc->upstream_status);
+	}
+	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
+		log_warnx(rc->req->request_id, "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
+					       "out)%s%.200s",
+			  pv->name, prov_error_code(out->err), sbx_end_name(res->end),
+			  res->exit_status, out->upstream_status, res->stdout_bytes,
+			  out->stderr_tail[0] ? "; stderr: " : "", out->stderr_tail);
+}
+
+static void on_result(void *ctx, const struct sbx_result *res)
+{
+	struct run_ctx *rc = ctx;
+
+	conclude(rc, res);
+	if (rc->sink->done) {
+		rc->done_sent = true;
+		rc->sink->done(rc->sink->ctx, rc->out);
+	}
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
 	const struct prov_provider *pv = req->model->provider;
 	struct prov_plan plan = { .stdin_data = BUF_INIT };
-	struct run_ctx rc = { .sink = sink, .out = out };
+	struct run_ctx rc = { .sink = sink, .out = out, .req = req };
 	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
-	struct sbx_callbacks cb = { .on_stdout = on_stdout, .ctx = &rc };
+	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
 	int ret;
 
@@ -250,7 +292,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 		fail(out, PROV_ERR_SANDBOX, "The sandbox is not available on this host (%s); "
 					    "the request was not run",
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
-		return;
+		goto out;
 	}
 	plan.policy = sbx_policy_new();
 	res = malloc(sizeof(*res));
@@ -280,24 +322,11 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	opt.stdin_data = plan.stdin_data.data;
 	opt.stdin_len = plan.stdin_data.len;
 	sbx_run(plan.policy, (const char *const *)plan.argv, &opt, &cb, res);
-	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
-		prov_parser_finish(&rc.parser, &rc.inner);
-	map_result(pv, res, out);
-	/* What the provider said about its own failure beats the exit status it ended with
-	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
-	if (rc.failure != PROV_OK && (out->err == PROV_OK || out->err == PROV_ERR_PROVIDER_ERROR)) {
-		fail(out, rc.failure, "Provider %s: %s", pv->name, rc.failure_msg);
-		out->upstream_status = rc.upstream_status;
-		if (rc.failure == PROV_ERR_PROVIDER_ERROR && rc.upstream_status)
-			out->status = status_for_upstream(rc.upstream_status);
-	}
-	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
-		log_warnx(req->request_id, "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
-					   "out)%s%.200s",
-			  pv->name, prov_error_code(out->err), sbx_end_name(res->end),
-			  res->exit_status, out->upstream_status, res->stdout_bytes,
-			  out->stderr_tail[0] ? "; stderr: " : "", out->stderr_tail);
+	/* Spawn failures never reach on_result. */
+	conclude(&rc, res);
 out:
+	if (!rc.done_sent && sink->done)
+		sink->done(sink->ctx, out);
 	if (rc.parser.st)
 		pv->ops->parser_free(rc.parser.st);
 	free(res);

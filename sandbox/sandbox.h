@@ -104,12 +104,17 @@ void sbx_policy_allow_nested_userns(struct sbx_policy *p, bool allow);
 int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
 
 /* ---- running ------------------------------------------------------------------------ */
+struct sbx_result;
 
 /* Callbacks of one run. Each returns 0 to go on, > 0 to end the run normally now (the
  * caller has what it needs; the tree is killed), < 0 to abort it (e.g. the client went
  * away; the tree is killed and sbx_run reports SBX_END_ABORTED). */
 struct sbx_callbacks {
 	int (*on_stdout)(void *ctx, const char *data, size_t len);
+	/* Optional: called once when the result is known (the command is gone and its
+	 * output read), before sbx_run waits for the sandbox to be torn down and removes the
+	 * scratch dir, so that the caller can answer first. res is complete. Not called when nothing could be spawned. */
+	void (*on_result)(void *ctx, const struct sbx_result *res);
 	void *ctx;
 };
 

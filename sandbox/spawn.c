@@ -300,7 +300,7 @@ static void wait_ns_gone(struct run *r)
 enum { PF_OUT, PF_ERR, PF_IN, PF_PID, PF_STATUS, PF_HUP, PF_N };
 
 static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
-		     const struct sbx_callbacks *cb, struct sbx_result *res)
+		     const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
 {
 	const char *in_data = opt ? opt->stdin_data : NULL;
 	size_t in_left = opt && in_data ? opt->stdin_len : 0;
@@ -423,11 +423,10 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 		if (pfd[PF_PID].revents)
 			reap(r);
 	}
+	/* Anything the command left running is killed; nothing more is read. */
 	kill_tree(r);
 	reap(r);
-	wait_ns_gone(r);
 	buf_release(&chunk);
-
 	res->end = end;
 	if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
 		res->end = SBX_END_SIGNALED;
@@ -436,6 +435,14 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 		res->exit_status = WEXITSTATUS(r->wstatus);
 	}
 	res->duration_ms = mono_ms() - start;
+	/* bwrap's own failures: exit 1, its message on stderr, not a byte of output. */
+	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
+	    !strncmp(res->stderr_tail, "bwrap: ", 7))
+		res->sandbox_failed = true;
+	if (cb && cb->on_result)
+		cb->on_result(cb->ctx, res);
+	/* Only now, off the client's critical path: the namespace's teardown. */
+	wait_ns_gone(r);
 	return 0;
 }
 
@@ -592,10 +599,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	close_fd(&c_group);
 	if (ret)
 		goto out;
-	ret = supervise(&r, p, opt, cb, res);
-	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "bwrap: ", 7))
-		res->sandbox_failed = true;
+	ret = supervise(&r, p, opt, cb, res, bwrap);
 out:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
