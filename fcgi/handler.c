@@ -32,6 +32,7 @@ struct req_ctx {
 	const char *provider;
 	struct auth_identity id;
 	bool have_id;
+	const struct answer *answer; /* a chat answer under way: adds the X-OLP-* headers */
 };
 
 /* ---- I/O ------------------------------------------------------------------------------- */
@@ -106,13 +107,19 @@ void io_finish(struct olp_io *io)
 
 /* ---- responses ------------------------------------------------------------------------- */
 
+struct answer;
+static void chat_headers(const struct answer *a, int status, struct buf *h);
+
 static void send_head(struct req_ctx *rc, int status, const char *ctype, const char *extra)
 {
 	struct buf h = BUF_INIT;
 
 	rc->status = status;
-	buf_addf(&h, "Status: %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\n%s\r\n",
-		 api_status_text(status), ctype, rc->rid, extra ? extra : "");
+	buf_addf(&h, "Status: %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\n",
+		 api_status_text(status), ctype, rc->rid);
+	if (rc->answer)
+		chat_headers(rc->answer, status, &h);
+	buf_addf(&h, "%s\r\n", extra ? extra : "");
 	io_write(rc->io, h.data, h.len);
 	buf_release(&h);
 }
@@ -320,14 +327,28 @@ static int read_body(struct req_ctx *rc, struct buf *body)
 	return 0;
 }
 
+/* One step of a routing chain: a registry model (and so its provider). */
+struct hop {
+	const struct prov_model *m;
+};
+
+#define MAX_HOPS 8
+
 struct answer {
 	struct req_ctx *rc;
 	const struct chat_request *req;
 	struct completion_meta meta;
 	bool started;     /* stream: head and first chunk sent */
 	bool too_large;   /* non-stream: answer over MAX_BUFFERED_ANSWER */
+	bool answered;    /* the end of the answer (or its error) was sent */
 	struct buf text;  /* non-stream: the whole answer */
 	struct buf out;   /* encoding scratch */
+	struct hop hops[MAX_HOPS];
+	size_t nhops;
+	size_t cur;       /* the hop running now */
+	size_t failed;    /* hops that failed before output and were passed over */
+	bool exhausted;   /* every hop failed */
+	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
 };
 
 static void stream_start(struct answer *a)
@@ -379,13 +400,53 @@ static void finish_stream(struct answer *a, const struct prov_outcome *o)
 
 static const char *provider_error_type(enum prov_error e);
 
+static void chat_headers(const struct answer *a, int status, struct buf *h)
+{
+	const struct prov_model *m = a->cur < a->nhops ? a->hops[a->cur].m : NULL;
+
+	if (m)
+		buf_addf(h, "X-OLP-Provider-Used: %s\r\nX-OLP-Model-Used: %s\r\n",
+			 prov_provider_name(m->provider), m->id);
+	buf_addf(h, "X-OLP-Fallback-Hops: %zu\r\nX-OLP-Latency-Ms: %llu\r\n", a->failed,
+		 (unsigned long long)(mono_ms() - a->rc->t0));
+	if (a->exhausted)
+		buf_adds(h, "X-OLP-Fallback-Exhausted: true\r\n");
+	if (status == 429)
+		buf_adds(h, "Retry-After: 2\r\n");
+	/* Which providers failed and why is infrastructure detail: the owner's only. */
+	if (a->detail.len && is_owner(a->rc))
+		buf_addf(h, "X-OLP-Fallback-Detail: %s\r\n", a->detail.data);
+}
+
+/* Failures before any output that another provider may not have: worth the next hop. */
+static bool worth_next_hop(enum prov_error e)
+{
+	return e == PROV_ERR_AUTH_MISSING || e == PROV_ERR_SPAWN_FAILED ||
+	       e == PROV_ERR_CONCURRENCY_LIMIT || e == PROV_ERR_PROVIDER_ERROR;
+}
+
 /* The outcome is known: finish the answer (the provider's sandbox may still be being torn
- * down; that is not the client's wait). */
+ * down; that is not the client's wait) — or, when this hop failed before any output and
+ * another is left, note why and let the next one answer. */
 static void answer_done(void *ctx, const struct prov_outcome *o)
 {
 	struct answer *a = ctx;
 	struct req_ctx *rc = a->rc;
+	const struct prov_model *m = a->hops[a->cur].m;
 
+	if (o->err && worth_next_hop(o->err) && !o->output_started && !a->started) {
+		/* Header-safe: provider and model names come from the registry; codes are ours. */
+		buf_addf(&a->detail, "%s%s/%s: %s", a->detail.len ? "; " : "",
+			 prov_provider_name(m->provider), m->id, prov_error_code(o->err));
+		if (a->cur + 1 < a->nhops) {
+			a->failed++;
+			buf_reset(&a->text);
+			return;
+		}
+		if (a->nhops > 1)
+			a->exhausted = true;
+	}
+	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
 		rc->error_code = prov_error_code(o->err);
@@ -428,17 +489,84 @@ static const char *provider_error_type(enum prov_error e)
 	}
 }
 
+/* The hops for the requested model: config.json routing.chains["model"] (an ordered list
+ * of {provider, model}), else the registry model itself. 0, or -1 after answering 404. */
+static int plan_hops(struct req_ctx *rc, const struct chat_request *req, struct answer *a)
+{
+	const json_t *chain = json_object_get(
+		json_object_get(json_object_get(rc->app->cfg.json, "routing"), "chains"), req->model);
+	const json_t *step;
+	struct api_error e;
+	size_t i;
+
+	if (json_is_array(chain)) {
+		json_array_foreach(chain, i, step) {
+			const char *p = json_string_value(json_object_get(step, "provider"));
+			const char *mid = json_string_value(json_object_get(step, "model"));
+			const struct prov_model *m = mid ? prov_registry_find(rc->app->reg, mid) : NULL;
+
+			if (!m || (p && strcmp(p, prov_provider_name(m->provider)))) {
+				log_warnx(rc->rid, "routing.chains[%s][%zu]: %s/%s is not in the "
+						   "registry; skipped", req->model, i, p ? p : "?",
+					  mid ? mid : "?");
+				continue;
+			}
+			if (a->nhops < MAX_HOPS)
+				a->hops[a->nhops++].m = m;
+		}
+	} else {
+		const struct prov_model *m = prov_registry_find(rc->app->reg, req->model);
+
+		if (m)
+			a->hops[a->nhops++].m = m;
+	}
+	if (a->nhops)
+		return 0;
+	api_error_set(&e, 404, "model_not_found", "model_not_found", "model",
+		      "The model '%.200s' does not exist", req->model);
+	send_error(rc, &e, NULL);
+	return -1;
+}
+
+/* Keep the hops this key may use. 0, or -1 after answering 403 when none is left. */
+static int check_hop_access(struct req_ctx *rc, const struct chat_request *req, struct answer *a)
+{
+	struct buf wanted = BUF_INIT, mine = BUF_INIT;
+	size_t i, n = 0;
+
+	for (i = 0; i < a->nhops; i++) {
+		const char *p = prov_provider_name(a->hops[i].m->provider);
+
+		if (auth_identity_allows(&rc->id, p))
+			a->hops[n++] = a->hops[i];
+		else if (!strstr(wanted.data, p))
+			buf_addf(&wanted, "%s%s", wanted.len ? ", " : "", p);
+	}
+	if (n) {
+		a->nhops = n;
+		buf_release(&wanted);
+		return 0;
+	}
+	for (i = 0; i < rc->id.n_providers; i++)
+		buf_addf(&mine, "%s%s", i ? ", " : "", rc->id.providers[i]);
+	fail(rc, 403, "key_no_provider_access", "key_no_provider_access",
+	     "This OLP API key may use providers [%s]; model '%.200s' is served by [%s]",
+	     mine.data, req->model, wanted.data);
+	buf_release(&wanted);
+	buf_release(&mine);
+	return -1;
+}
+
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
 	struct chat_request req;
 	struct api_error err;
-	struct answer a = { .rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT };
+	struct answer a = { .rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT,
+			    .detail = BUF_INIT };
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
-	const struct prov_model *m;
-	const char *pname;
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
@@ -454,35 +582,31 @@ static void handle_chat(struct req_ctx *rc)
 		send_error(rc, &err, NULL);
 		goto out;
 	}
-	m = prov_registry_find(rc->app->reg, req.model);
-	if (!m) {
-		struct api_error e;
-
-		api_error_set(&e, 404, "model_not_found", "model_not_found", "model",
-			      "The model '%.200s' does not exist", req.model);
-		send_error(rc, &e, NULL);
+	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
 		goto out;
-	}
-	pname = prov_provider_name(m->provider);
-	rc->model = m->id;
-	rc->provider = pname;
-	if (!auth_identity_allows(&rc->id, pname)) {
-		fail(rc, 403, "key_no_provider_access", "key_no_provider_access",
-		     "This OLP API key may not use provider '%s' (model '%.200s')", pname, req.model);
-		goto out;
-	}
-
 	completion_meta_init(&a.meta, req.model);
-	preq = (struct prov_request){ .model = m, .model_name = req.model, .messages = req.messages,
-				      .max_tokens = req.max_tokens, .request_id = rc->rid };
-	/* answer_done sends the end of the answer as soon as the outcome is known; the
-	 * sandbox's teardown happens after that, off the client's critical path. */
-	prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+	rc->answer = &a;
+	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
+		const struct prov_model *m = a.hops[a.cur].m;
+
+		rc->model = m->id;
+		rc->provider = prov_provider_name(m->provider);
+		preq = (struct prov_request){ .model = m, .model_name = req.model,
+					      .messages = req.messages, .max_tokens = req.max_tokens,
+					      .request_id = rc->rid };
+		/* answer_done sends the end of the answer as soon as the outcome is known;
+		 * the sandbox's teardown happens after that, off the client's critical path. */
+		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+	}
+	if (a.cur)
+		a.cur--;
 out:
 	chat_request_release(&req);
 	buf_release(&body);
+	rc->answer = NULL;
 	buf_release(&a.text);
 	buf_release(&a.out);
+	buf_release(&a.detail);
 }
 
 /* ---- the request ----------------------------------------------------------------------- */

@@ -98,6 +98,11 @@ static int app_init(void)
 		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));
 		goto fail;
 	}
+	/* The concurrency slots live beside the scratch dirs: one place for the whole pool. */
+	ret = prov_set_state_dir(app.cfg.runtime_dir);
+	if (ret)
+		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
+			  app.cfg.runtime_dir, strerror(-ret));
 	app.reg = prov_registry_load(app.cfg.registry_path, json_object_get(app.cfg.json, "providers"),
 				     &err);
 	if (!app.reg) {

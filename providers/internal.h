@@ -38,7 +38,14 @@ struct prov_provider {
 	json_t *conf;        /* the registry entry, merged with config.json overrides */
 	uint64_t timeout_ms;
 	bool network;
+	unsigned max_concurrent; /* runs at once across the pool; 0 = no cap */
 };
+
+/* Take one of pv's concurrency slots (slots.c): an fd to hand back to prov_slot_release,
+ * PROV_SLOT_NONE when there is no cap, -EBUSY when all are taken, -errno on failure. */
+#define PROV_SLOT_NONE (-1000)
+int prov_slot_acquire(const struct prov_provider *pv);
+void prov_slot_release(int fd);
 
 int prov_plan_push_arg(struct prov_plan *plan, const char *arg);
 void prov_plan_release(struct prov_plan *plan);

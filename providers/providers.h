@@ -135,6 +135,11 @@ void prov_parser_free(struct prov_parser *ps);
  * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". */
 void prov_flatten_messages(const json_t *messages, struct buf *out);
 
+/* Where the pool's worker processes share state (the per-provider concurrency slots, in
+ * <dir>/slots): the same directory for every process of the pool. Without it there is no
+ * concurrency cap. 0 or -errno. */
+int prov_set_state_dir(const char *dir);
+
 /* ---- running ------------------------------------------------------------------------- */
 
 /* The error code as in the Node OLP ("SPAWN_TIMEOUT", …). */

@@ -142,6 +142,14 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	pv->ops = prov_ops_for_type(type);
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
+	{
+		const json_t *mc = json_object_get(pv->conf, "max_concurrent");
+
+		pv->max_concurrent = json_is_integer(mc) && json_integer_value(mc) >= 0 &&
+					     json_integer_value(mc) <= 1024 ?
+					     (unsigned)json_integer_value(mc) :
+					     4;
+	}
 	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
 		provider_free(pv);
 		return NULL;
@@ -244,12 +252,24 @@ static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv
 	return 0;
 }
 
+static bool name_in(const json_t *list, const char *name)
+{
+	const json_t *v;
+	size_t i;
+
+	json_array_foreach(list, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), name))
+			return true;
+	return false;
+}
+
 struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
 					 struct buf *err)
 {
 	struct prov_registry *reg;
 	json_error_t jerr;
 	json_t *root, *providers, *entry;
+	const json_t *enabled;
 	const char *name;
 
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -266,11 +286,16 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	reg = calloc(1, sizeof(*reg));
 	if (!reg)
 		goto fail_nomem;
+	enabled = json_object_get(config_providers, "enabled");
 	json_object_foreach(providers, name, entry) {
 		struct prov_provider *pv, **np;
 
 		if (!json_is_object(entry))
 			continue;
+		if (json_is_array(enabled) && !name_in(enabled, name)) {
+			log_info(NULL, "registry: provider %s is not in providers.enabled; skipped", name);
+			continue;
+		}
 		pv = provider_new(name, entry, json_object_get(config_providers, name));
 		if (!pv)
 			continue;

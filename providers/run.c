@@ -107,6 +107,7 @@ void prov_parser_free(struct prov_parser *ps)
 
 struct run_ctx {
 	const struct prov_request *req;
+	int slot;        /* concurrency slot fd, or < 0 */
 	bool concluded;  /* the outcome is final */
 	bool done_sent;  /* sink->done was called */
 	const struct prov_sink *sink; /* the caller's: gets deltas only */
@@ -267,6 +268,9 @@ static void on_result(void *ctx, const struct sbx_result *res)
 {
 	struct run_ctx *rc = ctx;
 
+	/* The command is gone: its slot is free for the next request already. */
+	prov_slot_release(rc->slot);
+	rc->slot = -1;
 	conclude(rc, res);
 	if (rc->sink->done) {
 		rc->done_sent = true;
@@ -279,7 +283,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 {
 	const struct prov_provider *pv = req->model->provider;
 	struct prov_plan plan = { .stdin_data = BUF_INIT };
-	struct run_ctx rc = { .sink = sink, .out = out, .req = req };
+	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
 	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
@@ -294,6 +298,16 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
 		goto out;
 	}
+	rc.slot = prov_slot_acquire(pv);
+	if (rc.slot == -EBUSY) {
+		fail(out, PROV_ERR_CONCURRENCY_LIMIT,
+		     "Provider %s is running its limit of %u requests; retry shortly", pv->name,
+		     pv->max_concurrent);
+		goto out;
+	}
+	if (rc.slot < 0 && rc.slot != PROV_SLOT_NONE)
+		log_warnx(req->request_id, "provider %s: concurrency slot: %s; running uncapped",
+			  pv->name, strerror(-rc.slot));
 	plan.policy = sbx_policy_new();
 	res = malloc(sizeof(*res));
 	if (!plan.policy || !res) {
@@ -325,6 +339,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
 out:
+	prov_slot_release(rc.slot);
 	if (!rc.done_sent && sink->done)
 		sink->done(sink->ctx, out);
 	if (rc.parser.st)
