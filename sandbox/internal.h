@@ -59,6 +59,8 @@ int sbx_scratch_create(struct sbx_scratch *s);
  * the run is left. */
 void sbx_scratch_remove(struct sbx_scratch *s);
 void sbx_scratch_sweep_stale(void);
+/* openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) of a directory below dfd: fd or -1/errno. */
+int sbx_open_dir_beneath(int dfd, const char *name);
 
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
 #define SBX_FD_STATUS 3  /* --json-status-fd */

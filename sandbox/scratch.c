@@ -1,7 +1,8 @@
 /* Per-run scratch directories under the runtime directory.
  *
  * Each run gets <runtime_dir>/<pid>-<seq>-<random>/home, created 0700 relative to an fd
- * on the runtime dir so that no path component is looked up twice. Removal walks the
+ * on the runtime dir and opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), so
+ * that no path component is looked up twice and no link is ever followed. Removal walks the
  * tree with openat(O_NOFOLLOW) and unlinkat: a symlink planted by the child is removed,
  * never followed. The Node OLP left about half of its per-request homes behind because it
  * deleted them while the client was still writing; here removal happens only after the
@@ -16,12 +17,34 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/openat2.h>
 
 #include "common/common.h"
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
 static atomic_ulong scratch_seq;
+
+/* Open a directory below dfd that must be reached without any symlink and without leaving
+ * dfd (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS); on kernels
+ * before 5.6, a single-component openat with O_NOFOLLOW gives the same guarantee. */
+int sbx_open_dir_beneath(int dfd, const char *name)
+{
+	struct open_how how = {
+		.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	long fd = syscall(SYS_openat2, dfd, name, &how, sizeof(how));
+
+	if (fd >= 0 || errno != ENOSYS)
+		return (int)fd;
+	if (strchr(name, '/')) {
+		errno = EINVAL;
+		return -1;
+	}
+	return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
 
 int sbx_scratch_create(struct sbx_scratch *s)
 {
@@ -40,7 +63,7 @@ int sbx_scratch_create(struct sbx_scratch *s)
 
 	if (mkdirat(sbx_g.runtime_fd, s->name, 0700) < 0)
 		return -errno;
-	dfd = openat(sbx_g.runtime_fd, s->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	dfd = sbx_open_dir_beneath(sbx_g.runtime_fd, s->name);
 	if (dfd < 0) {
 		ret = -errno;
 		goto out_rmdir;
@@ -49,7 +72,7 @@ int sbx_scratch_create(struct sbx_scratch *s)
 		ret = -errno;
 		goto out_close;
 	}
-	s->home_fd = openat(dfd, "home", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	s->home_fd = sbx_open_dir_beneath(dfd, "home");
 	if (s->home_fd < 0) {
 		ret = -errno;
 		unlinkat(dfd, "home", AT_REMOVEDIR);
@@ -93,7 +116,7 @@ static int remove_tree_at(int dfd, int depth)
 			ret = -ELOOP;
 			continue;
 		}
-		sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		sub = sbx_open_dir_beneath(dirfd(d), de->d_name);
 		if (sub < 0) {
 			ret = -errno;
 			continue;
@@ -112,7 +135,14 @@ static void remove_named(const char *name)
 {
 	int dfd, ret;
 
-	dfd = openat(sbx_g.runtime_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	dfd = sbx_open_dir_beneath(sbx_g.runtime_fd, name);
+	if (dfd < 0 && (errno == ELOOP || errno == ENOTDIR || errno == EXDEV)) {
+		/* Not a directory of ours (a link planted in its place): remove the entry
+		 * itself, never what it points to. */
+		if (unlinkat(sbx_g.runtime_fd, name, 0) < 0)
+			log_warn(NULL, "sandbox: cannot remove %s", name);
+		return;
+	}
 	if (dfd < 0) {
 		if (errno != ENOENT)
 			log_warn(NULL, "sandbox: cannot open scratch dir %s", name);

@@ -386,6 +386,28 @@ static void test_stale_scratch_swept(void)
 	rmdir(path);
 }
 
+static void test_sweep_never_follows_links(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir };
+	char target[] = "/tmp/olp-sbx-target-XXXXXX", path[600], keep[600];
+	int fd;
+	struct stat st;
+
+	CU_ASSERT_FATAL(mkdtemp(target) != NULL);
+	snprintf(keep, sizeof(keep), "%s/precious", target);
+	fd = open(keep, O_WRONLY | O_CREAT, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	/* A dead worker's "scratch dir" that is really a link to somewhere else. */
+	snprintf(path, sizeof(path), "%s/4194306-1-evil", runtime_dir);
+	CU_ASSERT_FATAL(symlink(target, path) == 0);
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(lstat(path, &st), -1);       /* the link is gone */
+	CU_ASSERT_EQUAL(stat(keep, &st), 0);         /* what it pointed to is untouched */
+	unlink(keep);
+	rmdir(target);
+}
+
 int main(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
@@ -417,6 +439,7 @@ int main(void)
 	CU_add_test(s, "concurrent runs", test_concurrent_runs);
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
 	CU_add_test(s, "stale scratch swept", test_stale_scratch_swept);
+	CU_add_test(s, "sweep never follows links", test_sweep_never_follows_links);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
