@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# sandbox-bench.sh — what one sandboxed spawn costs, side by side in one run (hyperfine,
+# interleaving nothing but running every variant in the same invocation):
+#   bare      /usr/bin/true
+#   bwrap     plain bwrap --unshare-all with a minimal root (the floor any bwrap sandbox pays)
+#   bwrap+    plain bwrap with olp's flags and mounts, no seccomp
+#   olp       olp-sandbox -- /usr/bin/true: the full policy (seccomp, rlimits, scratch dir)
+#   srt       srt /usr/bin/true from @anthropic-ai/sandbox-runtime (the Node OLP's choice)
+# Goals (issue 4): olp ≤ bwrap + 2 ms (medians), srt / olp ≥ 40.
+#
+# usage: tests/bench/sandbox-bench.sh [BUILD_DIR]  (default: build; built if needed)
+# env:   BENCH_RUNS (default 200), SRT_RUNS (default 20)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root/build}
+runs=${BENCH_RUNS:-200}
+srt_runs=${SRT_RUNS:-20}
+here=$root/tests/bench
+
+need=()
+for t in hyperfine socat rg bwrap jq; do command -v "$t" >/dev/null || need+=("$t"); done
+if [ ${#need[@]} -gt 0 ]; then
+	pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^rg$/ripgrep/; s/^bwrap$/bubblewrap/')
+	echo "installing: $pkgs"
+	apt-get install -y -q $pkgs >/dev/null
+fi
+if [ ! -x "$build/sandbox/olp-sandbox" ]; then
+	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build "$build" -j"$(nproc)" --target olp-sandbox >/dev/null
+fi
+if [ ! -x "$here/node_modules/.bin/srt" ]; then
+	(cd "$here" && npm ci --no-audit --no-fund >/dev/null)
+fi
+
+work=$(mktemp -d /tmp/olp-sbx-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/home" "$work/run"
+cd "$work"
+
+links=(--symlink usr/bin /bin --symlink usr/sbin /sbin --symlink usr/lib /lib --symlink usr/lib64 /lib64)
+plain=(bwrap --unshare-all --ro-bind /usr /usr "${links[@]}" --proc /proc --dev /dev -- /usr/bin/true)
+etc=()
+for f in /etc/ld.so.cache /etc/resolv.conf /etc/hosts /etc/nsswitch.conf /etc/ssl /etc/ca-certificates \
+	/etc/localtime /etc/alternatives; do
+	[ -e "$f" ] && etc+=(--ro-bind "$f" "$f")
+done
+full=(bwrap --unshare-user --unshare-ipc --unshare-pid --unshare-uts --unshare-cgroup-try
+	--uid 1000 --gid 1000 --hostname olp --die-with-parent --new-session --cap-drop ALL
+	--clearenv --unshare-net --disable-userns --setenv PATH /usr/bin:/bin --setenv HOME /home/olp
+	--ro-bind /usr /usr "${links[@]}" "${etc[@]}" --proc /proc --dev /dev --size 268435456
+	--tmpfs /tmp --bind "$work/home" /home/olp --chdir /home/olp -- /usr/bin/true)
+q() { printf '%q ' "$@"; }
+
+echo "== $runs runs each (srt: $srt_runs), hyperfine -N"
+hyperfine -N --warmup 5 --runs "$runs" --export-json "$work/a.json" \
+	-n bare "/usr/bin/true" \
+	-n bwrap "$(q "${plain[@]}")" \
+	-n bwrap+ "$(q "${full[@]}")" \
+	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$work/run" -- /usr/bin/true)" >/dev/null
+hyperfine -N --warmup 2 --runs "$srt_runs" --export-json "$work/b.json" \
+	-n srt "$(q "$here/node_modules/.bin/srt" /usr/bin/true)" \
+	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$work/run" -- /usr/bin/true)" >/dev/null
+
+med() { jq -r --arg n "$2" '.results[] | select(.command == $n) | .median * 1000' "$1"; }
+bare=$(med a.json bare); plainm=$(med a.json bwrap); fullm=$(med a.json bwrap+); olp=$(med a.json olp)
+srt=$(med b.json srt); olp2=$(med b.json olp)
+printf 'bare_true_median_ms %.2f\n' "$bare"
+printf 'bwrap_unshare_all_median_ms %.2f\n' "$plainm"
+printf 'bwrap_olp_flags_no_seccomp_median_ms %.2f\n' "$fullm"
+printf 'olp_sandbox_median_ms %.2f\n' "$olp"
+printf 'srt_median_ms %.2f (olp in the same invocation: %.2f)\n' "$srt" "$olp2"
+awk -v o="$olp" -v p="$plainm" -v s="$srt" -v o2="$olp2" 'BEGIN {
+	printf "olp_minus_bwrap_ms %.2f (goal <= 2)\n", o - p
+	printf "srt_over_olp %.1fx (goal >= 40)\n", s / o2
+}'
