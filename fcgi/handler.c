@@ -428,11 +428,21 @@ static bool worth_next_hop(enum prov_error e)
 /* The outcome is known: finish the answer (the provider's sandbox may still be being torn
  * down; that is not the client's wait) — or, when this hop failed before any output and
  * another is left, note why and let the next one answer. */
-static void answer_done(void *ctx, const struct prov_outcome *o)
+static void answer_done(void *ctx, const struct prov_outcome *reported)
 {
 	struct answer *a = ctx;
 	struct req_ctx *rc = a->rc;
 	const struct prov_model *m = a->hops[a->cur].m;
+	struct prov_outcome zeroed;
+	const struct prov_outcome *o = reported;
+
+	/* A provider that reports no usage (a local command) used no upstream tokens: say
+	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. */
+	if (!reported->usage.present) {
+		zeroed = *reported;
+		zeroed.usage = (struct prov_usage){ .present = true };
+		o = &zeroed;
+	}
 
 	if (o->err && worth_next_hop(o->err) && !o->output_started && !a->started) {
 		/* Header-safe: provider and model names come from the registry; codes are ours. */
