@@ -77,13 +77,6 @@ static const unsigned long bad_personality[] = {
 	ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ADDR_COMPAT_LAYOUT, MMAP_PAGE_ZERO,
 };
 
-static struct {
-	pthread_once_t once;
-	void *bpf;
-	size_t len;
-	int err;
-} prog = { .once = PTHREAD_ONCE_INIT };
-
 static int add(scmp_filter_ctx ctx, int err, const char *name, unsigned n,
 	       const struct scmp_arg_cmp *cmp)
 {
@@ -198,46 +191,36 @@ out:
 	return ret;
 }
 
-static struct {
+/* The two programs (AF_UNIX refused / allowed), each built on first use. */
+static struct prog {
 	pthread_once_t once;
 	void *bpf;
 	size_t len;
 	int err;
-} prog_unix = { .once = PTHREAD_ONCE_INIT };
+} progs[2] = { { .once = PTHREAD_ONCE_INIT }, { .once = PTHREAD_ONCE_INIT } };
 
 static void build_default(void)
 {
-	prog.err = export_prog(false, &prog.bpf, &prog.len);
+	progs[0].err = export_prog(false, &progs[0].bpf, &progs[0].len);
 }
 
 static void build_unix(void)
 {
-	prog_unix.err = export_prog(true, &prog_unix.bpf, &prog_unix.len);
+	progs[1].err = export_prog(true, &progs[1].bpf, &progs[1].len);
 }
 
 int sbx_seccomp_fd(bool allow_unix)
 {
-	const void *bpf;
-	size_t len;
+	struct prog *pg = &progs[allow_unix];
 	int fd, ret;
 
-	if (allow_unix) {
-		pthread_once(&prog_unix.once, build_unix);
-		if (prog_unix.err)
-			return prog_unix.err;
-		bpf = prog_unix.bpf;
-		len = prog_unix.len;
-	} else {
-		pthread_once(&prog.once, build_default);
-		if (prog.err)
-			return prog.err;
-		bpf = prog.bpf;
-		len = prog.len;
-	}
+	pthread_once(&pg->once, allow_unix ? build_unix : build_default);
+	if (pg->err)
+		return pg->err;
 	fd = memfd_create("olp-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	ret = write_all(fd, bpf, len);
+	ret = write_all(fd, pg->bpf, pg->len);
 	if (!ret && lseek(fd, 0, SEEK_SET) < 0)
 		ret = -errno;
 	/* Nobody may change the program between here and bwrap reading it. */
@@ -252,6 +235,6 @@ int sbx_seccomp_fd(bool allow_unix)
 
 int sbx_seccomp_prepare(void)
 {
-	pthread_once(&prog.once, build_default);
-	return prog.err;
+	pthread_once(&progs[0].once, build_default);
+	return progs[0].err;
 }
