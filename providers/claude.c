@@ -234,8 +234,13 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 	struct prov_usage usage = { .present = true };
 	int ret;
 
-	if (json_is_true(json_object_get(o, "is_error")) ||
-	    (subtype && !strncmp(subtype, "error", 5)))
+	/* claude 2.1 reports an answer cut by the output-token limit (after resuming on its
+	 * own a few times) as an error result: for the client it is finish_reason "length". */
+	const char *api_error = prov_json_str(o, "api_error");
+	bool length = api_error && !strcmp(api_error, "max_output_tokens");
+
+	if (!length && (json_is_true(json_object_get(o, "is_error")) ||
+			(subtype && !strncmp(subtype, "error", 5))))
 		return on_result_error(cp, o) ?: 1;
 	/* Print mode without partial messages: the result is the only place of the text. */
 	if (!cp->sent.len && json_is_string(text) &&
@@ -254,7 +259,9 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 		if ((ret = prov_emit_usage(cp->pl.sink, &usage)))
 			return ret;
 	}
-	ret = prov_emit_finish(cp->pl.sink, finish_for(sr ? sr : cp->stop_reason[0] ? cp->stop_reason : NULL));
+	ret = prov_emit_finish(cp->pl.sink,
+			       length ? "length" :
+					finish_for(sr ? sr : cp->stop_reason[0] ? cp->stop_reason : NULL));
 	return ret ?: 1; /* the answer is complete: no need to wait for the exit */
 }
 
@@ -283,8 +290,9 @@ static int claude_line(void *ctx, const char *line, size_t len)
 	return ret;
 }
 
-static void *claude_parser_new(void)
+static void *claude_parser_new(const struct prov_provider *pv)
 {
+	(void)pv;
 	struct claude_parser *cp = calloc(1, sizeof(*cp));
 
 	if (cp) {

@@ -251,8 +251,9 @@ static int codex_line(void *ctx, const char *line, size_t len)
 	return ret;
 }
 
-static void *codex_parser_new(void)
+static void *codex_parser_new(const struct prov_provider *pv)
 {
+	(void)pv;
 	struct codex_parser *xp = calloc(1, sizeof(*xp));
 
 	if (xp)

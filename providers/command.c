@@ -3,7 +3,17 @@
  *
  *   "providers": { "local": { "type": "command", "argv": ["/usr/bin/…", "…"],
  *                             "ro_paths": [...], "network": false, "env": {...},
- *                             "timeout_s": 60, "models": [{"id": "…"}] } } */
+ *                             "output": "text" | "sse" | "ndjson",
+ *                             "timeout_s": 60, "models": [{"id": "…"}] } }
+ *
+ * "output" says how stdout is read:
+ *   text    (default) the bytes are the answer, passed on as they arrive;
+ *   sse     OpenAI-style server-sent events, as a local OpenAI-compatible tool prints
+ *           them: "data: {chat.completion.chunk}" lines, ended by "data: [DONE]";
+ *   ndjson  one OpenAI chunk object (or a whole chat.completion) a line.
+ * From a chunk: choices[0].delta.content (or .message.content) is a delta,
+ * choices[0].finish_reason the finish, "usage" the token counts, "error" a provider error
+ * (reported with OLP's own words, never the tool's text). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,7 +21,29 @@
 #include <string.h>
 
 #include "providers/internal.h"
+#include "providers/ndjson.h"
 #include "common/banned.h"
+
+enum command_output { COMMAND_OUT_TEXT, COMMAND_OUT_SSE, COMMAND_OUT_NDJSON };
+
+
+/* 0 and the mode, or -EINVAL for a value this build does not know. */
+static int output_mode(const json_t *conf, enum command_output *mode)
+{
+	const json_t *v = json_object_get(conf, "output");
+	const char *s = json_string_value(v);
+
+	*mode = COMMAND_OUT_TEXT;
+	if (!v || json_is_null(v) || (s && !strcmp(s, "text")))
+		return 0;
+	if (s && !strcmp(s, "sse"))
+		*mode = COMMAND_OUT_SSE;
+	else if (s && !strcmp(s, "ndjson"))
+		*mode = COMMAND_OUT_NDJSON;
+	else
+		return -EINVAL;
+	return 0;
+}
 
 static bool under_usr(const char *path)
 {
@@ -25,9 +57,15 @@ static int command_plan(const struct prov_provider *pv, const struct prov_reques
 {
 	const json_t *argv = json_object_get(pv->conf, "argv"), *v;
 	const char *exe, *key;
+	enum command_output mode;
 	size_t i;
 	int ret;
 
+	if ((ret = output_mode(pv->conf, &mode))) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s is misconfigured (\"output\" is text, sse or ndjson)", pv->name);
+		return ret;
+	}
 	json_array_foreach(argv, i, v) {
 		if ((ret = prov_plan_push_arg(plan, json_string_value(v))))
 			return ret;
@@ -50,19 +88,170 @@ fail:
 	return ret;
 }
 
-static void *command_parser_new(void)
+/* ---- parser ---------------------------------------------------------------------------- */
+
+struct command_parser {
+	enum command_output mode;
+	struct prov_text_reader text; /* COMMAND_OUT_TEXT */
+	struct prov_lines pl;         /* the line modes */
+};
+
+/* Finish reasons a client may see; anything else a tool prints becomes "stop". */
+static const char *known_finish(const char *fr)
 {
-	return calloc(1, sizeof(struct prov_text_reader));
+	static const char *const known[] = { "stop", "length", "content_filter", "tool_calls",
+					     "function_call" };
+
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(fr, known[i]))
+			return known[i];
+	return "stop";
+}
+
+static int chunk_usage(struct command_parser *cp, const json_t *u)
+{
+	struct prov_usage usage = { .present = true };
+	const json_t *details = json_object_get(u, "prompt_tokens_details");
+
+	usage.prompt_tokens = prov_json_int(u, "prompt_tokens", 0);
+	usage.completion_tokens = prov_json_int(u, "completion_tokens", 0);
+	usage.total_tokens = prov_json_int(u, "total_tokens",
+					   usage.prompt_tokens + usage.completion_tokens);
+	usage.cached_tokens = prov_json_int(details, "cached_tokens", 0);
+	return prov_emit_usage(cp->pl.sink, &usage);
+}
+
+/* One OpenAI chunk (or completion) object: 0, > 0 when it ended the answer, < 0 abort. */
+static int chunk(struct command_parser *cp, const char *line, size_t len)
+{
+	json_t *o = prov_json_object(line, len);
+	const json_t *choice, *text, *err;
+	const char *fr;
+	int ret = 0;
+
+	if (!o) {
+		cp->pl.garbage++;
+		return 0;
+	}
+	err = json_object_get(o, "error");
+	if (err && !json_is_null(err) && !json_is_false(err)) {
+		const json_t *eo = json_is_object(err) ? err : o;
+		const char *msg = json_is_string(err) ? json_string_value(err) :
+				  prov_json_str(eo, "message");
+		int st = (int)prov_json_int(eo, "status", prov_json_int(eo, "code", 0));
+
+		if (st < 100 || st > 599)
+			st = msg ? prov_find_status(msg) : 0;
+		ret = prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
+					prov_upstream_text(st)) ?: 1;
+		goto out;
+	}
+	choice = json_array_get(json_object_get(o, "choices"), 0);
+	text = json_object_get(json_object_get(choice, "delta"), "content");
+	if (!json_is_string(text))
+		text = json_object_get(json_object_get(choice, "message"), "content");
+	if (json_is_string(text) &&
+	    (ret = prov_emit_delta(cp->pl.sink, json_string_value(text), json_string_length(text))))
+		goto out;
+	if ((fr = prov_json_str(choice, "finish_reason")) &&
+	    (ret = prov_emit_finish(cp->pl.sink, known_finish(fr))))
+		goto out;
+	if (json_is_object(json_object_get(o, "usage")) &&
+	    (ret = chunk_usage(cp, json_object_get(o, "usage"))))
+		goto out;
+	if (!json_is_string(text) && !fr && !json_is_object(json_object_get(o, "usage")))
+		cp->pl.ignored++;
+out:
+	json_decref(o);
+	return ret;
+}
+
+static bool is_done(const char *p, size_t len)
+{
+	while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+		len--;
+	return len == 6 && !memcmp(p, "[DONE]", 6);
+}
+
+/* "data: X" carries X; "event:", "id:", "retry:" and ":comment" lines are SSE framing
+ * this reader has no use for. One data line holds one whole chunk, as OpenAI sends it. */
+static int sse_line(void *ctx, const char *line, size_t len)
+{
+	struct command_parser *cp = ctx;
+
+	if (len < 5 || memcmp(line, "data:", 5)) {
+		cp->pl.ignored++;
+		return 0;
+	}
+	line += 5;
+	len -= 5;
+	if (len && *line == ' ') {
+		line++;
+		len--;
+	}
+	return is_done(line, len) ? 1 : chunk(cp, line, len);
+}
+
+static int ndjson_line(void *ctx, const char *line, size_t len)
+{
+	struct command_parser *cp = ctx;
+
+	return is_done(line, len) ? 1 : chunk(cp, line, len);
+}
+
+static void *command_parser_new(const struct prov_provider *pv)
+{
+	struct command_parser *cp = calloc(1, sizeof(*cp));
+
+	if (!cp)
+		return NULL;
+	/* The plan has refused an unknown mode already; here it is text, sse or ndjson. */
+	if (!pv || output_mode(pv->conf, &cp->mode))
+		cp->mode = COMMAND_OUT_TEXT;
+	if (cp->mode != COMMAND_OUT_TEXT)
+		prov_lines_init(&cp->pl);
+	return cp;
 }
 
 static int command_feed(void *st, const char *data, size_t len, const struct prov_sink *sink)
 {
-	return prov_text_feed(st, data, len, sink);
+	struct command_parser *cp = st;
+
+	switch (cp->mode) {
+	case COMMAND_OUT_SSE:
+		return prov_lines_feed(&cp->pl, data, len, sink, sse_line, cp);
+	case COMMAND_OUT_NDJSON:
+		return prov_lines_feed(&cp->pl, data, len, sink, ndjson_line, cp);
+	case COMMAND_OUT_TEXT:
+		break;
+	}
+	return prov_text_feed(&cp->text, data, len, sink);
 }
 
 static int command_finish(void *st, const struct prov_sink *sink)
 {
-	return prov_text_finish(st, sink);
+	struct command_parser *cp = st;
+
+	switch (cp->mode) {
+	case COMMAND_OUT_SSE:
+		return prov_lines_finish(&cp->pl, sink, sse_line, cp);
+	case COMMAND_OUT_NDJSON:
+		return prov_lines_finish(&cp->pl, sink, ndjson_line, cp);
+	case COMMAND_OUT_TEXT:
+		break;
+	}
+	return prov_text_finish(&cp->text, sink);
+}
+
+static void command_parser_free(void *st)
+{
+	struct command_parser *cp = st;
+
+	if (!cp)
+		return;
+	if (cp->mode != COMMAND_OUT_TEXT)
+		prov_lines_release(&cp->pl);
+	free(cp);
 }
 
 const struct provider_ops prov_command_ops = {
@@ -71,5 +260,5 @@ const struct provider_ops prov_command_ops = {
 	.parser_new = command_parser_new,
 	.parser_feed = command_feed,
 	.parser_finish = command_finish,
-	.parser_free = free,
+	.parser_free = command_parser_free,
 };

@@ -19,7 +19,9 @@ struct provider_ops {
 	int (*plan)(const struct prov_provider *pv, const struct prov_request *req,
 		    struct prov_plan *plan, struct prov_outcome *out);
 	/* Stream parser state for one run. */
-	void *(*parser_new)(void);
+	/* pv: the provider whose output this parses (its configuration may choose the
+	 * format), or NULL for the type's default (tests, fuzzing). */
+	void *(*parser_new)(const struct prov_provider *pv);
 	int (*parser_feed)(void *st, const char *data, size_t len, const struct prov_sink *sink);
 	int (*parser_finish)(void *st, const struct prov_sink *sink);
 	void (*parser_free)(void *st);

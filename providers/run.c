@@ -77,7 +77,7 @@ struct prov_parser *prov_parser_new(const char *type)
 	if (!ps)
 		return NULL;
 	ps->ops = ops;
-	ps->st = ops->parser_new();
+	ps->st = ops->parser_new(NULL);
 	if (!ps->st) {
 		free(ps);
 		return NULL;
@@ -328,7 +328,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;
 	rc.parser.ops = pv->ops;
-	rc.parser.st = pv->ops->parser_new();
+	rc.parser.st = pv->ops->parser_new(pv);
 	if (!rc.parser.st) {
 		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
 		goto out;

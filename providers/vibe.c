@@ -142,8 +142,9 @@ out:
 	return ret;
 }
 
-static void *vibe_parser_new(void)
+static void *vibe_parser_new(const struct prov_provider *pv)
 {
+	(void)pv;
 	struct vibe_parser *vp = calloc(1, sizeof(*vp));
 
 	if (vp)

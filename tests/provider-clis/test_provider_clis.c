@@ -320,6 +320,24 @@ static void test_claude_variants(void)
 	CU_ASSERT_EQUAL(r.upstream_status, 500);
 	CU_ASSERT_EQUAL(r.ndeltas, 0);
 	rec_release(&r);
+
+	/* claude 2.1.332 after the upstream stopped at max_tokens (and its own resumes):
+	 * an error result whose api_error says so. For the client: "length", no error. */
+	static const char d[] =
+		"{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_delta\",\"index\":0,"
+		"\"delta\":{\"type\":\"text_delta\",\"text\":\"cut here\"}}}\n"
+		"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,"
+		"\"api_error\":\"max_output_tokens\",\"api_error_status\":null,"
+		"\"terminal_reason\":\"api_error\",\"usage\":{\"input_tokens\":3,\"output_tokens\":9}}\n";
+
+	rec_init(&r);
+	feed_all_ways("claude", d, sizeof(d) - 1, &r);
+	CU_ASSERT_EQUAL(r.err, PROV_OK);
+	CU_ASSERT_EQUAL(r.nerrors, 0);
+	CU_ASSERT_STRING_EQUAL(r.text.data, "cut here");
+	CU_ASSERT_STRING_EQUAL(r.finish, "length");
+	CU_ASSERT_EQUAL(r.usage.completion_tokens, 9);
+	rec_release(&r);
 }
 
 /* Recorded from the real claude against fake-anthropic.mjs's "cut" model: the stream
