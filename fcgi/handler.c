@@ -663,7 +663,8 @@ static void log_request(struct req_ctx *rc)
 }
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only
- * the owner may call. Others get 401 without a key and 403 with a non-owner one. */
+ * the owner may call. Others get 401 without a key (403 when anonymous access is on: the
+ * anonymous identity is not the owner) and 403 with a non-owner key. */
 static bool owner_only(const struct olp_app *app, const char *path)
 {
 	const json_t *list = json_object_get(json_object_get(app->cfg.json, "auth"),

@@ -1,11 +1,16 @@
 // deploy/olp-local serve, as a user runs it (with the olp-fcgi under test
-// passed as OLP_BIN so it does not build another one): the owner token is
-// made once (0600) and printed once, reused on the next start, replaced by
-// OLP_OWNER_TOKEN from the environment; a registry or config already in
-// OLP_HOME is used and never rewritten; Ctrl-C stops everything.
+// passed as OLP_BIN so it does not build another one): on the first start an
+// owner key is made in the key store with olp-keys and its token printed once
+// (only its hash is stored, nowhere the token itself); later starts reuse it
+// and print nothing; OLP_OWNER_TOKEN from the environment still reaches the
+// workers; an old owner-token file is reported as unused; a registry or config
+// already in OLP_HOME is used and never rewritten; Ctrl-C stops everything.
+//
+// serve finds olp-keys beside OLP_BIN's build (build/auth/olp-keys); the test's
+// own olp-keys calls use OLP_KEYS (set by CTest).
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -88,37 +93,90 @@ async function serve(extraEnv = {}) {
   return { port, out, stop };
 }
 
-async function models(port, token) {
-  const r = await fetch(`http://127.0.0.1:${port}/v1/models`, {
-    headers: { Authorization: `Bearer ${token}` },
+async function get(port, p, token) {
+  const r = await fetch(`http://127.0.0.1:${port}${p}`, {
+    headers: token ? { Authorization: `Bearer ${token}` } : {},
   });
-  await r.arrayBuffer();
-  return r.status;
+  const text = await r.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: r.status, json, text };
 }
 
+const models = async (port, token) => (await get(port, '/v1/models', token)).status;
+
+function olpKeys(...args) {
+  const bin = process.env.OLP_KEYS;
+  assert.ok(bin, 'OLP_KEYS is not set: run this test through CTest');
+  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
+  assert.equal(r.status, 0, `olp-keys ${args.join(' ')}: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+const ownerKeys = () => olpKeys('list', '--owner-only');
+const TOKEN_RE = /olp_[A-Za-z0-9_-]{43}/g;
 const sha = (f) => createHash('sha256').update(fs.readFileSync(f)).digest('hex');
+const sha256 = (s) => createHash('sha256').update(s).digest('hex');
+
+// Every regular file under dir (the token must be in none of them).
+function filesUnder(dir) {
+  const out = [];
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) out.push(...filesUnder(p));
+    else if (e.isFile()) out.push(p);
+  }
+  return out;
+}
+
+// The environment lighttpd was started with (serve execs it).
+function lighttpdEnviron() {
+  const pids = procsMentioning(home).filter((p) => p.comm === 'lighttpd');
+  assert.ok(pids.length >= 1, 'no lighttpd found');
+  return fs.readFileSync(`/proc/${pids[0].pid}/environ`, 'utf8');
+}
 
 describe('deploy/olp-local serve', () => {
   let token;
+  let ownerId;
 
-  it('first start: creates OLP_HOME 0700 and an owner token 0600, printed once, that works', async () => {
+  it('first start: creates OLP_HOME 0700 and an owner key, its token printed once, stored nowhere', async () => {
     const s = await serve();
     try {
       assert.equal(fs.statSync(home).mode & 0o777, 0o700);
-      const file = path.join(home, 'owner-token');
-      assert.equal(fs.statSync(file).mode & 0o777, 0o600);
-      token = fs.readFileSync(file, 'utf8').trim();
-      assert.match(token, /^olp_[A-Za-z0-9_-]{43}$/);
-      assert.ok(s.out().includes(token), 'the new token is printed');
+      const owners = ownerKeys();
+      assert.equal(owners.length, 1, `one owner key expected: ${JSON.stringify(owners)}`);
+      ownerId = owners[0].id;
+      const printed = s.out().match(TOKEN_RE) ?? [];
+      assert.equal(new Set(printed).size, 1, `one token printed expected:\n${s.out()}`);
+      token = printed[0];
       assert.match(s.out(), /curl /, 'with a curl example');
+      assert.match(s.out(), /Authorization: Bearer/);
       assert.equal(await models(s.port, token), 200);
       assert.equal(await models(s.port, 'olp_wrong'), 401);
+      // It is the stored key that answers, as the owner.
+      const h = await get(s.port, '/health', token);
+      assert.ok(h.json?.providers && h.json?.sandbox, `full /health for the owner expected: ${h.text}`);
+      const manifest = path.join(home, 'keys', ownerId, 'manifest.json');
+      assert.equal(fs.statSync(manifest).mode & 0o777, 0o600);
+      assert.equal(JSON.parse(fs.readFileSync(manifest, 'utf8')).token_hash, sha256(token));
+      // The token is in no file of OLP_HOME and was not handed to lighttpd or the workers.
+      assert.ok(!fs.existsSync(path.join(home, 'owner-token')), 'the old owner-token file is back');
+      await waitFor(() => fs.existsSync(path.join(home, 'logs', 'audit.ndjson')), { timeoutMs: 3000 });
+      for (const f of filesUnder(home)) assert.ok(!fs.readFileSync(f, 'latin1').includes(token), `the token is in ${f}`);
+      const environ = lighttpdEnviron();
+      assert.ok(!environ.includes(token), 'the token is in lighttpd\'s environment');
+      assert.ok(!/(^|\0)OLP_OWNER_TOKEN=/.test(environ), 'serve set OLP_OWNER_TOKEN');
     } finally {
       await s.stop();
     }
   });
 
-  it('second start: the same token, not printed again; registry and config in OLP_HOME used, untouched', async () => {
+  it('second start: the same key, no token printed; registry and config in OLP_HOME used, untouched', async () => {
     const reg = path.join(home, 'models-registry.json');
     const conf = path.join(home, 'config.json');
     fs.writeFileSync(reg, JSON.stringify(testRegistry(), null, 2), { mode: 0o600 });
@@ -126,10 +184,15 @@ describe('deploy/olp-local serve', () => {
     const before = [sha(reg), sha(conf)];
     const s = await serve();
     try {
-      assert.ok(!s.out().includes(token), 'the token is printed only when it is made');
+      assert.doesNotMatch(s.out(), TOKEN_RE, 'a token is printed only when it is made');
+      assert.deepEqual(
+        ownerKeys().map((k) => k.id),
+        [ownerId],
+        'a second owner key was made',
+      );
       assert.equal(await models(s.port, token), 200);
-      const r = await fetch(`http://127.0.0.1:${s.port}/v1/models`, { headers: { Authorization: `Bearer ${token}` } });
-      const ids = (await r.json()).data.map((m) => m.id);
+      const r = await get(s.port, '/v1/models', token);
+      const ids = r.json.data.map((m) => m.id);
       assert.ok(ids.includes('echo'), `the registry in OLP_HOME is not the one used: ${ids}`);
     } finally {
       await s.stop();
@@ -137,15 +200,53 @@ describe('deploy/olp-local serve', () => {
     assert.deepEqual([sha(reg), sha(conf)], before, 'serve rewrote a file in OLP_HOME');
   });
 
-  it('OLP_OWNER_TOKEN in the environment reaches the workers', async () => {
+  it('OLP_OWNER_TOKEN in the environment reaches the workers; the stored key still works', async () => {
     const mine = 'olp_from_the_environment_0123456789';
     const s = await serve({ OLP_OWNER_TOKEN: mine });
     try {
       assert.equal(await models(s.port, mine), 200);
+      assert.equal(await models(s.port, token), 200);
       assert.ok(!s.out().includes(mine), 'a token from the environment is not printed');
+      assert.doesNotMatch(s.out(), TOKEN_RE);
     } finally {
       await s.stop();
     }
-    assert.equal(fs.readFileSync(path.join(home, 'owner-token'), 'utf8').trim(), token, 'stored token kept');
+    assert.deepEqual(
+      ownerKeys().map((k) => k.id),
+      [ownerId],
+      'the owner keys changed',
+    );
+  });
+
+  it('an owner-token file of an earlier version: reported as unused, its token refused', async () => {
+    const old = 'olp_' + 'A'.repeat(43);
+    const file = path.join(home, 'owner-token');
+    fs.writeFileSync(file, old + '\n', { mode: 0o600 });
+    const s = await serve();
+    try {
+      assert.match(s.out(), /owner-token .*no longer used/);
+      assert.equal(await models(s.port, old), 401);
+      assert.equal(await models(s.port, token), 200);
+    } finally {
+      await s.stop();
+      fs.rmSync(file);
+    }
+  });
+
+  it('with the owner key revoked, the next start makes and prints a new one', async () => {
+    olpKeys('revoke', `--id=${ownerId}`);
+    const s = await serve();
+    try {
+      const printed = s.out().match(TOKEN_RE) ?? [];
+      assert.equal(new Set(printed).size, 1, `a new token printed expected:\n${s.out()}`);
+      assert.notEqual(printed[0], token);
+      assert.equal(await models(s.port, printed[0]), 200);
+      assert.equal(await models(s.port, token), 401, 'the revoked owner key still works');
+      const owners = ownerKeys();
+      assert.equal(owners.length, 1);
+      assert.notEqual(owners[0].id, ownerId);
+    } finally {
+      await s.stop();
+    }
   });
 });
