@@ -8,6 +8,9 @@
 #include "fcgi/worker.h"
 #include "common/banned.h"
 
+#ifndef OLP_DEFAULT_SANDBOX_EXEC
+#define OLP_DEFAULT_SANDBOX_EXEC "/usr/lib/olp/olp-sandbox-exec"
+#endif
 #ifndef OLP_DEFAULT_REGISTRY
 #define OLP_DEFAULT_REGISTRY "/usr/share/olp/models-registry.json"
 #endif
@@ -100,6 +103,11 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	if (!s)
 		s = getenv("OLP_BWRAP");
 	c->bwrap = strdup(s ? s : "/usr/bin/bwrap");
+	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
+	if (!json_is_false(json_object_get(json_object_get(c->json, "sandbox"), "warm"))) {
+		s = getenv("OLP_SANDBOX_EXEC");
+		c->sandbox_exec = strdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);
+	}
 
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");
@@ -122,6 +130,7 @@ void olp_config_release(struct olp_config *c)
 	free(c->route_prefix);
 	free(c->runtime_dir);
 	free(c->bwrap);
+	free(c->sandbox_exec);
 	free(c->registry_path);
 	memset(c, 0, sizeof(*c));
 }

@@ -92,7 +92,8 @@ static int app_init(void)
 	}
 	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
 					 .bwrap_path = app.cfg.bwrap,
-					 .runtime_dir = app.cfg.runtime_dir };
+					 .runtime_dir = app.cfg.runtime_dir,
+					 .exec_stub = app.cfg.sandbox_exec };
 	ret = sbx_global_init(&sc);
 	if (ret) {
 		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));

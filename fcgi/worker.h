@@ -21,6 +21,7 @@ struct olp_config {
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
+	char *sandbox_exec;  /* olp-sandbox-exec for warm sandboxes, or NULL (sandbox.warm false) */
 	char *registry_path; /* the registry actually used */
 };
 

@@ -75,6 +75,10 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	sbx_g.mode = cfg->mode;
 	sbx_g.bwrap_path = strdup(cfg->bwrap_path ? cfg->bwrap_path : "/usr/bin/bwrap");
 	sbx_g.runtime_dir = cfg->runtime_dir ? strdup(cfg->runtime_dir) : NULL;
+	if (cfg->exec_stub && access(cfg->exec_stub, X_OK) == 0)
+		sbx_g.exec_stub = strdup(cfg->exec_stub);
+	else if (cfg->exec_stub)
+		log_warnx(NULL, "sandbox: %s is not executable: no warm sandboxes", cfg->exec_stub);
 	if (!sbx_g.bwrap_path || !sbx_g.runtime_dir) {
 		ret = sbx_g.runtime_dir || !cfg->runtime_dir ? -EINVAL : -ENOMEM;
 		goto fail;
@@ -112,6 +116,8 @@ fail:
 
 void sbx_global_release(void)
 {
+	sbx_warm_release_all();
+	free(sbx_g.exec_stub);
 	free(sbx_g.bwrap_path);
 	free(sbx_g.runtime_dir);
 	if (sbx_g.runtime_fd >= 0)

@@ -30,6 +30,7 @@ struct sbx_global {
 	char *bwrap_path;
 	char *runtime_dir;
 	int runtime_fd; /* O_PATH|O_DIRECTORY on runtime_dir */
+	char *exec_stub; /* olp-sandbox-exec, or NULL: no warm sandboxes */
 	struct sbx_strv root_links; /* pairs: "target", "/name" for the merged-/usr links */
 	struct sbx_strv root_dirs;  /* top-level lib dirs that are real directories */
 };
@@ -71,7 +72,9 @@ int sbx_open_dir_beneath(int dfd, const char *name);
 
 /* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*. */
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], struct sbx_strv *out);
+			 const char *const argv[], const char *stub, struct sbx_strv *out);
+/* Stop every warm sandbox of this process (spawn.c). */
+void sbx_warm_release_all(void);
 
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */

@@ -233,7 +233,7 @@ static const char *const etc_allow[] = {
 #define FD_STR(n) FD_STR_(n)
 
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], struct sbx_strv *out)
+			 const char *const argv[], const char *stub, struct sbx_strv *out)
 {
 	size_t i;
 	int ret;
@@ -303,6 +303,9 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 		if (path_exists(p->bind_rw.v[i]) &&
 		    (ret = push_all(out, "--bind", p->bind_rw.v[i], p->bind_rw.v[i + 1], NULL)))
 			return ret;
+	/* A warm sandbox's payload waits for its command (spawn.c, olp-sandbox-exec). */
+	if (stub && (ret = push_all(out, "--ro-bind", stub, stub, NULL)))
+		return ret;
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
 	ret = push_all(out, "--ro-bind-data", FD_STR(SBX_FD_PASSWD), "/etc/passwd", "--ro-bind-data",
 		       FD_STR(SBX_FD_GROUP), "/etc/group", "--seccomp", FD_STR(SBX_FD_SECCOMP),

@@ -27,6 +27,9 @@ struct sbx_global_config {
 	enum sbx_mode mode;
 	const char *bwrap_path;  /* absolute; NULL = /usr/bin/bwrap */
 	const char *runtime_dir; /* parent of the per-run scratch dirs; created 0700 */
+	/* olp-sandbox-exec: when set, a policy run once gets a sandbox started ahead of time
+	 * for its next run (a "warm" sandbox; see spawn.c). NULL: every run starts cold. */
+	const char *exec_stub;
 };
 
 /* Set the process-wide settings; copies every string. Creates runtime_dir if needed and
@@ -38,6 +41,8 @@ int sbx_global_init(const struct sbx_global_config *cfg);
  * 0 or -errno. */
 int sbx_lockdown_self(void);
 void sbx_global_release(void);
+/* Warm sandboxes waiting in this process (for tests and /health). */
+size_t sbx_warm_count(void);
 enum sbx_mode sbx_global_mode(void);
 
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,10 +440,14 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
 	    !strncmp(res->stderr_tail, "bwrap: ", 7))
 		res->sandbox_failed = true;
+	/* A warm sandbox's stub that could not exec the command says so the same way. */
+	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 127 && !res->stdout_bytes &&
+	    !strncmp(res->stderr_tail, "olp-sandbox-exec: ", 18))
+		res->sandbox_failed = true;
 	if (cb && cb->on_result)
 		cb->on_result(cb->ctx, res);
-	/* Only now, off the client's critical path: the namespace's teardown. */
-	wait_ns_gone(r);
+	/* The namespace's teardown is waited for later (instance_release), off the
+	 * client's critical path. */
 	return 0;
 }
 
@@ -510,53 +515,50 @@ static int make_pipe(int child_end_is_read, int *child, int *parent)
 	return set_nonblock(*parent);
 }
 
-int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
-	    const struct sbx_callbacks *cb, struct sbx_result *res)
+/* One started process (bwrap, or the command itself in mode off) and its scratch dir. */
+struct instance {
+	struct run r;
+	struct sbx_scratch scratch;
+};
+
+#define RUN_INIT                                                                            \
+	{ .pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1,   \
+	  .ns_pidfd = -1, .status = BUF_INIT }
+
+/* Create the scratch dir, the pipes and bwrap's inputs, and start argv under p. With
+ * stub set, argv is the warm-sandbox stub, bound read-only into the sandbox. */
+static int start_instance(const struct sbx_policy *p, const char *const argv[],
+			  const struct sbx_run_options *opt, bool bwrap, const char *stub,
+			  struct instance *in, struct sbx_result *res)
 {
-	struct sbx_scratch scratch = { .home_fd = -1 };
 	struct sbx_strv args = { 0 }, envp = { 0 };
 	struct child_plan plan = { .cwd_fd = -1 };
-	int c_seccomp = -1, c_passwd = -1, c_group = -1;
-	struct run r = { .pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1,
-			 .status_fd = -1, .ns_pidfd = -1, .status = BUF_INIT };
-	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
-	bool bwrap = p->wrap == SBX_WRAP_ALWAYS ||
-		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
+	int c_in = -1, c_out = -1, c_err = -1, c_status = -1;
+	int c_seccomp = -1, c_passwd = -1, c_group = -1, ret;
 
-	memset(res, 0, sizeof(*res));
-	if (!argv || !argv[0] || argv[0][0] != '/') {
-		res->spawn_stage = "argv";
-		ret = -EINVAL;
-		goto out;
-	}
-	if (!sbx_g.runtime_dir) {
-		res->spawn_stage = "init";
-		ret = -ENOTCONN;
-		goto out;
-	}
-	ret = sbx_scratch_create(&scratch);
+	ret = sbx_scratch_create(&in->scratch);
 	if (ret) {
 		res->spawn_stage = "scratch";
 		goto out;
 	}
 	ret = sbx_build_envp(p, &envp);
 	if (!ret && bwrap) {
-		ret = sbx_build_bwrap_argv(p, &scratch, argv, &args);
+		ret = sbx_build_bwrap_argv(p, &in->scratch, argv, stub, &args);
 	} else if (!ret) {
 		for (size_t i = 0; !ret && argv[i]; i++)
 			ret = sbx_strv_push(&args, argv[i]);
 		/* Mode off: HOME is the scratch dir itself, at its host path. */
 		if (!ret)
-			ret = sbx_strv_setenv(&envp, "HOME", scratch.home);
+			ret = sbx_strv_setenv(&envp, "HOME", in->scratch.home);
 	}
 	if (ret) {
 		res->spawn_stage = "argv";
 		goto out;
 	}
-	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &r.in_fd))) ||
-	    (ret = make_pipe(0, &c_out, &r.out_fd)) ||
-	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &r.err_fd))) ||
-	    (bwrap && (ret = make_pipe(0, &c_status, &r.status_fd)))) {
+	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &in->r.in_fd))) ||
+	    (ret = make_pipe(0, &c_out, &in->r.out_fd)) ||
+	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &in->r.err_fd))) ||
+	    (bwrap && (ret = make_pipe(0, &c_status, &in->r.status_fd)))) {
 		res->spawn_stage = "pipe";
 		goto out;
 	}
@@ -588,8 +590,9 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	plan.fds[SBX_FD_GROUP] = c_group;
 	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
 	set_rlimits(&plan, p);
-	plan.cwd_fd = bwrap ? -1 : scratch.home_fd;
-	ret = start_child(&plan, &r, res);
+	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
+	ret = start_child(&plan, &in->r, res);
+out:
 	close_fd(&c_in);
 	close_fd(&c_out);
 	close_fd(&c_err);
@@ -597,25 +600,246 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	close_fd(&c_seccomp);
 	close_fd(&c_passwd);
 	close_fd(&c_group);
-	if (ret)
+	sbx_strv_clear(&args);
+	sbx_strv_clear(&envp);
+	return ret;
+}
+
+/* Kill what is left of an instance, reap it, wait for its namespace, remove its dir. */
+static void instance_release(struct instance *in)
+{
+	kill_tree(&in->r);
+	reap(&in->r);
+	wait_ns_gone(&in->r);
+	run_close(&in->r);
+	sbx_scratch_remove(&in->scratch);
+}
+
+/* ---- warm sandboxes ----------------------------------------------------------------------
+ * Building namespaces and mounts is most of a sandboxed spawn's cost (docs/performance.md).
+ * For a policy it has run once, a worker keeps one sandbox started ahead of time, whose
+ * payload (olp-sandbox-exec) waits on stdin for the command it is to become; a request
+ * then costs one exec. A warm sandbox is built from exactly the same policy, so it is the
+ * same sandbox; it just exists earlier. It is keyed by everything that shapes it: bwrap's
+ * argv (less the scratch path), the rlimits and the seccomp variant. */
+
+#define WARM_MAX 16
+#define WARM_PER_KEY 2 /* one in use by the next request while the other gets ready */
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		char *key;
+		struct instance in;
+	} slot[WARM_MAX];
+	size_t n;
+} warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static char *policy_key(const struct sbx_policy *p)
+{
+	struct sbx_scratch fake = { .home = "@scratch" };
+	struct sbx_strv args = { 0 };
+	struct child_plan plan = { 0 };
+	struct buf key = BUF_INIT;
+
+	if (sbx_build_bwrap_argv(p, &fake, (const char *const[]){ sbx_g.exec_stub, NULL },
+				 sbx_g.exec_stub, &args)) {
+		sbx_strv_clear(&args);
+		return NULL;
+	}
+	for (size_t i = 0; i < args.n; i++) {
+		buf_adds(&key, args.v[i]);
+		buf_addch(&key, '\x1f');
+	}
+	set_rlimits(&plan, p);
+	for (size_t i = 0; i < ARRAY_SIZE(plan.rl); i++)
+		buf_addf(&key, "%llu,", (unsigned long long)plan.rl[i].rlim_cur);
+	buf_addf(&key, "unix=%d", p->allow_unix);
+	sbx_strv_clear(&args);
+	return buf_detach(&key, NULL);
+}
+
+static bool instance_alive(const struct instance *in)
+{
+	struct pollfd pfd = { .fd = in->r.pidfd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) == 0;
+}
+
+/* Take a live warm instance for key (the oldest: the likeliest to be ready); false when
+ * there is none. */
+static bool warm_take(const char *key, struct instance *out)
+{
+	for (;;) {
+		struct instance dead;
+		bool found = false, alive = false;
+
+		pthread_mutex_lock(&warm.lock);
+		for (size_t i = 0; i < warm.n; i++) {
+			if (strcmp(warm.slot[i].key, key))
+				continue;
+			*out = warm.slot[i].in;
+			free(warm.slot[i].key);
+			/* Keep the rest in age order. */
+			memmove(&warm.slot[i], &warm.slot[i + 1], (warm.n - i - 1) * sizeof(warm.slot[0]));
+			warm.n--;
+			found = true;
+			break;
+		}
+		pthread_mutex_unlock(&warm.lock);
+		if (!found)
+			return false;
+		alive = instance_alive(out);
+		if (alive)
+			return true;
+		dead = *out;
+		instance_release(&dead);
+	}
+}
+
+/* Start a warm instance for key unless one is waiting already. Off the client's critical
+ * path: called after the run that needed it has answered and cleaned up. */
+static bool warm_full(const char *key)
+{
+	size_t have = 0;
+	bool full;
+
+	pthread_mutex_lock(&warm.lock);
+	for (size_t i = 0; i < warm.n; i++)
+		have += !strcmp(warm.slot[i].key, key);
+	full = have >= WARM_PER_KEY || warm.n >= WARM_MAX;
+	pthread_mutex_unlock(&warm.lock);
+	return full;
+}
+
+static void warm_fill_one(const struct sbx_policy *p, const char *key)
+{
+	struct instance in = { .r = RUN_INIT, .scratch = { .home_fd = -1 } };
+	struct sbx_result res = { 0 };
+
+	if (start_instance(p, (const char *const[]){ sbx_g.exec_stub, NULL }, NULL, true,
+			   sbx_g.exec_stub, &in, &res)) {
+		instance_release(&in);
+		return;
+	}
+	pthread_mutex_lock(&warm.lock);
+	if (warm.n < WARM_MAX) {
+		warm.slot[warm.n].key = strdup(key);
+		if (warm.slot[warm.n].key) {
+			warm.slot[warm.n++].in = in;
+			in.r.pid = -1;
+		}
+	}
+	pthread_mutex_unlock(&warm.lock);
+	if (in.r.pid > 0)
+		instance_release(&in);
+}
+
+/* Start warm instances for key until WARM_PER_KEY wait. bwrap is only started here, not
+ * waited for: it builds the sandbox while the thread goes on. */
+static void warm_fill(const struct sbx_policy *p, const char *key)
+{
+	for (int i = 0; i < WARM_PER_KEY && !warm_full(key); i++)
+		warm_fill_one(p, key);
+}
+
+void sbx_warm_release_all(void)
+{
+	pthread_mutex_lock(&warm.lock);
+	while (warm.n) {
+		struct instance in = warm.slot[--warm.n].in;
+
+		free(warm.slot[warm.n].key);
+		pthread_mutex_unlock(&warm.lock);
+		instance_release(&in);
+		pthread_mutex_lock(&warm.lock);
+	}
+	pthread_mutex_unlock(&warm.lock);
+}
+
+size_t sbx_warm_count(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&warm.lock);
+	n = warm.n;
+	pthread_mutex_unlock(&warm.lock);
+	return n;
+}
+
+/* The launch message olp-sandbox-exec reads before it becomes argv (see its header). */
+static void add_u32(struct buf *b, uint32_t v)
+{
+	unsigned char le[4] = { v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24 };
+
+	buf_add(b, le, 4);
+}
+
+static void launch_message(const char *const argv[], const struct sbx_run_options *opt,
+			   struct buf *out)
+{
+	uint32_t argc = 0;
+
+	while (argv[argc])
+		argc++;
+	buf_add(out, "OLPX", 4);
+	add_u32(out, argc);
+	for (uint32_t i = 0; i < argc; i++) {
+		add_u32(out, (uint32_t)strlen(argv[i]));
+		buf_adds(out, argv[i]);
+	}
+	if (opt && opt->stdin_data)
+		buf_add(out, opt->stdin_data, opt->stdin_len);
+}
+
+int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
+	    const struct sbx_callbacks *cb, struct sbx_result *res)
+{
+	struct instance in = { .r = RUN_INIT, .scratch = { .home_fd = -1 } };
+	struct sbx_run_options wopt;
+	struct buf launch = BUF_INIT;
+	bool bwrap = p->wrap == SBX_WRAP_ALWAYS ||
+		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
+	bool warmable = bwrap && sbx_g.exec_stub && p->wrap == SBX_WRAP_BY_MODE &&
+			!(opt && (opt->pass_stdin || opt->pass_stderr));
+	char *key = NULL;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	if (!argv || !argv[0] || argv[0][0] != '/') {
+		res->spawn_stage = "argv";
+		ret = -EINVAL;
 		goto out;
-	ret = supervise(&r, p, opt, cb, res, bwrap);
+	}
+	if (!sbx_g.runtime_dir) {
+		res->spawn_stage = "init";
+		ret = -ENOTCONN;
+		goto out;
+	}
+	key = warmable ? policy_key(p) : NULL;
+	if (key && warm_take(key, &in)) {
+		/* A sandbox built ahead of time: tell its stub what to become. */
+		launch_message(argv, opt, &launch);
+		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
+		wopt.stdin_data = launch.data;
+		wopt.stdin_len = launch.len;
+		ret = supervise(&in.r, p, &wopt, cb, res, bwrap);
+		buf_release(&launch);
+	} else {
+		ret = start_instance(p, argv, opt, bwrap, NULL, &in, res);
+		if (!ret)
+			ret = supervise(&in.r, p, opt, cb, res, bwrap);
+	}
 out:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
 		res->spawn_errno = -ret;
 	}
-	close_fd(&c_in);
-	close_fd(&c_out);
-	close_fd(&c_err);
-	close_fd(&c_status);
-	close_fd(&c_seccomp);
-	close_fd(&c_passwd);
-	close_fd(&c_group);
-	run_close(&r);
-	sbx_strv_clear(&args);
-	sbx_strv_clear(&envp);
-	sbx_scratch_remove(&scratch);
+	/* The answer is out (on_result): get the next sandbox going, then clean up. */
+	if (key && !ret)
+		warm_fill(p, key);
+	instance_release(&in);
+	free(key);
 	return ret;
 }
 

@@ -88,10 +88,13 @@ export function testRegistry() {
   };
 }
 
+// Warm sandboxes (sandbox.warm, on by default) keep idle sandboxes under the workers
+// between requests; these suites count every process and scratch dir a request leaves,
+// so they run cold. tests/sandbox/escape-http.test.mjs and warm.test.mjs cover warm ones.
 export function testConfig() {
   return {
     auth: { allow_anonymous: false },
-    sandbox: { mode: 'bwrap' },
+    sandbox: { mode: 'bwrap', warm: false },
   };
 }
 

@@ -408,6 +408,65 @@ static void test_sweep_never_follows_links(void)
 	rmdir(target);
 }
 
+/* Warm sandboxes: a policy run once gets sandboxes started ahead of time; the next run
+ * with the same policy goes through one of them, with the same guarantees. */
+static void test_warm_sandboxes(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir,
+					  .exec_stub = OLP_SANDBOX_EXEC_PATH };
+	struct sbx_policy *p;
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	uint64_t t0;
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	p = probe_policy();
+	/* Cold, then warm ones are waiting. */
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
+	CU_ASSERT(sbx_warm_count() >= 1);
+	usleep(200000); /* let them finish building */
+	/* This run goes through a warm sandbox: only those bind the stub in. */
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "read", OLP_SANDBOX_EXEC_PATH, NULL },
+			    NULL, 0, &out, &res), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":true"));
+	/* Warm: the same descriptors, the same environment, stdin after the launch message. */
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "OLP_"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"HOME\""));
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, "prompt bytes\n", 13, &out,
+			    &res), 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "prompt bytes\n");
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	/* A missing program is a spawn failure, as when cold. */
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/olp-no-such-program", NULL }, NULL, 0,
+			    &out, &res), 0);
+	CU_ASSERT_EQUAL(res.exit_status, 127);
+	CU_ASSERT_TRUE(res.sandbox_failed);
+	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "execvp"));
+	/* The wall-clock limit holds from the launch. */
+	sbx_policy_set_timeout_ms(p, 300);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
+	CU_ASSERT(mono_ms() - t0 < 5000);
+	sbx_policy_free(p);
+	buf_release(&out);
+	/* Releasing the runtime stops every warm sandbox and removes its scratch dir. */
+	cfg.exec_stub = NULL;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 int main(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
@@ -440,6 +499,7 @@ int main(void)
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
 	CU_add_test(s, "stale scratch swept", test_stale_scratch_swept);
 	CU_add_test(s, "sweep never follows links", test_sweep_never_follows_links);
+	CU_add_test(s, "warm sandboxes", test_warm_sandboxes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
