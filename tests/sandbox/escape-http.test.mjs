@@ -44,7 +44,8 @@ before(async () => {
   fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify({ sandbox: { mode: 'bwrap' } }),
     { mode: 0o600 });
   fs.chmodSync(home, 0o700);
-  server = await startServer({ registry: null, config: null, env: { OLP_HOME: home }, ownerToken });
+  // One worker process: its second request of a kind is sure to find a warm sandbox.
+  server = await startServer({ registry: null, config: null, env: { OLP_HOME: home }, ownerToken, maxProcs: 1 });
 });
 
 after(async () => {
