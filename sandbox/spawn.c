@@ -171,6 +171,8 @@ struct run {
 	size_t err_keep;      /* stderr tail bookkeeping */
 	bool reaped;
 	int wstatus;
+	bool exit_known; /* bwrap reported the command's exit code */
+	int exit_code;
 };
 
 /* Fork and exec per plan; fills r->pid/pidfd. On failure res gets the stage. */
@@ -250,14 +252,18 @@ static void parse_status(struct run *r)
 	const char *p = strstr(r->status.data, "\"child-pid\"");
 	long pid;
 
-	if (!p || r->ns_pidfd >= 0)
-		return;
-	p = strchr(p, ':');
-	if (!p)
-		return;
-	pid = strtol(p + 1, NULL, 10);
-	if (pid > 0)
-		r->ns_pidfd = pidfd_open((pid_t)pid, 0);
+	if (p && r->ns_pidfd < 0 && (p = strchr(p, ':'))) {
+		pid = strtol(p + 1, NULL, 10);
+		if (pid > 0)
+			r->ns_pidfd = pidfd_open((pid_t)pid, 0);
+	}
+	/* bwrap writes the command's exit code as soon as it knows it, before it exits
+	 * itself: the result is known that much earlier. */
+	p = strstr(r->status.data, "\"exit-code\"");
+	if (p && !r->exit_known && (p = strchr(p, ':')) && strchr(p, '}')) {
+		r->exit_code = (int)strtol(p + 1, NULL, 10);
+		r->exit_known = true;
+	}
 }
 
 static void kill_tree(struct run *r)
@@ -319,7 +325,7 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 		int timeout = -1, n, i;
 		uint64_t now = mono_ms();
 
-		if (r->out_fd < 0 && r->err_fd < 0 && r->reaped)
+		if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known))
 			break;
 		if (r->reaped && !drain_until) {
 			/* The command is gone but something it started still holds a pipe
@@ -424,12 +430,16 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 		if (pfd[PF_PID].revents)
 			reap(r);
 	}
-	/* Anything the command left running is killed; nothing more is read. */
+	/* Anything the command left running is killed; nothing more is read. bwrap itself
+	 * is reaped now unless it has told us the exit code (then in instance_release). */
 	kill_tree(r);
-	reap(r);
+	if (!(end == SBX_END_EXITED && r->exit_known))
+		reap(r);
 	buf_release(&chunk);
 	res->end = end;
-	if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
+	if (end == SBX_END_EXITED && r->exit_known) {
+		res->exit_status = r->exit_code;
+	} else if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
 		res->end = SBX_END_SIGNALED;
 		res->term_signal = WTERMSIG(r->wstatus);
 	} else if (WIFEXITED(r->wstatus)) {

@@ -1,19 +1,30 @@
-/* spawn-bench: median wall time of starting a command and waiting for it, N times each,
- * interleaved so that machine noise hits every variant alike:
+/* spawn-bench: median wall time to start a command and learn how it ended, N times each:
  *   bare     posix_spawn + waitpid, no isolation
- *   sandbox  sbx_run with the server's policy (bwrap, namespaces, scratch dir), i.e.
- *            exactly what olp-fcgi does per request
- * usage: spawn-bench RUNTIME_DIR N CMD [ARGS...]   (CMD absolute) */
+ *   cold     sbx_run with the server's policy, building the sandbox on the spot
+ *   warm     sbx_run with warm sandboxes on (the server's default): the sandbox was
+ *            started ahead of time; runs are 50 ms apart, as requests with a pause
+ * "Learn how it ended" is sbx_run's on_result: when olp-fcgi sends the end of an answer.
+ * usage: spawn-bench RUNTIME_DIR N STUB CMD [ARGS...]   (STUB: olp-sandbox-exec; CMD absolute) */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
 
 extern char **environ;
+
+static uint64_t t_result;
+
+static void on_result(void *ctx, const struct sbx_result *res)
+{
+	(void)ctx;
+	(void)res;
+	t_result = mono_ns();
+}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -28,48 +39,71 @@ static double median_ms(uint64_t *v, int n)
 	return (n % 2 ? (double)v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0) / 1e6;
 }
 
+/* n sandboxed runs of argv; returns 0 and fills v, or 1. */
+static int sandboxed(char **argv, int n, uint64_t *v, bool pause)
+{
+	struct sbx_callbacks cb = { .on_result = on_result };
+
+	for (int i = 0; i < n; i++) {
+		struct sbx_policy *p = sbx_policy_new();
+		struct sbx_result res;
+		uint64_t t0 = mono_ns();
+
+		if (sbx_run(p, (const char *const *)argv, NULL, &cb, &res) || res.exit_status) {
+			fprintf(stderr, "spawn-bench: sandboxed run failed: %s\n", res.stderr_tail);
+			return 1;
+		}
+		v[i] = t_result - t0;
+		sbx_policy_free(p);
+		if (pause)
+			usleep(50000);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
-	uint64_t *bare, *sbx;
+	uint64_t *bare, *cold, *warm;
 	int n, i;
 
-	if (argc < 4) {
-		fprintf(stderr, "usage: spawn-bench RUNTIME_DIR N CMD [ARGS...]\n");
+	if (argc < 5) {
+		fprintf(stderr, "usage: spawn-bench RUNTIME_DIR N STUB CMD [ARGS...]\n");
 		return 2;
 	}
 	cfg.runtime_dir = argv[1];
 	n = atoi(argv[2]);
-	if (n < 1 || sbx_global_init(&cfg)) {
+	if (n < 2 || sbx_global_init(&cfg)) {
 		fprintf(stderr, "spawn-bench: bad N or runtime dir\n");
 		return 1;
 	}
 	bare = calloc((size_t)n, sizeof(*bare));
-	sbx = calloc((size_t)n, sizeof(*sbx));
+	cold = calloc((size_t)n, sizeof(*cold));
+	warm = calloc((size_t)n + 1, sizeof(*warm));
 	for (i = 0; i < n; i++) {
-		struct sbx_policy *p = sbx_policy_new();
-		struct sbx_result res;
 		uint64_t t0 = mono_ns();
 		pid_t pid;
 		int st;
 
-		if (posix_spawn(&pid, argv[3], NULL, NULL, argv + 3, environ) != 0)
+		if (posix_spawn(&pid, argv[4], NULL, NULL, argv + 4, environ) != 0)
 			return 1;
 		waitpid(pid, &st, 0);
 		bare[i] = mono_ns() - t0;
-
-		t0 = mono_ns();
-		if (sbx_run(p, (const char *const *)argv + 3, NULL, NULL, &res) || res.exit_status) {
-			fprintf(stderr, "spawn-bench: sandboxed run failed: %s\n", res.stderr_tail);
-			return 1;
-		}
-		sbx[i] = mono_ns() - t0;
-		sbx_policy_free(p);
 	}
+	if (sandboxed(argv + 4, n, cold, false))
+		return 1;
+	cfg.exec_stub = argv[3];
+	if (sbx_global_init(&cfg))
+		return 1;
+	/* The first run builds cold and leaves warm sandboxes behind: not counted. */
+	if (sandboxed(argv + 4, n + 1, warm, true))
+		return 1;
 	printf("bare_spawn_median_ms %.3f\n", median_ms(bare, n));
-	printf("sandbox_spawn_median_ms %.3f\n", median_ms(sbx, n));
+	printf("sandbox_cold_median_ms %.3f\n", median_ms(cold, n));
+	printf("sandbox_warm_median_ms %.3f\n", median_ms(warm + 1, n));
 	free(bare);
-	free(sbx);
+	free(cold);
+	free(warm);
 	sbx_global_release();
 	return 0;
 }
