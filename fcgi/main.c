@@ -139,6 +139,8 @@ fail:
 
 int main(int argc, char **argv)
 {
+	/* Who started us, before anything else can happen to it (see below). */
+	pid_t parent = getppid();
 	pthread_t *threads;
 	unsigned i, started = 0;
 
@@ -163,9 +165,9 @@ int main(int argc, char **argv)
 	/* Under lighttpd (bin-path) the web server is our parent: when it goes, so do we.
 	 * Not by default: spawn-fcgi's parent exits right after starting us. */
 	if (getenv("OLP_EXIT_WITH_PARENT")) {
-		pid_t parent = getppid();
-
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent)
+		/* lighttpd may respawn a worker while it shuts down (Ctrl-C reaches the
+		 * workers too): if it is gone already, so are we. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent || parent == 1)
 			return 1;
 	}
 	/* Before anything else runs: a worker started as root keeps no privilege. */

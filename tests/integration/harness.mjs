@@ -296,10 +296,15 @@ export class Server {
       .sort((a, b) => a - b);
   }
 
-  // Everything running below the workers (bwrap, provider commands).
+  // Everything running below the workers (bwrap, provider commands), less the warm
+  // sandboxes waiting for a next request (ADR 0008): a bwrap whose payload is
+  // olp-sandbox-exec, and that stub itself while it waits. A warm sandbox in use shows
+  // its command (the stub has become it), so a request's leftovers are still seen.
   workerChildren() {
     const out = [];
-    for (const w of this.workerPids()) out.push(...descendants(w).map((p) => ({ ...p, cmdline: cmdline(p.pid) })));
+    const warm = (p) => /\/olp-sandbox-exec$/.test(p.cmdline);
+    for (const w of this.workerPids())
+      out.push(...descendants(w).map((p) => ({ ...p, cmdline: cmdline(p.pid) })).filter((p) => !warm(p)));
     return out;
   }
 
