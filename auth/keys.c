@@ -14,18 +14,12 @@
 const char *auth_key_strerror(enum auth_key_result r)
 {
 	switch (r) {
-	case AUTH_KEY_OK:
-		return "done";
-	case AUTH_KEY_ERR_SYSTEM:
-		return "system error";
-	case AUTH_KEY_ERR_INSECURE:
-		return "the key store is accessible to other users";
-	case AUTH_KEY_ERR_OWNER_EXISTS:
-		return "an active owner key already exists";
-	case AUTH_KEY_ERR_NOT_FOUND:
-		return "no such key";
-	case AUTH_KEY_ERR_INVALID_ARG:
-		break;
+	case AUTH_KEY_OK: return "done";
+	case AUTH_KEY_ERR_SYSTEM: return "system error";
+	case AUTH_KEY_ERR_INSECURE: return "the key store is accessible to other users";
+	case AUTH_KEY_ERR_OWNER_EXISTS: return "an active owner key already exists";
+	case AUTH_KEY_ERR_NOT_FOUND: return "no such key";
+	case AUTH_KEY_ERR_INVALID_ARG: break;
 	}
 	return "invalid argument";
 }
@@ -354,7 +348,7 @@ static int revoke_edit(json_t *root, const struct key_record *rec, void *arg)
 enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
 				     struct buf *msg)
 {
-	struct revoke_arg ra = {.was_revoked = false};
+	struct revoke_arg ra = { .was_revoked = false };
 	char keys[4096];
 	enum auth_key_result res;
 	int ret;
@@ -446,7 +440,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 	if (!d)
 		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot read", keys);
 	while ((de = readdir(d))) {
-		struct key_record rec = {0};
+		struct key_record rec = { 0 };
 		struct auth_key_info *k;
 		json_t *root = NULL;
 		const char *why = NULL;
@@ -455,8 +449,8 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		if (de->d_name[0] == '.')
 			continue;
 		ret = auth_id_valid(de->d_name)
-			  ? manifest_load(keys, de->d_name, &root, &rec, NULL, &why)
-			  : -ENOENT;
+			      ? manifest_load(keys, de->d_name, &root, &rec, NULL, &why)
+			      : -ENOENT;
 		if (ret) {
 			if (ret != -ENOENT) {
 				log_warnx(NULL, "skipping key manifest %s/%s/manifest.json: %s",

@@ -125,13 +125,13 @@ static int parse_providers(json_t *v, struct key_record *rec, const char **why)
 		abort();
 	for (i = 0; i < n; i++)
 		rec->providers[rec->n_providers++] =
-		    xstrdup(json_string_value(json_array_get(v, i)));
+			xstrdup(json_string_value(json_array_get(v, i)));
 	return 0;
 }
 
 int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why)
 {
-	struct key_record tmp = {0};
+	struct key_record tmp = { 0 };
 	json_t *v;
 	const char *s;
 	int ret = -EINVAL;
@@ -327,7 +327,7 @@ out_free:
 int manifest_update(const char *keys_dir, const char *id,
 		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg)
 {
-	struct key_record rec = {0};
+	struct key_record rec = { 0 };
 	json_t *root = NULL;
 	const char *why;
 	int dirfd, ret;

@@ -17,23 +17,23 @@
 #define EXIT_USAGE 2
 
 static const char usage_text[] =
-    "usage: olp-keys [--olp-home=DIR] [--json] COMMAND [OPTIONS]\n"
-    "\n"
-    "Commands:\n"
-    "  keygen --owner | --name=NAME [--tier=owner|guest] [--providers=a,b] [--notes=TEXT]\n"
-    "         [--force]          create a key and print its token (once)\n"
-    "  list [--owner-only] [--include-revoked]\n"
-    "                            list keys (never their hashes)\n"
-    "  revoke --id=ID            revoke a key; workers refuse it on the next request\n"
-    "\n"
-    "Options (anywhere on the line; --flag=value and --flag value both work):\n"
-    "  --olp-home=DIR  the OLP home (default: $OLP_HOME, else ~/.olp)\n"
-    "  --json          machine-readable output on stdout\n"
-    "  --help          show this text\n"
-    "\n"
-    "keygen --owner creates an owner key named \"owner\" (like the Node OLP) and refuses a\n"
-    "second active owner unless --force is given. --name alone creates a guest key.\n"
-    "Exit status: 0 done, 1 failed, 2 usage error.\n";
+	"usage: olp-keys [--olp-home=DIR] [--json] COMMAND [OPTIONS]\n"
+	"\n"
+	"Commands:\n"
+	"  keygen --owner | --name=NAME [--tier=owner|guest] [--providers=a,b] [--notes=TEXT]\n"
+	"         [--force]          create a key and print its token (once)\n"
+	"  list [--owner-only] [--include-revoked]\n"
+	"                            list keys (never their hashes)\n"
+	"  revoke --id=ID            revoke a key; workers refuse it on the next request\n"
+	"\n"
+	"Options (anywhere on the line; --flag=value and --flag value both work):\n"
+	"  --olp-home=DIR  the OLP home (default: $OLP_HOME, else ~/.olp)\n"
+	"  --json          machine-readable output on stdout\n"
+	"  --help          show this text\n"
+	"\n"
+	"keygen --owner creates an owner key named \"owner\" (like the Node OLP) and refuses a\n"
+	"second active owner unless --force is given. --name alone creates a guest key.\n"
+	"Exit status: 0 done, 1 failed, 2 usage error.\n";
 
 enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE };
 
@@ -65,31 +65,31 @@ struct opt_def {
 	size_t field;  /* offsetof into struct opts */
 };
 
-#define FLAG(n, c, f)                                                                              \
-	{                                                                                          \
-		n, OPT_FLAG, c, offsetof(struct opts, f)                                           \
+#define FLAG(n, c, f)                                    \
+	{                                                \
+		n, OPT_FLAG, c, offsetof(struct opts, f) \
 	}
-#define VALUE(n, c, f)                                                                             \
-	{                                                                                          \
-		n, OPT_VALUE, c, offsetof(struct opts, f)                                          \
+#define VALUE(n, c, f)                                    \
+	{                                                 \
+		n, OPT_VALUE, c, offsetof(struct opts, f) \
 	}
 
 static const struct opt_def opt_defs[] = {
-    VALUE("olp-home", CMD_NONE, olp_home),
-    FLAG("json", CMD_NONE, json),
-    FLAG("help", CMD_NONE, help),
-    FLAG("owner", CMD_KEYGEN, owner),
-    VALUE("name", CMD_KEYGEN, name),
-    VALUE("tier", CMD_KEYGEN, tier),
-    VALUE("providers", CMD_KEYGEN, providers),
-    VALUE("notes", CMD_KEYGEN, notes),
-    FLAG("force", CMD_KEYGEN, force),
-    FLAG("owner-only", CMD_LIST, owner_only),
-    FLAG("include-revoked", CMD_LIST, include_revoked),
-    VALUE("id", CMD_REVOKE, id),
+	VALUE("olp-home", CMD_NONE, olp_home),
+	FLAG("json", CMD_NONE, json),
+	FLAG("help", CMD_NONE, help),
+	FLAG("owner", CMD_KEYGEN, owner),
+	VALUE("name", CMD_KEYGEN, name),
+	VALUE("tier", CMD_KEYGEN, tier),
+	VALUE("providers", CMD_KEYGEN, providers),
+	VALUE("notes", CMD_KEYGEN, notes),
+	FLAG("force", CMD_KEYGEN, force),
+	FLAG("owner-only", CMD_LIST, owner_only),
+	FLAG("include-revoked", CMD_LIST, include_revoked),
+	VALUE("id", CMD_REVOKE, id),
 };
 
-static const char *const cmd_names[] = {"", "keygen", "list", "revoke"};
+static const char *const cmd_names[] = { "", "keygen", "list", "revoke" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -258,7 +258,9 @@ static int split_providers(const char *s, char ***list, size_t *n)
 
 static int cmd_keygen(const struct opts *o, const char *home)
 {
-	struct auth_key_spec spec = {.tier = AUTH_TIER_GUEST, .notes = o->notes, .force = o->force};
+	struct auth_key_spec spec = { .tier = AUTH_TIER_GUEST,
+				      .notes = o->notes,
+				      .force = o->force };
 	struct auth_new_key key;
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
@@ -424,7 +426,7 @@ static int cmd_revoke(const struct opts *o, const char *home)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.cmd = CMD_NONE};
+	struct opts o = { .cmd = CMD_NONE };
 	char *home;
 	int rc;
 
@@ -439,22 +441,14 @@ int main(int argc, char **argv)
 	home = resolve_home(&o);
 	if (!home)
 		return fail(
-		    "cannot tell where the OLP home is: pass --olp-home=DIR or set OLP_HOME");
+			"cannot tell where the OLP home is: pass --olp-home=DIR or set OLP_HOME");
 	/* Files we create are ours alone whatever the caller's umask. */
 	umask(077);
 	switch (o.cmd) {
-	case CMD_KEYGEN:
-		rc = cmd_keygen(&o, home);
-		break;
-	case CMD_LIST:
-		rc = cmd_list(&o, home);
-		break;
-	case CMD_REVOKE:
-		rc = cmd_revoke(&o, home);
-		break;
-	case CMD_NONE:
-		rc = EXIT_USAGE;
-		break;
+	case CMD_KEYGEN: rc = cmd_keygen(&o, home); break;
+	case CMD_LIST: rc = cmd_list(&o, home); break;
+	case CMD_REVOKE: rc = cmd_revoke(&o, home); break;
+	case CMD_NONE: rc = EXIT_USAGE; break;
 	}
 	free(home);
 	return rc;

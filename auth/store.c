@@ -356,14 +356,10 @@ bool auth_identity_allows(const struct auth_identity *id, const char *provider)
 const char *auth_tier_name(enum auth_tier t)
 {
 	switch (t) {
-	case AUTH_TIER_OWNER:
-		return "owner";
-	case AUTH_TIER_GUEST:
-		return "guest";
-	case AUTH_TIER_ANONYMOUS:
-		return "anonymous";
-	case AUTH_TIER_NONE:
-		break;
+	case AUTH_TIER_OWNER: return "owner";
+	case AUTH_TIER_GUEST: return "guest";
+	case AUTH_TIER_ANONYMOUS: return "anonymous";
+	case AUTH_TIER_NONE: break;
 	}
 	return "none";
 }
@@ -371,13 +367,11 @@ const char *auth_tier_name(enum auth_tier t)
 const char *auth_strerror(enum auth_result r)
 {
 	switch (r) {
-	case AUTH_OK:
-		return "OK";
+	case AUTH_OK: return "OK";
 	case AUTH_ERR_REQUIRED:
 		return "OLP API key required. Pass via \"Authorization: Bearer <token>\" or "
 		       "\"x-api-key: <token>\".";
-	case AUTH_ERR_INVALID:
-		break;
+	case AUTH_ERR_INVALID: break;
 	}
 	return "OLP API key is invalid or has been revoked.";
 }
@@ -385,12 +379,9 @@ const char *auth_strerror(enum auth_result r)
 const char *auth_error_type(enum auth_result r)
 {
 	switch (r) {
-	case AUTH_OK:
-		return NULL;
-	case AUTH_ERR_REQUIRED:
-		return "auth_required";
-	case AUTH_ERR_INVALID:
-		break;
+	case AUTH_OK: return NULL;
+	case AUTH_ERR_REQUIRED: return "auth_required";
+	case AUTH_ERR_INVALID: break;
 	}
 	return "invalid_or_revoked_key";
 }
@@ -403,8 +394,8 @@ enum lookup { LOOKUP_MISS, LOOKUP_OK, LOOKUP_REFUSED };
 static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash[AUTH_HASH_BYTES],
 				 const char *id, struct auth_identity *out)
 {
-	struct key_record rec = {0};
-	struct file_sig sig = {0};
+	struct key_record rec = { 0 };
+	struct file_sig sig = { 0 };
 	struct key_entry *e;
 	const char *why = NULL;
 	enum lookup res = LOOKUP_REFUSED;
@@ -447,7 +438,7 @@ static enum lookup store_lookup(struct auth_store *st, const unsigned char hash[
 				struct auth_identity *out)
 {
 	char path[4096], id[AUTH_ID_MAX];
-	struct file_sig sig = {0};
+	struct file_sig sig = { 0 };
 	struct key_entry *e;
 	struct stat sb;
 	enum lookup res;

@@ -22,7 +22,10 @@ struct buf {
 	size_t cap;
 };
 
-#define BUF_INIT { .data = buf_empty, .len = 0, .cap = 0 }
+#define BUF_INIT                                      \
+	{                                             \
+		.data = buf_empty, .len = 0, .cap = 0 \
+	}
 extern char buf_empty[];
 
 void buf_init(struct buf *b);

@@ -151,21 +151,11 @@ void buf_add_json_str(struct buf *b, const char *s, size_t len)
 			continue;
 		}
 		switch (c) {
-		case '"':
-			buf_adds(b, "\\\"");
-			break;
-		case '\\':
-			buf_adds(b, "\\\\");
-			break;
-		case '\n':
-			buf_adds(b, "\\n");
-			break;
-		case '\r':
-			buf_adds(b, "\\r");
-			break;
-		case '\t':
-			buf_adds(b, "\\t");
-			break;
+		case '"': buf_adds(b, "\\\""); break;
+		case '\\': buf_adds(b, "\\\\"); break;
+		case '\n': buf_adds(b, "\\n"); break;
+		case '\r': buf_adds(b, "\\r"); break;
+		case '\t': buf_adds(b, "\\t"); break;
 		default:
 			if (c < 0x20) {
 				buf_addf(b, "\\u%04x", c);

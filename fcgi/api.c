@@ -108,7 +108,9 @@ enum api_route api_route(const char *method, const char *uri, const char *path_i
 
 /* ---- validation ------------------------------------------------------------------------ */
 
-static const char *const roles[] = { "system", "developer", "user", "assistant", "tool", "function" };
+static const char *const roles[] = {
+	"system", "developer", "user", "assistant", "tool", "function"
+};
 
 static int bad(struct api_error *err, const char *param, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -136,16 +138,19 @@ static int check_content(const json_t *content, size_t i, struct api_error *err)
 	if (!content || json_is_null(content) || json_is_string(content))
 		return 0;
 	if (!json_is_array(content))
-		return bad(err, param, "%s must be a string, an array of text parts, or null", param);
-	json_array_foreach(content, j, part) {
+		return bad(err, param, "%s must be a string, an array of text parts, or null",
+			   param);
+	json_array_foreach(content, j, part)
+	{
 		const json_t *type = json_object_get(part, "type");
 
 		if (!json_is_object(part) || !json_is_string(type) ||
 		    json_string_length(type) != 4 || strcmp(json_string_value(type), "text") ||
 		    !json_is_string(json_object_get(part, "text")))
-			return bad(err, param,
-				   "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
-				   param, j);
+			return bad(
+				err, param,
+				"%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
+				param, j);
 	}
 	return 0;
 }
@@ -157,7 +162,8 @@ static int check_messages(const json_t *messages, struct api_error *err)
 
 	if (!json_is_array(messages) || !json_array_size(messages))
 		return bad(err, "messages", "messages must be a non-empty array");
-	json_array_foreach(messages, i, msg) {
+	json_array_foreach(messages, i, msg)
+	{
 		char param[64];
 		const char *role;
 
@@ -174,8 +180,10 @@ static int check_messages(const json_t *messages, struct api_error *err)
 			if (!strcmp(role, roles[r]))
 				break;
 		if (!role || r == ARRAY_SIZE(roles))
-			return bad(err, param, "%s must be one of system, developer, user, assistant, "
-					       "tool, function", param);
+			return bad(err, param,
+				   "%s must be one of system, developer, user, assistant, "
+				   "tool, function",
+				   param);
 		if (check_content(json_object_get(msg, "content"), i, err))
 			return -1;
 	}
@@ -205,9 +213,8 @@ static int check_stop(const json_t *root, struct api_error *err)
 		return 0;
 	if (!json_is_array(v))
 		return bad(err, "stop", "stop must be a string or an array of strings");
-	json_array_foreach(v, i, s)
-		if (!json_is_string(s))
-			return bad(err, "stop", "stop must be a string or an array of strings");
+	json_array_foreach(v, i, s) if (!json_is_string(s)) return bad(
+		err, "stop", "stop must be a string or an array of strings");
 	return 0;
 }
 
@@ -310,8 +317,9 @@ void api_usage_json(struct buf *out, const struct prov_usage *u)
 		buf_adds(out, "null");
 		return;
 	}
-	buf_addf(out, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
-		      "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
+	buf_addf(out,
+		 "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld,"
+		 "\"prompt_tokens_details\":{\"cached_tokens\":%lld}}",
 		 (long long)u->prompt_tokens, (long long)u->completion_tokens,
 		 (long long)u->total_tokens, (long long)u->cached_tokens);
 }
@@ -356,7 +364,8 @@ void api_completion_json(struct buf *out, const struct completion_meta *m, const
 			 size_t len, const char *finish_reason, const struct prov_usage *u)
 {
 	meta_head(out, m, "chat.completion");
-	buf_adds(out, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+	buf_adds(out,
+		 ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
 	buf_add_json_str(out, content, len);
 	buf_adds(out, "},\"finish_reason\":");
 	buf_add_json_str(out, finish_reason, strlen(finish_reason));

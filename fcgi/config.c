@@ -76,25 +76,29 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 
 	server = json_object_get(c->json, "server");
 	v = json_object_get(server, "threads");
-	c->threads = (unsigned)env_u64("OLP_THREADS", json_is_integer(v) && json_integer_value(v) > 0 ?
-						       (uint64_t)json_integer_value(v) : 16);
+	c->threads =
+		(unsigned)env_u64("OLP_THREADS", json_is_integer(v) && json_integer_value(v) > 0
+							 ? (uint64_t)json_integer_value(v)
+							 : 16);
 	if (c->threads > 256)
 		c->threads = 256;
 	v = json_object_get(server, "max_body_bytes");
-	c->max_body = json_is_integer(v) && json_integer_value(v) > 0 ? (size_t)json_integer_value(v) :
-									 5 * 1024 * 1024;
+	c->max_body = json_is_integer(v) && json_integer_value(v) > 0
+			      ? (size_t)json_integer_value(v)
+			      : 5 * 1024 * 1024;
 	s = getenv("OLP_ROUTE_PREFIX");
 	if (!s)
 		s = conf_str(c->json, "server", "route_prefix");
 	c->route_prefix = strdup(s ? s : "");
-	c->allow_anonymous = json_is_true(json_object_get(json_object_get(c->json, "auth"),
-							   "allow_anonymous"));
+	c->allow_anonymous =
+		json_is_true(json_object_get(json_object_get(c->json, "auth"), "allow_anonymous"));
 
 	s = conf_str(c->json, "sandbox", "mode");
 	if (s && !strcmp(s, "off")) {
 		c->sandbox_mode = SBX_MODE_OFF;
 	} else if (s && strcmp(s, "bwrap") && strcmp(s, "on")) {
-		buf_addf(err, "config.json: sandbox.mode must be \"bwrap\" or \"off\", not \"%s\"", s);
+		buf_addf(err, "config.json: sandbox.mode must be \"bwrap\" or \"off\", not \"%s\"",
+			 s);
 		return -1;
 	}
 	s = conf_str(c->json, "sandbox", "runtime_dir");

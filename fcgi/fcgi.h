@@ -15,9 +15,9 @@
 /* An error answer: {"error":{"message","type","param","code"}} with an HTTP status. */
 struct api_error {
 	int status;
-	const char *type;  /* static string */
-	const char *code;  /* static string or NULL */
-	char param[64];    /* the offending field, or "" */
+	const char *type; /* static string */
+	const char *code; /* static string or NULL */
+	char param[64];	  /* the offending field, or "" */
 	char message[512];
 };
 
@@ -30,9 +30,9 @@ const char *api_status_text(int status);
 
 /* ---- routing --------------------------------------------------------------------------- */
 enum api_route {
-	ROUTE_CHAT,      /* POST /v1/chat/completions */
-	ROUTE_MODELS,    /* GET /v1/models */
-	ROUTE_HEALTH,    /* GET /health */
+	ROUTE_CHAT,	 /* POST /v1/chat/completions */
+	ROUTE_MODELS,	 /* GET /v1/models */
+	ROUTE_HEALTH,	 /* GET /health */
 	ROUTE_NOT_FOUND, /* 404 */
 	ROUTE_BAD_METHOD /* 405; *allow says which method the path takes */
 };
@@ -46,12 +46,12 @@ enum api_route api_route(const char *method, const char *uri, const char *path_i
 
 /* ---- chat requests ----------------------------------------------------------------------- */
 struct chat_request {
-	json_t *root;           /* the parsed body; owns everything below */
+	json_t *root; /* the parsed body; owns everything below */
 	const char *model;
 	const json_t *messages;
 	bool stream;
 	bool include_usage;
-	int64_t max_tokens;     /* 0 = not set */
+	int64_t max_tokens; /* 0 = not set */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release

@@ -188,8 +188,9 @@ static void add_sandbox_block(struct buf *b)
 {
 	const struct sbx_status *st = sbx_status_get();
 
-	buf_addf(b, "{\"available\":%s,\"active\":%s,\"mode\":\"%s\",\"platform\":\"linux\","
-		    "\"missing\":[%s],\"seccomp\":%s,\"cgroup\":\"%s\"",
+	buf_addf(b,
+		 "{\"available\":%s,\"active\":%s,\"mode\":\"%s\",\"platform\":\"linux\","
+		 "\"missing\":[%s],\"seccomp\":%s,\"cgroup\":\"%s\"",
 		 st->available ? "true" : "false", st->active ? "true" : "false", st->mode,
 		 st->bwrap_version ? "" : "\"bubblewrap\"", st->seccomp ? "true" : "false",
 		 st->cgroup);
@@ -224,9 +225,11 @@ static void handle_health(struct req_ctx *rc)
 
 			if (i)
 				buf_addch(&b, ',');
-			buf_add_json_str(&b, prov_provider_name(pv), strlen(prov_provider_name(pv)));
+			buf_add_json_str(&b, prov_provider_name(pv),
+					 strlen(prov_provider_name(pv)));
 			buf_adds(&b, ":{\"type\":");
-			buf_add_json_str(&b, prov_provider_type(pv), strlen(prov_provider_type(pv)));
+			buf_add_json_str(&b, prov_provider_type(pv),
+					 strlen(prov_provider_type(pv)));
 			buf_adds(&b, ",\"displayName\":");
 			buf_add_json_str(&b, prov_provider_display_name(pv),
 					 strlen(prov_provider_display_name(pv)));
@@ -270,7 +273,8 @@ static void handle_models(struct req_ctx *rc)
 			buf_addch(&b, ',');
 		buf_adds(&b, "{\"id\":");
 		buf_add_json_str(&b, m->id, strlen(m->id));
-		buf_addf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":", (long long)m->created);
+		buf_addf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":",
+			 (long long)m->created);
 		buf_add_json_str(&b, owner, strlen(owner));
 		buf_addch(&b, '}');
 	}
@@ -312,7 +316,8 @@ static int read_body(struct req_ctx *rc, struct buf *body)
 		buf_grow(body, 65536);
 		n = io_read(rc->io, buf_tail(body), 65536);
 		if (n < 0) {
-			fail(rc, 400, "invalid_request_error", NULL, "Could not read the request body");
+			fail(rc, 400, "invalid_request_error", NULL,
+			     "Could not read the request body");
 			return -1;
 		}
 		if (n == 0)
@@ -338,16 +343,16 @@ struct answer {
 	struct req_ctx *rc;
 	const struct chat_request *req;
 	struct completion_meta meta;
-	bool started;     /* stream: head and first chunk sent */
-	bool too_large;   /* non-stream: answer over MAX_BUFFERED_ANSWER */
-	bool answered;    /* the end of the answer (or its error) was sent */
-	struct buf text;  /* non-stream: the whole answer */
-	struct buf out;   /* encoding scratch */
+	bool started;	 /* stream: head and first chunk sent */
+	bool too_large;	 /* non-stream: answer over MAX_BUFFERED_ANSWER */
+	bool answered;	 /* the end of the answer (or its error) was sent */
+	struct buf text; /* non-stream: the whole answer */
+	struct buf out;	 /* encoding scratch */
 	struct hop hops[MAX_HOPS];
 	size_t nhops;
-	size_t cur;       /* the hop running now */
-	size_t failed;    /* hops that failed before output and were passed over */
-	bool exhausted;   /* every hop failed */
+	size_t cur;	   /* the hop running now */
+	size_t failed;	   /* hops that failed before output and were passed over */
+	bool exhausted;	   /* every hop failed */
 	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
 };
 
@@ -486,16 +491,11 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 static const char *provider_error_type(enum prov_error e)
 {
 	switch (e) {
-	case PROV_ERR_SPAWN_TIMEOUT:
-		return "timeout_error";
-	case PROV_ERR_SANDBOX:
-		return "sandbox_unavailable";
-	case PROV_ERR_CONCURRENCY_LIMIT:
-		return "rate_limit_error";
-	case PROV_ERR_AUTH_MISSING:
-		return "provider_auth_missing";
-	default:
-		return "provider_error";
+	case PROV_ERR_SPAWN_TIMEOUT: return "timeout_error";
+	case PROV_ERR_SANDBOX: return "sandbox_unavailable";
+	case PROV_ERR_CONCURRENCY_LIMIT: return "rate_limit_error";
+	case PROV_ERR_AUTH_MISSING: return "provider_auth_missing";
+	default: return "provider_error";
 	}
 }
 
@@ -504,21 +504,25 @@ static const char *provider_error_type(enum prov_error e)
 static int plan_hops(struct req_ctx *rc, const struct chat_request *req, struct answer *a)
 {
 	const json_t *chain = json_object_get(
-		json_object_get(json_object_get(rc->app->cfg.json, "routing"), "chains"), req->model);
+		json_object_get(json_object_get(rc->app->cfg.json, "routing"), "chains"),
+		req->model);
 	const json_t *step;
 	struct api_error e;
 	size_t i;
 
 	if (json_is_array(chain)) {
-		json_array_foreach(chain, i, step) {
+		json_array_foreach(chain, i, step)
+		{
 			const char *p = json_string_value(json_object_get(step, "provider"));
 			const char *mid = json_string_value(json_object_get(step, "model"));
-			const struct prov_model *m = mid ? prov_registry_find(rc->app->reg, mid) : NULL;
+			const struct prov_model *m =
+				mid ? prov_registry_find(rc->app->reg, mid) : NULL;
 
 			if (!m || (p && strcmp(p, prov_provider_name(m->provider)))) {
-				log_warnx(rc->rid, "routing.chains[%s][%zu]: %s/%s is not in the "
-						   "registry; skipped", req->model, i, p ? p : "?",
-					  mid ? mid : "?");
+				log_warnx(rc->rid,
+					  "routing.chains[%s][%zu]: %s/%s is not in the "
+					  "registry; skipped",
+					  req->model, i, p ? p : "?", mid ? mid : "?");
 				continue;
 			}
 			if (a->nhops < MAX_HOPS)
@@ -560,8 +564,8 @@ static int check_hop_access(struct req_ctx *rc, const struct chat_request *req, 
 	for (i = 0; i < rc->id.n_providers; i++)
 		buf_addf(&mine, "%s%s", i ? ", " : "", rc->id.providers[i]);
 	fail(rc, 403, "key_no_provider_access", "key_no_provider_access",
-	     "This OLP API key may use providers [%s]; model '%.200s' is served by [%s]",
-	     mine.data, req->model, wanted.data);
+	     "This OLP API key may use providers [%s]; model '%.200s' is served by [%s]", mine.data,
+	     req->model, wanted.data);
 	buf_release(&wanted);
 	buf_release(&mine);
 	return -1;
@@ -572,8 +576,9 @@ static void handle_chat(struct req_ctx *rc)
 	struct buf body = BUF_INIT;
 	struct chat_request req;
 	struct api_error err;
-	struct answer a = { .rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT,
-			    .detail = BUF_INIT };
+	struct answer a = {
+		.rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT, .detail = BUF_INIT
+	};
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
@@ -601,8 +606,10 @@ static void handle_chat(struct req_ctx *rc)
 
 		rc->model = m->id;
 		rc->provider = prov_provider_name(m->provider);
-		preq = (struct prov_request){ .model = m, .model_name = req.model,
-					      .messages = req.messages, .max_tokens = req.max_tokens,
+		preq = (struct prov_request){ .model = m,
+					      .model_name = req.model,
+					      .messages = req.messages,
+					      .max_tokens = req.max_tokens,
 					      .request_id = rc->rid };
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
@@ -668,12 +675,12 @@ static void log_request(struct req_ctx *rc)
 static bool owner_only(const struct olp_app *app, const char *path)
 {
 	const json_t *list = json_object_get(json_object_get(app->cfg.json, "auth"),
-					     "owner_only_endpoints"), *v;
+					     "owner_only_endpoints"),
+		     *v;
 	size_t i;
 
-	json_array_foreach(list, i, v)
-		if (json_is_string(v) && !strcmp(json_string_value(v), path))
-			return true;
+	json_array_foreach(list, i, v) if (json_is_string(v) &&
+					   !strcmp(json_string_value(v), path)) return true;
 	return false;
 }
 
@@ -686,7 +693,8 @@ static int check_owner_only(struct req_ctx *rc)
 		return -1;
 	if (is_owner(rc))
 		return 0;
-	fail(rc, 403, "owner_only", "owner_only", "%.200s is restricted to the owner", rc->path.data);
+	fail(rc, 403, "owner_only", "owner_only", "%.200s is restricted to the owner",
+	     rc->path.data);
 	return -1;
 }
 
@@ -706,27 +714,22 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 	    check_owner_only(&rc))
 		goto done;
 	switch (route) {
-	case ROUTE_CHAT:
-		handle_chat(&rc);
-		break;
-	case ROUTE_MODELS:
-		handle_models(&rc);
-		break;
-	case ROUTE_HEALTH:
-		handle_health(&rc);
-		break;
+	case ROUTE_CHAT: handle_chat(&rc); break;
+	case ROUTE_MODELS: handle_models(&rc); break;
+	case ROUTE_HEALTH: handle_health(&rc); break;
 	case ROUTE_BAD_METHOD: {
 		struct api_error e;
 		char extra[64];
 
-		api_error_set(&e, 405, "method_not_allowed", NULL, NULL, "Method %.16s not allowed on %.200s",
-			      rc.method, rc.path.data);
+		api_error_set(&e, 405, "method_not_allowed", NULL, NULL,
+			      "Method %.16s not allowed on %.200s", rc.method, rc.path.data);
 		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
 		send_error(&rc, &e, extra);
 		break;
 	}
 	case ROUTE_NOT_FOUND:
-		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method, rc.path.data);
+		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method,
+		     rc.path.data);
 		break;
 	}
 done:

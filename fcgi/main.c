@@ -104,8 +104,8 @@ static int app_init(void)
 	if (ret)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
-	app.reg = prov_registry_load(app.cfg.registry_path, json_object_get(app.cfg.json, "providers"),
-				     &err);
+	app.reg = prov_registry_load(app.cfg.registry_path,
+				     json_object_get(app.cfg.json, "providers"), &err);
 	if (!app.reg) {
 		log_errx(NULL, "models registry: %s", err.data);
 		goto fail;
@@ -127,9 +127,9 @@ static int app_init(void)
 	else if (!st->available)
 		log_errx(NULL, "sandbox unavailable, provider requests will fail with 503: %s",
 			 st->message);
-	log_info(NULL, "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s",
-		 OLP_VERSION, prov_registry_model_count(app.reg), app.cfg.registry_path,
-		 app.cfg.threads, st->active ? "active" : "INACTIVE");
+	log_info(NULL, "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s", OLP_VERSION,
+		 prov_registry_model_count(app.reg), app.cfg.registry_path, app.cfg.threads,
+		 st->active ? "active" : "INACTIVE");
 	buf_release(&err);
 	return 0;
 fail:

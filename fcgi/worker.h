@@ -12,8 +12,8 @@
 #include "sandbox/sandbox.h"
 
 struct olp_config {
-	char *home;          /* OLP_HOME */
-	json_t *json;        /* config.json, or an empty object */
+	char *home;   /* OLP_HOME */
+	json_t *json; /* config.json, or an empty object */
 	unsigned threads;
 	size_t max_body;
 	char *route_prefix;
@@ -39,9 +39,9 @@ struct olp_app {
 struct olp_io {
 	FCGX_Request *fcgx; /* NULL in CGI mode */
 	char **envp;
-	int hangup_fd;      /* the web server connection (POLLRDHUP = it went away), or -1 */
-	bool failed;        /* a write failed: the client is gone */
-	bool finished;      /* io_finish ran: the answer is complete, nothing more is sent */
+	int hangup_fd; /* the web server connection (POLLRDHUP = it went away), or -1 */
+	bool failed;   /* a write failed: the client is gone */
+	bool finished; /* io_finish ran: the answer is complete, nothing more is sent */
 };
 
 const char *io_param(struct olp_io *io, const char *name);

@@ -52,10 +52,18 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 		buf_adds(&system, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
 	}
 	{
-		const char *const args[] = { "-p", "--output-format", "stream-json", "--verbose",
-					     "--include-partial-messages", "--no-session-persistence",
-					     "--model", req->model->id, "--system-prompt", system.data,
-					     "--tools", prov_cli_conf_str(pv, "tools", "") };
+		const char *const args[] = { "-p",
+					     "--output-format",
+					     "stream-json",
+					     "--verbose",
+					     "--include-partial-messages",
+					     "--no-session-persistence",
+					     "--model",
+					     req->model->id,
+					     "--system-prompt",
+					     system.data,
+					     "--tools",
+					     prov_cli_conf_str(pv, "tools", "") };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 			if ((ret = prov_plan_push_arg(plan, args[i])))
@@ -65,7 +73,8 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
 	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
 	snprintf(num, sizeof(num), "%lld", (long long)prov_cli_conf_int(pv, "max_retries", 2));
-	if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")) ||
+	if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+				     "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "DISABLE_AUTOUPDATER", "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_RETRIES", num)))
 		goto out;
@@ -88,16 +97,16 @@ out:
 
 struct claude_parser {
 	struct prov_lines pl;
-	struct buf sent;        /* the answer text emitted so far */
+	struct buf sent; /* the answer text emitted so far */
 	/* When a stream breaks, claude abandons the partial message and asks again (a new
 	 * stream, or at last a non-streaming request). The client already has the first
 	 * attempt's text: the retry's text is checked against it and only what goes beyond
 	 * is emitted. */
 	bool replaying;
-	size_t replayed;        /* how much of sent the retry has matched so far */
-	char streamed_id[96];   /* the API message whose text came as text_delta pieces */
-	int error_status;       /* api_error_status of an "assistant" error message */
-	char stop_reason[32];   /* from message_delta, for a result without one */
+	size_t replayed;      /* how much of sent the retry has matched so far */
+	char streamed_id[96]; /* the API message whose text came as text_delta pieces */
+	int error_status;     /* api_error_status of an "assistant" error message */
+	char stop_reason[32]; /* from message_delta, for a result without one */
 };
 
 /* Emit answer text, or match it against what a broken attempt already sent. */
@@ -131,7 +140,8 @@ static const char *finish_for(const char *stop_reason)
 {
 	if (!stop_reason)
 		return "stop";
-	if (!strcmp(stop_reason, "max_tokens") || !strcmp(stop_reason, "model_context_window_exceeded"))
+	if (!strcmp(stop_reason, "max_tokens") ||
+	    !strcmp(stop_reason, "model_context_window_exceeded"))
 		return "length";
 	if (!strcmp(stop_reason, "refusal"))
 		return "content_filter";
@@ -199,7 +209,8 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 	 * another id (no partial messages, or claude's non-streaming retry) is new text. */
 	if (cp->streamed_id[0] && (!id || !strcmp(id, cp->streamed_id)))
 		return 0;
-	json_array_foreach(json_object_get(msg, "content"), i, part) {
+	json_array_foreach(json_object_get(msg, "content"), i, part)
+	{
 		const char *pt = prov_json_str(part, "type");
 		const json_t *text = json_object_get(part, "text");
 
@@ -217,11 +228,12 @@ static int on_result_error(struct claude_parser *cp, const json_t *o)
 	int status = (int)prov_json_int(o, "api_error_status", cp->error_status);
 
 	if (text && strstr(text, "Not logged in"))
-		return prov_emit_failure(cp->pl.sink, PROV_ERR_AUTH_MISSING, 0,
-					 "claude is not logged in. Fix: run `claude` once as the "
-					 "user OLP runs as and log in (its ~/.claude/.credentials.json "
-					 "is handed to each run), or set ANTHROPIC_API_KEY in this "
-					 "provider's \"env\" in config.json");
+		return prov_emit_failure(
+			cp->pl.sink, PROV_ERR_AUTH_MISSING, 0,
+			"claude is not logged in. Fix: run `claude` once as the "
+			"user OLP runs as and log in (its ~/.claude/.credentials.json "
+			"is handed to each run), or set ANTHROPIC_API_KEY in this "
+			"provider's \"env\" in config.json");
 	return prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, status,
 				 prov_upstream_text(status));
 }
@@ -260,8 +272,10 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 			return ret;
 	}
 	ret = prov_emit_finish(cp->pl.sink,
-			       length ? "length" :
-					finish_for(sr ? sr : cp->stop_reason[0] ? cp->stop_reason : NULL));
+			       length ? "length"
+				      : finish_for(sr			? sr
+						   : cp->stop_reason[0] ? cp->stop_reason
+									: NULL));
 	return ret ?: 1; /* the answer is complete: no need to wait for the exit */
 }
 

@@ -180,8 +180,7 @@ int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, 
 	shebang_interp(real, interp, sizeof(interp));
 	/* A script whose interpreter the sandbox cannot see at the path the "#!" line names
 	 * (node under ~/.nvm, say) runs through the interpreter's real path instead. */
-	if (interp[0] && (resolve(interp, interp_real) == 0) &&
-	    strncmp(interp_real, "/usr/", 5)) {
+	if (interp[0] && (resolve(interp, interp_real) == 0) && strncmp(interp_real, "/usr/", 5)) {
 		if ((ret = prov_plan_push_arg(plan, interp_real)) ||
 		    (ret = prov_cli_bind_install(plan->policy, interp_real)))
 			return ret;
@@ -191,8 +190,7 @@ int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, 
 	return prov_cli_bind_install(plan->policy, real);
 }
 
-int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside,
-		       bool writable)
+int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable)
 {
 	char exp[PATH_MAX];
 	int ret;
@@ -228,8 +226,9 @@ static int bind_one_credential(struct prov_plan *plan, const char *host, const c
 	if (!rel)
 		return inside_for(host, inside) ?: prov_cli_bind_file(plan, host, inside, writable);
 	if (rel[0] == '/')
-		n = strncmp(rel, SBX_HOME_PATH "/", sizeof(SBX_HOME_PATH)) ?
-			    -1 : snprintf(inside, sizeof(inside), "%s", rel);
+		n = strncmp(rel, SBX_HOME_PATH "/", sizeof(SBX_HOME_PATH))
+			    ? -1
+			    : snprintf(inside, sizeof(inside), "%s", rel);
 	else
 		n = snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, rel);
 	if (n <= 0 || n >= (int)sizeof(inside))
@@ -255,24 +254,24 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const 
 	if (json_is_string(cred)) {
 		ret = bind_one_credential(plan, json_string_value(cred), NULL, writable);
 	} else if (json_is_array(cred)) {
-		json_array_foreach(cred, i, v)
-			if (!ret)
-				ret = json_is_string(v) ?
-					      bind_one_credential(plan, json_string_value(v), NULL, writable) :
-					      -EINVAL;
+		json_array_foreach(cred, i, v) if (!ret) ret =
+			json_is_string(v)
+				? bind_one_credential(plan, json_string_value(v), NULL, writable)
+				: -EINVAL;
 	} else if (json_is_object(cred)) {
-		json_object_foreach((json_t *)cred, key, v)
-			if (!ret)
-				ret = json_is_string(v) ?
-					      bind_one_credential(plan, key, json_string_value(v), writable) :
-					      -EINVAL;
+		json_object_foreach((json_t *)cred, key, v) if (!ret) ret =
+			json_is_string(v)
+				? bind_one_credential(plan, key, json_string_value(v), writable)
+				: -EINVAL;
 	} else if (!json_is_null(cred) && !json_is_false(cred)) {
 		ret = -EINVAL;
 	}
 	if (ret)
 		snprintf(out->message, sizeof(out->message),
-			 "provider %s is misconfigured: \"credentials\" must be paths under HOME, or "
-			 "an object {host path: path inside the home}", pv->name);
+			 "provider %s is misconfigured: \"credentials\" must be paths under HOME, "
+			 "or "
+			 "an object {host path: path inside the home}",
+			 pv->name);
 	return ret;
 }
 
@@ -285,7 +284,8 @@ int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan
 
 	if (env && !json_is_object(env))
 		goto bad;
-	json_object_foreach((json_t *)env, key, v) {
+	json_object_foreach((json_t *)env, key, v)
+	{
 		if (!json_is_string(v))
 			goto bad;
 		ret = sbx_policy_setenv(plan->policy, key, json_string_value(v));
@@ -298,7 +298,8 @@ int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan
 bad:
 	snprintf(out->message, sizeof(out->message),
 		 "provider %s is misconfigured: \"env\" must be an object of variable names to "
-		 "strings", pv->name);
+		 "strings",
+		 pv->name);
 	return -EINVAL;
 }
 
@@ -309,7 +310,8 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 
 	if (!sys || !rest)
 		goto out;
-	json_array_foreach(messages, i, m) {
+	json_array_foreach(messages, i, m)
+	{
 		const char *role = json_string_value(json_object_get(m, "role"));
 
 		if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {

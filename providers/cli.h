@@ -34,8 +34,7 @@ int prov_cli_bind_install(struct sbx_policy *p, const char *real);
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
 			      struct prov_plan *plan, struct prov_outcome *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
-int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside,
-		       bool writable);
+int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 
 /* Set every variable of conf "env" in the child. 0, or -EINVAL with out->message set. */
 int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan,

@@ -48,7 +48,8 @@ static bool codex_native(const char *real, char *native)
 	/* Relative to the package root: where npm puts the platform package (nested or
 	 * hoisted next to it), and where older releases kept the binary. */
 	static const char *const where[] = {
-		"/node_modules/@openai/codex-linux-" CODEX_ARCH "/vendor/" CODEX_TRIPLE "/bin/codex",
+		"/node_modules/@openai/codex-linux-" CODEX_ARCH "/vendor/" CODEX_TRIPLE
+		"/bin/codex",
 		"/../codex-linux-" CODEX_ARCH "/vendor/" CODEX_TRIPLE "/bin/codex",
 		"/vendor/" CODEX_TRIPLE "/bin/codex",
 	};
@@ -90,8 +91,10 @@ static int push_config(struct prov_plan *plan, const char *fmt, ...)
 /* A [model_providers.<id>] key goes into a TOML key path: letters, digits, - and _ only. */
 static bool valid_id(const char *id)
 {
-	return *id && strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
-			      strlen(id) && strlen(id) < 64;
+	return *id &&
+	       strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+		       strlen(id) &&
+	       strlen(id) < 64;
 }
 
 static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
@@ -112,9 +115,13 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		return ret;
 	}
 	{
-		const char *const args[] = { "exec", "--json", "--skip-git-repo-check", "--ephemeral",
+		const char *const args[] = { "exec",
+					     "--json",
+					     "--skip-git-repo-check",
+					     "--ephemeral",
 					     "--dangerously-bypass-approvals-and-sandbox",
-					     "--model", req->model->id };
+					     "--model",
+					     req->model->id };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 			if ((ret = prov_plan_push_arg(plan, args[i])))
@@ -126,9 +133,11 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		ret = -EINVAL;
 		goto bad_conf;
 	}
-	if (mp && ((ret = push_config(plan, "model_provider=\"%s\"", mp)) ||
-		   (ret = push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries)) ||
-		   (ret = push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries))))
+	if (mp &&
+	    ((ret = push_config(plan, "model_provider=\"%s\"", mp)) ||
+	     (ret = push_config(plan, "model_providers.%s.request_max_retries=%lld", mp,
+				retries)) ||
+	     (ret = push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries))))
 		return ret;
 	if ((ret = prov_plan_push_arg(plan, "-")))
 		return ret;
@@ -139,7 +148,8 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		return ret;
 	if (!toml || json_is_string(toml)) {
-		ret = prov_cli_bind_file(plan, toml ? json_string_value(toml) : "~/.codex/config.toml",
+		ret = prov_cli_bind_file(plan,
+					 toml ? json_string_value(toml) : "~/.codex/config.toml",
 					 CODEX_HOME "/config.toml", false);
 		/* The default file may not exist (or HOME may be unknown): then there is none. */
 		if (ret && (toml || ret == -ENOMEM))
@@ -153,7 +163,8 @@ bad_conf:
 		return ret;
 	snprintf(out->message, sizeof(out->message),
 		 "provider %s is misconfigured: \"config_toml\" must be a path, and "
-		 "\"model_provider\" a short id", pv->name);
+		 "\"model_provider\" a short id",
+		 pv->name);
 	return -EINVAL;
 }
 
@@ -161,8 +172,8 @@ bad_conf:
 
 struct codex_parser {
 	struct prov_lines pl;
-	size_t messages;        /* agent messages emitted */
-	int error_status;       /* from an "error" line, until the turn says how it ended */
+	size_t messages;  /* agent messages emitted */
+	int error_status; /* from an "error" line, until the turn says how it ended */
 	bool error_seen;
 };
 
@@ -209,9 +220,10 @@ static int failure(struct codex_parser *xp, const struct prov_sink *sink, int st
 		status = xp->error_status;
 	if (status == 401 || status == 403)
 		/* codex says 401 both for a bad key and for none at all. */
-		return prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, status,
-					 "the upstream API rejected codex's credentials; check "
-					 "~/.codex/auth.json (codex login) or this provider's \"env\"");
+		return prov_emit_failure(
+			sink, PROV_ERR_PROVIDER_ERROR, status,
+			"the upstream API rejected codex's credentials; check "
+			"~/.codex/auth.json (codex login) or this provider's \"env\"");
 	return prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, status, prov_upstream_text(status));
 }
 

@@ -26,7 +26,6 @@
 
 enum command_output { COMMAND_OUT_TEXT, COMMAND_OUT_SSE, COMMAND_OUT_NDJSON };
 
-
 /* 0 and the mode, or -EINVAL for a value this build does not know. */
 static int output_mode(const json_t *conf, enum command_output *mode)
 {
@@ -63,10 +62,12 @@ static int command_plan(const struct prov_provider *pv, const struct prov_reques
 
 	if ((ret = output_mode(pv->conf, &mode))) {
 		snprintf(out->message, sizeof(out->message),
-			 "provider %s is misconfigured (\"output\" is text, sse or ndjson)", pv->name);
+			 "provider %s is misconfigured (\"output\" is text, sse or ndjson)",
+			 pv->name);
 		return ret;
 	}
-	json_array_foreach(argv, i, v) {
+	json_array_foreach(argv, i, v)
+	{
 		if ((ret = prov_plan_push_arg(plan, json_string_value(v))))
 			return ret;
 	}
@@ -75,12 +76,12 @@ static int command_plan(const struct prov_provider *pv, const struct prov_reques
 	 * into it on merged-/usr systems) already is. */
 	if (!under_usr(exe) && (ret = sbx_policy_add_ro(plan->policy, exe)))
 		goto fail;
-	json_array_foreach(json_object_get(pv->conf, "ro_paths"), i, v)
-		if ((ret = sbx_policy_add_ro(plan->policy, json_string_value(v))))
-			goto fail;
-	json_object_foreach((json_t *)json_object_get(pv->conf, "env"), key, v)
-		if ((ret = sbx_policy_setenv(plan->policy, key, json_string_value(v))))
-			goto fail;
+	json_array_foreach(
+		json_object_get(pv->conf, "ro_paths"), i,
+		v) if ((ret = sbx_policy_add_ro(plan->policy, json_string_value(v)))) goto fail;
+	json_object_foreach((json_t *)json_object_get(pv->conf, "env"), key,
+			    v) if ((ret = sbx_policy_setenv(plan->policy, key,
+							    json_string_value(v)))) goto fail;
 	prov_flatten_messages(req->messages, &plan->stdin_data);
 	return 0;
 fail:
@@ -93,7 +94,7 @@ fail:
 struct command_parser {
 	enum command_output mode;
 	struct prov_text_reader text; /* COMMAND_OUT_TEXT */
-	struct prov_lines pl;         /* the line modes */
+	struct prov_lines pl;	      /* the line modes */
 };
 
 /* Finish reasons a client may see; anything else a tool prints becomes "stop". */
@@ -115,8 +116,8 @@ static int chunk_usage(struct command_parser *cp, const json_t *u)
 
 	usage.prompt_tokens = prov_json_int(u, "prompt_tokens", 0);
 	usage.completion_tokens = prov_json_int(u, "completion_tokens", 0);
-	usage.total_tokens = prov_json_int(u, "total_tokens",
-					   usage.prompt_tokens + usage.completion_tokens);
+	usage.total_tokens =
+		prov_json_int(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
 	usage.cached_tokens = prov_json_int(details, "cached_tokens", 0);
 	return prov_emit_usage(cp->pl.sink, &usage);
 }
@@ -136,14 +137,15 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 	err = json_object_get(o, "error");
 	if (err && !json_is_null(err) && !json_is_false(err)) {
 		const json_t *eo = json_is_object(err) ? err : o;
-		const char *msg = json_is_string(err) ? json_string_value(err) :
-				  prov_json_str(eo, "message");
+		const char *msg =
+			json_is_string(err) ? json_string_value(err) : prov_json_str(eo, "message");
 		int st = (int)prov_json_int(eo, "status", prov_json_int(eo, "code", 0));
 
 		if (st < 100 || st > 599)
 			st = msg ? prov_find_status(msg) : 0;
 		ret = prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
-					prov_upstream_text(st)) ?: 1;
+					prov_upstream_text(st))
+			      ?: 1;
 		goto out;
 	}
 	choice = json_array_get(json_object_get(o, "choices"), 0);
@@ -218,12 +220,9 @@ static int command_feed(void *st, const char *data, size_t len, const struct pro
 	struct command_parser *cp = st;
 
 	switch (cp->mode) {
-	case COMMAND_OUT_SSE:
-		return prov_lines_feed(&cp->pl, data, len, sink, sse_line, cp);
-	case COMMAND_OUT_NDJSON:
-		return prov_lines_feed(&cp->pl, data, len, sink, ndjson_line, cp);
-	case COMMAND_OUT_TEXT:
-		break;
+	case COMMAND_OUT_SSE: return prov_lines_feed(&cp->pl, data, len, sink, sse_line, cp);
+	case COMMAND_OUT_NDJSON: return prov_lines_feed(&cp->pl, data, len, sink, ndjson_line, cp);
+	case COMMAND_OUT_TEXT: break;
 	}
 	return prov_text_feed(&cp->text, data, len, sink);
 }
@@ -233,12 +232,9 @@ static int command_finish(void *st, const struct prov_sink *sink)
 	struct command_parser *cp = st;
 
 	switch (cp->mode) {
-	case COMMAND_OUT_SSE:
-		return prov_lines_finish(&cp->pl, sink, sse_line, cp);
-	case COMMAND_OUT_NDJSON:
-		return prov_lines_finish(&cp->pl, sink, ndjson_line, cp);
-	case COMMAND_OUT_TEXT:
-		break;
+	case COMMAND_OUT_SSE: return prov_lines_finish(&cp->pl, sink, sse_line, cp);
+	case COMMAND_OUT_NDJSON: return prov_lines_finish(&cp->pl, sink, ndjson_line, cp);
+	case COMMAND_OUT_TEXT: break;
 	}
 	return prov_text_finish(&cp->text, sink);
 }

@@ -7,7 +7,7 @@
 
 /* What a provider wants run for one request; built by ops->plan, released by run.c. */
 struct prov_plan {
-	char **argv;          /* NULL-terminated, heap */
+	char **argv; /* NULL-terminated, heap */
 	size_t argc;
 	struct buf stdin_data;
 	struct sbx_policy *policy;
@@ -37,7 +37,7 @@ struct prov_provider {
 	char *type;
 	char *display_name;
 	const struct provider_ops *ops;
-	json_t *conf;        /* the registry entry, merged with config.json overrides */
+	json_t *conf; /* the registry entry, merged with config.json overrides */
 	uint64_t timeout_ms;
 	bool network;
 	unsigned max_concurrent; /* runs at once across the pool; 0 = no cap */

@@ -137,7 +137,8 @@ int prov_emit_finish(const struct prov_sink *sink, const char *finish_reason)
 int prov_emit_failure(const struct prov_sink *sink, enum prov_error err, int upstream_status,
 		      const char *message)
 {
-	struct prov_failure f = { .err = err, .upstream_status = upstream_status,
+	struct prov_failure f = { .err = err,
+				  .upstream_status = upstream_status,
 				  .message = message };
 	struct prov_event ev = { .kind = PROV_EV_ERROR, .failure = &f };
 
@@ -167,25 +168,18 @@ int prov_find_status(const char *msg)
 const char *prov_upstream_text(int status)
 {
 	switch (status) {
-	case 0:
-		return "the provider reported an error";
-	case 400:
-		return "the upstream API refused the request as invalid (400)";
-	case 401:
-		return "the upstream API rejected the provider's credentials (401)";
-	case 403:
-		return "the upstream API denied access (403)";
-	case 404:
-		return "the upstream API does not know the model (404)";
-	case 413:
-		return "the request is too large for the upstream API (413)";
-	case 429:
-		return "the upstream API rate-limited the request (429); retry later";
+	case 0: return "the provider reported an error";
+	case 400: return "the upstream API refused the request as invalid (400)";
+	case 401: return "the upstream API rejected the provider's credentials (401)";
+	case 403: return "the upstream API denied access (403)";
+	case 404: return "the upstream API does not know the model (404)";
+	case 413: return "the request is too large for the upstream API (413)";
+	case 429: return "the upstream API rate-limited the request (429); retry later";
 	case 503:
-	case 529:
-		return "the upstream API is overloaded; retry later";
+	case 529: return "the upstream API is overloaded; retry later";
 	default:
-		return status >= 500 ? "the upstream API failed (5xx)" : "the upstream API refused the request";
+		return status >= 500 ? "the upstream API failed (5xx)"
+				     : "the upstream API refused the request";
 	}
 }
 

@@ -24,10 +24,10 @@
 typedef int (*prov_ndjson_line_fn)(void *ctx, const char *line, size_t len);
 
 struct prov_ndjson {
-	struct buf partial;   /* the bytes of the current, unfinished line */
+	struct buf partial; /* the bytes of the current, unfinished line */
 	size_t max_line;
-	bool overlong;        /* sticky: a line exceeded max_line; nothing more is framed */
-	size_t lines;         /* complete lines delivered */
+	bool overlong; /* sticky: a line exceeded max_line; nothing more is framed */
+	size_t lines;  /* complete lines delivered */
 };
 
 void prov_ndjson_init(struct prov_ndjson *nj, size_t max_line);
@@ -69,9 +69,9 @@ const char *prov_upstream_text(int status);
 struct prov_lines {
 	struct prov_ndjson nj;
 	const struct prov_sink *sink; /* set for the duration of a feed */
-	bool done;                    /* the answer is complete: ignore the rest */
-	size_t ignored;               /* well-formed lines of types we do not use */
-	size_t garbage;               /* lines that are not JSON objects */
+	bool done;		      /* the answer is complete: ignore the rest */
+	size_t ignored;		      /* well-formed lines of types we do not use */
+	size_t garbage;		      /* lines that are not JSON objects */
 };
 void prov_lines_init(struct prov_lines *pl);
 void prov_lines_release(struct prov_lines *pl);

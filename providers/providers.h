@@ -24,8 +24,8 @@ struct prov_provider; /* opaque: one providers.<name> entry */
 struct prov_model {
 	const char *id;
 	const char *display_name; /* may be NULL */
-	int64_t created;          /* unix seconds; 0 when unknown */
-	int64_t context_window;   /* 0 when unknown */
+	int64_t created;	  /* unix seconds; 0 when unknown */
+	int64_t context_window;	  /* 0 when unknown */
 	const struct prov_provider *provider;
 };
 
@@ -45,8 +45,8 @@ const struct prov_model *prov_registry_model_at(const struct prov_registry *reg,
 size_t prov_registry_provider_count(const struct prov_registry *reg);
 const struct prov_provider *prov_registry_provider_at(const struct prov_registry *reg, size_t i);
 
-const char *prov_provider_name(const struct prov_provider *pv);  /* "local", "anthropic" */
-const char *prov_provider_type(const struct prov_provider *pv);  /* "command", "claude" */
+const char *prov_provider_name(const struct prov_provider *pv); /* "local", "anthropic" */
+const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
 
@@ -57,7 +57,7 @@ struct prov_request {
 	const struct prov_model *model;
 	const char *model_name; /* as the client asked (alias or id) */
 	const json_t *messages; /* array of {role, content[, name, tool_call_id]} */
-	int64_t max_tokens;     /* 0 = not set */
+	int64_t max_tokens;	/* 0 = not set */
 	const char *request_id;
 };
 
@@ -71,30 +71,30 @@ struct prov_usage {
 
 enum prov_error {
 	PROV_OK = 0,
-	PROV_ERR_AUTH_MISSING,     /* the provider client has no credentials */
-	PROV_ERR_SPAWN_FAILED,     /* the command could not be started */
-	PROV_ERR_SPAWN_TIMEOUT,    /* the wall-clock limit was reached */
+	PROV_ERR_AUTH_MISSING,	/* the provider client has no credentials */
+	PROV_ERR_SPAWN_FAILED,	/* the command could not be started */
+	PROV_ERR_SPAWN_TIMEOUT, /* the wall-clock limit was reached */
 	PROV_ERR_CONCURRENCY_LIMIT,
-	PROV_ERR_PROVIDER_ERROR,   /* the command failed (non-zero exit, error event) */
-	PROV_ERR_SANDBOX,          /* the sandbox could not start: fail closed */
-	PROV_ERR_CLIENT_GONE,      /* the sink aborted: nobody is listening any more */
+	PROV_ERR_PROVIDER_ERROR, /* the command failed (non-zero exit, error event) */
+	PROV_ERR_SANDBOX,	 /* the sandbox could not start: fail closed */
+	PROV_ERR_CLIENT_GONE,	 /* the sink aborted: nobody is listening any more */
 };
 
 /* A failure the provider reported in its own output (an upstream 429, "Not logged in"),
  * as opposed to one seen from outside (exit status, timeout). */
 struct prov_failure {
-	enum prov_error err;      /* PROV_ERR_PROVIDER_ERROR or PROV_ERR_AUTH_MISSING */
-	int upstream_status;      /* the provider API's HTTP status when the output names it
+	enum prov_error err; /* PROV_ERR_PROVIDER_ERROR or PROV_ERR_AUTH_MISSING */
+	int upstream_status; /* the provider API's HTTP status when the output names it
 				     (401, 429, 500…), else 0 */
-	const char *message;      /* client-safe, written by the parser: never the upstream's
+	const char *message; /* client-safe, written by the parser: never the upstream's
 				     own error text, which may name internal URLs */
 };
 
 enum prov_event_kind {
-	PROV_EV_DELTA,  /* text: a piece of the answer, valid UTF-8, never split mid-character */
-	PROV_EV_USAGE,  /* usage: token counts reported by the provider */
+	PROV_EV_DELTA,	/* text: a piece of the answer, valid UTF-8, never split mid-character */
+	PROV_EV_USAGE,	/* usage: token counts reported by the provider */
 	PROV_EV_FINISH, /* finish_reason: "stop", "length", … */
-	PROV_EV_ERROR,  /* failure: the provider reported that the request failed */
+	PROV_EV_ERROR,	/* failure: the provider reported that the request failed */
 };
 
 struct prov_event {
@@ -126,7 +126,8 @@ struct prov_parser *prov_parser_new(const char *type);
  * output is not needed and the caller may end the run now (prov_run does, which saves
  * waiting for the client to exit); else 0. Once it returned > 0, further bytes are
  * ignored. */
-int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len, const struct prov_sink *sink);
+int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len,
+		     const struct prov_sink *sink);
 /* End of output: flush what is held back (e.g. a trailing partial UTF-8 sequence). */
 int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
 void prov_parser_free(struct prov_parser *ps);
@@ -149,16 +150,16 @@ int prov_error_status(enum prov_error e);
 
 struct prov_outcome {
 	enum prov_error err;
-	int status;                 /* HTTP status for err (0 when PROV_OK) */
-	char message[256];          /* client-safe message; never stderr, never the prompt */
-	char finish_reason[32];     /* "stop" unless the provider said otherwise */
+	int status;		/* HTTP status for err (0 when PROV_OK) */
+	char message[256];	/* client-safe message; never stderr, never the prompt */
+	char finish_reason[32]; /* "stop" unless the provider said otherwise */
 	struct prov_usage usage;
-	int upstream_status;        /* the provider API's HTTP status when its output named one
+	int upstream_status; /* the provider API's HTTP status when its output named one
 				       (see struct prov_failure), else 0; for logs and routing */
-	bool output_started;        /* at least one delta reached the sink */
+	bool output_started; /* at least one delta reached the sink */
 	int exit_status;
 	uint64_t duration_ms;
-	char stderr_tail[512];      /* for the operator's log only (cut) */
+	char stderr_tail[512]; /* for the operator's log only (cut) */
 };
 
 /* Run one request through its model's provider, streaming events into sink. Blocks until

@@ -25,7 +25,7 @@ struct prov_registry {
 };
 
 static const struct provider_ops *const all_ops[] = { &prov_command_ops, &prov_claude_ops,
-						     &prov_codex_ops, &prov_vibe_ops };
+						      &prov_codex_ops, &prov_vibe_ops };
 
 const struct provider_ops *prov_ops_for_type(const char *type)
 {
@@ -63,21 +63,21 @@ static const char *check_command(const json_t *e)
 		return "\"argv\" must be a non-empty array of strings";
 	if (!is_abs_string(json_array_get(argv, 0)))
 		return "argv[0] must be an absolute path";
-	json_array_foreach(argv, i, v)
-		if (!json_is_string(v))
-			return "\"argv\" must be a non-empty array of strings";
+	json_array_foreach(
+		argv, i,
+		v) if (!json_is_string(v)) return "\"argv\" must be a non-empty array of strings";
 	ro = json_object_get(e, "ro_paths");
 	if (ro && !json_is_array(ro))
 		return "\"ro_paths\" must be an array of absolute paths";
-	json_array_foreach(ro, i, v)
-		if (!is_abs_string(v))
-			return "\"ro_paths\" must be an array of absolute paths";
+	json_array_foreach(
+		ro, i,
+		v) if (!is_abs_string(v)) return "\"ro_paths\" must be an array of absolute paths";
 	env = json_object_get(e, "env");
 	if (env && !json_is_object(env))
 		return "\"env\" must be an object of strings";
-	json_object_foreach((json_t *)env, k, v)
-		if (!json_is_string(v))
-			return "\"env\" must be an object of strings";
+	json_object_foreach(
+		(json_t *)env, k,
+		v) if (!json_is_string(v)) return "\"env\" must be an object of strings";
 	return NULL;
 }
 
@@ -115,12 +115,15 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	if (!type)
 		type = default_type(name, entry);
 	if (!type) {
-		log_warnx(NULL, "registry: provider %s has no \"type\" and no \"argv\"; skipped", name);
+		log_warnx(NULL, "registry: provider %s has no \"type\" and no \"argv\"; skipped",
+			  name);
 		return NULL;
 	}
 	if (!prov_ops_for_type(type)) {
-		log_warnx(NULL, "registry: provider %s has type \"%s\", which this build does not "
-				"run yet; skipped", name, type);
+		log_warnx(NULL,
+			  "registry: provider %s has type \"%s\", which this build does not "
+			  "run yet; skipped",
+			  name, type);
 		return NULL;
 	}
 	pv = calloc(1, sizeof(*pv));
@@ -129,7 +132,7 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	/* What runs is the entry with config.json's overrides: check that, not the entry. */
 	pv->conf = json_deep_copy(entry);
 	if (pv->conf && json_is_object(override))
-		json_object_update(pv->conf, (json_t *)override);
+		json_object_update(pv->conf, (json_t *) override);
 	if (pv->conf && !strcmp(type, "command") && (why = check_command(pv->conf))) {
 		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
 		provider_free(pv);
@@ -146,9 +149,9 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 		const json_t *mc = json_object_get(pv->conf, "max_concurrent");
 
 		pv->max_concurrent = json_is_integer(mc) && json_integer_value(mc) >= 0 &&
-					     json_integer_value(mc) <= 1024 ?
-					     (unsigned)json_integer_value(mc) :
-					     4;
+						     json_integer_value(mc) <= 1024
+					     ? (unsigned)json_integer_value(mc)
+					     : 4;
 	}
 	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
 		provider_free(pv);
@@ -191,7 +194,8 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 	const json_t *m;
 	size_t i;
 
-	json_array_foreach(models, i, m) {
+	json_array_foreach(models, i, m)
+	{
 		const char *id = json_string_value(json_object_get(m, "id"));
 		const char *dn = json_string_value(json_object_get(m, "displayName"));
 		struct prov_model *nm;
@@ -202,7 +206,8 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 			continue;
 		}
 		if (find_id(reg, id)) {
-			log_warnx(NULL, "registry: model %s defined twice; the first one is used", id);
+			log_warnx(NULL, "registry: model %s defined twice; the first one is used",
+				  id);
 			continue;
 		}
 		nm = realloc(reg->models, (reg->nmodels + 1) * sizeof(*nm));
@@ -229,15 +234,17 @@ static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv
 	const char *alias;
 	const json_t *target;
 
-	json_object_foreach((json_t *)aliases, alias, target) {
-		const struct prov_model *m = json_is_string(target) ?
-						     find_id(reg, json_string_value(target)) :
-						     NULL;
+	json_object_foreach((json_t *)aliases, alias, target)
+	{
+		const struct prov_model *m =
+			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
 
 		if (!m || m->provider != pv) {
-			log_warnx(NULL, "registry: alias %s of provider %s names no model of it; "
-					"skipped", alias, pv->name);
+			log_warnx(NULL,
+				  "registry: alias %s of provider %s names no model of it; "
+				  "skipped",
+				  alias, pv->name);
 			continue;
 		}
 		na = realloc(reg->aliases, (reg->naliases + 1) * sizeof(*na));
@@ -257,9 +264,8 @@ static bool name_in(const json_t *list, const char *name)
 	const json_t *v;
 	size_t i;
 
-	json_array_foreach(list, i, v)
-		if (json_is_string(v) && !strcmp(json_string_value(v), name))
-			return true;
+	json_array_foreach(list, i, v) if (json_is_string(v) &&
+					   !strcmp(json_string_value(v), name)) return true;
 	return false;
 }
 
@@ -287,13 +293,15 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	if (!reg)
 		goto fail_nomem;
 	enabled = json_object_get(config_providers, "enabled");
-	json_object_foreach(providers, name, entry) {
+	json_object_foreach(providers, name, entry)
+	{
 		struct prov_provider *pv, **np;
 
 		if (!json_is_object(entry))
 			continue;
 		if (json_is_array(enabled) && !name_in(enabled, name)) {
-			log_info(NULL, "registry: provider %s is not in providers.enabled; skipped", name);
+			log_info(NULL, "registry: provider %s is not in providers.enabled; skipped",
+				 name);
 			continue;
 		}
 		pv = provider_new(name, entry, json_object_get(config_providers, name));

@@ -85,7 +85,8 @@ struct prov_parser *prov_parser_new(const char *type)
 	return ps;
 }
 
-int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len, const struct prov_sink *sink)
+int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len,
+		     const struct prov_sink *sink)
 {
 	return ps->ops->parser_feed(ps->st, data, len, sink);
 }
@@ -107,11 +108,11 @@ void prov_parser_free(struct prov_parser *ps)
 
 struct run_ctx {
 	const struct prov_request *req;
-	int slot;        /* concurrency slot fd, or < 0 */
-	bool concluded;  /* the outcome is final */
-	bool done_sent;  /* sink->done was called */
+	int slot;		      /* concurrency slot fd, or < 0 */
+	bool concluded;		      /* the outcome is final */
+	bool done_sent;		      /* sink->done was called */
 	const struct prov_sink *sink; /* the caller's: gets deltas only */
-	struct prov_sink inner;       /* what parsers emit into */
+	struct prov_sink inner;	      /* what parsers emit into */
 	struct prov_parser parser;
 	struct prov_outcome *out;
 	/* The first failure the provider reported in its output (PROV_EV_ERROR). */
@@ -157,13 +158,10 @@ static int inner_emit(void *ctx, const struct prov_event *ev)
 static int status_for_upstream(int upstream)
 {
 	switch (upstream) {
-	case 429:
-		return 429;
+	case 429: return 429;
 	case 503:
-	case 529:
-		return 503;
-	default:
-		return 502;
+	case 529: return 503;
+	default: return 502;
 	}
 }
 
@@ -205,12 +203,13 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	switch (res->end) {
 	case SBX_END_EXITED:
 		if (res->sandbox_failed && !strstr(res->stderr_tail, "execvp")) {
-			fail(out, PROV_ERR_SANDBOX, "The sandbox for provider %s could not start; "
-						   "the request was not run",
+			fail(out, PROV_ERR_SANDBOX,
+			     "The sandbox for provider %s could not start; "
+			     "the request was not run",
 			     pv->name);
 		} else if (res->sandbox_failed) {
-			fail(out, PROV_ERR_SPAWN_FAILED, "Provider %s: its command could not be started",
-			     pv->name);
+			fail(out, PROV_ERR_SPAWN_FAILED,
+			     "Provider %s: its command could not be started", pv->name);
 		} else if (res->exit_status) {
 			fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s failed (exit status %d)",
 			     pv->name, res->exit_status);
@@ -224,14 +223,12 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 		fail(out, PROV_ERR_SPAWN_TIMEOUT, "Provider %s timed out after %llu ms", pv->name,
 		     (unsigned long long)pv->timeout_ms);
 		break;
-	case SBX_END_ABORTED:
-		fail(out, PROV_ERR_CLIENT_GONE, "The client went away");
-		break;
-	case SBX_END_STOPPED:
-		break;
+	case SBX_END_ABORTED: fail(out, PROV_ERR_CLIENT_GONE, "The client went away"); break;
+	case SBX_END_STOPPED: break;
 	case SBX_END_SPAWN_FAILED:
-		fail(out, PROV_ERR_SPAWN_FAILED, "Provider %s: its command could not be started (%s)",
-		     pv->name, res->spawn_stage ? res->spawn_stage : "spawn");
+		fail(out, PROV_ERR_SPAWN_FAILED,
+		     "Provider %s: its command could not be started (%s)", pv->name,
+		     res->spawn_stage ? res->spawn_stage : "spawn");
 		break;
 	}
 }
@@ -250,15 +247,17 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 	map_result(pv, res, out);
 	/* What the provider said about its own failure beats the exit status it ended with
 	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
-	if (rc->failure != PROV_OK && (out->err == PROV_OK || out->err == PROV_ERR_PROVIDER_ERROR)) {
+	if (rc->failure != PROV_OK &&
+	    (out->err == PROV_OK || out->err == PROV_ERR_PROVIDER_ERROR)) {
 		fail(out, rc->failure, "Provider %s: %s", pv->name, rc->failure_msg);
 		out->upstream_status = rc->upstream_status;
 		if (rc->failure == PROV_ERR_PROVIDER_ERROR && rc->upstream_status)
 			out->status = status_for_upstream(rc->upstream_status);
 	}
 	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
-		log_warnx(rc->req->request_id, "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
-					       "out)%s%.200s",
+		log_warnx(rc->req->request_id,
+			  "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
+			  "out)%s%.200s",
 			  pv->name, prov_error_code(out->err), sbx_end_name(res->end),
 			  res->exit_status, out->upstream_status, res->stdout_bytes,
 			  out->stderr_tail[0] ? "; stderr: " : "", out->stderr_tail);
@@ -293,8 +292,9 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
 	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
 		/* Fail closed: never fall back to running unsandboxed. */
-		fail(out, PROV_ERR_SANDBOX, "The sandbox is not available on this host (%s); "
-					    "the request was not run",
+		fail(out, PROV_ERR_SANDBOX,
+		     "The sandbox is not available on this host (%s); "
+		     "the request was not run",
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
 		goto out;
 	}

@@ -34,12 +34,15 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 	prov_flatten_messages(req->messages, &prompt);
 	if (prompt.len > VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
 		snprintf(out->message, sizeof(out->message),
-			 "provider %s takes prompts of at most %u KiB", pv->name, VIBE_MAX_PROMPT / 1024);
+			 "provider %s takes prompts of at most %u KiB", pv->name,
+			 VIBE_MAX_PROMPT / 1024);
 		ret = -E2BIG;
 		goto out;
 	}
-	if ((ret = prov_plan_push_arg(plan, "--prompt")) || (ret = prov_plan_push_arg(plan, prompt.data)) ||
-	    (ret = prov_plan_push_arg(plan, "--output")) || (ret = prov_plan_push_arg(plan, "streaming")))
+	if ((ret = prov_plan_push_arg(plan, "--prompt")) ||
+	    (ret = prov_plan_push_arg(plan, prompt.data)) ||
+	    (ret = prov_plan_push_arg(plan, "--output")) ||
+	    (ret = prov_plan_push_arg(plan, "streaming")))
 		goto out;
 	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
@@ -85,11 +88,12 @@ static int on_usage(struct vibe_parser *vp, const json_t *u)
 {
 	struct prov_usage usage = { .present = true };
 
-	usage.prompt_tokens = prov_json_int(u, "prompt_tokens", prov_json_int(u, "input_tokens", 0));
+	usage.prompt_tokens =
+		prov_json_int(u, "prompt_tokens", prov_json_int(u, "input_tokens", 0));
 	usage.completion_tokens =
 		prov_json_int(u, "completion_tokens", prov_json_int(u, "output_tokens", 0));
-	usage.total_tokens = prov_json_int(u, "total_tokens",
-					   usage.prompt_tokens + usage.completion_tokens);
+	usage.total_tokens =
+		prov_json_int(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
 	return prov_emit_usage(vp->pl.sink, &usage);
 }
 
@@ -111,15 +115,18 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 		goto out;
 	}
 	err = json_object_get(o, "error");
-	if ((type && !strcmp(type, "error")) || (err && !json_is_null(err) && !json_is_false(err))) {
-		const char *msg = json_is_string(err) ? json_string_value(err) :
-				  prov_json_str(json_is_object(err) ? err : o, "message");
+	if ((type && !strcmp(type, "error")) ||
+	    (err && !json_is_null(err) && !json_is_false(err))) {
+		const char *msg = json_is_string(err)
+					  ? json_string_value(err)
+					  : prov_json_str(json_is_object(err) ? err : o, "message");
 		int st = (int)prov_json_int(json_is_object(err) ? err : o, "status", 0);
 
 		if (!st && msg)
 			st = prov_find_status(msg);
 		ret = prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
-					prov_upstream_text(st)) ?: 1;
+					prov_upstream_text(st))
+			      ?: 1;
 		goto out;
 	}
 	if ((text = text_of(o)) &&

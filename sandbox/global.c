@@ -18,7 +18,9 @@ struct sbx_global sbx_g = { .runtime_fd = -1 };
 
 /* Top-level entries that point into /usr on a merged-/usr system, or are real directories
  * on an older one. */
-static const char *const root_entries[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" };
+static const char *const root_entries[] = {
+	"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
+};
 
 static int scan_root_layout(void)
 {
@@ -37,8 +39,8 @@ static int scan_root_layout(void)
 			if (n <= 0)
 				continue;
 			target[n] = '\0';
-			ret = sbx_strv_push(&sbx_g.root_links, target) ?:
-				      sbx_strv_push(&sbx_g.root_links, root_entries[i]);
+			ret = sbx_strv_push(&sbx_g.root_links, target)
+				      ?: sbx_strv_push(&sbx_g.root_links, root_entries[i]);
 		} else if (S_ISDIR(st.st_mode)) {
 			ret = sbx_strv_push(&sbx_g.root_dirs, root_entries[i]);
 		}
@@ -173,7 +175,8 @@ static void status_compute(void)
 	sbx_policy_set_timeout_ms(p, 10000);
 	/* bwrap --version, run as a plain child. */
 	p->wrap = SBX_WRAP_NEVER;
-	ret = sbx_run(p, (const char *const[]){ sbx_g.bwrap_path, "--version", NULL }, NULL, &cb, &res);
+	ret = sbx_run(p, (const char *const[]){ sbx_g.bwrap_path, "--version", NULL }, NULL, &cb,
+		      &res);
 	if (!ret && res.end == SBX_END_EXITED && res.exit_status == 0) {
 		const char *v = out.data;
 
@@ -195,8 +198,8 @@ static void status_compute(void)
 	} else if (!status.available) {
 		snprintf(message_buf, sizeof(message_buf),
 			 "bubblewrap cannot start a sandbox here (%s%s%.300s)",
-			 ret ? strerror(-ret) : sbx_end_name(res.end), res.stderr_tail[0] ? ": " : "",
-			 res.stderr_tail);
+			 ret ? strerror(-ret) : sbx_end_name(res.end),
+			 res.stderr_tail[0] ? ": " : "", res.stderr_tail);
 		message_buf[strcspn(message_buf, "\n")] = '\0';
 		status.message = message_buf;
 	}

@@ -12,9 +12,9 @@ struct sbx_strv {
 struct sbx_policy {
 	bool network;
 	uint64_t timeout_ms;
-	struct sbx_strv ro;  /* host paths bound read-only */
-	struct sbx_strv rw;  /* host paths bound read-write */
-	struct sbx_strv env; /* "NAME=value", last one wins */
+	struct sbx_strv ro;	 /* host paths bound read-only */
+	struct sbx_strv rw;	 /* host paths bound read-write */
+	struct sbx_strv env;	 /* "NAME=value", last one wins */
 	struct sbx_strv bind_ro; /* pairs: host path, path inside */
 	struct sbx_strv bind_rw; /* pairs: host path, path inside */
 	bool allow_unix;
@@ -29,8 +29,8 @@ struct sbx_global {
 	enum sbx_mode mode;
 	char *bwrap_path;
 	char *runtime_dir;
-	int runtime_fd; /* O_PATH|O_DIRECTORY on runtime_dir */
-	char *exec_stub; /* olp-sandbox-exec, or NULL: no warm sandboxes */
+	int runtime_fd;		    /* O_PATH|O_DIRECTORY on runtime_dir */
+	char *exec_stub;	    /* olp-sandbox-exec, or NULL: no warm sandboxes */
 	struct sbx_strv root_links; /* pairs: "target", "/name" for the merged-/usr links */
 	struct sbx_strv root_dirs;  /* top-level lib dirs that are real directories */
 };
@@ -51,9 +51,9 @@ int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value);
 /* Scratch directories: <runtime_dir>/<pid>-<seq>-<random>/home. */
 struct sbx_scratch {
 	char name[64];
-	char path[4096];      /* absolute path of the scratch dir */
-	char home[4096];      /* absolute path of its home/ */
-	int home_fd;          /* O_DIRECTORY fd on home/ (for fchdir in mode off) */
+	char path[4096]; /* absolute path of the scratch dir */
+	char home[4096]; /* absolute path of its home/ */
+	int home_fd;	 /* O_DIRECTORY fd on home/ (for fchdir in mode off) */
 };
 int sbx_scratch_create(struct sbx_scratch *s);
 /* Remove the whole scratch tree without following symlinks. Call only when no process of
@@ -64,10 +64,10 @@ void sbx_scratch_sweep_stale(void);
 int sbx_open_dir_beneath(int dfd, const char *name);
 
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
-#define SBX_FD_STATUS 3  /* --json-status-fd */
+#define SBX_FD_STATUS 3	 /* --json-status-fd */
 #define SBX_FD_SECCOMP 4 /* --seccomp */
-#define SBX_FD_PASSWD 5  /* --ro-bind-data -> /etc/passwd */
-#define SBX_FD_GROUP 6   /* --ro-bind-data -> /etc/group */
+#define SBX_FD_PASSWD 5	 /* --ro-bind-data -> /etc/passwd */
+#define SBX_FD_GROUP 6	 /* --ro-bind-data -> /etc/group */
 #define SBX_FD_COUNT 7
 
 /* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*. */

@@ -22,7 +22,8 @@
 static void usage(FILE *f)
 {
 	fputs("usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
-	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--runtime-dir DIR]\n"
+	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--runtime-dir "
+	      "DIR]\n"
 	      "                   -- COMMAND [ARGS...]\n"
 	      "       olp-sandbox --doctor [--json]\n"
 	      "\n"
@@ -50,7 +51,8 @@ static char *resolve(const char *cmd)
 	for (p = path ? path : "/usr/bin:/bin"; *p;) {
 		size_t n = strcspn(p, ":");
 
-		if (n && (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd) < sizeof(buf) &&
+		if (n &&
+		    (size_t)snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cmd) < sizeof(buf) &&
 		    access(buf, X_OK) == 0)
 			return realpath(buf, NULL);
 		p += n;
@@ -100,11 +102,13 @@ static const char *cgroup_mode(char *detail, size_t n)
 	struct stat st;
 
 	if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
-		snprintf(detail, n, "cgroup v2; delegated cgroups are not used yet, limits are rlimits");
+		snprintf(detail, n,
+			 "cgroup v2; delegated cgroups are not used yet, limits are rlimits");
 		return "v2";
 	}
 	if (stat("/sys/fs/cgroup/unified", &st) == 0) {
-		snprintf(detail, n, "cgroup v1/v2 hybrid: no v2 controllers to delegate; limits are rlimits");
+		snprintf(detail, n,
+			 "cgroup v1/v2 hybrid: no v2 controllers to delegate; limits are rlimits");
 		return "hybrid";
 	}
 	snprintf(detail, n, "cgroup v1 only; limits are rlimits");
@@ -130,12 +134,17 @@ static int doctor(bool json)
 	n++;
 	c[n] = (struct check){ .name = "user_namespaces", .ok = st->available };
 	snprintf(c[n].detail, sizeof(c[n].detail), "%s",
-		 st->available ? "a real sandboxed spawn worked" : st->message ? st->message : "failed");
+		 st->available ? "a real sandboxed spawn worked"
+		 : st->message ? st->message
+			       : "failed");
 	n++;
 	c[n] = (struct check){ .name = "seccomp", .ok = false };
 	if (st->available && p &&
-	    sbx_run(p, (const char *const[]){ "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status", NULL },
-		    NULL, &cb, &res) == 0 && strstr(out.data, "Seccomp:\t2")) {
+	    sbx_run(p,
+		    (const char *const[]){ "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status",
+					   NULL },
+		    NULL, &cb, &res) == 0 &&
+	    strstr(out.data, "Seccomp:\t2")) {
 		c[n].ok = true;
 		snprintf(c[n].detail, sizeof(c[n].detail), "filter loaded (Seccomp: 2 inside)");
 	} else {
@@ -150,11 +159,14 @@ static int doctor(bool json)
 	if (read_int_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", &v) == 0 && v) {
 		c[n].ok = st->available;
 		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu): allow bwrap with an "
-			 "AppArmor profile (apt-get install apparmor-profiles; see docs/sandbox.md) or "
+			 "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu): allow bwrap "
+			 "with an "
+			 "AppArmor profile (apt-get install apparmor-profiles; see "
+			 "docs/sandbox.md) or "
 			 "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0");
 	} else {
-		snprintf(c[n].detail, sizeof(c[n].detail), "no AppArmor user-namespace restriction");
+		snprintf(c[n].detail, sizeof(c[n].detail),
+			 "no AppArmor user-namespace restriction");
 	}
 	n++;
 	c[n] = (struct check){ .name = "max_user_namespaces", .ok = true };
@@ -165,7 +177,8 @@ static int doctor(bool json)
 	} else if (read_int_file("/proc/sys/kernel/unprivileged_userns_clone", &v) == 0 && v == 0) {
 		c[n].ok = st->available;
 		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "kernel.unprivileged_userns_clone=0: sysctl -w kernel.unprivileged_userns_clone=1");
+			 "kernel.unprivileged_userns_clone=0: sysctl -w "
+			 "kernel.unprivileged_userns_clone=1");
 	} else {
 		snprintf(c[n].detail, sizeof(c[n].detail), "user namespaces enabled");
 	}
@@ -177,11 +190,13 @@ static int doctor(bool json)
 	if (json) {
 		struct buf j = BUF_INIT;
 
-		buf_addf(&j, "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\",\"checks\":[",
+		buf_addf(&j,
+			 "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\","
+			 "\"checks\":[",
 			 all ? "true" : "false", st->mode, cg, st->cgroup);
 		for (i = 0; i < n; i++) {
-			buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "", c[i].name,
-				 c[i].ok ? "true" : "false");
+			buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "",
+				 c[i].name, c[i].ok ? "true" : "false");
 			buf_add_json_str(&j, c[i].detail, strlen(c[i].detail));
 			buf_addch(&j, '}');
 		}
@@ -191,7 +206,8 @@ static int doctor(bool json)
 	} else {
 		for (i = 0; i < n; i++)
 			printf("%-20s %-4s %s\n", c[i].name, c[i].ok ? "ok" : "FAIL", c[i].detail);
-		printf("%s\n", all ? "sandbox: usable" : "sandbox: NOT usable (provider requests would fail with 503)");
+		printf("%s\n", all ? "sandbox: usable"
+				   : "sandbox: NOT usable (provider requests would fail with 503)");
 	}
 	buf_release(&out);
 	sbx_policy_free(p);
@@ -240,10 +256,12 @@ int main(int argc, char **argv)
 		} else if ((!strcmp(a, "--ro") || !strcmp(a, "--rw")) && i + 1 < argc) {
 			real = realpath(argv[i + 1], NULL);
 			if (!real) {
-				fprintf(stderr, "olp-sandbox: %s: %s\n", argv[i + 1], strerror(errno));
+				fprintf(stderr, "olp-sandbox: %s: %s\n", argv[i + 1],
+					strerror(errno));
 				return 2;
 			}
-			ret = !strcmp(a, "--ro") ? sbx_policy_add_ro(p, real) : sbx_policy_add_rw(p, real);
+			ret = !strcmp(a, "--ro") ? sbx_policy_add_ro(p, real)
+						 : sbx_policy_add_rw(p, real);
 			free(real);
 			if (ret)
 				return 2;
@@ -317,14 +335,9 @@ int main(int argc, char **argv)
 		return 125;
 	}
 	switch (res.end) {
-	case SBX_END_EXITED:
-		return res.exit_status;
-	case SBX_END_SIGNALED:
-		return 128 + res.term_signal;
-	case SBX_END_TIMEOUT:
-		fprintf(stderr, "olp-sandbox: timed out\n");
-		return 124;
-	default:
-		return 125;
+	case SBX_END_EXITED: return res.exit_status;
+	case SBX_END_SIGNALED: return 128 + res.term_signal;
+	case SBX_END_TIMEOUT: fprintf(stderr, "olp-sandbox: timed out\n"); return 124;
+	default: return 125;
 	}
 }

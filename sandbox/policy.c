@@ -225,8 +225,8 @@ static bool path_exists(const char *path)
 /* /etc files a client needs to resolve names, verify TLS and load libraries; nothing else
  * of /etc is visible. */
 static const char *const etc_allow[] = {
-	"/etc/ld.so.cache", "/etc/resolv.conf", "/etc/hosts",  "/etc/nsswitch.conf",
-	"/etc/ssl",         "/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
+	"/etc/ld.so.cache", "/etc/resolv.conf",	    "/etc/hosts",     "/etc/nsswitch.conf",
+	"/etc/ssl",	    "/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
 };
 
 #define FD_STR_(n) #n
@@ -272,11 +272,12 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 	if ((ret = push_all(out, "--ro-bind", "/usr", "/usr", NULL)))
 		return ret;
 	for (i = 0; i + 1 < sbx_g.root_links.n; i += 2)
-		if ((ret = push_all(out, "--symlink", sbx_g.root_links.v[i], sbx_g.root_links.v[i + 1],
-				    NULL)))
+		if ((ret = push_all(out, "--symlink", sbx_g.root_links.v[i],
+				    sbx_g.root_links.v[i + 1], NULL)))
 			return ret;
 	for (i = 0; i < sbx_g.root_dirs.n; i++)
-		if ((ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i], NULL)))
+		if ((ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i],
+				    NULL)))
 			return ret;
 	for (i = 0; i < ARRAY_SIZE(etc_allow); i++)
 		if (path_exists(etc_allow[i]) &&
@@ -307,9 +308,10 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 	if (stub && (ret = push_all(out, "--ro-bind", stub, stub, NULL)))
 		return ret;
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
-	ret = push_all(out, "--ro-bind-data", FD_STR(SBX_FD_PASSWD), "/etc/passwd", "--ro-bind-data",
-		       FD_STR(SBX_FD_GROUP), "/etc/group", "--seccomp", FD_STR(SBX_FD_SECCOMP),
-		       "--json-status-fd", FD_STR(SBX_FD_STATUS), "--", NULL);
+	ret = push_all(out, "--ro-bind-data", FD_STR(SBX_FD_PASSWD), "/etc/passwd",
+		       "--ro-bind-data", FD_STR(SBX_FD_GROUP), "/etc/group", "--seccomp",
+		       FD_STR(SBX_FD_SECCOMP), "--json-status-fd", FD_STR(SBX_FD_STATUS), "--",
+		       NULL);
 	if (ret)
 		return ret;
 	for (i = 0; argv[i]; i++)

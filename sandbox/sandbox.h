@@ -19,13 +19,13 @@
 
 enum sbx_mode {
 	SBX_MODE_BWRAP = 0, /* every run inside bwrap (the default) */
-	SBX_MODE_OFF,       /* no isolation: only with an explicit config "sandbox.mode":"off" */
+	SBX_MODE_OFF,	    /* no isolation: only with an explicit config "sandbox.mode":"off" */
 };
 
 /* Process-wide settings, fixed at start (sbx_global_init). */
 struct sbx_global_config {
 	enum sbx_mode mode;
-	const char *bwrap_path;  /* absolute; NULL = /usr/bin/bwrap */
+	const char *bwrap_path;	 /* absolute; NULL = /usr/bin/bwrap */
 	const char *runtime_dir; /* parent of the per-run scratch dirs; created 0700 */
 	/* olp-sandbox-exec: when set, a policy run once gets a sandbox started ahead of time
 	 * for its next run (a "warm" sandbox; see spawn.c). NULL: every run starts cold. */
@@ -48,14 +48,14 @@ enum sbx_mode sbx_global_mode(void);
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.
  * Computed once per process and cached; the strings are static. */
 struct sbx_status {
-	bool available;             /* bwrap is present and a real sandboxed spawn worked */
-	bool seccomp;               /* the filter was built and is loaded by every run */
-	const char *cgroup;         /* resource control in use: "rlimits" (no delegated cgroup v2) */
-	bool active;                /* runs are actually wrapped (mode bwrap and available) */
-	const char *mode;           /* "bwrap" or "off" */
+	bool available;	    /* bwrap is present and a real sandboxed spawn worked */
+	bool seccomp;	    /* the filter was built and is loaded by every run */
+	const char *cgroup; /* resource control in use: "rlimits" (no delegated cgroup v2) */
+	bool active;	    /* runs are actually wrapped (mode bwrap and available) */
+	const char *mode;   /* "bwrap" or "off" */
 	const char *bwrap_path;
-	const char *bwrap_version;  /* "0.8.0", or NULL */
-	const char *message;        /* why not available, or NULL */
+	const char *bwrap_version; /* "0.8.0", or NULL */
+	const char *message;	   /* why not available, or NULL */
 };
 const struct sbx_status *sbx_status_get(void);
 
@@ -93,9 +93,9 @@ void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);
 struct sbx_limits {
 	uint64_t nofile;   /* open files, default 4096 */
 	uint64_t fsize_mb; /* largest file written, default 1024 */
-	uint64_t cpu_s;    /* CPU seconds per process, default 600 */
-	uint64_t as_mb;    /* address space per process, default 8192 */
-	uint64_t nproc;    /* processes (threads count) of the sandbox user, default 256 (see
+	uint64_t cpu_s;	   /* CPU seconds per process, default 600 */
+	uint64_t as_mb;	   /* address space per process, default 8192 */
+	uint64_t nproc;	   /* processes (threads count) of the sandbox user, default 256 (see
 			      docs/sandbox.md) */
 };
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
@@ -138,20 +138,20 @@ struct sbx_result {
 	int term_signal;
 	const char *spawn_stage; /* static string naming the failed step, or NULL */
 	int spawn_errno;
-	bool sandbox_failed;     /* bwrap itself could not build the sandbox (exit 1, its
+	bool sandbox_failed;	/* bwrap itself could not build the sandbox (exit 1, its
 				    own message on stderr, no byte of output) */
-	char stderr_tail[2048];  /* last bytes of the child's stderr, NUL-terminated; never
+	char stderr_tail[2048]; /* last bytes of the child's stderr, NUL-terminated; never
 				    sent to clients, logged only cut */
 	size_t stdout_bytes;
 	uint64_t duration_ms;
 };
 
 struct sbx_run_options {
-	bool pass_stdin;        /* the child reads our own fd 0 (olp-sandbox); stdin_data unused */
-	bool pass_stderr;       /* the child writes our own fd 2; stderr_tail stays empty */
+	bool pass_stdin;	/* the child reads our own fd 0 (olp-sandbox); stdin_data unused */
+	bool pass_stderr;	/* the child writes our own fd 2; stderr_tail stays empty */
 	const void *stdin_data; /* written to the child's stdin, then stdin is closed */
 	size_t stdin_len;
-	int hangup_fd;          /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
+	int hangup_fd; /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
 				   FastCGI connection; -1 = none */
 };
 

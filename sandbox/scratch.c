@@ -151,7 +151,8 @@ static void remove_named(const char *name)
 	fchmod(dfd, 0700);
 	ret = remove_tree_at(dfd, 0);
 	if (ret)
-		log_warnx(NULL, "sandbox: scratch dir %s not fully removed: %s", name, strerror(-ret));
+		log_warnx(NULL, "sandbox: scratch dir %s not fully removed: %s", name,
+			  strerror(-ret));
 	if (unlinkat(sbx_g.runtime_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
 		log_warn(NULL, "sandbox: cannot remove scratch dir %s", name);
 }

@@ -37,44 +37,79 @@ struct rule {
 /* Refused outright with EPERM unless noted. */
 static const struct rule plain_rules[] = {
 	/* Reading or steering other processes (another tenant's client, the worker). */
-	{ "ptrace", EPERM }, { "process_vm_readv", EPERM }, { "process_vm_writev", EPERM },
-	{ "kcmp", EPERM }, { "pidfd_getfd", EPERM },
+	{ "ptrace", EPERM },
+	{ "process_vm_readv", EPERM },
+	{ "process_vm_writev", EPERM },
+	{ "kcmp", EPERM },
+	{ "pidfd_getfd", EPERM },
 	/* Rearranging the file system view: the allowlisted root must stay as built. */
-	{ "mount", EPERM }, { "umount2", EPERM }, { "pivot_root", EPERM }, { "chroot", EPERM },
-	{ "open_tree", EPERM }, { "move_mount", EPERM }, { "fsopen", EPERM },
-	{ "fsconfig", EPERM }, { "fsmount", EPERM }, { "fspick", EPERM },
+	{ "mount", EPERM },
+	{ "umount2", EPERM },
+	{ "pivot_root", EPERM },
+	{ "chroot", EPERM },
+	{ "open_tree", EPERM },
+	{ "move_mount", EPERM },
+	{ "fsopen", EPERM },
+	{ "fsconfig", EPERM },
+	{ "fsmount", EPERM },
+	{ "fspick", EPERM },
 	{ "mount_setattr", EPERM },
 	/* New namespaces are how most container escapes start. */
-	{ "unshare", EPERM }, { "setns", EPERM },
+	{ "unshare", EPERM },
+	{ "setns", EPERM },
 	/* clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc fall
 	 * back to clone, whose flags we can check. */
 	{ "clone3", ENOSYS },
 	/* Large kernel attack surfaces with no use to a CLI client. */
-	{ "bpf", EPERM }, { "perf_event_open", EPERM }, { "userfaultfd", EPERM },
-	{ "io_uring_setup", EPERM }, { "io_uring_enter", EPERM }, { "io_uring_register", EPERM },
+	{ "bpf", EPERM },
+	{ "perf_event_open", EPERM },
+	{ "userfaultfd", EPERM },
+	{ "io_uring_setup", EPERM },
+	{ "io_uring_enter", EPERM },
+	{ "io_uring_register", EPERM },
 	/* Kernel keyrings are shared per user across namespaces. */
-	{ "keyctl", EPERM }, { "add_key", EPERM }, { "request_key", EPERM },
+	{ "keyctl", EPERM },
+	{ "add_key", EPERM },
+	{ "request_key", EPERM },
 	/* Host administration. */
-	{ "kexec_load", EPERM }, { "kexec_file_load", EPERM }, { "init_module", EPERM },
-	{ "finit_module", EPERM }, { "delete_module", EPERM }, { "acct", EPERM },
-	{ "quotactl", EPERM }, { "quotactl_fd", EPERM }, { "syslog", EPERM }, { "swapon", EPERM },
-	{ "swapoff", EPERM }, { "reboot", EPERM }, { "iopl", EPERM }, { "ioperm", EPERM },
-	{ "vhangup", EPERM }, { "settimeofday", EPERM }, { "clock_settime", EPERM },
-	{ "clock_adjtime", EPERM }, { "adjtimex", EPERM },
+	{ "kexec_load", EPERM },
+	{ "kexec_file_load", EPERM },
+	{ "init_module", EPERM },
+	{ "finit_module", EPERM },
+	{ "delete_module", EPERM },
+	{ "acct", EPERM },
+	{ "quotactl", EPERM },
+	{ "quotactl_fd", EPERM },
+	{ "syslog", EPERM },
+	{ "swapon", EPERM },
+	{ "swapoff", EPERM },
+	{ "reboot", EPERM },
+	{ "iopl", EPERM },
+	{ "ioperm", EPERM },
+	{ "vhangup", EPERM },
+	{ "settimeofday", EPERM },
+	{ "clock_settime", EPERM },
+	{ "clock_adjtime", EPERM },
+	{ "adjtimex", EPERM },
 	/* File handles bypass the mount view (the "shocker" escape). */
-	{ "open_by_handle_at", EPERM }, { "name_to_handle_at", EPERM },
+	{ "open_by_handle_at", EPERM },
+	{ "name_to_handle_at", EPERM },
 	/* Obsolete and risky. */
-	{ "modify_ldt", EPERM }, { "uselib", EPERM },
+	{ "modify_ldt", EPERM },
+	{ "uselib", EPERM },
 };
 
 static const unsigned long ns_flags[] = {
-	CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
-	CLONE_NEWCGROUP, CLONE_NEWTIME,
+	CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
+	CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, CLONE_NEWTIME,
 };
 
 /* personality() bits that weaken the address space layout. */
 static const unsigned long bad_personality[] = {
-	ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ADDR_COMPAT_LAYOUT, MMAP_PAGE_ZERO,
+	ADDR_NO_RANDOMIZE,
+	READ_IMPLIES_EXEC,
+	ADDR_COMPAT_LAYOUT,
+	MMAP_PAGE_ZERO,
 };
 
 static int add(scmp_filter_ctx ctx, int err, const char *name, unsigned n,
@@ -110,8 +145,8 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 		ret = add(ctx, EPERM, "clone", 1, &c);
 	}
 	for (i = 0; !ret && i < ARRAY_SIZE(bad_personality); i++) {
-		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, bad_personality[i],
-					    bad_personality[i]);
+		struct scmp_arg_cmp c =
+			cmp(0, SCMP_CMP_MASKED_EQ, bad_personality[i], bad_personality[i]);
 
 		ret = add(ctx, EPERM, "personality", 1, &c);
 	}
@@ -224,7 +259,8 @@ int sbx_seccomp_fd(bool allow_unix)
 	if (!ret && lseek(fd, 0, SEEK_SET) < 0)
 		ret = -errno;
 	/* Nobody may change the program between here and bwrap reading it. */
-	if (!ret && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+	if (!ret &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
 		ret = -errno;
 	if (ret) {
 		close(fd);

@@ -45,10 +45,11 @@ enum child_stage {
 };
 
 static const char *const stage_names[] = {
-	[STAGE_RLIMIT] = "rlimit",
-	[STAGE_SIGNALS] = "signals",   [STAGE_SETPGID] = "setpgid", [STAGE_PDEATHSIG] = "pdeathsig",
-	[STAGE_CHDIR] = "chdir",       [STAGE_DUPFD] = "dupfd",     [STAGE_DUP2] = "dup2",
-	[STAGE_CLOSE_RANGE] = "close_range", [STAGE_EXEC] = "exec",
+	[STAGE_RLIMIT] = "rlimit",   [STAGE_SIGNALS] = "signals",
+	[STAGE_SETPGID] = "setpgid", [STAGE_PDEATHSIG] = "pdeathsig",
+	[STAGE_CHDIR] = "chdir",     [STAGE_DUPFD] = "dupfd",
+	[STAGE_DUP2] = "dup2",	     [STAGE_CLOSE_RANGE] = "close_range",
+	[STAGE_EXEC] = "exec",
 };
 
 /* The rlimits every run gets; values come from struct sbx_limits. Set before bwrap so
@@ -67,8 +68,8 @@ struct child_plan {
 	char *const *envp;
 	int fds[SBX_FD_COUNT]; /* fds[i] becomes fd i in the child */
 	int nfds;
-	struct rlimit rl[5];   /* applied in rl_res order */
-	int cwd_fd;  /* fchdir here, or -1 */
+	struct rlimit rl[5]; /* applied in rl_res order */
+	int cwd_fd;	     /* fchdir here, or -1 */
 	int report_fd;
 	pid_t parent;
 };
@@ -166,9 +167,9 @@ struct run {
 	pid_t pid;
 	int pidfd;
 	int in_fd, out_fd, err_fd, status_fd;
-	int ns_pidfd;         /* pidfd on bwrap's pid-namespace init, once known */
-	struct buf status;    /* bytes read from --json-status-fd */
-	size_t err_keep;      /* stderr tail bookkeeping */
+	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
+	struct buf status; /* bytes read from --json-status-fd */
+	size_t err_keep;   /* stderr tail bookkeeping */
 	bool reaped;
 	int wstatus;
 	bool exit_known; /* bwrap reported the command's exit code */
@@ -202,9 +203,9 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 	while (n < 0 && errno == EINTR);
 	if (n == (ssize_t)sizeof(rep)) {
 		ret = -rep.err;
-		res->spawn_stage = rep.stage > 0 && rep.stage < (int)ARRAY_SIZE(stage_names) ?
-					   stage_names[rep.stage] :
-					   "child";
+		res->spawn_stage = rep.stage > 0 && rep.stage < (int)ARRAY_SIZE(stage_names)
+					   ? stage_names[rep.stage]
+					   : "child";
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		r->pid = -1;
@@ -531,9 +532,11 @@ struct instance {
 	struct sbx_scratch scratch;
 };
 
-#define RUN_INIT                                                                            \
-	{ .pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1,   \
-	  .ns_pidfd = -1, .status = BUF_INIT }
+#define RUN_INIT                                                                                  \
+	{                                                                                         \
+		.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1, \
+		.ns_pidfd = -1, .status = BUF_INIT                                                \
+	}
 
 /* Create the scratch dir, the pipes and bwrap's inputs, and start argv under p. With
  * stub set, argv is the warm-sandbox stub, bound read-only into the sandbox. */
@@ -580,7 +583,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			res->spawn_stage = "seccomp";
 			goto out;
 		}
-		c_passwd = data_fd("olp:x:" STR(SBX_UID) ":" STR(SBX_GID) ":olp:" SBX_HOME ":/bin/sh\n");
+		c_passwd = data_fd("olp:x:" STR(SBX_UID) ":" STR(SBX_GID) ":olp:" SBX_HOME
+									  ":/bin/sh\n");
 		c_group = data_fd("olp:x:" STR(SBX_GID) ":\n");
 		if (c_passwd < 0 || c_group < 0) {
 			ret = c_passwd < 0 ? c_passwd : c_group;
@@ -691,7 +695,8 @@ static bool warm_take(const char *key, struct instance *out)
 			*out = warm.slot[i].in;
 			free(warm.slot[i].key);
 			/* Keep the rest in age order. */
-			memmove(&warm.slot[i], &warm.slot[i + 1], (warm.n - i - 1) * sizeof(warm.slot[0]));
+			memmove(&warm.slot[i], &warm.slot[i + 1],
+				(warm.n - i - 1) * sizeof(warm.slot[0]));
 			warm.n--;
 			found = true;
 			break;
@@ -856,18 +861,12 @@ out:
 const char *sbx_end_name(enum sbx_end e)
 {
 	switch (e) {
-	case SBX_END_EXITED:
-		return "exited";
-	case SBX_END_SIGNALED:
-		return "signaled";
-	case SBX_END_TIMEOUT:
-		return "timeout";
-	case SBX_END_ABORTED:
-		return "aborted";
-	case SBX_END_STOPPED:
-		return "stopped";
-	case SBX_END_SPAWN_FAILED:
-		return "spawn_failed";
+	case SBX_END_EXITED: return "exited";
+	case SBX_END_SIGNALED: return "signaled";
+	case SBX_END_TIMEOUT: return "timeout";
+	case SBX_END_ABORTED: return "aborted";
+	case SBX_END_STOPPED: return "stopped";
+	case SBX_END_SPAWN_FAILED: return "spawn_failed";
 	}
 	return "unknown";
 }

@@ -49,10 +49,10 @@ static void poke_keys_dir(const char *home)
 
 static int run_size(size_t nkeys, size_t iters)
 {
-	static const char *const names[] = {"stored key", "env owner token", "unknown token",
-					    "stored key + touch", "miss after keys/ change"};
-	struct auth_options opt = {.env_owner_token = ENV_TOKEN};
-	struct auth_key_spec spec = {.name = "bench", .tier = AUTH_TIER_GUEST};
+	static const char *const names[] = { "stored key", "env owner token", "unknown token",
+					     "stored key + touch", "miss after keys/ change" };
+	struct auth_options opt = { .env_owner_token = ENV_TOKEN };
+	struct auth_key_spec spec = { .name = "bench", .tier = AUTH_TIER_GUEST };
 	char(*tokens)[AUTH_TOKEN_LEN + 1];
 	char *home = tu_mkhome();
 	struct auth_store *st;
@@ -127,14 +127,9 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "i:d:")) != -1) {
 		switch (opt) {
-		case 'i':
-			iters_s = optarg;
-			break;
-		case 'd':
-			setenv("TMPDIR", optarg, 1);
-			break;
-		default:
-			goto usage;
+		case 'i': iters_s = optarg; break;
+		case 'd': setenv("TMPDIR", optarg, 1); break;
+		default: goto usage;
 		}
 	}
 	if (optind >= argc || parse_u64(iters_s, &iters) || iters < 100)

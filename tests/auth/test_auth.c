@@ -29,14 +29,15 @@
 #define FIX_GUEST_TOKEN "olp_BzXYAncu2iP0bD8eGLZmicWqguIy4XKv6Tv_-4ejecU"
 #define FIX_REVOKED_TOKEN "olp_U1GKgTrkPh6c9sq5CdhZciwsJ137MUbme75XKanq6gM"
 
-static const struct auth_options no_opts = {.allow_anonymous = false};
+static const struct auth_options no_opts = { .allow_anonymous = false };
 
 /* Create a key in home; token and id go to the caller's buffers. */
 static void make_key(const char *home, const char *name, enum auth_tier tier,
 		     const char *const *providers, size_t n, struct auth_new_key *k)
 {
 	struct auth_key_spec spec = {
-	    .name = name, .tier = tier, .providers = providers, .n_providers = n, .force = true};
+		.name = name, .tier = tier, .providers = providers, .n_providers = n, .force = true
+	};
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r = auth_key_create(home, &spec, k, &msg);
 
@@ -124,14 +125,14 @@ static void test_id(void)
 	CU_ASSERT_FALSE(auth_id_valid("__env_owner__"));
 	CU_ASSERT_FALSE(auth_id_valid("__anonymous__"));
 	CU_ASSERT_FALSE(
-	    auth_id_valid("a123456789012345678901234567890123456789012345678901234567890123"));
+		auth_id_valid("a123456789012345678901234567890123456789012345678901234567890123"));
 }
 
 static void test_hash(void)
 {
 	/* FIPS 180-2 test vector: SHA-256("abc"). */
 	static const char abc[] =
-	    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+		"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 	unsigned char h[AUTH_HASH_BYTES], back[AUTH_HASH_BYTES];
 	char hex[AUTH_HASH_HEX + 1];
 
@@ -146,9 +147,9 @@ static void test_hash(void)
 	CU_ASSERT_NOT_EQUAL(sodium_memcmp(h, back, sizeof(h)), 0);
 	CU_ASSERT_EQUAL(auth_hash_from_hex("abc", back), -EINVAL);
 	CU_ASSERT_EQUAL(
-	    auth_hash_from_hex("zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
-			       back),
-	    -EINVAL);
+		auth_hash_from_hex(
+			"zz7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", back),
+		-EINVAL);
 }
 
 /* ---- manifests --------------------------------------------------------------------- */
@@ -172,16 +173,16 @@ static int check_text(const char *text, const char *dir_id, struct key_record *r
 
 static void test_manifest_valid(void)
 {
-	struct key_record rec = {0};
+	struct key_record rec = { 0 };
 	const char *why = NULL;
 
 	CU_ASSERT_EQUAL_FATAL(
-	    check_text("{\"schema_version\":1,\"id\":\"abcd1234\",\"name\":\"a\","
-		       "\"token_hash\":\"" GOOD_HASH "\",\"token_hash_algo\":\"sha256\","
-		       "\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",\"codex\"],"
-		       "\"quota\":null,\"revoked_at\":null,\"future_field\":[1,2]}",
-		       "abcd1234", &rec, &why),
-	    0);
+		check_text("{\"schema_version\":1,\"id\":\"abcd1234\",\"name\":\"a\","
+			   "\"token_hash\":\"" GOOD_HASH "\",\"token_hash_algo\":\"sha256\","
+			   "\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",\"codex\"],"
+			   "\"quota\":null,\"revoked_at\":null,\"future_field\":[1,2]}",
+			   "abcd1234", &rec, &why),
+		0);
 	CU_ASSERT_STRING_EQUAL(rec.id, "abcd1234");
 	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_GUEST);
 	CU_ASSERT_FALSE(rec.revoked);
@@ -191,11 +192,12 @@ static void test_manifest_valid(void)
 	key_record_release(&rec);
 
 	CU_ASSERT_EQUAL_FATAL(
-	    check_text("{\"schema_version\":1,\"id\":\"abcd1234\","
-		       "\"token_hash\":\"" GOOD_HASH "\",\"owner_tier\":\"owner\","
-		       "\"providers_enabled\":\"*\",\"revoked_at\":\"2025-01-01T00:00:00.000Z\"}",
-		       "abcd1234", &rec, &why),
-	    0);
+		check_text(
+			"{\"schema_version\":1,\"id\":\"abcd1234\","
+			"\"token_hash\":\"" GOOD_HASH "\",\"owner_tier\":\"owner\","
+			"\"providers_enabled\":\"*\",\"revoked_at\":\"2025-01-01T00:00:00.000Z\"}",
+			"abcd1234", &rec, &why),
+		0);
 	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_OWNER);
 	CU_ASSERT(rec.all_providers);
 	CU_ASSERT(rec.revoked);
@@ -208,46 +210,47 @@ static void test_manifest_invalid(void)
 		const char *text;
 		const char *why;
 	} bad[] = {
-	    {"{\"schema_version\":1,", "not valid JSON"},
-	    {"[1,2]", "not a JSON object"},
-	    {"{\"schema_version\":2,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "schema_version is not 1"},
-	    {"{\"schema_version\":\"1\",\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "schema_version is not 1"},
-	    {"{\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "schema_version is not 1"},
-	    {"{\"schema_version\":1,\"id\":\"other123\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "id does not match its directory"},
-	    {"{\"schema_version\":1,\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "id does not match its directory"},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"abc\","
-	     "\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "token_hash is not 64 hex digits"},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"token_hash_algo\":\"md5\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
-	     "token_hash_algo is not sha256"},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"admin\",\"providers_enabled\":\"*\"}",
-	     "owner_tier is neither \"owner\" nor \"guest\""},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":5}",
-	     "providers_enabled is neither \"*\" nor an array"},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",7]}",
-	     "providers_enabled holds something other than a provider name"},
-	    {"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
-	     "\",\"owner_tier\":\"guest\"}",
-	     "providers_enabled is neither \"*\" nor an array"},
+		{ "{\"schema_version\":1,", "not valid JSON" },
+		{ "[1,2]", "not a JSON object" },
+		{ "{\"schema_version\":2,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "schema_version is not 1" },
+		{ "{\"schema_version\":\"1\",\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "schema_version is not 1" },
+		{ "{\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "schema_version is not 1" },
+		{ "{\"schema_version\":1,\"id\":\"other123\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "id does not match its directory" },
+		{ "{\"schema_version\":1,\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "id does not match its directory" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"abc\","
+		  "\"owner_tier\":\"guest\",\"providers_enabled\":\"*\"}",
+		  "token_hash is not 64 hex digits" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"token_hash_algo\":\"md5\",\"owner_tier\":\"guest\",\"providers_enabled\":"
+		  "\"*\"}",
+		  "token_hash_algo is not sha256" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"admin\",\"providers_enabled\":\"*\"}",
+		  "owner_tier is neither \"owner\" nor \"guest\"" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":5}",
+		  "providers_enabled is neither \"*\" nor an array" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":[\"claude\",7]}",
+		  "providers_enabled holds something other than a provider name" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\"}",
+		  "providers_enabled is neither \"*\" nor an array" },
 	};
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(bad); i++) {
-		struct key_record rec = {0};
+		struct key_record rec = { 0 };
 		const char *why = NULL;
 
 		CU_ASSERT_EQUAL(check_text(bad[i].text, "abcd1234", &rec, &why), -EINVAL);
@@ -320,12 +323,12 @@ static void test_atomic_rewrite(void)
 	DIR *d;
 	int n = 0;
 
-	tu_write_manifest(
-	    home, "keep0001",
-	    "{\"schema_version\":1,\"id\":\"keep0001\",\"name\":\"k\",\"token_hash\":\"" GOOD_HASH
-	    "\",\"token_hash_algo\":\"sha256\",\"owner_tier\":\"guest\","
-	    "\"providers_enabled\":\"*\",\"quota\":null,\"revoked_at\":null,"
-	    "\"x_future\":{\"a\":[1,2,3]},\"notes\":\"n\"}");
+	tu_write_manifest(home, "keep0001",
+			  "{\"schema_version\":1,\"id\":\"keep0001\",\"name\":\"k\",\"token_hash\":"
+			  "\"" GOOD_HASH
+			  "\",\"token_hash_algo\":\"sha256\",\"owner_tier\":\"guest\","
+			  "\"providers_enabled\":\"*\",\"quota\":null,\"revoked_at\":null,"
+			  "\"x_future\":{\"a\":[1,2,3]},\"notes\":\"n\"}");
 	buf_addf(&dir, "%s/keys/keep0001", home);
 	buf_addf(&path, "%s/manifest.json", dir.data);
 	CU_ASSERT_EQUAL_FATAL(stat(path.data, &before), 0);
@@ -359,7 +362,7 @@ static void test_atomic_rewrite(void)
 static void test_check_missing(void)
 {
 	char *home = tu_mkhome();
-	struct auth_options anon = {.allow_anonymous = true};
+	struct auth_options anon = { .allow_anonymous = true };
 	struct auth_identity id;
 	struct auth_store *st;
 
@@ -395,7 +398,7 @@ static void test_check_missing(void)
 static void test_check_env_owner(void)
 {
 	char *home = tu_mkhome();
-	struct auth_options o = {.env_owner_token = "env-secret-token"};
+	struct auth_options o = { .env_owner_token = "env-secret-token" };
 	struct auth_identity id;
 	struct auth_store *st;
 	struct stat sb;
@@ -422,7 +425,7 @@ static void test_check_env_owner(void)
 
 static void test_check_keys_and_tiers(void)
 {
-	static const char *const only_claude[] = {"claude"};
+	static const char *const only_claude[] = { "claude" };
 	char *home = tu_mkhome(), *authz;
 	struct auth_new_key owner, guest;
 	struct auth_identity id;
@@ -746,8 +749,8 @@ static void test_threads(void)
 static void test_keys_manage(void)
 {
 	char *home = tu_mkhome();
-	struct auth_key_spec owner = {.name = "owner", .tier = AUTH_TIER_OWNER};
-	struct auth_key_spec bad = {.name = "bad\nname", .tier = AUTH_TIER_GUEST};
+	struct auth_key_spec owner = { .name = "owner", .tier = AUTH_TIER_OWNER };
+	struct auth_key_spec bad = { .name = "bad\nname", .tier = AUTH_TIER_GUEST };
 	struct auth_new_key k1, k2, k3;
 	struct auth_key_list list;
 	struct buf msg = BUF_INIT, p = BUF_INIT;
@@ -817,16 +820,16 @@ static void test_keys_manage(void)
 static struct audit_record sample_record(void)
 {
 	return (struct audit_record){
-	    .key_id = "abcd1234",
-	    .owner_tier = "guest",
-	    .method = "POST",
-	    .path = "/v1/chat/completions?key=olp_secret",
-	    .provider = "claude",
-	    .model = "claude-sonnet",
-	    .status_code = 200,
-	    .latency_ms = 1234,
-	    .error_code = NULL,
-	    .request_id = "req-1",
+		.key_id = "abcd1234",
+		.owner_tier = "guest",
+		.method = "POST",
+		.path = "/v1/chat/completions?key=olp_secret",
+		.provider = "claude",
+		.model = "claude-sonnet",
+		.status_code = 200,
+		.latency_ms = 1234,
+		.error_code = NULL,
+		.request_id = "req-1",
 	};
 }
 
@@ -1023,27 +1026,27 @@ int main(void)
 		const char *name;
 		CU_TestFunc fn;
 	} tests[] = {
-	    {"token", "extract from headers", test_token_extract},
-	    {"token", "generate", test_token_generate},
-	    {"token", "ids", test_id},
-	    {"token", "hash and compare", test_hash},
-	    {"manifest", "valid", test_manifest_valid},
-	    {"manifest", "each invalid kind", test_manifest_invalid},
-	    {"manifest", "invalid skipped with one warning", test_manifest_skipped_once},
-	    {"manifest", "atomic rewrite keeps unknown fields", test_atomic_rewrite},
-	    {"check", "missing token, anonymous", test_check_missing},
-	    {"check", "env owner", test_check_env_owner},
-	    {"check", "keys and tiers", test_check_keys_and_tiers},
-	    {"check", "revoked on the next request", test_check_revoked_next_request},
-	    {"check", "Node OLP fixture store", test_node_fixture},
-	    {"check", "threads sharing one store", test_threads},
-	    {"touch", "last_used_at", test_touch},
-	    {"touch", "revoke vs touch race", test_race_revoke_touch},
-	    {"keys", "create, revoke, list, permissions", test_keys_manage},
-	    {"audit", "line contents", test_audit_line},
-	    {"audit", "concurrent processes", test_audit_concurrent},
-	    {"audit", "daily rotation", test_audit_rotation},
-	    {"audit", "failures counted", test_audit_failure_counted},
+		{ "token", "extract from headers", test_token_extract },
+		{ "token", "generate", test_token_generate },
+		{ "token", "ids", test_id },
+		{ "token", "hash and compare", test_hash },
+		{ "manifest", "valid", test_manifest_valid },
+		{ "manifest", "each invalid kind", test_manifest_invalid },
+		{ "manifest", "invalid skipped with one warning", test_manifest_skipped_once },
+		{ "manifest", "atomic rewrite keeps unknown fields", test_atomic_rewrite },
+		{ "check", "missing token, anonymous", test_check_missing },
+		{ "check", "env owner", test_check_env_owner },
+		{ "check", "keys and tiers", test_check_keys_and_tiers },
+		{ "check", "revoked on the next request", test_check_revoked_next_request },
+		{ "check", "Node OLP fixture store", test_node_fixture },
+		{ "check", "threads sharing one store", test_threads },
+		{ "touch", "last_used_at", test_touch },
+		{ "touch", "revoke vs touch race", test_race_revoke_touch },
+		{ "keys", "create, revoke, list, permissions", test_keys_manage },
+		{ "audit", "line contents", test_audit_line },
+		{ "audit", "concurrent processes", test_audit_concurrent },
+		{ "audit", "daily rotation", test_audit_rotation },
+		{ "audit", "failures counted", test_audit_failure_counted },
 	};
 	CU_pSuite suite = NULL;
 	const char *cur = "";

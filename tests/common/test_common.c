@@ -277,9 +277,11 @@ static void test_buf_read_file(void)
 static void test_buf_read_file_appends(void)
 {
 	struct buf b = BUF_INIT;
-	char *path = write_tmp("hundred", "0123456789012345678901234567890123456789"
-					  "0123456789012345678901234567890123456789"
-					  "01234567890123456789", 100);
+	char *path = write_tmp("hundred",
+			       "0123456789012345678901234567890123456789"
+			       "0123456789012345678901234567890123456789"
+			       "01234567890123456789",
+			       100);
 
 	buf_adds(&b, "prefix:");
 	CU_ASSERT_EQUAL(buf_read_file(&b, path, 100), 0);
@@ -347,11 +349,11 @@ static void test_json_escapes(void)
 		{ "\xc3\xa9", 2, "\"\xc3\xa9\"" },
 		{ "\xe2\x82\xac", 3, "\"\xe2\x82\xac\"" },
 		{ "\xf0\x9f\x98\x80", 4, "\"\xf0\x9f\x98\x80\"" },
-		{ "\xf4\x8f\xbf\xbf", 4, "\"\xf4\x8f\xbf\xbf\"" },  /* U+10FFFF */
-		{ "\xef\xbf\xbd", 3, "\"\xef\xbf\xbd\"" },          /* U+FFFD itself */
-		{ "\xed\x9f\xbf", 3, "\"\xed\x9f\xbf\"" },          /* U+D7FF, just below surrogates */
-		{ "\xee\x80\x80", 3, "\"\xee\x80\x80\"" },          /* U+E000, just above */
-		{ "\xc2\x80", 2, "\"\xc2\x80\"" },                  /* U+0080, smallest 2-byte */
+		{ "\xf4\x8f\xbf\xbf", 4, "\"\xf4\x8f\xbf\xbf\"" }, /* U+10FFFF */
+		{ "\xef\xbf\xbd", 3, "\"\xef\xbf\xbd\"" },	   /* U+FFFD itself */
+		{ "\xed\x9f\xbf", 3, "\"\xed\x9f\xbf\"" }, /* U+D7FF, just below surrogates */
+		{ "\xee\x80\x80", 3, "\"\xee\x80\x80\"" }, /* U+E000, just above */
+		{ "\xc2\x80", 2, "\"\xc2\x80\"" },	   /* U+0080, smallest 2-byte */
 	};
 	struct buf enc = BUF_INIT;
 	size_t i;
@@ -400,24 +402,24 @@ static void test_json_invalid_utf8(void)
 		size_t len;
 		const char *good; /* valid text around it that must survive */
 	} cases[] = {
-		{ "a\x80z", 3, "a" },                     /* lone continuation */
+		{ "a\x80z", 3, "a" }, /* lone continuation */
 		{ "a\xbf\xbfz", 4, "z" },
-		{ "a\xc0\xafz", 4, "a" },                 /* overlong '/' */
-		{ "a\xc1\xbfz", 4, "z" },                 /* overlong 2-byte */
-		{ "a\xe0\x80\xafz", 5, "a" },             /* overlong 3-byte */
-		{ "a\xf0\x80\x80\xafz", 6, "z" },         /* overlong 4-byte */
-		{ "a\xed\xa0\x80z", 5, "a" },             /* U+D800, a surrogate */
-		{ "a\xed\xbf\xbfz", 5, "z" },             /* U+DFFF */
+		{ "a\xc0\xafz", 4, "a" },		  /* overlong '/' */
+		{ "a\xc1\xbfz", 4, "z" },		  /* overlong 2-byte */
+		{ "a\xe0\x80\xafz", 5, "a" },		  /* overlong 3-byte */
+		{ "a\xf0\x80\x80\xafz", 6, "z" },	  /* overlong 4-byte */
+		{ "a\xed\xa0\x80z", 5, "a" },		  /* U+D800, a surrogate */
+		{ "a\xed\xbf\xbfz", 5, "z" },		  /* U+DFFF */
 		{ "a\xed\xa0\xbd\xed\xb8\x80z", 8, "a" }, /* CESU-8 surrogate pair */
-		{ "a\xf4\x90\x80\x80z", 6, "z" },         /* U+110000 */
+		{ "a\xf4\x90\x80\x80z", 6, "z" },	  /* U+110000 */
 		{ "a\xf5\x80\x80\x80z", 6, "a" },
-		{ "a\xf8\x88\x80\x80\x80z", 7, "z" },     /* 5-byte form */
+		{ "a\xf8\x88\x80\x80\x80z", 7, "z" }, /* 5-byte form */
 		{ "a\xfe\xffz", 4, "a" },
-		{ "a\xc3", 2, "a" },                      /* truncated at the end */
+		{ "a\xc3", 2, "a" }, /* truncated at the end */
 		{ "a\xe2\x82", 3, "a" },
 		{ "a\xf0\x9f\x98", 4, "a" },
-		{ "a\xe2\x82z", 4, "z" },                 /* truncated in the middle */
-		{ "a\xc3(z", 4, "(z" },                   /* lead + non-continuation */
+		{ "a\xe2\x82z", 4, "z" }, /* truncated in the middle */
+		{ "a\xc3(z", 4, "(z" },	  /* lead + non-continuation */
 		{ "\xc3\xa9\xff\xc3\xa9", 5, "\xc3\xa9" },
 	};
 	struct buf enc = BUF_INIT;
@@ -507,9 +509,12 @@ static bool valid_utf8(const unsigned char *s, size_t n)
 
 static void test_json_random(void)
 {
-	static const char *const pieces[] = { "a", "\"", "\\", "\n", "\x01", "\xc3\xa9",
-					      "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\x80", "\xff",
-					      "\xed\xa0\x80", "\xc0\x80", "\xf0\x9f", "\0" };
+	static const char *const pieces[] = {
+		"a",	    "\"",	"\\",		"\n",
+		"\x01",	    "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+		"\x80",	    "\xff",	"\xed\xa0\x80", "\xc0\x80",
+		"\xf0\x9f", "\0"
+	};
 	struct buf enc = BUF_INIT, in = BUF_INIT;
 	unsigned bad_json = 0, bad_roundtrip = 0, bad_utf8 = 0;
 	int iter;

@@ -23,7 +23,8 @@ static void test_route(void)
 		const char *allow; /* for ROUTE_BAD_METHOD */
 		const char *path;  /* what pathbuf holds afterwards (NULL: not checked) */
 	} cases[] = {
-		{ "POST", "/v1/chat/completions", NULL, "", ROUTE_CHAT, NULL, "/v1/chat/completions" },
+		{ "POST", "/v1/chat/completions", NULL, "", ROUTE_CHAT, NULL,
+		  "/v1/chat/completions" },
 		{ "GET", "/v1/models", NULL, "", ROUTE_MODELS, NULL, "/v1/models" },
 		{ "GET", "/health", NULL, "", ROUTE_HEALTH, NULL, "/health" },
 		{ "GET", "/health", NULL, NULL, ROUTE_HEALTH, NULL, "/health" },
@@ -64,7 +65,8 @@ static void test_route(void)
 		{ "GET", "/v1/models/extra", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
 		{ "GET", "/v1/modelsx", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
 		{ "GET", "v1/models", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "POST", "/v1/chat/completions/../../health", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "POST", "/v1/chat/completions/../../health", NULL, "", ROUTE_NOT_FOUND, NULL,
+		  NULL },
 		/* REQUEST_URI missing: PATH_INFO is used */
 		{ "GET", NULL, "/v1/models", "", ROUTE_MODELS, NULL, "/v1/models" },
 		{ "POST", NULL, "/v1/chat/completions", "/api", ROUTE_CHAT, NULL, NULL },
@@ -123,7 +125,8 @@ static void test_parse_failures(void)
 		{ "{\"model\":\"m\",\"messages\":null}", "messages" },
 		{ "{\"model\":\"m\",\"messages\":{}}", "messages" },
 		{ "{\"model\":\"m\",\"messages\":\"hi\"}", "messages" },
-		{ "{\"model\":\"m\",\"messages\":{\"role\":\"user\",\"content\":\"hi\"}}", "messages" },
+		{ "{\"model\":\"m\",\"messages\":{\"role\":\"user\",\"content\":\"hi\"}}",
+		  "messages" },
 		{ "{\"model\":\"m\",\"messages\":[1]}", "messages[0]" },
 		{ "{\"model\":\"m\",\"messages\":[\"hi\"]}", "messages[0]" },
 		{ "{\"model\":\"m\",\"messages\":[null]}", "messages[0]" },
@@ -153,18 +156,21 @@ static void test_parse_failures(void)
 		  "messages[0].content" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":true}]}",
 		  "messages[0].content" },
-		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":{\"text\":\"hi\"}}]}",
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":{\"text\":\"hi\"}}"
+		  "]}",
 		  "messages[0].content" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
 		  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
 		  "\"image_url\":{\"url\":\"http://x\"}}]}]}",
 		  "messages[0].content" },
-		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+		  "\"text\"}]}]}",
 		  "messages[0].content" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
 		  "[{\"type\":\"text\",\"text\":5}]}]}",
 		  "messages[0].content" },
-		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}",
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]"
+		  "}]}",
 		  "messages[0].content" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[\"a\"]}]}",
 		  "messages[0].content" },
@@ -229,7 +235,8 @@ static void test_parse_failures(void)
 		{ "\"str\"", "" },
 		{ "42", "" },
 		{ "{\"model\":\"a\",\"model\":\"b\",\"messages\":" MSG "}", "" },
-		{ "{\"model\":\"m\",\"messages\":" MSG ",\"max_tokens\":99999999999999999999}", "" },
+		{ "{\"model\":\"m\",\"messages\":" MSG ",\"max_tokens\":99999999999999999999}",
+		  "" },
 		{ "{\"model\":\"m\\ud800\",\"messages\":" MSG "}", "" },
 		{ "{\"model\":\"\xff\",\"messages\":" MSG "}", "" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", "" },
@@ -280,7 +287,8 @@ static void test_parse_valid(void)
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
 		"{\"role\":\"developer\",\"content\":\"d\"},{\"role\":\"user\",\"content\":\"u\"},"
 		"{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"t\","
-		"\"tool_call_id\":\"c1\"},{\"role\":\"function\",\"name\":\"f\",\"content\":\"f\"}]}",
+		"\"tool_call_id\":\"c1\"},{\"role\":\"function\",\"name\":\"f\",\"content\":\"f\"}]"
+		"}",
 		BODY(",\"stop\":\"x\""),
 		BODY(",\"stop\":[\"a\",\"b\"]"),
 		BODY(",\"stop\":[]"),
@@ -309,7 +317,8 @@ static void test_parse_valid(void)
 
 		CU_ASSERT_EQUAL(ret, 0);
 		if (ret) {
-			fprintf(stderr, "refused (%s: %s): %s\n", err.param, err.message, bodies[i]);
+			fprintf(stderr, "refused (%s: %s): %s\n", err.param, err.message,
+				bodies[i]);
 			continue;
 		}
 		CU_ASSERT_PTR_NOT_NULL(req.root);
@@ -326,7 +335,8 @@ static void test_parse_valid(void)
 static void test_parse_fields(void)
 {
 	static const char body[] =
-		"{\"model\":\"claude-sonnet\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+		"{\"model\":\"claude-sonnet\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"}"
+		","
 		"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
 		"\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_tokens\":256}";
 	struct chat_request req;
@@ -335,9 +345,9 @@ static void test_parse_fields(void)
 	CU_ASSERT_EQUAL_FATAL(api_parse_chat(body, strlen(body), &req, &err), 0);
 	CU_ASSERT_STRING_EQUAL(req.model, "claude-sonnet");
 	CU_ASSERT_EQUAL(json_array_size(req.messages), 2);
-	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(
-				       json_array_get(req.messages, 0), "role")),
-			       "system");
+	CU_ASSERT_STRING_EQUAL(
+		json_string_value(json_object_get(json_array_get(req.messages, 0), "role")),
+		"system");
 	CU_ASSERT_TRUE(req.stream);
 	CU_ASSERT_TRUE(req.include_usage);
 	CU_ASSERT_EQUAL(req.max_tokens, 256);
@@ -443,8 +453,9 @@ static void test_error_json(void)
 	v = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
 	eo = json_object_get(v, "error");
-	CU_ASSERT_STRING_EQUAL(sget(eo, "message"),
-			       "The model \"x\\y\" does not exist\n\tor you lack access \xef\xbf\xbd");
+	CU_ASSERT_STRING_EQUAL(
+		sget(eo, "message"),
+		"The model \"x\\y\" does not exist\n\tor you lack access \xef\xbf\xbd");
 	CU_ASSERT_STRING_EQUAL(sget(eo, "type"), "invalid_request_error");
 	CU_ASSERT_STRING_EQUAL(sget(eo, "param"), "model");
 	CU_ASSERT_STRING_EQUAL(sget(eo, "code"), "model_not_found");
@@ -491,7 +502,9 @@ static void test_error_json(void)
 
 static void test_status_text(void)
 {
-	static const int codes[] = { 200, 400, 401, 403, 404, 405, 413, 415, 429, 500, 502, 503, 504 };
+	static const int codes[] = {
+		200, 400, 401, 403, 404, 405, 413, 415, 429, 500, 502, 503, 504
+	};
 	char want[8];
 	size_t i;
 
@@ -565,16 +578,17 @@ static void test_sse_chunks(void)
 	static const char text[] = "line one\nline \"two\"\r\n\t\\ \xe2\x82\xac\x01";
 
 	completion_meta_init(&m, "echo \"model\"");
-	api_sse_chunk(&out, &m, "assistant", "", 0, NULL);       /* role only, empty content */
+	api_sse_chunk(&out, &m, "assistant", "", 0, NULL); /* role only, empty content */
 	api_sse_chunk(&out, &m, NULL, text, sizeof(text) - 1, NULL);
-	api_sse_chunk(&out, &m, NULL, "abcdef", 3, NULL);        /* len, not strlen */
-	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");          /* final chunk */
+	api_sse_chunk(&out, &m, NULL, "abcdef", 3, NULL); /* len, not strlen */
+	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");	  /* final chunk */
 	api_sse_chunk(&out, &m, "assistant", "x", 1, "length");
 	api_sse_done(&out);
 	n = split_sse(&out, ev, 8);
 	CU_ASSERT_EQUAL_FATAL(n, 6);
 	CU_ASSERT_STRING_EQUAL(ev[5], "[DONE]");
-	CU_ASSERT_EQUAL(out.len >= 14 && !memcmp(out.data + out.len - 14, "data: [DONE]\n\n", 14), 1);
+	CU_ASSERT_EQUAL(out.len >= 14 && !memcmp(out.data + out.len - 14, "data: [DONE]\n\n", 14),
+			1);
 
 	for (i = 0; i < 5; i++) {
 		c = load(ev[i], strlen(ev[i]));
@@ -634,9 +648,9 @@ static void test_sse_chunk_invalid_utf8(void)
 	c = load(ev[0], strlen(ev[0]));
 	CU_ASSERT_PTR_NOT_NULL(c);
 	if (c) {
-		const char *s = sget(json_object_get(json_array_get(json_object_get(c, "choices"), 0),
-						     "delta"),
-				     "content");
+		const char *s = sget(
+			json_object_get(json_array_get(json_object_get(c, "choices"), 0), "delta"),
+			"content");
 
 		CU_ASSERT_PTR_NOT_NULL(s);
 		if (s)
@@ -650,8 +664,11 @@ static void test_sse_chunk_invalid_utf8(void)
 static void test_sse_usage(void)
 {
 	struct completion_meta m;
-	struct prov_usage u = { .present = true, .prompt_tokens = 12, .completion_tokens = 30,
-				.total_tokens = 42, .cached_tokens = 5 };
+	struct prov_usage u = { .present = true,
+				.prompt_tokens = 12,
+				.completion_tokens = 30,
+				.total_tokens = 42,
+				.cached_tokens = 5 };
 	struct prov_usage absent = { .present = false, .prompt_tokens = 99 };
 	struct buf out = BUF_INIT;
 	char *ev[4] = { 0 };
@@ -673,9 +690,12 @@ static void test_sse_usage(void)
 		CU_ASSERT_PTR_NOT_NULL_FATAL(us);
 		if (i == 0) {
 			CU_ASSERT(json_is_object(us));
-			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "prompt_tokens")), 12);
-			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "completion_tokens")), 30);
-			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "total_tokens")), 42);
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "prompt_tokens")),
+					12);
+			CU_ASSERT_EQUAL(
+				json_integer_value(json_object_get(us, "completion_tokens")), 30);
+			CU_ASSERT_EQUAL(json_integer_value(json_object_get(us, "total_tokens")),
+					42);
 			CU_ASSERT_EQUAL(json_integer_value(json_object_get(
 						json_object_get(us, "prompt_tokens_details"),
 						"cached_tokens")),
@@ -710,8 +730,9 @@ static void test_sse_usage(void)
 static void test_completion_json(void)
 {
 	struct completion_meta m;
-	struct prov_usage u = { .present = true, .prompt_tokens = 1, .completion_tokens = 2,
-				.total_tokens = 3 };
+	struct prov_usage u = {
+		.present = true, .prompt_tokens = 1, .completion_tokens = 2, .total_tokens = 3
+	};
 	struct buf out = BUF_INIT;
 	static const char text[] = "Hello \"you\"\n\xf0\x9f\x98\x80 \\ end";
 	json_t *c, *ch, *msg, *us;

@@ -58,8 +58,9 @@ static void fuzz_parse(const char *body, size_t size)
 	struct api_error err;
 	struct buf prompt = BUF_INIT, out = BUF_INIT;
 	struct completion_meta m;
-	struct prov_usage u = { .present = true, .prompt_tokens = 1, .completion_tokens = 2,
-				.total_tokens = 3 };
+	struct prov_usage u = {
+		.present = true, .prompt_tokens = 1, .completion_tokens = 2, .total_tokens = 3
+	};
 
 	if (api_parse_chat(body, size, &req, &err)) {
 		if (err.status != 400 || !err.type || strcmp(err.type, "invalid_request_error"))
@@ -74,7 +75,8 @@ static void fuzz_parse(const char *body, size_t size)
 		abort();
 	prov_flatten_messages(req.messages, &prompt);
 	completion_meta_init(&m, req.model);
-	api_completion_json(&out, &m, prompt.data, prompt.len, "stop", req.include_usage ? &u : NULL);
+	api_completion_json(&out, &m, prompt.data, prompt.len, "stop",
+			    req.include_usage ? &u : NULL);
 	must_parse(&out);
 	buf_reset(&out);
 	api_sse_chunk(&out, &m, "assistant", prompt.data, prompt.len, NULL);

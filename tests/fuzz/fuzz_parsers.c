@@ -22,8 +22,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const kinds[] = { "claude", "codex", "vibe", "command", "command-sse",
-				     "command-ndjson" };
+static const char *const kinds[] = { "claude",	"codex",       "vibe",
+				     "command", "command-sse", "command-ndjson" };
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
 struct rec {
@@ -47,8 +47,8 @@ static int rec_emit(void *ctx, const struct prov_event *ev)
 		if (!ev->usage)
 			abort();
 		buf_addf(&r->events, "<U %lld %lld %lld %lld>", (long long)ev->usage->prompt_tokens,
-			 (long long)ev->usage->completion_tokens, (long long)ev->usage->total_tokens,
-			 (long long)ev->usage->cached_tokens);
+			 (long long)ev->usage->completion_tokens,
+			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
 		break;
 	case PROV_EV_FINISH:
 		if (!ev->finish_reason)
@@ -81,8 +81,8 @@ static void collapse(struct buf *events)
 /* The command modes are the provider's configuration, chosen through its plan (as
  * prov_run does); the other parsers come from the public constructor. */
 struct fparser {
-	struct prov_parser *ps;   /* public parsers */
-	void *st;                 /* command sse/ndjson */
+	struct prov_parser *ps; /* public parsers */
+	void *st;		/* command sse/ndjson */
 	struct prov_plan plan;
 	struct prov_provider pv;
 };
@@ -121,7 +121,8 @@ static void fparser_new(struct fparser *fp, size_t kind)
 
 static int fparser_feed(struct fparser *fp, const char *d, size_t n, const struct prov_sink *s)
 {
-	return fp->ps ? prov_parser_feed(fp->ps, d, n, s) : prov_command_ops.parser_feed(fp->st, d, n, s);
+	return fp->ps ? prov_parser_feed(fp->ps, d, n, s)
+		      : prov_command_ops.parser_feed(fp->st, d, n, s);
 }
 
 static int fparser_finish(struct fparser *fp, const struct prov_sink *s)
@@ -198,7 +199,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	run(kind, (const char *)data, size, NULL, 0, &whole);
 	run(kind, (const char *)data, size, lens, nlens, &split);
-	if (whole.text.len != split.text.len || memcmp(whole.text.data, split.text.data, whole.text.len) ||
+	if (whole.text.len != split.text.len ||
+	    memcmp(whole.text.data, split.text.data, whole.text.len) ||
 	    strcmp(whole.events.data, split.events.data) || (whole.stops > 0) != (split.stops > 0))
 		abort();
 	if (kind == 3 && (whole.text.len != size || memcmp(whole.text.data, data, size)))

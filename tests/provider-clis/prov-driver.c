@@ -40,9 +40,11 @@ static int print_event(void *ctx, const struct prov_event *ev)
 		buf_add_json_str(&b, ev->text, ev->len);
 		break;
 	case PROV_EV_USAGE:
-		buf_addf(&b, "{\"ev\":\"usage\",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-			     "\"total_tokens\":%lld,\"cached_tokens\":%lld",
-			 (long long)ev->usage->prompt_tokens, (long long)ev->usage->completion_tokens,
+		buf_addf(&b,
+			 "{\"ev\":\"usage\",\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
+			 "\"total_tokens\":%lld,\"cached_tokens\":%lld",
+			 (long long)ev->usage->prompt_tokens,
+			 (long long)ev->usage->completion_tokens,
 			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
 		break;
 	case PROV_EV_FINISH:
@@ -50,7 +52,8 @@ static int print_event(void *ctx, const struct prov_event *ev)
 		buf_add_json_str(&b, ev->finish_reason, strlen(ev->finish_reason));
 		break;
 	case PROV_EV_ERROR:
-		buf_addf(&b, "{\"ev\":\"error\",\"code\":\"%s\",\"upstream_status\":%d,\"message\":",
+		buf_addf(&b,
+			 "{\"ev\":\"error\",\"code\":\"%s\",\"upstream_status\":%d,\"message\":",
 			 prov_error_code(ev->failure->err), ev->failure->upstream_status);
 		buf_add_json_str(&b, ev->failure->message, strlen(ev->failure->message));
 		break;
@@ -78,7 +81,8 @@ static int parse_main(const char *type)
 	}
 	if (ret > 0) {
 		/* The answer is complete: say so at once, as prov_run would answer now. */
-		buf_addf(&b, "{\"ev\":\"done\",\"t_ms\":%llu}", (unsigned long long)(mono_ms() - t0));
+		buf_addf(&b, "{\"ev\":\"done\",\"t_ms\":%llu}",
+			 (unsigned long long)(mono_ms() - t0));
 		print_line(&b);
 	}
 	prov_parser_finish(ps, &sink);
@@ -130,17 +134,20 @@ static int run_main(int argc, char **argv)
 		;
 	messages = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt.data);
 	{
-		struct prov_request req = { .model = m, .model_name = argv[3], .messages = messages,
+		struct prov_request req = { .model = m,
+					    .model_name = argv[3],
+					    .messages = messages,
 					    .request_id = "prov-driver" };
 
 		prov_run(&req, &sink, -1, &o);
 	}
-	buf_addf(&b, "{\"ev\":\"outcome\",\"code\":\"%s\",\"status\":%d,\"upstream_status\":%d,"
-		     "\"finish_reason\":\"%s\",\"exit_status\":%d,\"duration_ms\":%llu,"
-		     "\"output_started\":%s,\"usage_present\":%s,\"message\":",
-		 prov_error_code(o.err), o.status, o.upstream_status, o.finish_reason, o.exit_status,
-		 (unsigned long long)o.duration_ms, o.output_started ? "true" : "false",
-		 o.usage.present ? "true" : "false");
+	buf_addf(&b,
+		 "{\"ev\":\"outcome\",\"code\":\"%s\",\"status\":%d,\"upstream_status\":%d,"
+		 "\"finish_reason\":\"%s\",\"exit_status\":%d,\"duration_ms\":%llu,"
+		 "\"output_started\":%s,\"usage_present\":%s,\"message\":",
+		 prov_error_code(o.err), o.status, o.upstream_status, o.finish_reason,
+		 o.exit_status, (unsigned long long)o.duration_ms,
+		 o.output_started ? "true" : "false", o.usage.present ? "true" : "false");
 	buf_add_json_str(&b, o.message, strlen(o.message));
 	buf_adds(&b, ",\"stderr_tail\":");
 	buf_add_json_str(&b, o.stderr_tail, strlen(o.stderr_tail));
@@ -166,6 +173,7 @@ int main(int argc, char **argv)
 	if (argc >= 4 && !strcmp(argv[1], "run"))
 		return run_main(argc, argv);
 	fprintf(stderr, "usage: prov-driver parse TYPE < output\n"
-			"       prov-driver run REGISTRY MODEL [CONFIG_PROVIDERS_JSON] [off|bwrap] < prompt\n");
+			"       prov-driver run REGISTRY MODEL [CONFIG_PROVIDERS_JSON] [off|bwrap] "
+			"< prompt\n");
 	return 2;
 }

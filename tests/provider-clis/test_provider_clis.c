@@ -19,8 +19,8 @@
 /* ---- recording sink ------------------------------------------------------------------- */
 
 struct rec {
-	struct buf text;    /* all deltas */
-	struct buf log;     /* every event, one line each: the comparison key between feeds */
+	struct buf text; /* all deltas */
+	struct buf log;	 /* every event, one line each: the comparison key between feeds */
 	size_t ndeltas;
 	struct prov_usage usage;
 	char finish[32];
@@ -28,7 +28,7 @@ struct rec {
 	int upstream_status;
 	char message[512];
 	size_t nerrors;
-	int abort_after;    /* > 0: return -1 on that many-th event */
+	int abort_after; /* > 0: return -1 on that many-th event */
 	size_t nevents;
 };
 
@@ -61,8 +61,8 @@ static int rec_emit(void *ctx, const struct prov_event *ev)
 	case PROV_EV_USAGE:
 		r->usage = *ev->usage;
 		buf_addf(&r->log, "usage %lld %lld %lld %lld", (long long)ev->usage->prompt_tokens,
-			 (long long)ev->usage->completion_tokens, (long long)ev->usage->total_tokens,
-			 (long long)ev->usage->cached_tokens);
+			 (long long)ev->usage->completion_tokens,
+			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
 		break;
 	case PROV_EV_FINISH:
 		snprintf(r->finish, sizeof(r->finish), "%s", ev->finish_reason);
@@ -84,7 +84,7 @@ static int rec_emit(void *ctx, const struct prov_event *ev)
 /* ---- feeding -------------------------------------------------------------------------- */
 
 struct feed_result {
-	int first_stop;   /* the first non-zero feed return */
+	int first_stop; /* the first non-zero feed return */
 	int finish_ret;
 };
 
@@ -236,7 +236,10 @@ static void test_claude_garbage_and_unknown(void)
 		case 2: buf_adds(&noisy, "\n\r\n   \n"); break;
 		case 3: buf_adds(&noisy, "[1,2,3]\n{\"type\":\"stream_event\"}\n"); break;
 		case 4: buf_adds(&noisy, "{\"broken\": \n"); break;
-		case 5: buf_adds(&noisy, "{\"type\":\"rate_limit_event\",\"rate_limit_info\":{}}\n"); break;
+		case 5:
+			buf_adds(&noisy,
+				 "{\"type\":\"rate_limit_event\",\"rate_limit_info\":{}}\n");
+			break;
 		}
 		buf_add(&noisy, p, (size_t)(nl - p));
 		buf_adds(&noisy, i % 2 ? "\r\n" : "\n");
@@ -283,16 +286,21 @@ static void test_claude_variants(void)
 	/* No partial messages: the assistant line is the answer, the result does not repeat
 	 * it; cache tokens count into the prompt; max_tokens means "length". */
 	static const char a[] =
-		"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
+		"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":"
+		"\"Hi \"},"
 		"{\"type\":\"tool_use\",\"name\":\"x\"},{\"type\":\"text\",\"text\":\"there\"}]},"
 		"\"parent_tool_use_id\":null}\n"
-		"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"SUB\"}]},"
+		"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":"
+		"\"SUB\"}]},"
 		"\"parent_tool_use_id\":\"toolu_1\"}\n"
-		"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"Hi there\","
+		"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"Hi "
+		"there\","
 		"\"stop_reason\":\"max_tokens\",\"usage\":{\"input_tokens\":5,"
-		"\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":20,\"output_tokens\":7}}\n";
+		"\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":20,\"output_"
+		"tokens\":7}}\n";
 	/* Only a result line: its text is the answer. */
-	static const char b[] = "{\"type\":\"result\",\"is_error\":false,\"result\":\"Only result\"}\n";
+	static const char b[] =
+		"{\"type\":\"result\",\"is_error\":false,\"result\":\"Only result\"}\n";
 	/* An error subtype without is_error; a 500 status. */
 	static const char c[] = "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
 				"\"api_error_status\":500,\"is_error\":true}\n";
@@ -323,12 +331,13 @@ static void test_claude_variants(void)
 
 	/* claude 2.1.332 after the upstream stopped at max_tokens (and its own resumes):
 	 * an error result whose api_error says so. For the client: "length", no error. */
-	static const char d[] =
-		"{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_delta\",\"index\":0,"
-		"\"delta\":{\"type\":\"text_delta\",\"text\":\"cut here\"}}}\n"
-		"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,"
-		"\"api_error\":\"max_output_tokens\",\"api_error_status\":null,"
-		"\"terminal_reason\":\"api_error\",\"usage\":{\"input_tokens\":3,\"output_tokens\":9}}\n";
+	static const char d[] = "{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_"
+				"delta\",\"index\":0,"
+				"\"delta\":{\"type\":\"text_delta\",\"text\":\"cut here\"}}}\n"
+				"{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,"
+				"\"api_error\":\"max_output_tokens\",\"api_error_status\":null,"
+				"\"terminal_reason\":\"api_error\",\"usage\":{\"input_tokens\":3,"
+				"\"output_tokens\":9}}\n";
 
 	rec_init(&r);
 	feed_all_ways("claude", d, sizeof(d) - 1, &r);
@@ -350,11 +359,13 @@ static void test_claude_cut_and_retry(void)
 	auto_free char *data = fixture("claude-cut-retry.ndjson", &len);
 	/* A retry that answers differently cannot be stitched to what was sent. */
 	static const char diverge[] =
-		"{\"type\":\"stream_event\",\"api_message_id\":\"m1\",\"event\":{\"type\":\"content_block_delta\","
+		"{\"type\":\"stream_event\",\"api_message_id\":\"m1\",\"event\":{\"type\":"
+		"\"content_block_delta\","
 		"\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}}\n"
 		"{\"type\":\"stream_event\",\"api_message_id\":\"m1\",\"abandoned_blocks\":{},"
 		"\"event\":{\"type\":\"message_stop\"}}\n"
-		"{\"type\":\"assistant\",\"message\":{\"id\":\"m2\",\"content\":[{\"type\":\"text\","
+		"{\"type\":\"assistant\",\"message\":{\"id\":\"m2\",\"content\":[{\"type\":"
+		"\"text\","
 		"\"text\":\"Goodbye\"}]}}\n"
 		"{\"type\":\"result\",\"is_error\":false,\"result\":\"Goodbye\"}\n";
 	struct rec r;
@@ -487,13 +498,18 @@ static void test_codex_command_and_retries(void)
 	static const char retry[] =
 		"{\"type\":\"turn.started\"}\n"
 		"{\"type\":\"error\",\"message\":\"Reconnecting... 1/5 (unexpected status 500)\"}\n"
-		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"type\":\"reasoning\",\"text\":\"hmm\"}}\n"
-		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_2\",\"type\":\"agent_message\",\"text\":\"First.\"}}\n"
-		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"type\":\"agent_message\",\"text\":\"Second.\"}}\n"
-		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":30,\"cached_input_tokens\":20,\"output_tokens\":4}}\n";
+		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"type\":\"reasoning\","
+		"\"text\":\"hmm\"}}\n"
+		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_2\",\"type\":\"agent_"
+		"message\",\"text\":\"First.\"}}\n"
+		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"type\":\"agent_"
+		"message\",\"text\":\"Second.\"}}\n"
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":30,\"cached_input_"
+		"tokens\":20,\"output_tokens\":4}}\n";
 	/* An error and then the process exits: the failure is reported at the end. */
 	static const char died[] = "{\"type\":\"turn.started\"}\n"
-				   "{\"type\":\"error\",\"message\":\"exceeded retry limit, last status: 429 Too Many Requests\"}\n";
+				   "{\"type\":\"error\",\"message\":\"exceeded retry limit, last "
+				   "status: 429 Too Many Requests\"}\n";
 	struct rec r;
 
 	rec_init(&r);
@@ -588,7 +604,8 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 
 	buf_addf(&path, "%s/registry.json", tmpdir);
 	buf_addf(&reg,
-		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/fake-cli.sh\",\"timeout_s\":20,"
+		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/"
+		 "fake-cli.sh\",\"timeout_s\":20,"
 		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\"},"
 		 "\"credentials_writable\":true,"
 		 "\"env\":{\"FAKE_OUTPUT\":\"" SBX_HOME_PATH "/out.ndjson\","
@@ -615,8 +632,11 @@ static void run_fake(const char *type, const char *output, const char *extra, st
 	struct prov_registry *reg = fake_registry(type, output, extra);
 	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "Be brief.",
 				 "role", "user", "content", "Say hello");
-	struct prov_request req = { .model = prov_registry_find(reg, "m-1"), .model_name = "m-1",
-				    .messages = msgs, .max_tokens = 99, .request_id = "test" };
+	struct prov_request req = { .model = prov_registry_find(reg, "m-1"),
+				    .model_name = "m-1",
+				    .messages = msgs,
+				    .max_tokens = 99,
+				    .request_id = "test" };
 	struct prov_sink sink = { .emit = rec_emit, .ctx = r };
 	struct buf path = BUF_INIT;
 	int fd;
@@ -655,7 +675,8 @@ static void test_run_claude(void)
 						     "--no-session-persistence\n--model\nm-1\n"
 						     "--system-prompt\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "Be brief.\n--tools\n\n"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+		strstr(argv_env.data, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_MAX_RETRIES=2\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_MAX_OUTPUT_TOKENS=99\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "HOME=" SBX_HOME_PATH "\n"));
@@ -672,7 +693,8 @@ static void test_run_claude(void)
 	rec_release(&r);
 
 	rec_init(&r);
-	run_fake("claude", "claude-not-logged-in.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o, &argv_env);
+	run_fake("claude", "claude-not-logged-in.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o,
+		 &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_ERR_AUTH_MISSING);
 	CU_ASSERT_STRING_EQUAL(prov_error_code(o.err), "AUTH_MISSING");
 	CU_ASSERT_EQUAL(o.status, prov_error_status(PROV_ERR_AUTH_MISSING));
@@ -743,9 +765,11 @@ static void test_run_missing_bin(void)
 	buf_reset(&err);
 	reg = prov_registry_load(path.data, NULL, &err);
 	CU_ASSERT_FATAL(reg != NULL);
-	CU_ASSERT_STRING_EQUAL(prov_provider_type(prov_registry_find(reg, "c")->provider), "claude");
+	CU_ASSERT_STRING_EQUAL(prov_provider_type(prov_registry_find(reg, "c")->provider),
+			       "claude");
 	{
-		struct prov_request req = { .model = prov_registry_find(reg, "c"), .messages = msgs,
+		struct prov_request req = { .model = prov_registry_find(reg, "c"),
+					    .messages = msgs,
 					    .request_id = "t" };
 		struct prov_sink sink = { .emit = rec_emit, .ctx = &r };
 

@@ -33,7 +33,7 @@ struct rec {
 	struct buf events; /* the event kinds in order, deltas collapsed into one "D" */
 	size_t ndeltas;
 	bool last_delta;
-	int abort_after;   /* abort (return -1) at the n-th event when > 0 */
+	int abort_after; /* abort (return -1) at the n-th event when > 0 */
 	int nevents;
 };
 
@@ -66,8 +66,8 @@ static int rec_emit(void *ctx, const struct prov_event *ev)
 		break;
 	case PROV_EV_USAGE:
 		buf_addf(&r->events, "<U %lld %lld %lld %lld>", (long long)ev->usage->prompt_tokens,
-			 (long long)ev->usage->completion_tokens, (long long)ev->usage->total_tokens,
-			 (long long)ev->usage->cached_tokens);
+			 (long long)ev->usage->completion_tokens,
+			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
 		r->last_delta = false;
 		break;
 	case PROV_EV_FINISH:
@@ -106,8 +106,8 @@ static int mode_parser_new(struct mode_parser *mp, const char *mode)
 	mp->pv.name = "local";
 	mp->pv.type = "command";
 	mp->pv.ops = &prov_command_ops;
-	mp->pv.conf = mode ? json_pack("{s:[s],s:s}", "argv", "/usr/bin/cat", "output", mode) :
-			     json_pack("{s:[s]}", "argv", "/usr/bin/cat");
+	mp->pv.conf = mode ? json_pack("{s:[s],s:s}", "argv", "/usr/bin/cat", "output", mode)
+			   : json_pack("{s:[s]}", "argv", "/usr/bin/cat");
 	buf_init(&mp->plan.stdin_data);
 	mp->plan.policy = sbx_policy_new();
 	CU_ASSERT_FATAL(mp->pv.conf && mp->plan.policy);
@@ -175,15 +175,17 @@ static struct feed_result feed_all_ways(const char *mode, const char *data, stru
 	whole = feed(mode, data, len, 0, -1, r);
 	for (long split = -1; split <= (long)len; split++) {
 		rec_init(&other);
-		fr = split < 0 ? feed(mode, data, len, 1, -1, &other) :
-				 feed(mode, data, len, 0, split, &other);
+		fr = split < 0 ? feed(mode, data, len, 1, -1, &other)
+			       : feed(mode, data, len, 0, split, &other);
 		CU_ASSERT_EQUAL(other.text.len, r->text.len);
 		CU_ASSERT_STRING_EQUAL(other.text.data, r->text.data);
 		CU_ASSERT_STRING_EQUAL(other.events.data, r->events.data);
 		CU_ASSERT_EQUAL(fr.first_stop != 0, whole.first_stop != 0);
-		if (strcmp(other.events.data, r->events.data) || strcmp(other.text.data, r->text.data))
-			fprintf(stderr, "mode %s split %ld: got %s [%s], want %s [%s]\n", mode, split,
-				other.events.data, other.text.data, r->events.data, r->text.data);
+		if (strcmp(other.events.data, r->events.data) ||
+		    strcmp(other.text.data, r->text.data))
+			fprintf(stderr, "mode %s split %ld: got %s [%s], want %s [%s]\n", mode,
+				split, other.events.data, other.text.data, r->events.data,
+				r->text.data);
 		rec_release(&other);
 	}
 	return whole;
@@ -191,6 +193,8 @@ static struct feed_result feed_all_ways(const char *mode, const char *data, stru
 
 /* ---- recorded outputs ------------------------------------------------------------------ */
 
+/* The recorded outputs read as they are printed. */
+/* clang-format off */
 #define CHUNK(rest) "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1," \
 		    "\"model\":\"m\",\"choices\":[" rest "]}"
 
@@ -229,6 +233,7 @@ static const char ndjson_output[] =
 	"{\"unknown\":true}\n"
 	CHUNK("{\"index\":0,\"delta\":{\"content\":\"two\"},\"finish_reason\":\"stop\"}") "\r\n"
 	"{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}";
+/* clang-format on */
 
 static void test_ndjson(void)
 {
@@ -260,13 +265,17 @@ static void test_ndjson_completion_and_done(void)
 
 static void test_errors(void)
 {
-	static const char sse_err[] =
-		"data: " CHUNK("{\"delta\":{\"content\":\"partial\"}}") "\n\n"
-		"data: {\"error\":{\"message\":\"Rate limit reached (http://10.0.0.1/x)\","
-		"\"type\":\"rate_limit\",\"code\":429}}\n\n"
-		"data: " CHUNK("{\"delta\":{\"content\":\"never\"}}") "\n\n";
+	static const char sse_err[] = "data: " CHUNK(
+		"{\"delta\":{\"content\":\"partial\"}}") "\n\n"
+							 "data: {\"error\":{\"message\":\"Rate "
+							 "limit reached (http://10.0.0.1/x)\","
+							 "\"type\":\"rate_limit\",\"code\":429}}"
+							 "\n\n"
+							 "data: " CHUNK("{\"delta\":{\"content\":"
+									"\"never\"}}") "\n\n";
 	static const char nd_err[] = "{\"error\":\"upstream said: last status: 503\"}\n";
-	static const char nd_err0[] = "{\"error\":{\"message\":\"boom\",\"code\":\"server_error\"}}\n";
+	static const char nd_err0[] =
+		"{\"error\":{\"message\":\"boom\",\"code\":\"server_error\"}}\n";
 	struct rec r;
 	struct feed_result fr;
 
@@ -359,7 +368,8 @@ static void test_sink_abort(void)
 	rec_init(&r);
 	r.abort_after = 1;
 	CU_ASSERT_EQUAL(mode_parser_new(&mp, "sse"), 0);
-	CU_ASSERT_EQUAL(prov_command_ops.parser_feed(mp.st, sse_output, strlen(sse_output), &sink), -1);
+	CU_ASSERT_EQUAL(prov_command_ops.parser_feed(mp.st, sse_output, strlen(sse_output), &sink),
+			-1);
 	CU_ASSERT_EQUAL(r.nevents, 1);
 	mode_parser_free(&mp);
 	rec_release(&r);
@@ -411,8 +421,8 @@ static void test_run_sse(void)
 
 	buf_addf(&path, "%s/registry.json", tmpdir);
 	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:s,s:i,s:[{s:s}]}}}", "providers", "local", "type",
-			 "command", "argv", "/bin/sh", "-c", script, "output", "sse", "timeout_s", 20,
-			 "models", "id", "sse-model");
+			 "command", "argv", "/bin/sh", "-c", script, "output", "sse", "timeout_s",
+			 20, "models", "id", "sse-model");
 	CU_ASSERT_FATAL(regj != NULL);
 	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
 	json_decref(regj);

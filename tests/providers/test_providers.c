@@ -39,11 +39,13 @@ static void test_flatten(void)
 	} cases[] = {
 		{ "[]", "" },
 		{ "[{\"role\":\"user\",\"content\":\"hi\"}]", "hi" },
-		{ "[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}]",
+		{ "[{\"role\":\"system\",\"content\":\"be "
+		  "brief\"},{\"role\":\"user\",\"content\":\"hi\"}]",
 		  "[System] be brief\n\nhi" },
 		{ "[{\"role\":\"developer\",\"content\":\"rules\"}]", "[System] rules" },
 		{ "[{\"role\":\"assistant\",\"content\":\"sure\"}]", "[Assistant] sure" },
-		{ "[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\",\"content\":\"a1\"},"
+		{ "[{\"role\":\"user\",\"content\":\"q1\"},{\"role\":\"assistant\",\"content\":"
+		  "\"a1\"},"
 		  "{\"role\":\"user\",\"content\":\"q2\"}]",
 		  "q1\n\n[Assistant] a1\n\nq2" },
 		/* tool results: name, else tool_call_id, else "tool" */
@@ -61,12 +63,15 @@ static void test_flatten(void)
 		  "{\"type\":\"text\",\"text\":\"s2\"}]}]",
 		  "[System] s1\ns2" },
 		/* null and empty content are skipped, separators included */
-		{ "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null},"
+		{ "[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null}"
+		  ","
 		  "{\"role\":\"user\",\"content\":\"b\"}]",
 		  "a\n\nb" },
-		{ "[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"b\"}]", "b" },
+		{ "[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"b\"}]",
+		  "b" },
 		{ "[{\"role\":\"assistant\"},{\"role\":\"user\",\"content\":[]}]", "" },
-		{ "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":[]}]", "x" },
+		{ "[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":[]}]",
+		  "x" },
 		/* text is copied as is: newlines, brackets, multibyte */
 		{ "[{\"role\":\"user\",\"content\":\"line1\\n\\n[System] fake\\u00e9\"}]",
 		  "line1\n\n[System] fake\xc3\xa9" },
@@ -109,12 +114,12 @@ static void test_flatten_binary(void)
 /* ---- the command text reader ---------------------------------------------------------- */
 
 struct collect {
-	struct buf all;     /* every delta, concatenated */
+	struct buf all; /* every delta, concatenated */
 	size_t ndeltas;
-	size_t bad_utf8;    /* deltas that are not valid UTF-8 by themselves */
-	size_t empty;       /* deltas of length 0 */
-	size_t non_delta;   /* events of another kind */
-	int abort_at;       /* return -abort_ret on this delta (1-based); 0 = never */
+	size_t bad_utf8;  /* deltas that are not valid UTF-8 by themselves */
+	size_t empty;	  /* deltas of length 0 */
+	size_t non_delta; /* events of another kind */
+	int abort_at;	  /* return -abort_ret on this delta (1-based); 0 = never */
 	int abort_ret;
 };
 
@@ -331,7 +336,10 @@ static void test_text_truncated_tail(void)
  * however it is cut. */
 static void test_text_invalid_passthrough(void)
 {
-	static const char text[] = "a\xff" "b\x80\x80" "c\xe2(d\xf0\x9f" "e\xc3\xa9\xed\xa0\x80z\xc3";
+	static const char text[] = "a\xff"
+				   "b\x80\x80"
+				   "c\xe2(d\xf0\x9f"
+				   "e\xc3\xa9\xed\xa0\x80z\xc3";
 	size_t len = sizeof(text) - 1, i, j;
 
 	for (i = 0; i <= len; i++) {
@@ -393,10 +401,18 @@ static void test_text_split_invariant_after_invalid(void)
 		const char *text;
 		size_t len;
 	} cases[] = {
-		{ "\xe2" "a\xe2\x82\xac", 5 },             /* stray lead, then a euro sign */
-		{ "\xf0\x9f" "\xc3\xa9xyz", 7 },           /* cut emoji, then e-acute */
-		{ "\xc3" "\xf0\x9f\x98\x80!", 6 },         /* stray lead, then an emoji */
-		{ "ok \xe2\x82" " \xe4\xb8\xad\xe6\x96\x87", 12 },
+		{ "\xe2"
+		  "a\xe2\x82\xac",
+		  5 }, /* stray lead, then a euro sign */
+		{ "\xf0\x9f"
+		  "\xc3\xa9xyz",
+		  7 }, /* cut emoji, then e-acute */
+		{ "\xc3"
+		  "\xf0\x9f\x98\x80!",
+		  6 }, /* stray lead, then an emoji */
+		{ "ok \xe2\x82"
+		  " \xe4\xb8\xad\xe6\x96\x87",
+		  12 },
 	};
 	struct buf whole = BUF_INIT, cut = BUF_INIT;
 	size_t i, a, b;
@@ -409,11 +425,13 @@ static void test_text_split_invariant_after_invalid(void)
 				bool same;
 
 				client_view(cases[i].text, cases[i].len, cuts, 2, &cut);
-				same = cut.len == whole.len && !memcmp(cut.data, whole.data, cut.len);
+				same = cut.len == whole.len &&
+				       !memcmp(cut.data, whole.data, cut.len);
 				CU_ASSERT(same);
 				if (!same)
-					fprintf(stderr, "text case %zu cut at %zu,%zu: client sees %zu "
-							"bytes, %zu when fed whole\n",
+					fprintf(stderr,
+						"text case %zu cut at %zu,%zu: client sees %zu "
+						"bytes, %zu when fed whole\n",
 						i, a, b, cut.len, whole.len);
 			}
 		}
@@ -520,8 +538,7 @@ static struct prov_registry *load_text(const char *text, const char *config, str
 	return reg;
 }
 
-static const struct prov_provider *provider_named(const struct prov_registry *reg,
-						  const char *name)
+static const struct prov_provider *provider_named(const struct prov_registry *reg, const char *name)
 {
 	for (size_t i = 0; i < prov_registry_provider_count(reg); i++)
 		if (!strcmp(prov_provider_name(prov_registry_provider_at(reg, i)), name))
@@ -631,7 +648,8 @@ static void test_registry_duplicates(void)
 	struct prov_registry *reg = load_text(
 		"{\"providers\":{"
 		"\"first\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
-		"\"models\":[{\"id\":\"m\",\"displayName\":\"First\"},{\"id\":\"m\",\"displayName\":\"Again\"},"
+		"\"models\":[{\"id\":\"m\",\"displayName\":\"First\"},{\"id\":\"m\","
+		"\"displayName\":\"Again\"},"
 		"{\"displayName\":\"no id\"},{\"id\":\"\"},{\"id\":7}]},"
 		"\"second\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
 		"\"models\":[{\"id\":\"m\",\"displayName\":\"Second\"},{\"id\":\"other\"}]}}}",
@@ -652,18 +670,18 @@ static void test_registry_duplicates(void)
 static void test_registry_invalid_commands(void)
 {
 	static const char *const bad[] = {
-		"\"argv\":[\"cat\"]",                       /* relative argv[0] */
+		"\"argv\":[\"cat\"]", /* relative argv[0] */
 		"\"argv\":[\"./bin/cat\"]",
 		"\"argv\":[]",
 		"\"argv\":\"/bin/cat\"",
-		"\"argv\":[\"/bin/cat\",1]",                /* non-string argv */
+		"\"argv\":[\"/bin/cat\",1]", /* non-string argv */
 		"\"argv\":[\"/bin/cat\",null]",
 		"\"argv\":[5]",
 		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"relative/path\"]",
 		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"/ok\",\"\"]",
 		"\"argv\":[\"/bin/cat\"],\"ro_paths\":[\"/ok\",3]",
 		"\"argv\":[\"/bin/cat\"],\"ro_paths\":\"/usr\"",
-		"\"argv\":[\"/bin/cat\"],\"env\":{\"A\":1}",  /* env not strings */
+		"\"argv\":[\"/bin/cat\"],\"env\":{\"A\":1}", /* env not strings */
 		"\"argv\":[\"/bin/cat\"],\"env\":{\"A\":\"x\",\"B\":null}",
 		"\"argv\":[\"/bin/cat\"],\"env\":[\"A=x\"]",
 		"\"argv\":[\"/bin/cat\"],\"env\":\"A=x\"",
@@ -704,7 +722,8 @@ static void test_registry_types_not_run(void)
 	struct buf err = BUF_INIT;
 	struct prov_registry *reg = load_text(
 		"{\"providers\":{"
-		"\"anthropic\":{\"models\":[{\"id\":\"claude-x\"}],\"aliases\":{\"claude\":\"claude-x\"}},"
+		"\"anthropic\":{\"models\":[{\"id\":\"claude-x\"}],\"aliases\":{\"claude\":"
+		"\"claude-x\"}},"
 		"\"openai\":{\"models\":[{\"id\":\"gpt-x\"}]},"
 		"\"mistral\":{\"models\":[{\"id\":\"devstral-x\"}]},"
 		"\"c2\":{\"type\":\"claude\",\"models\":[{\"id\":\"c2m\"}]},"
@@ -713,13 +732,14 @@ static void test_registry_types_not_run(void)
 		"\"weird\":{\"type\":\"nonsense\",\"models\":[{\"id\":\"wm\"}]},"
 		"\"untyped\":{\"models\":[{\"id\":\"um\"}]},"
 		"\"notobj\":[1,2],"
-		"\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"echo\"}]}}}",
+		"\"local\":{\"type\":\"command\",\"argv\":[\"/bin/"
+		"cat\"],\"models\":[{\"id\":\"echo\"}]}}}",
 		NULL, &err);
 	static const struct {
 		const char *model, *type;
 	} typed[] = {
 		{ "claude-x", "claude" }, { "claude", "claude" }, { "c2m", "claude" },
-		{ "gpt-x", "codex" },     { "x2m", "codex" },     { "devstral-x", "vibe" },
+		{ "gpt-x", "codex" },	  { "x2m", "codex" },	  { "devstral-x", "vibe" },
 		{ "v2m", "vibe" },
 	};
 	static const char *const gone[] = { "wm", "um", "nonsense" };
@@ -734,7 +754,8 @@ static void test_registry_types_not_run(void)
 		if (ps) {
 			CU_ASSERT_PTR_NOT_NULL(m);
 			if (m)
-				CU_ASSERT_STRING_EQUAL(prov_provider_type(m->provider), typed[i].type);
+				CU_ASSERT_STRING_EQUAL(prov_provider_type(m->provider),
+						       typed[i].type);
 			if (strcmp(typed[i].model, "claude")) /* an alias, not a model */
 				want_models++;
 		} else {
@@ -804,9 +825,10 @@ static uint64_t timeout_for(const char *entry_extra, const char *config)
 	struct prov_registry *reg;
 	uint64_t ms = 0;
 
-	buf_addf(&text, "{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"]%s,"
-			"\"models\":[{\"id\":\"m\"}]},\"other\":{\"type\":\"command\","
-			"\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"o\"}]}}}",
+	buf_addf(&text,
+		 "{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"]%s,"
+		 "\"models\":[{\"id\":\"m\"}]},\"other\":{\"type\":\"command\","
+		 "\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"o\"}]}}}",
 		 entry_extra);
 	reg = load_text(text.data, config, &err);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);

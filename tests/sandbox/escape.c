@@ -53,7 +53,8 @@ static void report(const char *check, bool ok, const char *fmt, ...)
 	for (char *c = detail; *c; c++)
 		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
 			*c = '\'';
-	printf("{\"check\":\"%s\",\"ok\":%s,\"detail\":\"%s\"}\n", check, ok ? "true" : "false", detail);
+	printf("{\"check\":\"%s\",\"ok\":%s,\"detail\":\"%s\"}\n", check, ok ? "true" : "false",
+	       detail);
 	fflush(stdout);
 	if (!ok)
 		failures++;
@@ -103,7 +104,8 @@ static void check_files(const struct escape_args *a)
 		if (symlink(a->keyfile, "planted-link") == 0)
 			expect_absent("keystore_via_planted_symlink", "planted-link");
 		else
-			report("keystore_via_planted_symlink", false, "symlink: %s", strerror(errno));
+			report("keystore_via_planted_symlink", false, "symlink: %s",
+			       strerror(errno));
 	}
 	if (a->keydir)
 		expect_absent("keystore_dir", a->keydir);
@@ -133,12 +135,14 @@ static void check_env(const struct escape_args *a)
 		for (i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
 			if (strlen(allowed[i]) == n && !strncmp(*e, allowed[i], n))
 				break;
-		if (i == sizeof(allowed) / sizeof(allowed[0]) && !(a->extra_env && !strncmp(*e, a->extra_env, n))) {
+		if (i == sizeof(allowed) / sizeof(allowed[0]) &&
+		    !(a->extra_env && !strncmp(*e, a->extra_env, n))) {
 			ok = false;
 			snprintf(bad, sizeof(bad), "%.*s", (int)n, *e);
 		}
 	}
-	report("env_allowlisted", ok, ok ? "only allowlisted names" : "unexpected variable %s", bad);
+	report("env_allowlisted", ok, ok ? "only allowlisted names" : "unexpected variable %s",
+	       bad);
 	if (!a->secret)
 		return;
 	/* (The secret reaches us hex-encoded, so that our own cmdline does not hold it.) */
@@ -167,7 +171,8 @@ static void check_env(const struct escape_args *a)
 	}
 	if (d)
 		closedir(d);
-	report("secret_not_in_proc", ok, ok ? "not in any /proc/*/environ or cmdline" : "secret found");
+	report("secret_not_in_proc", ok,
+	       ok ? "not in any /proc/*/environ or cmdline" : "secret found");
 }
 
 static void check_fds(void)
@@ -213,7 +218,8 @@ static void check_pids(const struct escape_args *a)
 	if (d)
 		closedir(d);
 	/* bwrap's init, this probe, maybe a shell: a handful of small pids. */
-	report("only_sandbox_pids", n <= 4 && maxpid < 100, "%d pids visible, highest %d", n, maxpid);
+	report("only_sandbox_pids", n <= 4 && maxpid < 100, "%d pids visible, highest %d", n,
+	       maxpid);
 	if (a->hostpid > 0) {
 		long rc = kill(a->hostpid, 0);
 
@@ -245,7 +251,8 @@ static void check_ptrace(void)
 		long rc = pwrite(fd, "x", 1, 0x400000);
 
 		close(fd);
-		report("proc1_mem_write", rc < 0, "write to /proc/1/mem %s", rc < 0 ? "failed" : "succeeded");
+		report("proc1_mem_write", rc < 0, "write to /proc/1/mem %s",
+		       rc < 0 ? "failed" : "succeeded");
 	} else {
 		report("proc1_mem_write", true, "open /proc/1/mem: %s", strerror(errno));
 	}
@@ -254,7 +261,8 @@ static void check_ptrace(void)
 static void check_syscalls(void)
 {
 	struct clone_args ca = { .flags = 0, .exit_signal = SIGCHLD };
-	struct perf_event_attr pea = { .type = PERF_TYPE_SOFTWARE, .size = sizeof(pea),
+	struct perf_event_attr pea = { .type = PERF_TYPE_SOFTWARE,
+				       .size = sizeof(pea),
 				       .config = PERF_COUNT_SW_CPU_CLOCK };
 	union bpf_attr ba;
 	struct io_uring_params up;
@@ -263,16 +271,21 @@ static void check_syscalls(void)
 	memset(&up, 0, sizeof(up));
 	expect_errno("unshare_user", unshare(CLONE_NEWUSER), EPERM);
 	expect_errno("unshare_mount", unshare(CLONE_NEWNS), EPERM);
-	expect_errno("clone_newuser", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0), EPERM);
+	expect_errno("clone_newuser", syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0),
+		     EPERM);
 	expect_errno("clone3_enosys", syscall(SYS_clone3, &ca, sizeof(ca)), ENOSYS);
 	expect_errno("mount_tmpfs", mount("none", "/tmp", "tmpfs", 0, NULL), EPERM);
-	expect_errno("keyctl", syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0), EPERM);
-	expect_errno("add_key", syscall(SYS_add_key, "user", "olp", "x", 1, KEY_SPEC_PROCESS_KEYRING), EPERM);
+	expect_errno("keyctl",
+		     syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0),
+		     EPERM);
+	expect_errno("add_key",
+		     syscall(SYS_add_key, "user", "olp", "x", 1, KEY_SPEC_PROCESS_KEYRING), EPERM);
 	expect_errno("bpf", syscall(SYS_bpf, BPF_PROG_LOAD, &ba, sizeof(ba)), EPERM);
 	expect_errno("io_uring_setup", syscall(SYS_io_uring_setup, 4, &up), EPERM);
 	expect_errno("userfaultfd", syscall(SYS_userfaultfd, 0), EPERM);
 	expect_errno("perf_event_open", syscall(SYS_perf_event_open, &pea, 0, -1, -1, 0), EPERM);
-	expect_errno("personality_no_aslr", syscall(SYS_personality, 0x0040000 /* ADDR_NO_RANDOMIZE */), EPERM);
+	expect_errno("personality_no_aslr",
+		     syscall(SYS_personality, 0x0040000 /* ADDR_NO_RANDOMIZE */), EPERM);
 	expect_errno("chroot", chroot("/tmp"), EPERM);
 	expect_errno("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0), EPERM);
 }
@@ -282,8 +295,8 @@ static void check_sockets(const struct escape_args *a)
 	expect_errno("socket_af_unix", socket(AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
 	expect_errno("socket_af_netlink", socket(AF_NETLINK, SOCK_RAW, 0), EAFNOSUPPORT);
 	expect_errno("socket_af_packet", socket(AF_PACKET, SOCK_RAW, 0), EAFNOSUPPORT);
-	expect_errno("socket_high_bits_unix", syscall(SYS_socket, 0x100000000L | AF_UNIX, SOCK_STREAM, 0),
-		     EAFNOSUPPORT);
+	expect_errno("socket_high_bits_unix",
+		     syscall(SYS_socket, 0x100000000L | AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
 	if (a->unix_path)
 		expect_absent("host_unix_socket_absent", a->unix_path);
 }
@@ -294,8 +307,8 @@ static void check_sockets(const struct escape_args *a)
 static void check_resolver(void)
 {
 	static const unsigned char query[] = {
-		0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, /* id, RD, one question */
-		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+		0x12, 0x34, 1,	 0,   0,   1,	0,   0,	  0, 0,	  0,   0, /* id, RD, one question */
+		7,    'e',  'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
 	};
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(53) };
 	char line[256], ns[64] = "127.0.0.53", reply[512];
@@ -315,7 +328,8 @@ static void check_resolver(void)
 	}
 	s = socket(AF_INET, SOCK_DGRAM, 0);
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(s, (struct sockaddr *)&sin, sizeof(sin)) < 0 || send(s, query, sizeof(query), 0) < 0) {
+	if (connect(s, (struct sockaddr *)&sin, sizeof(sin)) < 0 ||
+	    send(s, query, sizeof(query), 0) < 0) {
 		report("udp_to_resolver_fails", true, "send to %s:53: %s", ns, strerror(errno));
 		close(s);
 		return;
@@ -348,7 +362,8 @@ static void check_network(const struct escape_args *a)
 	sin.sin_port = htons(53);
 	inet_pton(AF_INET, "192.0.2.1", &sin.sin_addr); /* TEST-NET-1 */
 	long rc = connect(s, (struct sockaddr *)&sin, sizeof(sin));
-	report("no_route_out", rc < 0, "connect 192.0.2.1:53: %s", rc < 0 ? strerror(errno) : "connected");
+	report("no_route_out", rc < 0, "connect 192.0.2.1:53: %s",
+	       rc < 0 ? strerror(errno) : "connected");
 	close(s);
 }
 
@@ -358,7 +373,8 @@ static void check_tty(void)
 
 	/* fd 0 is a pipe: without the filter this would be ENOTTY, with it EPERM. */
 	expect_errno("tiocsti", ioctl(0, TIOCSTI, &c), EPERM);
-	expect_errno("tiocsti_high_bits", syscall(SYS_ioctl, 0, 0x100000000UL | TIOCSTI, &c), EPERM);
+	expect_errno("tiocsti_high_bits", syscall(SYS_ioctl, 0, 0x100000000UL | TIOCSTI, &c),
+		     EPERM);
 }
 
 static void check_ipc(const struct escape_args *a)
@@ -379,7 +395,9 @@ static void read_status(const char *field, char *out, size_t n)
 	out[0] = '\0';
 	while (f && fgets(line, sizeof(line), f))
 		if (!strncmp(line, field, strlen(field)) && line[strlen(field)] == ':') {
-			snprintf(out, n, "%s", line + strlen(field) + 1 + strspn(line + strlen(field) + 1, " \t"));
+			snprintf(out, n, "%s",
+				 line + strlen(field) + 1 +
+					 strspn(line + strlen(field) + 1, " \t"));
 			out[strcspn(out, "\n")] = '\0';
 		}
 	if (f)
@@ -391,9 +409,12 @@ static void check_creds(void)
 	static const struct {
 		const char *field, *want;
 	} want[] = {
-		{ "CapEff", "0000000000000000" }, { "CapPrm", "0000000000000000" },
-		{ "CapBnd", "0000000000000000" }, { "CapAmb", "0000000000000000" },
-		{ "NoNewPrivs", "1" }, { "Seccomp", "2" },
+		{ "CapEff", "0000000000000000" },
+		{ "CapPrm", "0000000000000000" },
+		{ "CapBnd", "0000000000000000" },
+		{ "CapAmb", "0000000000000000" },
+		{ "NoNewPrivs", "1" },
+		{ "Seccomp", "2" },
 	};
 	char v[64], name[64];
 
@@ -423,7 +444,8 @@ static void check_writes(void)
 
 		if (n <= 0) {
 			report("tmp_size_limited", n < 0 && errno == ENOSPC && total < (1L << 30),
-			       "stopped after %ld MiB: %s", total >> 20, n < 0 ? strerror(errno) : "eof");
+			       "stopped after %ld MiB: %s", total >> 20,
+			       n < 0 ? strerror(errno) : "eof");
 			break;
 		}
 		total += n;

@@ -55,7 +55,8 @@ static int cmd_fds(void)
 		first = 0;
 	}
 	closedir(d);
-	printf("],\"fd0_socket\":%s}\n", fstat(0, &st) == 0 && S_ISSOCK(st.st_mode) ? "true" : "false");
+	printf("],\"fd0_socket\":%s}\n",
+	       fstat(0, &st) == 0 && S_ISSOCK(st.st_mode) ? "true" : "false");
 	return 0;
 }
 
@@ -253,8 +254,7 @@ static int cmd_escape(int argc, char **argv)
 			}
 			secret[n] = '\0';
 			a.secret = secret;
-		}
-		else if (!strcmp(argv[i], "--extra-env"))
+		} else if (!strcmp(argv[i], "--extra-env"))
 			a.extra_env = v;
 		else if (!strcmp(argv[i], "--tcp")) {
 			static char host[64];

@@ -66,14 +66,17 @@ static void test_echo_and_exit_status(void)
 	struct buf out = BUF_INIT;
 	struct sbx_result res;
 
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/echo", "hello", NULL }, NULL, 0, &out,
-			    &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/echo", "hello", NULL }, NULL, 0,
+			    &out, &res),
+			0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_EQUAL(res.exit_status, 0);
 	CU_ASSERT_STRING_EQUAL(out.data, "hello\n");
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/bin/sh", "-c", "echo oops >&2; exit 3", NULL },
-			    NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p,
+			    (const char *const[]){ "/bin/sh", "-c", "echo oops >&2; exit 3", NULL },
+			    NULL, 0, &out, &res),
+			0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_EQUAL(res.exit_status, 3);
 	CU_ASSERT_STRING_EQUAL(res.stderr_tail, "oops\n");
@@ -93,7 +96,8 @@ static void test_stdin_roundtrip_large(void)
 	for (i = 0; i < n; i++)
 		in[i] = (char)('a' + i % 26);
 	/* Larger than any pipe buffer both ways: stdin must be fed while stdout drains. */
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, in, n, &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, in, n, &out, &res),
+			0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_EQUAL(out.len, n);
 	CU_ASSERT(out.len == n && memcmp(out.data, in, n) == 0);
@@ -108,7 +112,8 @@ static void test_relative_argv_refused(void)
 	struct sbx_result res;
 	struct buf out = BUF_INIT;
 
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "echo", "x", NULL }, NULL, 0, &out, &res), -EINVAL);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "echo", "x", NULL }, NULL, 0, &out, &res),
+			-EINVAL);
 	CU_ASSERT_EQUAL(res.end, SBX_END_SPAWN_FAILED);
 	buf_release(&out);
 	sbx_policy_free(p);
@@ -120,8 +125,9 @@ static void test_missing_binary_fails(void)
 	struct sbx_result res;
 	struct buf out = BUF_INIT;
 
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/does-not-exist-olp", NULL }, NULL, 0,
-			    &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/does-not-exist-olp", NULL }, NULL,
+			    0, &out, &res),
+			0);
 	/* bwrap reports the failed execvp itself, with its own exit status 1. */
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_NOT_EQUAL(res.exit_status, 0);
@@ -137,7 +143,9 @@ static void test_timeout_kills_tree(void)
 	uint64_t t0 = mono_ms();
 
 	sbx_policy_set_timeout_ms(p, 400);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
 	CU_ASSERT(mono_ms() - t0 < 5000);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "spinning"));
@@ -194,10 +202,14 @@ static void test_callback_stop_and_abort(void)
 	struct sbx_callbacks cb = { .on_stdout = stop_at_first, .ctx = &out };
 	uint64_t t0 = mono_ms();
 
-	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res), 0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_STOPPED);
 	cb.on_stdout = abort_at_first;
-	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res), 0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_ABORTED);
 	CU_ASSERT(mono_ms() - t0 < 5000);
 	buf_release(&out);
@@ -217,7 +229,9 @@ static void test_hangup_fd_aborts(void)
 	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
 	opt.hangup_fd = sv[0];
 	close(sv[1]); /* the "web server" is already gone */
-	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "20", NULL }, &opt, &cb, &res), 0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "20", NULL }, &opt, &cb, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_ABORTED);
 	CU_ASSERT(mono_ms() - t0 < 3000);
 	close(sv[0]);
@@ -232,18 +246,22 @@ static void check_only_stdio(void)
 	struct sbx_policy *p = probe_policy();
 	struct buf out = BUF_INIT;
 	struct sbx_result res;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int saved0 = dup(0), lsock, decoy_file, tcp;
 
 	lsock = socket(AF_INET, SOCK_STREAM, 0); /* no CLOEXEC, like libfcgi's */
 	CU_ASSERT_FATAL(lsock >= 0);
-	CU_ASSERT_FATAL(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lsock, 4) == 0);
+	CU_ASSERT_FATAL(bind(lsock, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+			listen(lsock, 4) == 0);
 	CU_ASSERT_FATAL(dup2(lsock, 0) == 0);
 	decoy_file = open("/etc/hostname", O_RDONLY); /* no CLOEXEC */
 	tcp = socket(AF_INET6, SOCK_STREAM, 0);
 	CU_ASSERT(decoy_file >= 0 && tcp >= 0);
 
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_EQUAL(res.exit_status, 0);
 	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
 
@@ -270,7 +288,9 @@ static void test_environment_is_allowlisted(void)
 	setenv("OLP_TEST_SECRET", "do-not-leak", 1);
 	CU_ASSERT_EQUAL(sbx_policy_setenv(p, "EXTRA", "1"), 0);
 	CU_ASSERT_EQUAL(sbx_policy_setenv(p, "BAD=NAME", "1"), -EINVAL);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_PTR_NULL(strstr(out.data, "OLP_TEST_SECRET"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"EXTRA\""));
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"HOME\""));
@@ -293,17 +313,20 @@ static void test_filesystem_view(void)
 	fd = open(secret, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
 	close(fd);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "read", secret, NULL }, NULL, 0,
-			    &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "read", secret, NULL }, NULL,
+			    0, &out, &res),
+			0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":false,\"errno\":2}"));
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "/usr/olp-x", NULL }, NULL,
-			    0, &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "/usr/olp-x", NULL },
+			    NULL, 0, &out, &res),
+			0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":false"));
 	buf_reset(&out);
 	/* The scratch home is writable, and it is the working directory. */
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "note.txt", NULL }, NULL, 0,
-			    &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "write", "note.txt", NULL },
+			    NULL, 0, &out, &res),
+			0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":true"));
 	unlink(secret);
 	buf_release(&out);
@@ -327,7 +350,8 @@ static void *thread_runs(void *arg)
 		char word[32];
 
 		snprintf(word, sizeof(word), "w%d", i);
-		if (run(p, (const char *const[]){ "/usr/bin/echo", word, NULL }, NULL, 0, &out, &res) ||
+		if (run(p, (const char *const[]){ "/usr/bin/echo", word, NULL }, NULL, 0, &out,
+			&res) ||
 		    res.exit_status != 0 || strncmp(out.data, word, strlen(word)))
 			__atomic_add_fetch(failures, 1, __ATOMIC_SEQ_CST);
 		buf_release(&out);
@@ -402,8 +426,8 @@ static void test_sweep_never_follows_links(void)
 	snprintf(path, sizeof(path), "%s/4194306-1-evil", runtime_dir);
 	CU_ASSERT_FATAL(symlink(target, path) == 0);
 	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
-	CU_ASSERT_EQUAL(lstat(path, &st), -1);       /* the link is gone */
-	CU_ASSERT_EQUAL(stat(keep, &st), 0);         /* what it pointed to is untouched */
+	CU_ASSERT_EQUAL(lstat(path, &st), -1); /* the link is gone */
+	CU_ASSERT_EQUAL(stat(keep, &st), 0);   /* what it pointed to is untouched */
 	unlink(keep);
 	rmdir(target);
 }
@@ -412,8 +436,9 @@ static void test_sweep_never_follows_links(void)
  * with the same policy goes through one of them, with the same guarantees. */
 static void test_warm_sandboxes(void)
 {
-	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir,
-					  .exec_stub = OLP_SANDBOX_EXEC_PATH };
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = runtime_dir,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH };
 	struct sbx_policy *p;
 	struct buf out = BUF_INIT;
 	struct sbx_result res;
@@ -423,39 +448,51 @@ static void test_warm_sandboxes(void)
 	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
 	p = probe_policy();
 	/* Cold, then warm ones are waiting. */
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
 	CU_ASSERT(sbx_warm_count() >= 1);
 	usleep(200000); /* let them finish building */
 	/* This run goes through a warm sandbox: only those bind the stub in. */
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "read", OLP_SANDBOX_EXEC_PATH, NULL },
-			    NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "read", OLP_SANDBOX_EXEC_PATH, NULL },
+		    NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"ok\":true"));
 	/* Warm: the same descriptors, the same environment, stdin after the launch message. */
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "fds", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "env", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_PTR_NULL(strstr(out.data, "OLP_"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"HOME\""));
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, "prompt bytes\n", 13, &out,
-			    &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/cat", NULL }, "prompt bytes\n", 13,
+			    &out, &res),
+			0);
 	CU_ASSERT_STRING_EQUAL(out.data, "prompt bytes\n");
 	CU_ASSERT_EQUAL(res.exit_status, 0);
 	/* A missing program is a spawn failure, as when cold. */
 	buf_reset(&out);
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/olp-no-such-program", NULL }, NULL, 0,
-			    &out, &res), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/olp-no-such-program", NULL }, NULL,
+			    0, &out, &res),
+			0);
 	CU_ASSERT_EQUAL(res.exit_status, 127);
 	CU_ASSERT_TRUE(res.sandbox_failed);
 	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "execvp"));
 	/* The wall-clock limit holds from the launch. */
 	sbx_policy_set_timeout_ms(p, 300);
 	t0 = mono_ms();
-	CU_ASSERT_EQUAL(run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res), 0);
+	CU_ASSERT_EQUAL(
+		run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
 	CU_ASSERT(mono_ms() - t0 < 5000);
 	sbx_policy_free(p);
