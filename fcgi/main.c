@@ -143,6 +143,8 @@ int main(int argc, char **argv)
 	pid_t parent = getppid();
 	pthread_t *threads;
 	unsigned i, started = 0;
+	sigset_t stop;
+	int sig;
 
 	if (argc > 1) {
 		if (!strcmp(argv[1], "--version")) {
@@ -188,6 +190,12 @@ int main(int argc, char **argv)
 	threads = calloc(app.cfg.threads, sizeof(*threads));
 	if (!threads)
 		return 1;
+	/* SIGTERM and SIGINT go to this thread alone (sigwait below): the serving threads
+	 * inherit the mask. */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	for (i = 0; i < app.cfg.threads; i++)
 		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
 			started++;
@@ -195,8 +203,12 @@ int main(int argc, char **argv)
 		log_errx(NULL, "no serving thread could start");
 		return 1;
 	}
-	for (i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	free(threads);
-	return 0;
+	/* Stopped by the web server: put the warm sandboxes down properly (their bwrap
+	 * would otherwise die halfway through building one), then go. Runs in flight die
+	 * with us (PR_SET_PDEATHSIG, bwrap --die-with-parent). */
+	while (sigwait(&stop, &sig) != 0)
+		;
+	log_info(NULL, "signal %d: stopping", sig);
+	sbx_warm_shutdown();
+	_exit(0);
 }

@@ -43,6 +43,9 @@ int sbx_lockdown_self(void);
 void sbx_global_release(void);
 /* Warm sandboxes waiting in this process (for tests and /health). */
 size_t sbx_warm_count(void);
+/* The process is about to exit: stop every warm sandbox properly and start no new one.
+ * Safe while other threads still run requests. */
+void sbx_warm_shutdown(void);
 enum sbx_mode sbx_global_mode(void);
 
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.

@@ -267,8 +267,29 @@ static void parse_status(struct run *r)
 	}
 }
 
+/* Learn the sandbox's init from bwrap's status fd if we have not yet (a warm sandbox that
+ * was never used). Killing only bwrap while its init waits to be set up would leave that
+ * init blocked for ever, outside our reach. */
+static void learn_ns_init(struct run *r)
+{
+	struct pollfd pfd = { .fd = r->status_fd, .events = POLLIN };
+
+	for (int i = 0; i < 20 && r->ns_pidfd < 0 && r->status_fd >= 0 && r->pid > 0 && !r->reaped;
+	     i++) {
+		ssize_t n;
+
+		if (poll(&pfd, 1, 10) <= 0)
+			continue;
+		n = buf_read_once(&r->status, r->status_fd, 512);
+		if (n <= 0 && n != -EAGAIN)
+			break;
+		parse_status(r);
+	}
+}
+
 static void kill_tree(struct run *r)
 {
+	learn_ns_init(r);
 	if (r->ns_pidfd >= 0)
 		pidfd_send_signal(r->ns_pidfd, SIGKILL, NULL, 0);
 	if (r->pid > 0 && !r->reaped) {
@@ -647,6 +668,8 @@ static struct {
 		struct instance in;
 	} slot[WARM_MAX];
 	size_t n;
+	bool closed; /* shutting down: no new warm sandbox */
+	int filling; /* warm sandboxes being started right now */
 } warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static char *policy_key(const struct sbx_policy *p)
@@ -731,23 +754,31 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 {
 	struct instance in = { .r = RUN_INIT, .scratch = { .home_fd = -1 } };
 	struct sbx_result res = { 0 };
+	bool keep = false;
 
-	if (start_instance(p, (const char *const[]){ sbx_g.exec_stub, NULL }, NULL, true,
-			   sbx_g.exec_stub, &in, &res)) {
-		instance_release(&in);
+	pthread_mutex_lock(&warm.lock);
+	if (warm.closed) {
+		pthread_mutex_unlock(&warm.lock);
 		return;
 	}
-	pthread_mutex_lock(&warm.lock);
-	if (warm.n < WARM_MAX) {
-		warm.slot[warm.n].key = strdup(key);
-		if (warm.slot[warm.n].key) {
-			warm.slot[warm.n++].in = in;
-			in.r.pid = -1;
-		}
-	}
+	warm.filling++;
 	pthread_mutex_unlock(&warm.lock);
-	if (in.r.pid > 0)
+	if (start_instance(p, (const char *const[]){ sbx_g.exec_stub, NULL }, NULL, true,
+			   sbx_g.exec_stub, &in, &res) == 0) {
+		pthread_mutex_lock(&warm.lock);
+		if (warm.n < WARM_MAX && !warm.closed) {
+			warm.slot[warm.n].key = strdup(key);
+			keep = warm.slot[warm.n].key != NULL;
+			if (keep)
+				warm.slot[warm.n++].in = in;
+		}
+		pthread_mutex_unlock(&warm.lock);
+	}
+	if (!keep)
 		instance_release(&in);
+	pthread_mutex_lock(&warm.lock);
+	warm.filling--;
+	pthread_mutex_unlock(&warm.lock);
 }
 
 /* Start warm instances for key until WARM_PER_KEY wait. bwrap is only started here, not
@@ -756,6 +787,25 @@ static void warm_fill(const struct sbx_policy *p, const char *key)
 {
 	for (int i = 0; i < WARM_PER_KEY && !warm_full(key); i++)
 		warm_fill_one(p, key);
+}
+
+void sbx_warm_shutdown(void)
+{
+	int filling = 1;
+
+	pthread_mutex_lock(&warm.lock);
+	warm.closed = true;
+	pthread_mutex_unlock(&warm.lock);
+	/* A sandbox being started now is put down by its own thread (closed): wait for
+	 * that, a second at most, so that none is cut off halfway by our exit. */
+	for (int i = 0; i < 100 && filling; i++) {
+		pthread_mutex_lock(&warm.lock);
+		filling = warm.filling;
+		pthread_mutex_unlock(&warm.lock);
+		if (filling)
+			usleep(10000);
+	}
+	sbx_warm_release_all();
 }
 
 void sbx_warm_release_all(void)
