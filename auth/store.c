@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth/internal.h"
@@ -60,7 +61,8 @@ struct auth_store {
 	pthread_mutex_t scan_lock; /* serialises rescans; guards the three fields below */
 	struct file_sig keys_sig;
 	uint64_t last_scan_ns;
-	atomic_bool stale; /* an entry's token changed: rescan on the next miss */
+	struct timespec scan_wall; /* CLOCK_REALTIME when the last scan started */
+	atomic_bool stale;	   /* an entry's token changed: rescan on the next miss */
 
 	pthread_mutex_t touch_lock; /* guards everything touch_* */
 	pthread_cond_t touch_cond;
@@ -268,6 +270,7 @@ static void store_rescan_locked(struct auth_store *st, const struct file_sig *di
 {
 	struct key_index *fresh, *old;
 
+	clock_gettime(CLOCK_REALTIME, &st->scan_wall);
 	fresh = index_scan(st);
 	pthread_rwlock_wrlock(&st->idx_lock);
 	old = st->idx;
@@ -277,6 +280,19 @@ static void store_rescan_locked(struct auth_store *st, const struct file_sig *di
 	st->keys_sig = *dir_sig;
 	st->last_scan_ns = mono_ns();
 	atomic_store(&st->stale, false);
+}
+
+/* keys/ was changed so close to the last scan that the scan may have missed the change
+ * while its timestamp (the file system's coarse clock) still looks the same: a key added
+ * by renaming a finished directory into place changes neither keys/'s link count nor its
+ * size. Like git's "racily clean" index entries: look again. */
+static bool racy(const struct file_sig *sig, const struct timespec *scan)
+{
+	int64_t m = (int64_t)sig->mtime.tv_sec * 1000000000 + sig->mtime.tv_nsec;
+	int64_t c = (int64_t)sig->ctime.tv_sec * 1000000000 + sig->ctime.tv_nsec;
+	int64_t t = (int64_t)scan->tv_sec * 1000000000 + scan->tv_nsec;
+
+	return (m > c ? m : c) >= t - 50000000; /* within 50 ms of the scan's start */
 }
 
 /* After a miss: rescan when keys/ changed, the index is stale, or the fallback interval
@@ -289,7 +305,7 @@ static bool store_refresh(struct auth_store *st)
 	pthread_mutex_lock(&st->scan_lock);
 	keys_dir_sig(st, &sig);
 	if (!file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
-	    mono_ns() - st->last_scan_ns >= AUTH_RESCAN_INTERVAL_NS) {
+	    racy(&sig, &st->scan_wall) || mono_ns() - st->last_scan_ns >= AUTH_RESCAN_INTERVAL_NS) {
 		store_rescan_locked(st, &sig);
 		done = true;
 	}

@@ -88,6 +88,12 @@ function sandboxed(id, opts, args, extraEnv = {}) {
   return { status: r.status, stdout: r.stdout, stderr: r.stderr, ms: Date.now() - t0 };
 }
 
+async function waitFor(pred, ms) {
+  for (const end = Date.now() + ms; Date.now() < end; await new Promise((r) => setTimeout(r, 200)))
+    if (pred()) return true;
+  return pred();
+}
+
 function probesAlive(word) {
   const r = spawnSync('pgrep', ['-f', `olp-probe ${word}`], { encoding: 'utf8' });
   return r.stdout.trim().split('\n').filter(Boolean).length;
@@ -129,11 +135,16 @@ for (const id of identities()) {
     const status = await new Promise((resolve) => child.on('exit', (code) => resolve(code)));
     clearInterval(sampler);
     assert.equal(status, 124, 'stopped by the timeout');
-    // It did fork, and the process limit held it (64, plus the odd process being
-    // counted while it dies).
+    // It did fork, and the process limit held it: bounded near 48 (sampling with pgrep
+    // also counts the olp-sandbox and runuser command lines, and processes between fork
+    // and death), where an unlimited bomb reaches thousands in these 3 s.
     assert.ok(most >= 8, `the bomb never got going (${most} processes seen)`);
-    assert.ok(most <= 72, `${most} processes at once: the process limit did not hold`);
-    assert.equal(probesAlive('forkbomb'), 0, 'processes left behind');
+    assert.ok(most <= 104, `${most} processes at once: the process limit did not hold`);
+    // olp-sandbox waits (up to 60 s) for the namespace to be empty; on a loaded VM the
+    // kernel can take longer than that to tear down a few hundred dying processes, so
+    // give it time, then require that nothing is left.
+    const gone = await waitFor(() => probesAlive('forkbomb') === 0, 90_000);
+    assert.ok(gone, `processes left behind: ${probesAlive('forkbomb')}`);
   });
 
   test(`a memory hog is stopped (${id.name})`, () => {
