@@ -107,6 +107,17 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	if (!s)
 		s = getenv("OLP_BWRAP");
 	c->bwrap = strdup(s ? s : "/usr/bin/bwrap");
+	/* Resource control: a delegated cgroup v2 per run ("auto"), rlimits only ("off"), or
+	 * a cgroup the operator prepared (docs/sandbox.md). */
+	s = conf_str(c->json, "sandbox", "cgroup");
+	if (s && strcmp(s, "auto") && strcmp(s, "off") && s[0] != '/') {
+		buf_addf(err,
+			 "config.json: sandbox.cgroup must be \"auto\", \"off\" or an absolute "
+			 "path, not \"%s\"",
+			 s);
+		return -1;
+	}
+	c->sandbox_cgroup = strdup(s ? s : "auto");
 	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
 	if (!json_is_false(json_object_get(json_object_get(c->json, "sandbox"), "warm"))) {
 		s = getenv("OLP_SANDBOX_EXEC");
@@ -120,7 +131,8 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 		s = getenv("OLP_REGISTRY");
 		c->registry_path = strdup(s && *s ? s : OLP_DEFAULT_REGISTRY);
 	}
-	if (!c->home || !c->route_prefix || !c->runtime_dir || !c->bwrap || !c->registry_path) {
+	if (!c->home || !c->route_prefix || !c->runtime_dir || !c->bwrap || !c->registry_path ||
+	    !c->sandbox_cgroup) {
 		buf_adds(err, "out of memory");
 		return -1;
 	}
@@ -135,6 +147,7 @@ void olp_config_release(struct olp_config *c)
 	free(c->runtime_dir);
 	free(c->bwrap);
 	free(c->sandbox_exec);
+	free(c->sandbox_cgroup);
 	free(c->registry_path);
 	memset(c, 0, sizeof(*c));
 }

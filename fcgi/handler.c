@@ -194,6 +194,8 @@ static void add_sandbox_block(struct buf *b)
 		 st->available ? "true" : "false", st->active ? "true" : "false", st->mode,
 		 st->bwrap_version ? "" : "\"bubblewrap\"", st->seccomp ? "true" : "false",
 		 st->cgroup);
+	buf_adds(b, ",\"cgroup_detail\":");
+	buf_add_json_str(b, st->cgroup_detail, strlen(st->cgroup_detail));
 	buf_adds(b, ",\"bwrap_version\":");
 	if (st->bwrap_version)
 		buf_add_json_str(b, st->bwrap_version, strlen(st->bwrap_version));

@@ -93,7 +93,8 @@ static int app_init(void)
 	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
 					 .bwrap_path = app.cfg.bwrap,
 					 .runtime_dir = app.cfg.runtime_dir,
-					 .exec_stub = app.cfg.sandbox_exec };
+					 .exec_stub = app.cfg.sandbox_exec,
+					 .cgroup = app.cfg.sandbox_cgroup };
 	ret = sbx_global_init(&sc);
 	if (ret) {
 		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));
@@ -127,9 +128,11 @@ static int app_init(void)
 	else if (!st->available)
 		log_errx(NULL, "sandbox unavailable, provider requests will fail with 503: %s",
 			 st->message);
-	log_info(NULL, "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s", OLP_VERSION,
-		 prov_registry_model_count(app.reg), app.cfg.registry_path, app.cfg.threads,
-		 st->active ? "active" : "INACTIVE");
+	log_info(NULL,
+		 "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s, limits %s (%s)",
+		 OLP_VERSION, prov_registry_model_count(app.reg), app.cfg.registry_path,
+		 app.cfg.threads, st->active ? "active" : "INACTIVE", st->cgroup,
+		 st->cgroup_detail);
 	buf_release(&err);
 	return 0;
 fail:

@@ -40,7 +40,8 @@ struct prov_provider {
 	json_t *conf; /* the registry entry, merged with config.json overrides */
 	uint64_t timeout_ms;
 	bool network;
-	unsigned max_concurrent; /* runs at once across the pool; 0 = no cap */
+	struct sbx_limits limits; /* "limits" of its config; 0 = the sandbox's default */
+	unsigned max_concurrent;  /* runs at once across the pool; 0 = no cap */
 };
 
 /* Take one of pv's concurrency slots (slots.c): an fd to hand back to prov_slot_release,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "sandbox/sandbox.h"
 
 /* ---- registry ----------------------------------------------------------------------- */
 
@@ -49,6 +50,8 @@ const char *prov_provider_name(const struct prov_provider *pv); /* "local", "ant
 const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
+/* Its "limits" (0 in a field: the sandbox's default). */
+const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
 /* ---- requests and events ------------------------------------------------------------ */
 

@@ -4,6 +4,7 @@
  * plus "type" (defaulted from the name for the three CLI providers) and the settings of
  * "command" providers. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,44 @@ static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
 	return s * 1000.0 < 1.0 ? 1 : (uint64_t)(s * 1000.0);
 }
 
+/* "limits": {"memory_mb": 2048, "pids": 256, "cpu_pct": 100, "nofile": 4096, "fsize_mb": 1024,
+ * "cpu_s": 600, "as_mb": 8192, "nproc": 256}: each optional, a positive integer; a bad
+ * one is ignored with a warning (the default holds). */
+static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+	} fields[] = {
+		{ "memory_mb", offsetof(struct sbx_limits, memory_mb) },
+		{ "pids", offsetof(struct sbx_limits, pids) },
+		{ "cpu_pct", offsetof(struct sbx_limits, cpu_pct) },
+		{ "nofile", offsetof(struct sbx_limits, nofile) },
+		{ "fsize_mb", offsetof(struct sbx_limits, fsize_mb) },
+		{ "cpu_s", offsetof(struct sbx_limits, cpu_s) },
+		{ "as_mb", offsetof(struct sbx_limits, as_mb) },
+		{ "nproc", offsetof(struct sbx_limits, nproc) },
+	};
+
+	memset(l, 0, sizeof(*l));
+	if (!json_is_object(j))
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
+		const json_t *v = json_object_get(j, fields[i].key);
+
+		if (!v)
+			continue;
+		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+			log_warnx(NULL,
+				  "registry: provider %s: limits.%s must be a positive integer; "
+				  "the default holds",
+				  name, fields[i].key);
+			continue;
+		}
+		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)json_integer_value(v);
+	}
+}
+
 static struct prov_provider *provider_new(const char *name, const json_t *entry,
 					  const json_t *override)
 {
@@ -145,6 +184,7 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	pv->ops = prov_ops_for_type(type);
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
+	read_limits(name, json_object_get(pv->conf, "limits"), &pv->limits);
 	{
 		const json_t *mc = json_object_get(pv->conf, "max_concurrent");
 
@@ -376,4 +416,9 @@ const char *prov_provider_display_name(const struct prov_provider *pv)
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv)
 {
 	return pv->timeout_ms;
+}
+
+const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv)
+{
+	return &pv->limits;
 }

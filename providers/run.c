@@ -316,6 +316,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	}
 	sbx_policy_set_network(plan.policy, pv->network);
 	sbx_policy_set_timeout_ms(plan.policy, pv->timeout_ms);
+	sbx_policy_set_limits(plan.policy, &pv->limits);
 	ret = pv->ops->plan(pv, req, &plan, out);
 	if (ret) {
 		/* A copy: fail() formats into out->message, which must not also be its source. */

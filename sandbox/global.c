@@ -14,7 +14,7 @@
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
-struct sbx_global sbx_g = { .runtime_fd = -1 };
+struct sbx_global sbx_g = { .runtime_fd = -1, .cg_fd = -1 };
 
 /* Top-level entries that point into /usr on a merged-/usr system, or are real directories
  * on an older one. */
@@ -106,6 +106,7 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	if (sa.sa_handler == SIG_IGN)
 		signal(SIGCHLD, SIG_DFL);
 	sbx_scratch_sweep_stale();
+	sbx_cgroup_init(cfg->cgroup);
 	return 0;
 
 fail_inval:
@@ -126,7 +127,8 @@ void sbx_global_release(void)
 		close(sbx_g.runtime_fd);
 	sbx_strv_clear(&sbx_g.root_links);
 	sbx_strv_clear(&sbx_g.root_dirs);
-	sbx_g = (struct sbx_global){ .runtime_fd = -1 };
+	sbx_cgroup_release();
+	sbx_g = (struct sbx_global){ .runtime_fd = -1, .cg_fd = -1 };
 }
 
 enum sbx_mode sbx_global_mode(void)
@@ -139,6 +141,7 @@ enum sbx_mode sbx_global_mode(void)
 static struct sbx_status status;
 static char version_buf[64];
 static char message_buf[512];
+static char cgroup_buf[512];
 static pthread_once_t status_once = PTHREAD_ONCE_INIT;
 
 static int collect(void *ctx, const char *data, size_t len)
@@ -160,8 +163,9 @@ static void status_compute(void)
 
 	status.mode = sbx_g.mode == SBX_MODE_OFF ? "off" : "bwrap";
 	status.bwrap_path = sbx_g.bwrap_path;
-	/* No delegated cgroup v2 is used yet: limits are rlimits (docs/sandbox.md). */
-	status.cgroup = "rlimits";
+	status.cgroup = sbx_g.cg_fd >= 0 ? "cgroup2" : "rlimits";
+	snprintf(cgroup_buf, sizeof(cgroup_buf), "%s", sbx_g.cg_reason);
+	status.cgroup_detail = cgroup_buf;
 	if (!sbx_g.bwrap_path || access(sbx_g.bwrap_path, X_OK) < 0) {
 		snprintf(message_buf, sizeof(message_buf),
 			 "bubblewrap not found at %s. Install: sudo apt-get install -y bubblewrap",

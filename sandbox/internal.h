@@ -29,10 +29,14 @@ struct sbx_global {
 	enum sbx_mode mode;
 	char *bwrap_path;
 	char *runtime_dir;
-	int runtime_fd;		    /* O_PATH|O_DIRECTORY on runtime_dir */
-	char *exec_stub;	    /* olp-sandbox-exec, or NULL: no warm sandboxes */
-	struct sbx_strv root_links; /* pairs: "target", "/name" for the merged-/usr links */
-	struct sbx_strv root_dirs;  /* top-level lib dirs that are real directories */
+	int runtime_fd;		     /* O_PATH|O_DIRECTORY on runtime_dir */
+	char *exec_stub;	     /* olp-sandbox-exec, or NULL: no warm sandboxes */
+	struct sbx_strv root_links;  /* pairs: "target", "/name" for the merged-/usr links */
+	struct sbx_strv root_dirs;   /* top-level lib dirs that are real directories */
+	int cg_fd;		     /* the delegated cgroup v2 runs are made in, or -1 */
+	char *cg_path;		     /* its path, or NULL */
+	unsigned int cg_controllers; /* SBX_CG_* offered there */
+	char cg_reason[512];	     /* cg_path, or why no cgroup is used */
 };
 extern struct sbx_global sbx_g;
 
@@ -62,6 +66,31 @@ void sbx_scratch_remove(struct sbx_scratch *s);
 void sbx_scratch_sweep_stale(void);
 /* openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) of a directory below dfd: fd or -1/errno. */
 int sbx_open_dir_beneath(int dfd, const char *name);
+
+/* cgroup v2 (cgroup.c). */
+enum sbx_cg_controller {
+	SBX_CG_MEMORY = 1 << 0,
+	SBX_CG_PIDS = 1 << 1,
+	SBX_CG_CPU = 1 << 2,
+};
+/* Find the cgroup runs are made in, per setting (NULL/"auto", "off" or a path). Never
+ * fails: without a usable cgroup, limits are rlimits and sbx_g.cg_reason says why. */
+void sbx_cgroup_init(const char *setting);
+void sbx_cgroup_release(void);
+
+/* One run's cgroup. procs_fd: its cgroup.procs, for the child to move itself in. */
+struct sbx_cgroup {
+	char name[96];
+	int dir_fd;
+	int procs_fd;
+};
+/* Make the run's cgroup with l's limits (nothing, and 0, without a usable cgroup). 0 or
+ * -errno; on error nothing is left. */
+int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l);
+/* SIGKILL every process in it (cgroup.kill). */
+void sbx_cgroup_kill(struct sbx_cgroup *cg);
+/* Kill what is left, wait until it is empty (bounded), remove it. */
+void sbx_cgroup_remove(struct sbx_cgroup *cg);
 
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
 #define SBX_FD_STATUS 3	 /* --json-status-fd */

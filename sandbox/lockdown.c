@@ -15,6 +15,18 @@
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
+static bool cap_setpcap_held(void)
+{
+	cap_flag_value_t v = CAP_CLEAR;
+	cap_t caps = cap_get_proc();
+
+	if (caps) {
+		cap_get_flag(caps, CAP_SETPCAP, CAP_EFFECTIVE, &v);
+		cap_free(caps);
+	}
+	return v == CAP_SET;
+}
+
 int sbx_lockdown_self(void)
 {
 	bool root = geteuid() == 0;
@@ -24,15 +36,22 @@ int sbx_lockdown_self(void)
 	int ret = 0;
 
 	/* 1. The bounding set first: dropping from it needs CAP_SETPCAP, which step 3
-	 *    removes. What is not in it can never be regained through an exec. */
-	for (c = 0; c <= CAP_LAST_CAP; c++) {
-		if (!CAP_IS_SUPPORTED(c) || (root && c == keep))
-			continue;
-		if (cap_drop_bound(c) < 0 && errno != EINVAL && errno != EPERM)
-			return -errno;
+	 *    removes. What is not in it can never be regained through an exec. Without
+	 *    CAP_SETPCAP (an ordinary user) nothing can be dropped, nor needs to be: such a
+	 *    process gains no capability from its bounding set but through file capabilities,
+	 *    which no_new_privs (step 4) disables. */
+	if (root || cap_setpcap_held()) {
+		for (c = 0; c <= CAP_LAST_CAP; c++) {
+			if (root && c == keep)
+				continue;
+			/* EINVAL: a capability this kernel does not know. */
+			if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+				return -errno;
+		}
 	}
-	/* 2. Ambient capabilities would survive an exec: clear them. */
-	if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() < 0)
+	/* 2. Ambient capabilities would survive an exec: clear them (EINVAL: a kernel
+	 *    before 4.3 has none). */
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 		return -errno;
 	/* 3. Effective, permitted and inheritable sets: empty (root: CAP_SETFCAP only). */
 	caps = cap_init();

@@ -2,7 +2,8 @@
  * commands (for operators, tests and benchmarks), or check whether this host can.
  *
  *   olp-sandbox [--profile NAME] [--net] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
- *               [--as-mb MB] [--nproc N] [--runtime-dir DIR] -- COMMAND [ARGS...]
+ *               [--as-mb MB] [--nproc N] [--memory-mb MB] [--pids N] [--cpu-pct PCT]
+ *               [--cgroup auto|off|PATH] [--runtime-dir DIR] -- COMMAND [ARGS...]
  *   olp-sandbox --doctor [--json]
  *
  * Exit status: the command's own; 128+N when it died of signal N; 124 on timeout; 125
@@ -22,14 +23,16 @@
 static void usage(FILE *f)
 {
 	fputs("usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
-	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--runtime-dir "
-	      "DIR]\n"
-	      "                   -- COMMAND [ARGS...]\n"
+	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N]\n"
+	      "                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
+	      "                   [--cgroup auto|off|PATH] [--runtime-dir DIR] -- COMMAND "
+	      "[ARGS...]\n"
 	      "       olp-sandbox --doctor [--json]\n"
 	      "\n"
 	      "Runs COMMAND inside the sandbox olp-fcgi uses for provider commands: bubblewrap\n"
 	      "with new namespaces, an allowlisted read-only root, a scratch HOME, a seccomp\n"
-	      "filter, no capabilities and rlimits. Only fds 0-2 reach the command.\n"
+	      "filter, no capabilities, rlimits, and its own cgroup when a cgroup v2 is\n"
+	      "delegated to it. Only fds 0-2 reach the command.\n"
 	      "--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
 	      f);
 }
@@ -80,6 +83,22 @@ struct check {
 	char detail[400];
 };
 
+/* The field a limit option sets, or NULL. */
+static uint64_t *limit_field(struct sbx_limits *l, const char *opt)
+{
+	if (!strcmp(opt, "--as-mb"))
+		return &l->as_mb;
+	if (!strcmp(opt, "--nproc"))
+		return &l->nproc;
+	if (!strcmp(opt, "--memory-mb"))
+		return &l->memory_mb;
+	if (!strcmp(opt, "--pids"))
+		return &l->pids;
+	if (!strcmp(opt, "--cpu-pct"))
+		return &l->cpu_pct;
+	return NULL;
+}
+
 static int read_int_file(const char *path, long *v)
 {
 	struct buf b = BUF_INIT;
@@ -97,22 +116,28 @@ static int collect(void *ctx, const char *data, size_t len)
 	return 0;
 }
 
-static const char *cgroup_mode(char *detail, size_t n)
+/* The host's cgroup layout, and what the sandbox makes of it. */
+static const char *cgroup_mode(const struct sbx_status *st, char *detail, size_t n)
 {
-	struct stat st;
+	struct stat sb;
+	const char *layout = "v1";
 
-	if (stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0) {
+	if (stat("/sys/fs/cgroup/cgroup.controllers", &sb) == 0)
+		layout = "v2";
+	else if (stat("/sys/fs/cgroup/unified/cgroup.controllers", &sb) == 0)
+		layout = "hybrid";
+	if (!strcmp(st->cgroup, "cgroup2"))
 		snprintf(detail, n,
-			 "cgroup v2; delegated cgroups are not used yet, limits are rlimits");
-		return "v2";
-	}
-	if (stat("/sys/fs/cgroup/unified", &st) == 0) {
-		snprintf(detail, n,
-			 "cgroup v1/v2 hybrid: no v2 controllers to delegate; limits are rlimits");
-		return "hybrid";
-	}
-	snprintf(detail, n, "cgroup v1 only; limits are rlimits");
-	return "v1";
+			 "cgroup v2: each run gets its own cgroup below %s (memory, pids, "
+			 "cpu limits)",
+			 st->cgroup_detail);
+	else
+		snprintf(detail, n, "%s: %s; limits are rlimits",
+			 !strcmp(layout, "v2")	     ? "cgroup v2"
+			 : !strcmp(layout, "hybrid") ? "cgroup v1/v2 hybrid"
+						     : "cgroup v1 only",
+			 st->cgroup_detail);
+	return layout;
 }
 
 static int doctor(bool json)
@@ -152,7 +177,7 @@ static int doctor(bool json)
 	}
 	n++;
 	c[n] = (struct check){ .name = "cgroup", .ok = true };
-	cg = cgroup_mode(c[n].detail, sizeof(c[n].detail));
+	cg = cgroup_mode(st, c[n].detail, sizeof(c[n].detail));
 	n++;
 	/* Known blockers, each with its fix. */
 	c[n] = (struct check){ .name = "apparmor_userns", .ok = true };
@@ -226,6 +251,7 @@ int main(int argc, char **argv)
 	struct sbx_limits limits = { 0 };
 	bool net = false, do_doctor = false, json = false;
 	double timeout = 0;
+	uint64_t *lim;
 	int i, ret, first_cmd = -1;
 
 	log_set_program("olp-sandbox");
@@ -276,18 +302,14 @@ int main(int argc, char **argv)
 				fprintf(stderr, "olp-sandbox: --timeout takes seconds\n");
 				return 2;
 			}
-		} else if ((!strcmp(a, "--as-mb") || !strcmp(a, "--nproc")) && i + 1 < argc) {
-			uint64_t v;
-
-			if (parse_u64(argv[i + 1], &v) || !v) {
+		} else if ((lim = limit_field(&limits, a)) && i + 1 < argc) {
+			if (parse_u64(argv[i + 1], lim) || !*lim) {
 				fprintf(stderr, "olp-sandbox: %s takes a positive number\n", a);
 				return 2;
 			}
-			if (!strcmp(a, "--as-mb"))
-				limits.as_mb = v;
-			else
-				limits.nproc = v;
 			i++;
+		} else if (!strcmp(a, "--cgroup") && i + 1 < argc) {
+			cfg.cgroup = argv[++i];
 		} else if (!strcmp(a, "--runtime-dir") && i + 1 < argc) {
 			snprintf(runtime, sizeof(runtime), "%s", argv[++i]);
 		} else {

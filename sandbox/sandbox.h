@@ -30,6 +30,10 @@ struct sbx_global_config {
 	/* olp-sandbox-exec: when set, a policy run once gets a sandbox started ahead of time
 	 * for its next run (a "warm" sandbox; see spawn.c). NULL: every run starts cold. */
 	const char *exec_stub;
+	/* Resource control (cgroup.c): NULL or "auto" = a cgroup v2 delegated to this
+	 * process if there is one, "off" = rlimits only, or the absolute path of a cgroup
+	 * prepared for the runs. Without a usable cgroup, limits are rlimits. */
+	const char *cgroup;
 };
 
 /* Set the process-wide settings; copies every string. Creates runtime_dir if needed and
@@ -51,11 +55,12 @@ enum sbx_mode sbx_global_mode(void);
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.
  * Computed once per process and cached; the strings are static. */
 struct sbx_status {
-	bool available;	    /* bwrap is present and a real sandboxed spawn worked */
-	bool seccomp;	    /* the filter was built and is loaded by every run */
-	const char *cgroup; /* resource control in use: "rlimits" (no delegated cgroup v2) */
-	bool active;	    /* runs are actually wrapped (mode bwrap and available) */
-	const char *mode;   /* "bwrap" or "off" */
+	bool available;		   /* bwrap is present and a real sandboxed spawn worked */
+	bool seccomp;		   /* the filter was built and is loaded by every run */
+	const char *cgroup;	   /* resource control in use: "cgroup2" or "rlimits" */
+	const char *cgroup_detail; /* the cgroup runs are made in, or why there is none */
+	bool active;		   /* runs are actually wrapped (mode bwrap and available) */
+	const char *mode;	   /* "bwrap" or "off" */
 	const char *bwrap_path;
 	const char *bwrap_version; /* "0.8.0", or NULL */
 	const char *message;	   /* why not available, or NULL */
@@ -91,16 +96,26 @@ int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value)
 /* Wall-clock limit for the whole run; 0 = none. */
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);
 
-/* Resource limits of the command, set as rlimits before bwrap starts (so they hold for
- * every process of the tree). 0 in a field keeps the default shown. */
+/* Resource limits of the command. The rlimits are set before bwrap starts (so they hold
+ * for every process of the tree); the cgroup limits hold for the whole tree together, when
+ * a delegated cgroup v2 is in use (sbx_status.cgroup). 0 in a field keeps the default
+ * shown. */
 struct sbx_limits {
-	uint64_t nofile;   /* open files, default 4096 */
-	uint64_t fsize_mb; /* largest file written, default 1024 */
-	uint64_t cpu_s;	   /* CPU seconds per process, default 600 */
-	uint64_t as_mb;	   /* address space per process, default 8192 */
-	uint64_t nproc;	   /* processes (threads count) of the sandbox user, default 256 (see
+	uint64_t nofile;    /* open files, default 4096 */
+	uint64_t fsize_mb;  /* largest file written, default 1024 */
+	uint64_t cpu_s;	    /* CPU seconds per process, default 600 */
+	uint64_t as_mb;	    /* address space per process, default 8192 */
+	uint64_t nproc;	    /* processes (threads count) of the sandbox user, default 256 (see
 			      docs/sandbox.md) */
+	uint64_t memory_mb; /* cgroup: memory of the whole run (memory.max), default 2048 */
+	uint64_t pids;	    /* cgroup: processes and threads of the run (pids.max), default
+			       256 */
+	uint64_t cpu_pct;   /* cgroup: CPU per 100 ms period (cpu.max), in percent of one
+			       core, default 100 */
 };
+#define SBX_DEFAULT_MEMORY_MB 2048
+#define SBX_DEFAULT_PIDS 256
+#define SBX_DEFAULT_CPU_PCT 100
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
 /* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
 void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);

@@ -91,6 +91,10 @@ describe('routes', () => {
     assert.equal(r.json.ok, true);
     assert.ok(r.json.providers, `providers missing: ${r.text}`);
     assert.ok(r.json.sandbox, `sandbox missing: ${r.text}`);
+    // Resource control: a cgroup v2 per run, or rlimits and the reason why not.
+    assert.ok(['cgroup2', 'rlimits'].includes(r.json.sandbox.cgroup), r.text);
+    assert.equal(typeof r.json.sandbox.cgroup_detail, 'string');
+    assert.ok(r.json.sandbox.cgroup_detail.length > 0, r.text);
   });
 
   it('routes on the path, never on the query string', async () => {

@@ -862,6 +862,44 @@ static void test_registry_timeouts(void)
 	CU_ASSERT(timeout_for(",\"timeout_s\":1e-9", NULL) > 0);
 }
 
+/* "limits" of a provider: config.json over the entry, bad values ignored, nothing shared
+ * with another provider. */
+static void test_registry_limits(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg;
+	const struct sbx_limits *l;
+
+	reg = load_text("{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			"\"limits\":{\"memory_mb\":512,\"pids\":64,\"as_mb\":4096},"
+			"\"models\":[{\"id\":\"m\"}]},\"other\":{\"type\":\"command\","
+			"\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"o\"}]}}}",
+			"{\"local\":{\"limits\":{\"memory_mb\":1024,\"cpu_pct\":50,\"pids\":-1,"
+			"\"nofile\":\"9\"}}}",
+			&err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	l = prov_provider_limits(prov_registry_find(reg, "m")->provider);
+	/* json_object_update replaces the whole "limits" object: config.json's own. */
+	CU_ASSERT_EQUAL(l->memory_mb, 1024);
+	CU_ASSERT_EQUAL(l->cpu_pct, 50);
+	CU_ASSERT_EQUAL(l->pids, 0);
+	CU_ASSERT_EQUAL(l->nofile, 0);
+	CU_ASSERT_EQUAL(l->as_mb, 0);
+	l = prov_provider_limits(prov_registry_find(reg, "o")->provider);
+	CU_ASSERT_EQUAL(l->memory_mb, 0);
+	CU_ASSERT_EQUAL(l->cpu_pct, 0);
+	prov_registry_free(reg);
+	reg = load_text("{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			"\"limits\":{\"memory_mb\":512,\"pids\":64},\"models\":[{\"id\":\"m\"}]}}}",
+			NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	l = prov_provider_limits(prov_registry_find(reg, "m")->provider);
+	CU_ASSERT_EQUAL(l->memory_mb, 512);
+	CU_ASSERT_EQUAL(l->pids, 64);
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
 static void test_registry_shipped_default(void)
 {
 	struct buf err = BUF_INIT;
@@ -912,6 +950,7 @@ int main(void)
 	CU_add_test(s, "registry: types not run yet skipped", test_registry_types_not_run);
 	CU_add_test(s, "registry: load failures", test_registry_load_failures);
 	CU_add_test(s, "registry: timeouts", test_registry_timeouts);
+	CU_add_test(s, "registry: limits", test_registry_limits);
 	CU_add_test(s, "registry: shipped default loads", test_registry_shipped_default);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

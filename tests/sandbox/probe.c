@@ -10,6 +10,7 @@
  *   olp-probe dump PATH... print each file's bytes if it can be read (the HTTP test)
  *   olp-probe forkbomb   fork until something stops it
  *   olp-probe hog        allocate and touch memory until something stops it
+ *   olp-probe cpu MS     busy-loop for MS ms of wall-clock time, print the CPU ms it got
  *   olp-probe mark NAME  create /tmp/NAME, then sleep 3 s
  *   olp-probe peek NAME  report whether /tmp/NAME or another probe is visible
  *   olp-probe escape [--keyfile P] [--keydir P] [--runtime P] [--hostpid N] [--unix P]
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 
@@ -168,6 +170,28 @@ static int cmd_hog(void)
 	}
 }
 
+static long now_ms(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
+
+/* Burn CPU for ms of wall-clock time; under cpu.max it gets only its share. */
+static int cmd_cpu(const char *ms)
+{
+	long start = now_ms(CLOCK_MONOTONIC), end = start + atol(ms);
+	volatile unsigned long spin = 0;
+
+	while (now_ms(CLOCK_MONOTONIC) < end)
+		for (int i = 0; i < 10000; i++)
+			spin++;
+	printf("{\"cpu_ms\":%ld,\"wall_ms\":%ld}\n", now_ms(CLOCK_PROCESS_CPUTIME_ID),
+	       now_ms(CLOCK_MONOTONIC) - start);
+	return 0;
+}
+
 static int cmd_mark(const char *name)
 {
 	char path[300];
@@ -292,6 +316,8 @@ int main(int argc, char **argv)
 		return cmd_forkbomb();
 	if (argc >= 2 && !strcmp(argv[1], "hog"))
 		return cmd_hog();
+	if (argc >= 3 && !strcmp(argv[1], "cpu"))
+		return cmd_cpu(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "mark"))
 		return cmd_mark(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "peek"))
