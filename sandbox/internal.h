@@ -108,6 +108,9 @@ void sbx_warm_release_all(void);
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */
 int sbx_seccomp_fd(bool allow_unix);
+/* Build the program with libseccomp and export it as BPF: *out (malloc'd, caller frees),
+ * *len. 0 or -errno. */
+int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
 /* The child's environment for mode off (and the --setenv list for bwrap). */

@@ -223,10 +223,12 @@ static bool path_exists(const char *path)
 }
 
 /* /etc files a client needs to resolve names, verify TLS and load libraries; nothing else
- * of /etc is visible. */
+ * of /etc is visible. Of /etc/ssl only the certificates and openssl.cnf: /etc/ssl/private
+ * holds the host's TLS keys, and a sandbox started by root maps its user to host root,
+ * whose permission bits it then passes. */
 static const char *const etc_allow[] = {
 	"/etc/ld.so.cache", "/etc/resolv.conf",	    "/etc/hosts",     "/etc/nsswitch.conf",
-	"/etc/ssl",	    "/etc/ca-certificates", "/etc/localtime", "/etc/alternatives",
+	"/etc/ssl/certs",   "/etc/ssl/openssl.cnf", "/etc/localtime", "/etc/alternatives",
 };
 
 #define FD_STR_(n) #n

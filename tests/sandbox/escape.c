@@ -117,6 +117,9 @@ static void check_files(const struct escape_args *a)
 	expect_absent("sys_absent", "/sys/kernel");
 	expect_absent("host_run_absent", "/run");
 	expect_absent("etc_shadow_absent", "/etc/shadow");
+	/* The host's TLS keys (0710 root:ssl-cert): a sandbox started by root would pass
+	 * their permission bits. */
+	expect_absent("etc_ssl_private_absent", "/etc/ssl/private");
 }
 
 static void check_env(const struct escape_args *a)

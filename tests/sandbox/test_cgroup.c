@@ -26,6 +26,9 @@
 
 static char runtime_dir[] = "/tmp/olp-cg-test-XXXXXX";
 static const char *base; /* the cgroup runs are made in (cgroup2 mode), else NULL */
+/* The payload and the CLI; OLP_PROBE / OLP_SANDBOX override the build tree's (copies an
+ * unprivileged user can read: tests/sandbox/cgroup-vm.sh). */
+static const char *probe = OLP_PROBE_PATH, *cli = OLP_SANDBOX_PATH;
 
 static int collect(void *ctx, const char *data, size_t len)
 {
@@ -38,7 +41,7 @@ static struct sbx_policy *probe_policy(const struct sbx_limits *l, uint64_t time
 	struct sbx_policy *p = sbx_policy_new();
 
 	CU_ASSERT_FATAL(p != NULL);
-	CU_ASSERT_EQUAL(sbx_policy_add_ro(p, OLP_PROBE_PATH), 0);
+	CU_ASSERT_EQUAL(sbx_policy_add_ro(p, probe), 0);
 	sbx_policy_set_timeout_ms(p, timeout_ms);
 	if (l)
 		sbx_policy_set_limits(p, l);
@@ -86,8 +89,8 @@ static int doctor(const char *cgroup_setting, struct buf *out)
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
-		execl(OLP_SANDBOX_PATH, "olp-sandbox", "--runtime-dir", runtime_dir, "--cgroup",
-		      cgroup_setting, "--doctor", "--json", (char *)NULL);
+		execl(cli, "olp-sandbox", "--runtime-dir", runtime_dir, "--cgroup", cgroup_setting,
+		      "--doctor", "--json", (char *)NULL);
 		_exit(127);
 	}
 	close(pfd[1]);
@@ -186,9 +189,8 @@ static void test_run_has_own_cgroup(void)
 
 	p = probe_policy(&in.want, 20000);
 	CU_ASSERT_EQUAL(run_cgroups(NULL, 0), 0);
-	CU_ASSERT_EQUAL(
-		sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, &cb, &res),
-		0);
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ probe, "spin", NULL }, NULL, &cb, &res),
+			0);
 	CU_ASSERT_TRUE(in.checked);
 	CU_ASSERT_EQUAL(res.end, SBX_END_STOPPED);
 	/* The tree is gone and so is its cgroup. */
@@ -209,9 +211,8 @@ static void test_pids_stop_fork_bomb(void)
 	uint64_t t0 = mono_ms();
 
 	p = probe_policy(&l, 3000);
-	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "forkbomb", NULL }, NULL,
-				&cb, &res),
-			0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ probe, "forkbomb", NULL }, NULL, &cb, &res), 0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "fork: Resource temporarily unavailable"));
 	CU_ASSERT(mono_ms() - t0 < 30000);
@@ -232,9 +233,8 @@ static void test_memory_kills_hog(void)
 	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
 
 	p = probe_policy(&l, 60000);
-	CU_ASSERT_EQUAL(
-		sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "hog", NULL }, NULL, &cb, &res),
-		0);
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ probe, "hog", NULL }, NULL, &cb, &res),
+			0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_SIGNALED);
 	CU_ASSERT_EQUAL(res.term_signal, SIGKILL);
 	CU_ASSERT_PTR_NULL(strstr(out.data, "hog_stopped_at_mib"));
@@ -253,9 +253,9 @@ static long cpu_ms_of(uint64_t pct)
 	const char *v;
 	long ms = -1;
 
-	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ OLP_PROBE_PATH, "cpu", "1500", NULL },
-				NULL, &cb, &res),
-			0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ probe, "cpu", "1500", NULL }, NULL, &cb, &res),
+		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	v = strstr(out.data, "\"cpu_ms\":");
 	CU_ASSERT_PTR_NOT_NULL(v);
@@ -303,6 +303,10 @@ int main(void)
 	CU_pSuite s;
 	unsigned fails;
 
+	if (getenv("OLP_PROBE"))
+		probe = getenv("OLP_PROBE");
+	if (getenv("OLP_SANDBOX"))
+		cli = getenv("OLP_SANDBOX");
 	if (!mkdtemp(runtime_dir))
 		return 1;
 	cfg.runtime_dir = runtime_dir;
