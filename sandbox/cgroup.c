@@ -405,6 +405,15 @@ void sbx_cgroup_init(const char *setting)
 		own = !strncmp(path, mnt, strlen(mnt)) &&
 		      !strcmp(path + strlen(mnt), !strcmp(rel, "/") ? "" : rel);
 	} else {
+		size_t rl = strlen(rel), wl = strlen("/" CG_WORKERS);
+
+		/* Born in the leaf a worker before us moved the pool into (the web server
+		 * lives there now): the base is its parent, evacuated already. */
+		if (rl > wl && !strcmp(rel + rl - wl, "/" CG_WORKERS)) {
+			rel[rl - wl] = '\0';
+			if (!rel[0])
+				snprintf(rel, sizeof(rel), "/");
+		}
 		snprintf(path, sizeof(path), "%s%s", mnt, !strcmp(rel, "/") ? "" : rel);
 		own = true;
 	}

@@ -21,9 +21,9 @@ here=$root/tests/bench
 need=()
 for t in hyperfine socat rg bwrap jq; do command -v "$t" >/dev/null || need+=("$t"); done
 if [ ${#need[@]} -gt 0 ]; then
-	pkgs=$(printf '%s\n' "${need[@]}" | sed 's/^rg$/ripgrep/; s/^bwrap$/bubblewrap/')
-	echo "installing: $pkgs"
-	apt-get install -y -q $pkgs >/dev/null
+	mapfile -t pkgs < <(printf '%s\n' "${need[@]}" | sed 's/^rg$/ripgrep/; s/^bwrap$/bubblewrap/')
+	echo "installing: ${pkgs[*]}"
+	apt-get install -y -q "${pkgs[@]}" >/dev/null
 fi
 if [ ! -x "$build/sandbox/olp-sandbox" ]; then
 	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
