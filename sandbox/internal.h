@@ -95,13 +95,24 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg);
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
 #define SBX_FD_STATUS 3	 /* --json-status-fd */
 #define SBX_FD_SECCOMP 4 /* --seccomp */
-#define SBX_FD_PASSWD 5	 /* --ro-bind-data -> /etc/passwd */
-#define SBX_FD_GROUP 6	 /* --ro-bind-data -> /etc/group */
-#define SBX_FD_COUNT 7
+#define SBX_FD_PASSWD 5	 /* --file -> /etc/passwd */
+#define SBX_FD_GROUP 6	 /* --file -> /etc/group */
+#define SBX_FD_ETC0 7	 /* --file -> the /etc files, SBX_ETC_FILES of them */
+#define SBX_ETC_FILES 6
+#define SBX_FD_COUNT (SBX_FD_ETC0 + SBX_ETC_FILES)
 
-/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*. */
+/* Open the /etc files the sandbox gets copies of (fds[i] = -1 when absent, or when
+ * /etc/localtime is a link into /usr, which the sandbox gets as a link). Bit i of the
+ * result is set when fds[i] is open; the caller closes them. */
+unsigned int sbx_etc_open(int fds[SBX_ETC_FILES]);
+/* The same bits, from the files' presence only (to key warm sandboxes). */
+unsigned int sbx_etc_mask(void);
+
+/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*;
+ * etc_mask as sbx_etc_open returned it. */
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], const char *stub, struct sbx_strv *out);
+			 const char *const argv[], const char *stub, unsigned int etc_mask,
+			 struct sbx_strv *out);
 /* Stop every warm sandbox of this process (spawn.c). */
 void sbx_warm_release_all(void);
 

@@ -1,10 +1,13 @@
 /* The policy object and the bwrap command line it turns into. The command line is an
  * argv built here, never a shell string. */
 #include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "common/common.h"
@@ -222,21 +225,71 @@ static bool path_exists(const char *path)
 	return lstat(path, &st) == 0;
 }
 
-/* /etc files a client needs to resolve names, verify TLS and load libraries; nothing else
- * of /etc is visible. Of /etc/ssl only the certificates and openssl.cnf: /etc/ssl/private
- * holds the host's TLS keys, and a sandbox started by root maps its user to host root,
- * whose permission bits it then passes. */
-static const char *const etc_allow[] = {
-	"/etc/ld.so.cache", "/etc/resolv.conf",	    "/etc/hosts",     "/etc/nsswitch.conf",
-	"/etc/ssl/certs",   "/etc/ssl/openssl.cnf", "/etc/localtime", "/etc/alternatives",
+/* The /etc files a client needs to resolve names, verify TLS and load libraries. bwrap
+ * copies each into the sandbox's root from a descriptor we open per run (--file): no
+ * mount for each (a bind costs bwrap a pass over the mount table), and the content of the
+ * moment (resolv.conf changes). Indexed like the SBX_FD_ETC0 + i slots. */
+static const char *const etc_files[SBX_ETC_FILES] = {
+	"/etc/ld.so.cache",   "/etc/resolv.conf", "/etc/hosts",
+	"/etc/nsswitch.conf", "/etc/localtime",	  "/etc/ssl/openssl.cnf",
 };
+#define ETC_LOCALTIME 4
+
+/* Directories, bound read-only. Of /etc/ssl only the certificates and openssl.cnf:
+ * /etc/ssl/private holds the host's TLS keys, and a sandbox started by root maps its user
+ * to host root, whose permission bits it then passes. */
+static const char *const etc_dirs[] = { "/etc/ssl/certs", "/etc/alternatives" };
+
+/* /etc/localtime as the link into /usr/share/zoneinfo it usually is (programs read the
+ * zone's name from the link), or false when it is not one. */
+static bool localtime_link(char *target, size_t n)
+{
+	ssize_t len = readlink(etc_files[ETC_LOCALTIME], target, n - 1);
+
+	if (len <= 0)
+		return false;
+	target[len] = '\0';
+	if (!strncmp(target, "../usr/", 7))
+		memmove(target, target + 2, (size_t)len - 1);
+	return !strncmp(target, "/usr/", 5) && !strstr(target, "/..");
+}
+
+unsigned int sbx_etc_open(int fds[SBX_ETC_FILES])
+{
+	unsigned int mask = 0;
+	char link[PATH_MAX];
+
+	for (size_t i = 0; i < SBX_ETC_FILES; i++) {
+		fds[i] = -1;
+		if (i == ETC_LOCALTIME && localtime_link(link, sizeof(link)))
+			continue;
+		fds[i] = open(etc_files[i], O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (fds[i] >= 0)
+			mask |= 1u << i;
+	}
+	return mask;
+}
+
+unsigned int sbx_etc_mask(void)
+{
+	unsigned int mask = 0;
+	char link[PATH_MAX];
+
+	for (size_t i = 0; i < SBX_ETC_FILES; i++)
+		if (!(i == ETC_LOCALTIME && localtime_link(link, sizeof(link))) &&
+		    access(etc_files[i], R_OK) == 0)
+			mask |= 1u << i;
+	return mask;
+}
 
 #define FD_STR_(n) #n
 #define FD_STR(n) FD_STR_(n)
 
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], const char *stub, struct sbx_strv *out)
+			 const char *const argv[], const char *stub, unsigned int etc_mask,
+			 struct sbx_strv *out)
 {
+	char link[PATH_MAX];
 	size_t i;
 	int ret;
 
@@ -281,12 +334,31 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 		if ((ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i],
 				    NULL)))
 			return ret;
-	for (i = 0; i < ARRAY_SIZE(etc_allow); i++)
-		if (path_exists(etc_allow[i]) &&
-		    (ret = push_all(out, "--ro-bind", etc_allow[i], etc_allow[i], NULL)))
+	for (i = 0; i < SBX_ETC_FILES; i++) {
+		char fd[16];
+
+		snprintf(fd, sizeof(fd), "%d", SBX_FD_ETC0 + (int)i);
+		if ((etc_mask & (1u << i)) &&
+		    (ret = push_all(out, "--perms", "0644", "--file", fd, etc_files[i], NULL)))
 			return ret;
-	ret = push_all(out, "--proc", "/proc", "--dev", "/dev", "--size", "268435456", "--tmpfs",
-		       "/tmp", "--bind", s->home, SBX_HOME, "--chdir", SBX_HOME, NULL);
+	}
+	if (localtime_link(link, sizeof(link)) &&
+	    (ret = push_all(out, "--symlink", link, etc_files[ETC_LOCALTIME], NULL)))
+		return ret;
+	for (i = 0; i < ARRAY_SIZE(etc_dirs); i++)
+		if (path_exists(etc_dirs[i]) &&
+		    (ret = push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL)))
+			return ret;
+	/* A passwd and group that name only the sandbox user: no host account is listed. */
+	ret = push_all(out, "--perms", "0644", "--file", FD_STR(SBX_FD_PASSWD), "/etc/passwd",
+		       "--perms", "0644", "--file", FD_STR(SBX_FD_GROUP), "/etc/group", NULL);
+	if (ret)
+		return ret;
+	/* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made read-only at
+	 * the end, like the root. */
+	ret = push_all(out, "--proc", "/proc", "--dev", "/dev", "--size", "67108864", "--tmpfs",
+		       "/dev/shm", "--size", "268435456", "--tmpfs", "/tmp", "--bind", s->home,
+		       SBX_HOME, "--chdir", SBX_HOME, NULL);
 	if (ret)
 		return ret;
 	for (i = 0; i < p->ro.n; i++)
@@ -309,9 +381,10 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 	/* A warm sandbox's payload waits for its command (spawn.c, olp-sandbox-exec). */
 	if (stub && (ret = push_all(out, "--ro-bind", stub, stub, NULL)))
 		return ret;
-	/* A passwd and group that name only the sandbox user: no host account is listed. */
-	ret = push_all(out, "--ro-bind-data", FD_STR(SBX_FD_PASSWD), "/etc/passwd",
-		       "--ro-bind-data", FD_STR(SBX_FD_GROUP), "/etc/group", "--seccomp",
+	/* bwrap's own root and /dev are tmpfs without a size limit: read-only, or a child
+	 * could fill the host's memory there (rather than in the 256 MiB /tmp). Not
+	 * recursive: the mounts below them keep their own modes. */
+	ret = push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
 		       FD_STR(SBX_FD_SECCOMP), "--json-status-fd", FD_STR(SBX_FD_STATUS), "--",
 		       NULL);
 	if (ret)

@@ -125,19 +125,24 @@ static void __attribute__((noreturn)) child_exec(const struct child_plan *c)
 		_exit(127);
 	if (c->cwd_fd >= 0 && fchdir(c->cwd_fd) < 0)
 		child_fail(c->report_fd, STAGE_CHDIR);
-	/* Move every source above the target slots first, so that dup2 onto 0..3 cannot
+	/* Move every source above the target slots first, so that dup2 onto 0..n cannot
 	 * clobber a source still to be moved (the FastCGI listen socket is fd 0 here). */
-	report_fd = fcntl(c->report_fd, F_DUPFD_CLOEXEC, 10);
+	report_fd = fcntl(c->report_fd, F_DUPFD_CLOEXEC, SBX_FD_COUNT);
 	if (report_fd < 0)
 		child_fail(c->report_fd, STAGE_DUPFD);
 	for (i = 0; i < c->nfds; i++) {
-		tmp[i] = fcntl(c->fds[i], F_DUPFD_CLOEXEC, 10);
-		if (tmp[i] < 0)
+		tmp[i] = c->fds[i] < 0 ? -1 : fcntl(c->fds[i], F_DUPFD_CLOEXEC, SBX_FD_COUNT);
+		if (c->fds[i] >= 0 && tmp[i] < 0)
 			child_fail(report_fd, STAGE_DUPFD);
 	}
-	for (i = 0; i < c->nfds; i++)
-		if (dup2(tmp[i], i) < 0) /* dup2 clears close-on-exec on the target */
+	for (i = 0; i < c->nfds; i++) {
+		/* An unused slot is closed: whatever of ours sits at that number (another
+		 * thread's key file) must not reach bwrap. */
+		if (tmp[i] < 0)
+			(void)close(i);
+		else if (dup2(tmp[i], i) < 0) /* dup2 clears close-on-exec on the target */
 			child_fail(report_fd, STAGE_DUP2);
+	}
 	/* Nothing beyond our slots crosses exec: not the listen socket, not another
 	 * request's connection, not a key file another thread has open. */
 	if (close_range((unsigned)c->nfds, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
@@ -361,6 +366,53 @@ static void wait_ns_gone(struct run *r)
 
 enum { PF_OUT, PF_ERR, PF_IN, PF_PID, PF_STATUS, PF_HUP, PF_N };
 
+static bool readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) > 0;
+}
+
+/* Read once from the command's stderr into the result's tail. Bytes read, 0 at EOF (the
+ * fd is then closed), -EAGAIN when there is nothing. */
+static ssize_t read_err(struct run *r, struct buf *chunk, struct sbx_result *res)
+{
+	ssize_t s;
+
+	buf_reset(chunk);
+	s = buf_read_once(chunk, r->err_fd, 4096);
+	if (s > 0)
+		keep_stderr(res, chunk->data, (size_t)s);
+	else if (s != -EAGAIN)
+		close_fd(&r->err_fd);
+	return s;
+}
+
+/* Read once from the command's stdout and hand it to cb (NULL: read and drop, the run is
+ * ending). True when the callback ends the run (*end says how). */
+static bool read_out(struct run *r, struct buf *chunk, const struct sbx_callbacks *cb,
+		     struct sbx_result *res, enum sbx_end *end)
+{
+	ssize_t s;
+	int rc;
+
+	buf_reset(chunk);
+	s = buf_read_once(chunk, r->out_fd, 65536);
+	if (s <= 0) {
+		if (s != -EAGAIN)
+			close_fd(&r->out_fd);
+		return false;
+	}
+	res->stdout_bytes += (size_t)s;
+	if (!cb || !cb->on_stdout)
+		return false;
+	rc = cb->on_stdout(cb->ctx, chunk->data, (size_t)s);
+	if (!rc)
+		return false;
+	*end = rc > 0 ? SBX_END_STOPPED : SBX_END_ABORTED;
+	return true;
+}
+
 static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
 		     const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
 {
@@ -382,6 +434,21 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 
 		if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known))
 			break;
+		if (r->exit_known && !ending) {
+			/* bwrap has the command's exit code, so everything the command wrote is
+			 * in the pipes (a write returns only once the pipe holds it): take what
+			 * is there and stop. Waiting for EOF would wait for the sandbox's
+			 * processes to exit, a millisecond or more; whatever the command left
+			 * running is killed next, and the sandbox ends with the command, as
+			 * bwrap's own pid 1 does. */
+			while (r->err_fd >= 0 && readable(r->err_fd))
+				read_err(r, &chunk, res);
+			while (r->out_fd >= 0 && readable(r->out_fd) && !ending)
+				ending = read_out(r, &chunk, cb, res, &end);
+			close_fd(&r->err_fd);
+			close_fd(&r->out_fd);
+			break;
+		}
 		if (r->reaped && !drain_until) {
 			/* The command is gone but something it started still holds a pipe
 			 * (only possible without bwrap's pid namespace): kill the group and
@@ -452,35 +519,11 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 			else
 				parse_status(r);
 		}
-		if (pfd[PF_ERR].revents) {
-			ssize_t s;
-
-			buf_reset(&chunk);
-			s = buf_read_once(&chunk, r->err_fd, 4096);
-			if (s > 0)
-				keep_stderr(res, chunk.data, (size_t)s);
-			else if (s != -EAGAIN)
-				close_fd(&r->err_fd);
-		}
-		if (pfd[PF_OUT].revents) {
-			ssize_t s;
-
-			buf_reset(&chunk);
-			s = buf_read_once(&chunk, r->out_fd, 65536);
-			if (s > 0) {
-				res->stdout_bytes += (size_t)s;
-				if (!ending && cb && cb->on_stdout) {
-					int rc = cb->on_stdout(cb->ctx, chunk.data, (size_t)s);
-
-					if (rc) {
-						end = rc > 0 ? SBX_END_STOPPED : SBX_END_ABORTED;
-						ending = true;
-						kill_tree(r);
-					}
-				}
-			} else if (s != -EAGAIN) {
-				close_fd(&r->out_fd);
-			}
+		if (pfd[PF_ERR].revents)
+			read_err(r, &chunk, res);
+		if (pfd[PF_OUT].revents && read_out(r, &chunk, ending ? NULL : cb, res, &end)) {
+			ending = true;
+			kill_tree(r);
 		}
 		if (pfd[PF_PID].revents)
 			reap(r);
@@ -603,7 +646,11 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	struct sbx_strv args = { 0 }, envp = { 0 };
 	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1 };
 	int c_in = -1, c_out = -1, c_err = -1, c_status = -1;
-	int c_seccomp = -1, c_passwd = -1, c_group = -1, ret;
+	int c_seccomp = -1, c_passwd = -1, c_group = -1, etc[SBX_ETC_FILES], ret;
+	unsigned int etc_mask = 0;
+
+	for (size_t i = 0; i < SBX_ETC_FILES; i++)
+		etc[i] = -1;
 
 	ret = sbx_scratch_create(&in->scratch);
 	if (ret) {
@@ -618,7 +665,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	}
 	ret = sbx_build_envp(p, &envp);
 	if (!ret && bwrap) {
-		ret = sbx_build_bwrap_argv(p, &in->scratch, argv, stub, &args);
+		etc_mask = sbx_etc_open(etc);
+		ret = sbx_build_bwrap_argv(p, &in->scratch, argv, stub, etc_mask, &args);
 	} else if (!ret) {
 		for (size_t i = 0; !ret && argv[i]; i++)
 			ret = sbx_strv_push(&args, argv[i]);
@@ -664,6 +712,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	plan.fds[SBX_FD_SECCOMP] = c_seccomp;
 	plan.fds[SBX_FD_PASSWD] = c_passwd;
 	plan.fds[SBX_FD_GROUP] = c_group;
+	for (size_t i = 0; i < SBX_ETC_FILES; i++)
+		plan.fds[SBX_FD_ETC0 + i] = etc[i];
 	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
 	set_rlimits(&plan, p);
 	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
@@ -677,6 +727,8 @@ out:
 	close_fd(&c_seccomp);
 	close_fd(&c_passwd);
 	close_fd(&c_group);
+	for (size_t i = 0; i < SBX_ETC_FILES; i++)
+		close_fd(&etc[i]);
 	sbx_strv_clear(&args);
 	sbx_strv_clear(&envp);
 	return ret;
@@ -723,7 +775,7 @@ static char *policy_key(const struct sbx_policy *p)
 	struct buf key = BUF_INIT;
 
 	if (sbx_build_bwrap_argv(p, &fake, (const char *const[]){ sbx_g.exec_stub, NULL },
-				 sbx_g.exec_stub, &args)) {
+				 sbx_g.exec_stub, sbx_etc_mask(), &args)) {
 		sbx_strv_clear(&args);
 		return NULL;
 	}

@@ -428,37 +428,61 @@ static void check_creds(void)
 	}
 }
 
-static void check_writes(void)
+/* Fill path until the file system refuses; report whether it stopped with ENOSPC below
+ * 1 GiB (a size-limited tmpfs) rather than taking the host's memory. */
+static void expect_size_limited(const char *check, const char *path)
 {
-	int fd = open("/usr/olp-escape", O_WRONLY | O_CREAT, 0600);
 	char chunk[1 << 16];
 	long total = 0;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
-	if (fd >= 0) {
-		close(fd);
-		report("usr_read_only", false, "created /usr/olp-escape");
-	} else {
-		report("usr_read_only", errno == EROFS, "%s", strerror(errno));
+	if (fd < 0) {
+		report(check, false, "open %s: %s", path, strerror(errno));
+		return;
 	}
 	memset(chunk, 'x', sizeof(chunk));
-	fd = open("/tmp/fill", O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	for (;;) {
 		ssize_t n = write(fd, chunk, sizeof(chunk));
 
 		if (n <= 0) {
-			report("tmp_size_limited", n < 0 && errno == ENOSPC && total < (1L << 30),
+			report(check, n < 0 && errno == ENOSPC && total < (1L << 30),
 			       "stopped after %ld MiB: %s", total >> 20,
 			       n < 0 ? strerror(errno) : "eof");
 			break;
 		}
 		total += n;
 		if (total > (2L << 30)) {
-			report("tmp_size_limited", false, "wrote 2 GiB into /tmp");
+			report(check, false, "wrote 2 GiB into %s", path);
 			break;
 		}
 	}
 	close(fd);
-	unlink("/tmp/fill");
+	unlink(path);
+}
+
+static void expect_read_only(const char *check, const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT, 0600);
+
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+		report(check, false, "created %s", path);
+	} else {
+		report(check, errno == EROFS, "%s", strerror(errno));
+	}
+}
+
+static void check_writes(void)
+{
+	expect_read_only("usr_read_only", "/usr/olp-escape");
+	/* bwrap's own root and /dev are tmpfs with no size limit: writable, they would let
+	 * a child fill the host's memory. */
+	expect_read_only("root_read_only", "/olp-escape");
+	expect_read_only("etc_read_only", "/etc/olp-escape");
+	expect_read_only("dev_read_only", "/dev/olp-escape");
+	expect_size_limited("tmp_size_limited", "/tmp/fill");
+	expect_size_limited("dev_shm_size_limited", "/dev/shm/fill");
 }
 
 int escape_main(const struct escape_args *a)

@@ -118,7 +118,8 @@ for (const id of identities()) {
       'userfaultfd', 'perf_event_open', 'socket_af_unix', 'host_unix_socket_absent',
       'tcp_to_host_fails', 'udp_to_resolver_fails', 'tiocsti', 'host_shm_invisible',
       'status_CapEff', 'status_CapPrm', 'status_CapBnd', 'status_NoNewPrivs', 'status_Seccomp',
-      'usr_read_only', 'tmp_size_limited', 'sys_absent']) {
+      'usr_read_only', 'root_read_only', 'etc_read_only', 'dev_read_only', 'tmp_size_limited',
+      'dev_shm_size_limited', 'sys_absent', 'etc_ssl_private_absent']) {
       assert.ok(checks.some((c) => c.check === name), `check ${name} did not run`);
     }
     assert.equal(r.status, 0, r.stderr);
