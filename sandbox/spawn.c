@@ -1,9 +1,10 @@
 /* Spawning and supervising one run.
  *
  * Everything the child needs (argv, envp, descriptors) is built in the parent before
- * fork(); the child runs child_exec(), a short straight line of async-signal-safe calls,
+ * vfork(); the child runs child_exec(), a short straight line of async-signal-safe calls,
  * and reports a failure as {stage, errno} over a close-on-exec pipe before _exit(127).
- * EOF on that pipe means exec succeeded (git's run-command.c does the same).
+ * Nothing in that pipe once vfork() returns means exec succeeded (git's run-command.c
+ * waits for EOF to learn the same after fork()).
  *
  * The parent then polls the child's stdout and stderr, feeds its stdin, watches a pidfd
  * for its exit, a wall-clock deadline, and optionally a hangup fd (the FastCGI
@@ -215,7 +216,10 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 	int rp[2], ret = 0;
 	ssize_t n;
 
-	if (pipe2(rp, O_CLOEXEC) < 0) {
+	/* Non-blocking: vfork() returns only once the child has exec'd (past the point of
+	 * no return) or exited, so a failure report is in the pipe by then or will never
+	 * come. Waiting for EOF instead would wait for another CPU to run the exec on. */
+	if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) < 0) {
 		res->spawn_stage = "pipe";
 		return -errno;
 	}
@@ -231,8 +235,6 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 		res->spawn_stage = "fork";
 		goto out_close;
 	}
-	if (r->pid == 0)
-		child_exec(plan);
 	close_fd(&rp[1]);
 	do
 		n = read(rp[0], &rep, sizeof(rep));
