@@ -3,6 +3,8 @@
 # interleaving nothing but running every variant in the same invocation):
 #   bare      /usr/bin/true
 #   bwrap     plain bwrap --unshare-all with a minimal root (the floor any bwrap sandbox pays)
+#   policy    bwrap with exactly olp-sandbox's argv and inputs, exec'd in place by
+#             bwrap-policy (no supervising process, no scratch dir, no teardown)
 #   olp       olp-sandbox -- /usr/bin/true: the full policy (seccomp, rlimits, scratch dir,
 #             read-only root, the /etc files, cgroup when one is delegated)
 #   srt       srt /usr/bin/true from @anthropic-ai/sandbox-runtime (the Node OLP's choice)
@@ -25,9 +27,9 @@ if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${pkgs[*]}"
 	apt-get install -y -q "${pkgs[@]}" >/dev/null
 fi
-if [ ! -x "$build/sandbox/olp-sandbox" ]; then
+if [ ! -x "$build/sandbox/olp-sandbox" ] || [ ! -x "$build/tests/bench/bwrap-policy" ]; then
 	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-sandbox >/dev/null
+	cmake --build "$build" -j"$(nproc)" --target olp-sandbox bwrap-policy >/dev/null
 fi
 if [ ! -x "$here/node_modules/.bin/srt" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund >/dev/null)
@@ -50,19 +52,23 @@ echo "== $runs runs each (srt: $srt_runs), hyperfine -N"
 hyperfine -N --warmup 5 --runs "$runs" --export-json "$work/a.json" \
 	-n bare "/usr/bin/true" \
 	-n bwrap "$(q "${plain[@]}")" \
+	-n policy "$(q "$build/tests/bench/bwrap-policy" "$work/home" /usr/bin/true)" \
 	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$rundir" -- /usr/bin/true)" >/dev/null
 hyperfine -N --warmup 2 --runs "$srt_runs" --export-json "$work/b.json" \
 	-n srt "$(q "$here/node_modules/.bin/srt" /usr/bin/true)" \
 	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$rundir" -- /usr/bin/true)" >/dev/null
 
 med() { jq -r --arg n "$2" '.results[] | select(.command == $n) | .median * 1000' "$1"; }
-bare=$(med a.json bare); plainm=$(med a.json bwrap); olp=$(med a.json olp)
+bare=$(med a.json bare); plainm=$(med a.json bwrap); pol=$(med a.json policy)
+olp=$(med a.json olp)
 srt=$(med b.json srt); olp2=$(med b.json olp)
 printf 'bare_true_median_ms %.2f\n' "$bare"
 printf 'bwrap_unshare_all_median_ms %.2f\n' "$plainm"
+printf 'bwrap_olp_policy_median_ms %.2f\n' "$pol"
 printf 'olp_sandbox_median_ms %.2f\n' "$olp"
 printf 'srt_median_ms %.2f (olp in the same invocation: %.2f)\n' "$srt" "$olp2"
-awk -v o="$olp" -v p="$plainm" -v s="$srt" -v o2="$olp2" 'BEGIN {
+awk -v o="$olp" -v p="$plainm" -v s="$srt" -v o2="$olp2" -v pol="$pol" 'BEGIN {
 	printf "olp_minus_bwrap_ms %.2f (goal <= 2)\n", o - p
+	printf "  of which the policy inside bwrap %.2f, olp-sandbox as a process %.2f\n", pol - p, o - pol
 	printf "srt_over_olp %.1fx (goal >= 40)\n", s / o2
 }'

@@ -1,0 +1,87 @@
+/* bwrap-policy: exec bwrap with exactly the argv and inputs olp-sandbox gives it for
+ * `olp-sandbox -- COMMAND` (profile "command": the same namespaces, mounts, /etc copies,
+ * seccomp program, passwd/group), in place: no supervising process, no scratch dir made
+ * or removed (HOME_DIR is bound as the home), no teardown. sandbox-bench.sh times it
+ * beside plain bwrap and olp-sandbox, to split what the policy costs inside bwrap from
+ * what olp-sandbox costs as a process.
+ *
+ * usage: bwrap-policy HOME_DIR COMMAND [ARGS...]   (a benchmark tool, not a test) */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <linux/close_range.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+static int data_fd(const char *text)
+{
+	int fd = memfd_create("olp-data", MFD_CLOEXEC);
+
+	if (fd < 0 || write_all(fd, text, strlen(text)) || lseek(fd, 0, SEEK_SET) < 0)
+		return -1;
+	return fd;
+}
+
+/* Put fd at slot (clearing close-on-exec there). */
+static int place(int fd, int slot)
+{
+	if (fd < 0)
+		return close(slot), 0;
+	if (fd == slot)
+		return fcntl(fd, F_SETFD, 0);
+	return dup2(fd, slot) < 0 ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = "/dev/shm",
+					 .cgroup = "off" };
+	struct sbx_scratch s = { .home_fd = -1 };
+	struct sbx_strv args = { 0 };
+	struct sbx_policy *p;
+	int etc[SBX_ETC_FILES], in[SBX_FD_COUNT];
+	unsigned int mask;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: bwrap-policy HOME_DIR COMMAND [ARGS...]\n");
+		return 2;
+	}
+	if (sbx_global_init(&cfg) || !(p = sbx_policy_new()) ||
+	    sbx_policy_apply_profile(p, "command")) {
+		fprintf(stderr, "bwrap-policy: cannot set up\n");
+		return 1;
+	}
+	snprintf(s.home, sizeof(s.home), "%s", argv[1]);
+	mask = sbx_etc_open(etc);
+	if (sbx_build_bwrap_argv(p, &s, (const char *const *)argv + 2, NULL, mask, &args)) {
+		fprintf(stderr, "bwrap-policy: argv\n");
+		return 1;
+	}
+	/* Sources first above every slot, then into place: no source is clobbered. */
+	in[SBX_FD_STATUS] = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	in[SBX_FD_SECCOMP] = sbx_seccomp_fd(false);
+	in[SBX_FD_PASSWD] = data_fd("olp:x:1000:1000:olp:" SBX_HOME ":/bin/sh\n");
+	in[SBX_FD_GROUP] = data_fd("olp:x:1000:\n");
+	for (int i = 0; i < SBX_ETC_FILES; i++)
+		in[SBX_FD_ETC0 + i] = etc[i];
+	for (int i = SBX_FD_STATUS; i < SBX_FD_COUNT; i++)
+		if (in[i] >= 0)
+			in[i] = fcntl(in[i], F_DUPFD_CLOEXEC, SBX_FD_COUNT + 8);
+	for (int i = SBX_FD_STATUS; i < SBX_FD_COUNT; i++)
+		if (place(in[i], i) < 0) {
+			perror("bwrap-policy: dup2");
+			return 1;
+		}
+	/* As olp-sandbox's child does: nothing of ours beyond the slots crosses exec. */
+	close_range(SBX_FD_COUNT, ~0U, CLOSE_RANGE_CLOEXEC);
+	execv(args.v[0], args.v);
+	fprintf(stderr, "bwrap-policy: exec %s: %s\n", args.v[0], strerror(errno));
+	return 127;
+}
