@@ -58,9 +58,9 @@ static int exit_code(const struct sbx_result *res)
 /* The result is known: answer now. Whoever runs us waits for our exit status, not for the
  * sandbox's teardown, so a child of ours stays behind to kill what is left of the tree,
  * wait until it is gone and remove the run's cgroup and scratch dir (the server answers
- * before its teardown the same way, ADR 0003), about 1.5 ms sooner. The child lets go of
- * our stdin and stdout (a pipeline reading them ends now) and of stderr unless it is a
- * terminal or a file. If fork fails, the teardown happens here, before we exit. */
+ * before its teardown the same way, ADR 0003). The child lets go of our stdin and stdout
+ * (a pipeline reading them ends now) and of stderr unless it is a terminal or a file. If
+ * fork fails, the teardown happens here, before we exit. */
 static bool answered; /* in the teardown child: the exit status is out */
 
 static void answer_now(void *ctx, const struct sbx_result *res)

@@ -194,7 +194,7 @@ struct run {
 };
 
 /* vfork(): the parent sleeps until the child has exec'd (or failed), and no page table
- * is copied, which makes a spawn about 1.5 ms cheaper on a small VM (docs/performance.md).
+ * is copied, which is slow on a paravirtualized VM (docs/performance.md).
  * The child shares our memory until exec, so it runs child_exec only: no allocation, no
  * lock, no return into this frame; signals are blocked around it so that no handler of
  * ours runs on the child's side, and the child restores the defaults before unblocking.
