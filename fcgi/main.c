@@ -167,6 +167,16 @@ int main(int argc, char **argv)
 	 * blocked in accept() never stops: let SIGTERM end the process (in-flight children
 	 * die with it through PR_SET_PDEATHSIG and bwrap's --die-with-parent). */
 	signal(SIGTERM, SIG_DFL);
+	/* SIGTERM and SIGINT go to the main thread alone, through sigwait() below, once
+	 * start-up is over: app_init() starts a real sandbox (the status probe), and a worker
+	 * killed while bwrap builds it leaves the sandbox's init blocked for ever, out of
+	 * everyone's reach (lighttpd -tt, or Ctrl-C on olp-local serve, stop workers that
+	 * have just started). Blocked now, a stop waits for the probe to be cleaned up. The
+	 * serving threads inherit the mask. */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	/* Under lighttpd (bin-path) the web server is our parent: when it goes, so do we.
 	 * Not by default: spawn-fcgi's parent exits right after starting us. */
 	if (getenv("OLP_EXIT_WITH_PARENT")) {
@@ -184,21 +194,17 @@ int main(int argc, char **argv)
 		return 1;
 
 	if (FCGX_IsCGI()) {
-		/* Plain CGI: one request from the environment, then exit. */
+		/* Plain CGI: one request from the environment, then exit. The web server's
+		 * SIGTERM (a timeout, a client gone) ends us as it always did. */
 		struct olp_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
 
+		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 		olp_handle(&app, &io);
 		return 0;
 	}
 	threads = calloc(app.cfg.threads, sizeof(*threads));
 	if (!threads)
 		return 1;
-	/* SIGTERM and SIGINT go to this thread alone (sigwait below): the serving threads
-	 * inherit the mask. */
-	sigemptyset(&stop);
-	sigaddset(&stop, SIGTERM);
-	sigaddset(&stop, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop, NULL);
 	for (i = 0; i < app.cfg.threads; i++)
 		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
 			started++;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +45,44 @@ static int to_stdout(void *ctx, const char *data, size_t len)
 	return write_all(STDOUT_FILENO, data, len) ? -1 : 0;
 }
 
+/* Ctrl-C, SIGTERM, SIGHUP: the run is stopped the way the server stops one (the whole
+ * tree killed, its init learnt first so that a sandbox halfway built is not left blocked
+ * for ever, then cleaned up), not by dying and leaving bwrap to its death signal. The
+ * handler closes the write end of a pipe whose read end is the run's hang-up fd. */
+static int stop_pipe[2] = { -1, -1 };
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+	int saved = errno;
+
+	stop_signal = sig;
+	if (stop_pipe[1] >= 0) {
+		close(stop_pipe[1]);
+		stop_pipe[1] = -1;
+	}
+	errno = saved;
+}
+
+static int catch_stops(void)
+{
+	struct sigaction sa = { .sa_handler = on_stop };
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+
+	if (pipe2(stop_pipe, O_CLOEXEC) < 0)
+		return -errno;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+		if (sigaction(sigs[i], &sa, NULL) < 0)
+			return -errno;
+	return 0;
+}
+
 /* Our exit status for a run that happened (see the top of this file). */
 static int exit_code(const struct sbx_result *res)
 {
+	if (res->end == SBX_END_ABORTED && stop_signal)
+		return 128 + stop_signal;
 	switch (res->end) {
 	case SBX_END_EXITED: return res->exit_status;
 	case SBX_END_SIGNALED: return 128 + res->term_signal;
@@ -390,6 +426,11 @@ int main(int argc, char **argv)
 	if (strncmp(exe, "/usr/", 5))
 		sbx_policy_add_ro(p, exe);
 	argv[first_cmd] = exe;
+	if ((ret = catch_stops())) {
+		fprintf(stderr, "olp-sandbox: signals: %s\n", strerror(-ret));
+		return 125;
+	}
+	opt.hangup_fd = stop_pipe[0];
 	ret = sbx_run(p, (const char *const *)argv + first_cmd, &opt, &cb, &res);
 	sbx_policy_free(p);
 	free(exe);

@@ -227,4 +227,41 @@ describe('start modes', () => {
       }
     });
   });
+
+  // A worker starts one real sandbox while it starts (the status probe). lighttpd -tt and
+  // Ctrl-C on olp-local serve stop workers that have only just started: one killed while
+  // bwrap was building that sandbox left the sandbox's init blocked for ever. Stopped at
+  // random moments of its start-up, no worker may leave a process behind.
+  it('4. a worker stopped while it starts leaves no sandbox behind', async () => {
+    const dirs = makeHome();
+    try {
+      for (let i = 0; i < 30; i++) {
+        const child = spawn(cfg.bin, [], {
+          stdio: ['ignore', 'ignore', 'ignore'],
+          env: {
+            PATH: process.env.PATH ?? '/usr/bin:/bin',
+            OLP_HOME: dirs.home,
+            GATEWAY_INTERFACE: 'CGI/1.1',
+            REQUEST_METHOD: 'GET',
+            REQUEST_URI: '/health',
+          },
+        });
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        await sleep(Math.random() * 60);
+        child.kill('SIGTERM');
+        await exited;
+      }
+      const gone = await waitFor(() => procsMentioning(dirs.root).length === 0, { timeoutMs: 5000 });
+      assert.ok(gone, `left running: ${JSON.stringify(procsMentioning(dirs.root))}`);
+    } finally {
+      for (const p of procsMentioning(dirs.root)) {
+        try {
+          process.kill(p.pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+      }
+      fs.rmSync(dirs.root, { recursive: true, force: true });
+    }
+  });
 });

@@ -162,6 +162,25 @@ for (const id of identities()) {
     assert.equal(probesAlive('spin'), 0);
   });
 
+  test(`Ctrl-C stops the run, its tree and its scratch dir (${id.name})`, async () => {
+    // A signal to olp-sandbox itself (runuser stands between us and it for www-data; the
+    // run is the same, so once is enough).
+    if (id.wrap.length) return;
+    const rt = path.join(root, 'run-ctrl-c');
+    fs.mkdirSync(rt, { recursive: true, mode: 0o700 });
+    const a = spawn(id.bins.sandbox, ['--runtime-dir', rt, '--', id.bins.probe, 'spin'],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+    await new Promise((resolve) => a.stdout.once('data', resolve)); // spinning, with a grandchild
+    const exited = new Promise((resolve) => a.on('exit', (code, sig) => resolve({ code, sig })));
+    a.kill('SIGINT');
+    const { code, sig } = await exited;
+    assert.equal(sig, null, 'olp-sandbox itself died of the signal');
+    assert.equal(code, 130);
+    assert.ok(await waitFor(() => probesAlive('spin') === 0, 5000), 'the probe survived Ctrl-C');
+    assert.ok(await waitFor(() => fs.readdirSync(rt).length === 0, 5000),
+      `left in the runtime dir: ${fs.readdirSync(rt)}`);
+  });
+
   test(`two sandboxes cannot see each other's /tmp or processes (${id.name})`, async () => {
     const [cmd, ...pre] = id.wrap.length ? id.wrap : [id.bins.sandbox];
     const argv = id.wrap.length ? [...pre, id.bins.sandbox] : [];
