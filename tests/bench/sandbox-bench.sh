@@ -50,21 +50,38 @@ links=(--symlink usr/bin /bin --symlink usr/sbin /sbin --symlink usr/lib /lib --
 plain=(bwrap --unshare-all --ro-bind /usr /usr "${links[@]}" --proc /proc --dev /dev -- /usr/bin/true)
 q() { printf '%q ' "$@"; }
 
-echo "== $runs runs each (srt: $srt_runs), hyperfine -N"
-hyperfine -N --warmup 5 --runs "$runs" --export-json "$work/a.json" \
-	-n bare "/usr/bin/true" \
-	-n bwrap "$(q "${plain[@]}")" \
-	-n wrapped "$(q "$build/tests/bench/bwrap-policy" --plain "$work/home" /usr/bin/true)" \
-	-n policy "$(q "$build/tests/bench/bwrap-policy" "$work/home" /usr/bin/true)" \
-	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$rundir" -- /usr/bin/true)" >/dev/null
+# Rounds with the order rotated: run back to back, a variant pays for the asynchronous
+# teardown (network namespaces, exits) of the runs before it, so a fixed order would
+# favour whichever runs first. Each median is over all rounds' samples.
+names=(bare bwrap wrapped policy olp)
+cmds=("/usr/bin/true" "$(q "${plain[@]}")"
+	"$(q "$build/tests/bench/bwrap-policy" --plain "$work/home" /usr/bin/true)"
+	"$(q "$build/tests/bench/bwrap-policy" "$work/home" /usr/bin/true)"
+	"$(q "$build/sandbox/olp-sandbox" --runtime-dir "$rundir" -- /usr/bin/true)")
+rounds=${BENCH_ROUNDS:-5}
+per=$(((runs + rounds - 1) / rounds))
+echo "== $((per * rounds)) runs each in $rounds rounds (srt: $srt_runs), hyperfine -N"
+for ((r = 0; r < rounds; r++)); do
+	args=()
+	for ((i = 0; i < ${#names[@]}; i++)); do
+		k=$(((i + r) % ${#names[@]}))
+		args+=(-n "${names[k]}" "${cmds[k]}")
+	done
+	hyperfine -N --warmup 3 --runs "$per" --export-json "$work/a$r.json" "${args[@]}" >/dev/null
+done
 hyperfine -N --warmup 2 --runs "$srt_runs" --export-json "$work/b.json" \
 	-n srt "$(q "$here/node_modules/.bin/srt" /usr/bin/true)" \
-	-n olp "$(q "$build/sandbox/olp-sandbox" --runtime-dir "$rundir" -- /usr/bin/true)" >/dev/null
+	-n olp "${cmds[4]}" >/dev/null
 
+# Median in ms of every sample of variant $1 over all rounds.
+medall() {
+	jq -s -r --arg n "$1" '[.[].results[] | select(.command == $n) | .times[]] | sort |
+		(if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end) * 1000' \
+		"$work"/a*.json
+}
 med() { jq -r --arg n "$2" '.results[] | select(.command == $n) | .median * 1000' "$1"; }
-bare=$(med a.json bare); plainm=$(med a.json bwrap); pol=$(med a.json policy)
-wrapped=$(med a.json wrapped)
-olp=$(med a.json olp)
+bare=$(medall bare); plainm=$(medall bwrap); wrapped=$(medall wrapped)
+pol=$(medall policy); olp=$(medall olp)
 srt=$(med b.json srt); olp2=$(med b.json olp)
 printf 'bare_true_median_ms %.2f\n' "$bare"
 printf 'bwrap_unshare_all_median_ms %.2f\n' "$plainm"
