@@ -168,9 +168,50 @@ void sbx_scratch_remove(struct sbx_scratch *s)
 	s->name[0] = '\0';
 }
 
+/* Kill every process whose command line names the scratch dir `name`: what is left of a
+ * run whose worker died. A worker killed while bwrap was still building a sandbox leaves
+ * the sandbox's init blocked for ever on bwrap's set-up signal, and no death signal
+ * reaches it; its command line is bwrap's, which binds this dir as the home. The name
+ * ends in 64 random bits, so no other process names it by chance. Only processes we may
+ * signal are reached (our uid, as a sandbox's are). */
+static void kill_stranded(const char *name)
+{
+	char needle[4200], path[300];
+	size_t nl;
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+
+	if (!d)
+		return;
+	nl = (size_t)snprintf(needle, sizeof(needle), "%s/%s/", sbx_g.runtime_dir, name);
+	while ((de = readdir(d))) {
+		char cmd[8192];
+		ssize_t len;
+		int fd;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		len = read(fd, cmd, sizeof(cmd) - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		cmd[len] = '\0';
+		for (ssize_t i = 0; i < len; i++)
+			if (!cmd[i])
+				cmd[i] = ' ';
+		if (nl < sizeof(needle) && memmem(cmd, (size_t)len, needle, nl))
+			kill((pid_t)strtol(de->d_name, NULL, 10), SIGKILL);
+	}
+	closedir(d);
+}
+
 /* Remove scratch dirs whose creating process no longer exists (a worker that crashed or
- * was killed mid-run). Dirs of live processes are left: another worker of the pool may be
- * using them right now. */
+ * was killed mid-run), and whatever of their runs is still alive. Dirs of live processes
+ * are left: another worker of the pool may be using them right now. */
 void sbx_scratch_sweep_stale(void)
 {
 	int dfd;
@@ -196,6 +237,7 @@ void sbx_scratch_sweep_stale(void)
 			continue;
 		if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
+		kill_stranded(de->d_name);
 		remove_named(de->d_name);
 	}
 	closedir(d);

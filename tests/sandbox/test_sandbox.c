@@ -6,11 +6,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -410,6 +412,44 @@ static void test_stale_scratch_swept(void)
 	rmdir(path);
 }
 
+/* What a dead worker left running of a run (here a stand-in whose command line names the
+ * stale dir, as a stranded bwrap's does) is killed with the dir; a process naming a live
+ * worker's dir is not. */
+static void test_stale_run_killed(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir };
+	char stale[600], live[600];
+	pid_t a, b;
+	int st;
+
+	snprintf(stale, sizeof(stale), "%s/4194305-2-0123456789abcdef", runtime_dir);
+	snprintf(live, sizeof(live), "%s/%ld-98-fedcba9876543210", runtime_dir, (long)getppid());
+	CU_ASSERT_FATAL(mkdir(stale, 0700) == 0);
+	CU_ASSERT_FATAL(mkdir(live, 0700) == 0);
+	snprintf(stale + strlen(stale), sizeof(stale) - strlen(stale), "/home");
+	snprintf(live + strlen(live), sizeof(live) - strlen(live), "/home");
+	a = fork();
+	if (a == 0) {
+		execl("/bin/sh", "sh", "-c", "sleep 30", stale, (char *)NULL);
+		_exit(127);
+	}
+	b = fork();
+	if (b == 0) {
+		execl("/bin/sh", "sh", "-c", "sleep 30", live, (char *)NULL);
+		_exit(127);
+	}
+	usleep(200000); /* both exec'd */
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(waitpid(a, &st, 0), a);
+	CU_ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	CU_ASSERT_EQUAL(waitpid(b, &st, WNOHANG), 0); /* still running */
+	kill(b, SIGKILL);
+	waitpid(b, &st, 0);
+	live[strlen(live) - strlen("/home")] = '\0';
+	rmdir(live);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 static void test_sweep_never_follows_links(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir };
@@ -535,6 +575,7 @@ int main(void)
 	CU_add_test(s, "concurrent runs", test_concurrent_runs);
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
 	CU_add_test(s, "stale scratch swept", test_stale_scratch_swept);
+	CU_add_test(s, "what a dead worker left running is killed", test_stale_run_killed);
 	CU_add_test(s, "sweep never follows links", test_sweep_never_follows_links);
 	CU_add_test(s, "warm sandboxes", test_warm_sandboxes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
