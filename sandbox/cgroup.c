@@ -393,7 +393,7 @@ void sbx_cgroup_init(const char *setting)
 {
 	char mnt[PATH_MAX], rel[PATH_MAX], path[PATH_MAX], ctl[256];
 	bool own = false;
-	int fd;
+	int fd, ret;
 
 	sbx_g.cg_fd = -1;
 	sbx_g.cg_controllers = 0;
@@ -437,7 +437,7 @@ void sbx_cgroup_init(const char *setting)
 	}
 	if (!(setting && setting[0] == '/') && !delegated(fd, rel)) {
 		set_reason("cgroup %s was not delegated to this process (uid %ld); see "
-			   "docs/sandbox.md, \"Resource limits\"",
+			   "docs/sandbox.md, \"Resource control\"",
 			   path, (long)geteuid());
 		goto fail;
 	}
@@ -454,10 +454,11 @@ void sbx_cgroup_init(const char *setting)
 	if (!strcmp(rel, "/") && own) {
 		int sub;
 
-		if (enable_controllers(fd, false) < 0 ||
-		    (mkdirat(fd, "olp", 0755) < 0 && errno != EEXIST) ||
+		ret = enable_controllers(fd, false);
+		if (ret < 0 || (mkdirat(fd, "olp", 0755) < 0 && errno != EEXIST) ||
 		    (sub = sbx_open_dir_beneath(fd, "olp")) < 0) {
-			set_reason("cannot prepare %s/olp: %s", path, strerror(errno));
+			set_reason("cannot prepare %s/olp: %s", path,
+				   strerror(ret < 0 ? -ret : errno));
 			goto fail;
 		}
 		close(fd);
@@ -465,9 +466,10 @@ void sbx_cgroup_init(const char *setting)
 		own = false;
 		snprintf(path + strlen(path), sizeof(path) - strlen(path), "/olp");
 	}
-	if (enable_controllers(fd, own) < 0) {
+	ret = enable_controllers(fd, own);
+	if (ret < 0) {
 		set_reason("cannot enable controllers in %s/cgroup.subtree_control: %s", path,
-			   strerror(errno));
+			   strerror(-ret));
 		goto fail;
 	}
 	sbx_g.cg_fd = fd;
