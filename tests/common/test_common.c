@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "tests/support/support.h"
 #include "common/banned.h"
 
 static char tmpdir[] = "/tmp/olp-common-test-XXXXXX";
@@ -467,46 +468,6 @@ static uint32_t rng(void)
 	return (uint32_t)(rng_state >> 11);
 }
 
-/* Strict UTF-8 check, written independently of common/. */
-static bool valid_utf8(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned char c = s[i];
-		size_t len, k;
-		uint32_t cp;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if (c >= 0xc2 && c <= 0xdf) {
-			len = 2;
-			cp = c & 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			cp = c & 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (i + len > n)
-			return false;
-		for (k = 1; k < len; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return false;
-			cp = (cp << 6) | (s[i + k] & 0x3f);
-		}
-		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return false;
-		i += len;
-	}
-	return true;
-}
-
 static void test_json_random(void)
 {
 	static const char *const pieces[] = {
@@ -540,10 +501,10 @@ static void test_json_random(void)
 			continue;
 		}
 		/* Output must itself be valid UTF-8 (JSON text is). */
-		if (!valid_utf8((const unsigned char *)enc.data, enc.len))
+		if (!ts_valid_utf8((const unsigned char *)enc.data, enc.len))
 			bad_utf8++;
 		/* Valid input comes back byte for byte. */
-		if (valid_utf8((const unsigned char *)in.data, in.len) &&
+		if (ts_valid_utf8((const unsigned char *)in.data, in.len) &&
 		    (json_string_length(v) != in.len ||
 		     memcmp(json_string_value(v), in.data, in.len)))
 			bad_roundtrip++;

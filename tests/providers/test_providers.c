@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "providers/providers.h"
+#include "tests/support/support.h"
 #include "common/banned.h"
 
 static char tmpdir[] = "/tmp/olp-prov-test-XXXXXX";
@@ -123,46 +124,6 @@ struct collect {
 	int abort_ret;
 };
 
-/* Strict UTF-8 check, independent of the code under test. */
-static bool valid_utf8(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned char c = s[i];
-		size_t len, k;
-		uint32_t cp;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if (c >= 0xc2 && c <= 0xdf) {
-			len = 2;
-			cp = c & 0x1f;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			len = 3;
-			cp = c & 0x0f;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			len = 4;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (i + len > n)
-			return false;
-		for (k = 1; k < len; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return false;
-			cp = (cp << 6) | (s[i + k] & 0x3f);
-		}
-		if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return false;
-		i += len;
-	}
-	return true;
-}
-
 static int collect_emit(void *ctx, const struct prov_event *ev)
 {
 	struct collect *c = ctx;
@@ -174,7 +135,7 @@ static int collect_emit(void *ctx, const struct prov_event *ev)
 	c->ndeltas++;
 	if (!ev->len)
 		c->empty++;
-	if (!valid_utf8((const unsigned char *)ev->text, ev->len))
+	if (!ts_valid_utf8((const unsigned char *)ev->text, ev->len))
 		c->bad_utf8++;
 	buf_add(&c->all, ev->text, ev->len);
 	if (c->abort_at && (int)c->ndeltas == c->abort_at)

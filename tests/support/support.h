@@ -1,0 +1,12 @@
+/* Helpers shared by the CUnit suites: written independently of the code under test, so a
+ * bug there cannot hide itself. Not part of any module. */
+#ifndef OLP_TESTS_SUPPORT_H
+#define OLP_TESTS_SUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Strict UTF-8: shortest forms only, no surrogates, nothing above U+10FFFF. */
+bool ts_valid_utf8(const unsigned char *s, size_t n);
+
+#endif
