@@ -441,11 +441,17 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 			 * in the pipes (a write returns only once the pipe holds it): take what
 			 * is there and stop. Waiting for EOF would wait for the sandbox's
 			 * processes to exit, a millisecond or more; whatever the command left
-			 * running is killed next, and the sandbox ends with the command, as
-			 * bwrap's own pid 1 does. */
-			while (r->err_fd >= 0 && readable(r->err_fd))
+			 * running is killed, and the sandbox ends with the command, as bwrap's
+			 * own pid 1 does. */
+			uint64_t until = now + 1000;
+
+			/* Killed first, so that a child left writing cannot keep the pipe full for
+			 * ever; what is in the pipes stays there to be read. */
+			kill_tree(r);
+			while (r->err_fd >= 0 && readable(r->err_fd) && mono_ms() < until)
 				read_err(r, &chunk, res);
-			while (r->out_fd >= 0 && readable(r->out_fd) && !ending)
+			while (r->out_fd >= 0 && readable(r->out_fd) && !ending &&
+			       mono_ms() < until)
 				ending = read_out(r, &chunk, cb, res, &end);
 			close_fd(&r->err_fd);
 			close_fd(&r->out_fd);

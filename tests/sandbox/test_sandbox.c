@@ -155,6 +155,31 @@ static void test_timeout_kills_tree(void)
 	sbx_policy_free(p);
 }
 
+/* The run ends with the command: a child it leaves writing to stdout for ever neither
+ * keeps the run going nor loses what the command wrote before it exited. */
+static void test_ends_with_the_command(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+	uint64_t t0 = mono_ms();
+
+	CU_ASSERT_EQUAL(run(p,
+			    (const char *const[]){ "/bin/sh", "-c",
+						   "echo first; yes flood & "
+						   "sleep 0.2; echo last; exit 3",
+						   NULL },
+			    NULL, 0, &out, &res),
+			0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(res.exit_status, 3);
+	CU_ASSERT(mono_ms() - t0 < 5000);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "first\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "last\n"));
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
 static void test_no_process_left(void)
 {
 	DIR *d = opendir("/proc");
@@ -566,6 +591,7 @@ int main(void)
 	CU_add_test(s, "missing binary fails", test_missing_binary_fails);
 	CU_add_test(s, "timeout kills the tree", test_timeout_kills_tree);
 	CU_add_test(s, "callback stop and abort", test_callback_stop_and_abort);
+	CU_add_test(s, "the run ends with the command", test_ends_with_the_command);
 	CU_add_test(s, "hangup fd aborts", test_hangup_fd_aborts);
 	CU_add_test(s, "no process left behind", test_no_process_left);
 	CU_add_test(s, "only fds 0-2 inherited", test_only_stdio_inherited);
