@@ -497,11 +497,6 @@ void sbx_cgroup_release(void)
 	sbx_g.cg_controllers = 0;
 }
 
-static uint64_t or_default(uint64_t v, uint64_t dflt)
-{
-	return v ? v : dflt;
-}
-
 int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l)
 {
 	char v[64];
@@ -524,7 +519,8 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	}
 	if (sbx_g.cg_controllers & SBX_CG_MEMORY) {
 		snprintf(v, sizeof(v), "%llu",
-			 (unsigned long long)or_default(l->memory_mb, SBX_DEFAULT_MEMORY_MB) << 20);
+			 (unsigned long long)sbx_or_default(l->memory_mb, SBX_DEFAULT_MEMORY_MB)
+				 << 20);
 		ret = write_at(cg->dir_fd, "memory.max", v);
 		if (ret)
 			goto fail;
@@ -535,14 +531,15 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	}
 	if (sbx_g.cg_controllers & SBX_CG_PIDS) {
 		snprintf(v, sizeof(v), "%llu",
-			 (unsigned long long)or_default(l->pids, SBX_DEFAULT_PIDS));
+			 (unsigned long long)sbx_or_default(l->pids, SBX_DEFAULT_PIDS));
 		ret = write_at(cg->dir_fd, "pids.max", v);
 		if (ret)
 			goto fail;
 	}
 	if (sbx_g.cg_controllers & SBX_CG_CPU) {
 		snprintf(v, sizeof(v), "%llu 100000",
-			 (unsigned long long)or_default(l->cpu_pct, SBX_DEFAULT_CPU_PCT) * 1000);
+			 (unsigned long long)sbx_or_default(l->cpu_pct, SBX_DEFAULT_CPU_PCT) *
+				 1000);
 		ret = write_at(cg->dir_fd, "cpu.max", v);
 		if (ret)
 			goto fail;

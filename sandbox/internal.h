@@ -46,6 +46,20 @@ void sbx_strv_clear(struct sbx_strv *sv);
 /* Set NAME=value in a "NAME=value" vector, replacing an existing NAME. */
 int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value);
 
+/* A limit's value: v, or dflt when v is 0 (the policy's "use the default"). */
+static inline uint64_t sbx_or_default(uint64_t v, uint64_t dflt)
+{
+	return v ? v : dflt;
+}
+
+/* A sealed memfd holding text, for bwrap's --file. fd or -errno. */
+int sbx_data_fd(const char *text);
+/* The passwd and group files of the sandbox: its one user, nobody of the host. */
+#define SBX_STR_(x) #x
+#define SBX_STR(x) SBX_STR_(x)
+#define SBX_PASSWD_TEXT "olp:x:" SBX_STR(SBX_UID) ":" SBX_STR(SBX_GID) ":olp:" SBX_HOME ":/bin/sh\n"
+#define SBX_GROUP_TEXT "olp:x:" SBX_STR(SBX_GID) ":\n"
+
 /* Where the scratch home appears inside the sandbox. */
 #define SBX_HOME SBX_HOME_PATH
 #define SBX_UID 1000

@@ -282,9 +282,6 @@ unsigned int sbx_etc_mask(void)
 	return mask;
 }
 
-#define FD_STR_(n) #n
-#define FD_STR(n) FD_STR_(n)
-
 int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
 			 const char *const argv[], const char *stub, unsigned int etc_mask,
 			 struct sbx_strv *out)
@@ -350,8 +347,8 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 		    (ret = push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL)))
 			return ret;
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
-	ret = push_all(out, "--perms", "0644", "--file", FD_STR(SBX_FD_PASSWD), "/etc/passwd",
-		       "--perms", "0644", "--file", FD_STR(SBX_FD_GROUP), "/etc/group", NULL);
+	ret = push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD), "/etc/passwd",
+		       "--perms", "0644", "--file", SBX_STR(SBX_FD_GROUP), "/etc/group", NULL);
 	if (ret)
 		return ret;
 	/* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made read-only at
@@ -385,7 +382,7 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 	 * could fill the host's memory there (rather than in the 256 MiB /tmp). Not
 	 * recursive: the mounts below them keep their own modes. */
 	ret = push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
-		       FD_STR(SBX_FD_SECCOMP), "--json-status-fd", FD_STR(SBX_FD_STATUS), "--",
+		       SBX_STR(SBX_FD_SECCOMP), "--json-status-fd", SBX_STR(SBX_FD_STATUS), "--",
 		       NULL);
 	if (ret)
 		return ret;

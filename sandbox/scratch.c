@@ -185,26 +185,15 @@ static void kill_stranded(const char *name)
 		return;
 	nl = (size_t)snprintf(needle, sizeof(needle), "%s/%s/", sbx_g.runtime_dir, name);
 	while ((de = readdir(d))) {
-		char cmd[8192];
-		ssize_t len;
-		int fd;
+		struct buf cmd = BUF_INIT;
 
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
 		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		len = read(fd, cmd, sizeof(cmd) - 1);
-		close(fd);
-		if (len <= 0)
-			continue;
-		cmd[len] = '\0';
-		for (ssize_t i = 0; i < len; i++)
-			if (!cmd[i])
-				cmd[i] = ' ';
-		if (nl < sizeof(needle) && memmem(cmd, (size_t)len, needle, nl))
+		if (buf_read_file(&cmd, path, 65536) == 0 && nl < sizeof(needle) &&
+		    memmem(cmd.data, cmd.len, needle, nl))
 			kill((pid_t)strtol(de->d_name, NULL, 10), SIGKILL);
+		buf_release(&cmd);
 	}
 	closedir(d);
 }

@@ -578,11 +578,8 @@ static void run_close(struct run *r)
 	buf_release(&r->status);
 }
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 /* A sealed memfd holding text, for bwrap's --ro-bind-data. fd or -errno. */
-static int data_fd(const char *text)
+int sbx_data_fd(const char *text)
 {
 	int fd = memfd_create("olp-data", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
 
@@ -599,20 +596,15 @@ static int data_fd(const char *text)
 	return fd;
 }
 
-static uint64_t or_default(uint64_t v, uint64_t dflt)
-{
-	return v ? v : dflt;
-}
-
 static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
 {
 	const struct sbx_limits *l = &p->limits;
 	uint64_t v[5] = {
-		or_default(l->nofile, 4096),
-		or_default(l->fsize_mb, 1024) << 20,
-		or_default(l->cpu_s, p->timeout_ms ? p->timeout_ms / 1000 + 5 : 600),
-		or_default(l->as_mb, 8192) << 20,
-		or_default(l->nproc, 256),
+		sbx_or_default(l->nofile, 4096),
+		sbx_or_default(l->fsize_mb, 1024) << 20,
+		sbx_or_default(l->cpu_s, p->timeout_ms ? p->timeout_ms / 1000 + 5 : 600),
+		sbx_or_default(l->as_mb, 8192) << 20,
+		sbx_or_default(l->nproc, 256),
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
@@ -701,9 +693,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			res->spawn_stage = "seccomp";
 			goto out;
 		}
-		c_passwd = data_fd("olp:x:" STR(SBX_UID) ":" STR(SBX_GID) ":olp:" SBX_HOME
-									  ":/bin/sh\n");
-		c_group = data_fd("olp:x:" STR(SBX_GID) ":\n");
+		c_passwd = sbx_data_fd(SBX_PASSWD_TEXT);
+		c_group = sbx_data_fd(SBX_GROUP_TEXT);
 		if (c_passwd < 0 || c_group < 0) {
 			ret = c_passwd < 0 ? c_passwd : c_group;
 			res->spawn_stage = "passwd";

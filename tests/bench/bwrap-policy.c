@@ -21,15 +21,6 @@
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
-static int data_fd(const char *text)
-{
-	int fd = memfd_create("olp-data", MFD_CLOEXEC);
-
-	if (fd < 0 || write_all(fd, text, strlen(text)) || lseek(fd, 0, SEEK_SET) < 0)
-		return -1;
-	return fd;
-}
-
 /* Put fd at slot (clearing close-on-exec there). */
 static int place(int fd, int slot)
 {
@@ -90,8 +81,8 @@ int main(int argc, char **argv)
 	/* Sources first above every slot, then into place: no source is clobbered. */
 	in[SBX_FD_STATUS] = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	in[SBX_FD_SECCOMP] = sbx_seccomp_fd(false);
-	in[SBX_FD_PASSWD] = data_fd("olp:x:1000:1000:olp:" SBX_HOME ":/bin/sh\n");
-	in[SBX_FD_GROUP] = data_fd("olp:x:1000:\n");
+	in[SBX_FD_PASSWD] = sbx_data_fd(SBX_PASSWD_TEXT);
+	in[SBX_FD_GROUP] = sbx_data_fd(SBX_GROUP_TEXT);
 	for (int i = 0; i < SBX_ETC_FILES; i++)
 		in[SBX_FD_ETC0 + i] = etc[i];
 	for (int i = SBX_FD_STATUS; i < SBX_FD_COUNT; i++)
