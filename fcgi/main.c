@@ -94,6 +94,9 @@ static int app_init(void)
 					 .bwrap_path = app.cfg.bwrap,
 					 .runtime_dir = app.cfg.runtime_dir,
 					 .exec_stub = app.cfg.sandbox_exec,
+					 .warm = app.cfg.sandbox_warm,
+					 .identity = app.cfg.sandbox_identity,
+					 .uid_range = app.cfg.sandbox_uid_range,
 					 .cgroup = app.cfg.sandbox_cgroup };
 	ret = sbx_global_init(&sc);
 	if (ret) {

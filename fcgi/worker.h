@@ -21,9 +21,12 @@ struct olp_config {
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
-	char *sandbox_exec; /* olp-sandbox-exec for warm sandboxes, or NULL (sandbox.warm false) */
-	char *sandbox_cgroup; /* sandbox.cgroup: "auto", "off" or a cgroup path */
-	char *registry_path;  /* the registry actually used */
+	char *sandbox_exec; /* olp-sandbox-exec, the first program of every sandbox */
+	bool sandbox_warm;  /* sandbox.warm (default true) */
+	enum sbx_identity sandbox_identity; /* sandbox.identity */
+	char *sandbox_uid_range;	    /* sandbox.uid_range, or NULL */
+	char *sandbox_cgroup;		    /* sandbox.cgroup: "auto", "off" or a cgroup path */
+	char *registry_path;		    /* the registry actually used */
 };
 
 /* Read OLP_HOME, config.json and the environment. 0, or -1 with the reason in err. */

@@ -202,7 +202,7 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 	switch (res->end) {
 	case SBX_END_EXITED:
-		if (res->sandbox_failed && !strstr(res->stderr_tail, "execvp")) {
+		if (res->sandbox_failed && !res->exec_failed) {
 			fail(out, PROV_ERR_SANDBOX,
 			     "The sandbox for provider %s could not start; "
 			     "the request was not run",

@@ -71,17 +71,17 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 {
 	struct sigaction sa;
 	struct stat st;
+	const char *stub;
 	int ret = 0;
 
 	sbx_global_release();
 	sbx_g.mode = cfg->mode;
 	sbx_g.bwrap_path = strdup(cfg->bwrap_path ? cfg->bwrap_path : "/usr/bin/bwrap");
 	sbx_g.runtime_dir = cfg->runtime_dir ? strdup(cfg->runtime_dir) : NULL;
-	if (cfg->exec_stub && access(cfg->exec_stub, X_OK) == 0)
-		sbx_g.exec_stub = strdup(cfg->exec_stub);
-	else if (cfg->exec_stub)
-		log_warnx(NULL, "sandbox: %s is not executable: no warm sandboxes", cfg->exec_stub);
-	if (!sbx_g.bwrap_path || !sbx_g.runtime_dir) {
+	stub = cfg->exec_stub ? cfg->exec_stub : getenv("OLP_SANDBOX_EXEC");
+	sbx_g.exec_stub = strdup(stub && *stub ? stub : SBX_DEFAULT_EXEC_STUB);
+	sbx_g.warm = cfg->warm;
+	if (!sbx_g.bwrap_path || !sbx_g.runtime_dir || !sbx_g.exec_stub) {
 		ret = sbx_g.runtime_dir || !cfg->runtime_dir ? -EINVAL : -ENOMEM;
 		goto fail;
 	}
@@ -107,6 +107,7 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 		signal(SIGCHLD, SIG_DFL);
 	sbx_scratch_sweep_stale();
 	sbx_cgroup_init(cfg->cgroup);
+	sbx_ident_init(cfg->identity, cfg->uid_range);
 	return 0;
 
 fail_inval:
@@ -128,6 +129,7 @@ void sbx_global_release(void)
 	sbx_strv_clear(&sbx_g.root_links);
 	sbx_strv_clear(&sbx_g.root_dirs);
 	sbx_cgroup_release();
+	sbx_ident_release_all();
 	sbx_g = (struct sbx_global){ .runtime_fd = -1, .cg_fd = -1 };
 }
 
@@ -140,8 +142,9 @@ enum sbx_mode sbx_global_mode(void)
 
 static struct sbx_status status;
 static char version_buf[64];
-static char message_buf[512];
+static char message_buf[640];
 static char cgroup_buf[512];
+static char ident_buf[512];
 static pthread_once_t status_once = PTHREAD_ONCE_INIT;
 
 static int collect(void *ctx, const char *data, size_t len)
@@ -166,10 +169,22 @@ static void status_compute(void)
 	status.cgroup = sbx_g.cg_fd >= 0 ? "cgroup2" : "rlimits";
 	snprintf(cgroup_buf, sizeof(cgroup_buf), "%s", sbx_g.cg_reason);
 	status.cgroup_detail = cgroup_buf;
+	status.identity = !sbx_g.ident_ok		       ? "unavailable"
+			  : sbx_g.ident == SBX_IDENTITY_SHARED ? "shared"
+							       : "per_run";
+	snprintf(ident_buf, sizeof(ident_buf), "%s", sbx_g.ident_reason);
+	status.identity_detail = ident_buf;
 	if (!sbx_g.bwrap_path || access(sbx_g.bwrap_path, X_OK) < 0) {
 		snprintf(message_buf, sizeof(message_buf),
 			 "bubblewrap not found at %s. Install: sudo apt-get install -y bubblewrap",
 			 sbx_g.bwrap_path ? sbx_g.bwrap_path : "(unset)");
+		status.message = message_buf;
+		return;
+	}
+	if (!sbx_g.exec_stub || access(sbx_g.exec_stub, X_OK) < 0) {
+		snprintf(message_buf, sizeof(message_buf),
+			 "%s (olp-sandbox-exec) is not executable; set OLP_SANDBOX_EXEC",
+			 sbx_g.exec_stub ? sbx_g.exec_stub : "(unset)");
 		status.message = message_buf;
 		return;
 	}
@@ -199,6 +214,13 @@ static void status_compute(void)
 	if (sbx_g.mode == SBX_MODE_OFF) {
 		status.message = "sandbox.mode is \"off\" in config.json: provider commands run "
 				 "WITHOUT isolation";
+	} else if (!sbx_g.ident_ok) {
+		/* Fail closed: no run without an identity of its own, unless the operator
+		 * chose "shared" (reported as such). */
+		status.available = false;
+		snprintf(message_buf, sizeof(message_buf),
+			 "runs cannot get a host uid of their own: %s", sbx_g.ident_reason);
+		status.message = message_buf;
 	} else if (!status.available) {
 		snprintf(message_buf, sizeof(message_buf),
 			 "bubblewrap cannot start a sandbox here (%s%s%.300s)",

@@ -2,6 +2,8 @@
 #ifndef OLP_SANDBOX_INTERNAL_H
 #define OLP_SANDBOX_INTERNAL_H
 
+#include <sys/stat.h>
+
 #include "sandbox/sandbox.h"
 
 struct sbx_strv {
@@ -18,7 +20,6 @@ struct sbx_policy {
 	struct sbx_strv bind_ro; /* pairs: host path, path inside */
 	struct sbx_strv bind_rw; /* pairs: host path, path inside */
 	bool allow_unix;
-	bool nested_userns;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
 	enum { SBX_WRAP_BY_MODE = 0, SBX_WRAP_NEVER, SBX_WRAP_ALWAYS } wrap;
@@ -29,8 +30,15 @@ struct sbx_global {
 	enum sbx_mode mode;
 	char *bwrap_path;
 	char *runtime_dir;
-	int runtime_fd;		     /* O_PATH|O_DIRECTORY on runtime_dir */
-	char *exec_stub;	     /* olp-sandbox-exec, or NULL: no warm sandboxes */
+	int runtime_fd;		 /* O_PATH|O_DIRECTORY on runtime_dir */
+	char *exec_stub;	 /* olp-sandbox-exec: the first program of every sandbox */
+	bool warm;		 /* keep warm sandboxes (spawn.c) */
+	enum sbx_identity ident; /* per-run uid or the worker's own (ident.c) */
+	bool ident_ok;		 /* runs can get their identity */
+	char ident_reason[512];	 /* the range in use, or why there is none */
+	uid_t uid_base;		 /* slot i runs as uid_base + i, gid_base + i */
+	gid_t gid_base;
+	unsigned int id_count;
 	struct sbx_strv root_links;  /* pairs: "target", "/name" for the merged-/usr links */
 	struct sbx_strv root_dirs;   /* top-level lib dirs that are real directories */
 	int cg_fd;		     /* the delegated cgroup v2 runs are made in, or -1 */
@@ -113,7 +121,55 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg);
 #define SBX_FD_GROUP 6	 /* --file -> /etc/group */
 #define SBX_FD_ETC0 7	 /* --file -> the /etc files, SBX_ETC_FILES of them */
 #define SBX_ETC_FILES 6
-#define SBX_FD_COUNT (SBX_FD_ETC0 + SBX_ETC_FILES)
+#define SBX_FD_SYNC 13	/* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
+#define SBX_FD_FILE0 14 /* --file: files the policy binds */
+_Static_assert(SBX_FD_SYNC == SBX_FD_ETC0 + SBX_ETC_FILES, "fd slots");
+_Static_assert(SBX_FD_FILE0 == SBX_FD_SYNC + 1, "fd slots");
+#define SBX_MAX_FILES 16
+#define SBX_FD_COUNT (SBX_FD_FILE0 + SBX_MAX_FILES)
+
+/* ---- identity (ident.c) ---------------------------------------------------------------- */
+
+/* Fork the id-map helper now, while exec can still grant newuidmap its privilege (before
+ * no_new_privs). Only a non-root process with newuidmap installed; 0 or -errno. */
+int sbx_ident_prepare(void);
+/* Decide how runs get their uid (sbx_g.ident*); never fails, the reason says why not. */
+void sbx_ident_init(enum sbx_identity mode, const char *range);
+void sbx_ident_release_all(void);
+
+/* One run's host identity. */
+struct sbx_ident {
+	uid_t uid; /* host ids; 0 in mode shared (none of its own) */
+	gid_t gid;
+	int lock_fd;   /* holds the slot host-wide, or -1 */
+	int userns_fd; /* the slot's user namespace to join before bwrap (borrowed), or -1 */
+};
+/* Take a free uid slot and its user namespace (nothing in mode shared). 0, -EAGAIN when
+ * every slot is taken, -EPERM when runs cannot get a uid here, or -errno. */
+int sbx_ident_acquire(struct sbx_ident *id);
+void sbx_ident_release(struct sbx_ident *id);
+
+/* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */
+
+/* How each bind of the policy reaches the sandbox: a regular file as a copy (read-only:
+ * --file from a descriptor the worker opened; writable: a file in the scratch dir that is
+ * written back), a directory by its path. Pairs of bind_ro, then bind_rw, in order. */
+enum sbx_bind_how { SBX_BIND_SKIP = 0, SBX_BIND_PATH, SBX_BIND_FILE, SBX_BIND_COPY };
+struct sbx_bind_plan {
+	enum sbx_bind_how how;
+	int file; /* SBX_BIND_FILE: the slot (SBX_FD_FILE0 + file); _COPY: the copy's number */
+	struct stat st; /* the host file, when a file (keys warm sandboxes) */
+};
+struct sbx_inputs {
+	const struct sbx_scratch *scratch;
+	unsigned int etc_mask; /* as sbx_etc_open returned it */
+	bool sync;	       /* pass SBX_FD_SYNC to bwrap (a uid slot is held) */
+	size_t nbinds;
+	struct sbx_bind_plan *binds; /* nbinds: bind_ro pairs, then bind_rw pairs */
+};
+/* Decide how each bind goes (stat only). *out is malloc'd (free it); 0 or -errno
+ * (-E2BIG: more than SBX_MAX_FILES files). */
+int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_t *n);
 
 /* Open the /etc files the sandbox gets copies of (fds[i] = -1 when absent, or when
  * /etc/localtime is a link into /usr, which the sandbox gets as a link). Bit i of the
@@ -122,11 +178,10 @@ unsigned int sbx_etc_open(int fds[SBX_ETC_FILES]);
 /* The same bits, from the files' presence only (to key warm sandboxes). */
 unsigned int sbx_etc_mask(void);
 
-/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*;
- * etc_mask as sbx_etc_open returned it. */
-int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], const char *stub, unsigned int etc_mask,
-			 struct sbx_strv *out);
+/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*.
+ * argv NULL: a warm sandbox, whose stub waits for its command. */
+int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
+			 const char *const argv[], struct sbx_strv *out);
 /* Stop every warm sandbox of this process (spawn.c). */
 void sbx_warm_release_all(void);
 

@@ -2,8 +2,9 @@
  * commands (for operators, tests and benchmarks), or check whether this host can.
  *
  *   olp-sandbox [--profile NAME] [--net] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
- *               [--as-mb MB] [--nproc N] [--memory-mb MB] [--pids N] [--cpu-pct PCT]
- *               [--cgroup auto|off|PATH] [--runtime-dir DIR] -- COMMAND [ARGS...]
+ *               [--as-mb MB] [--nproc N] [--disk-mb MB] [--memory-mb MB] [--pids N]
+ *               [--cpu-pct PCT] [--cgroup auto|off|PATH] [--identity per_run|shared]
+ *               [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND [ARGS...]
  *   olp-sandbox --doctor [--json]
  *
  * Exit status: the command's own; 128+N when it died of signal N; 124 on timeout; 125
@@ -25,16 +26,17 @@
 static void usage(FILE *f)
 {
 	fputs("usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
-	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N]\n"
+	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--disk-mb MB]\n"
 	      "                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
-	      "                   [--cgroup auto|off|PATH] [--runtime-dir DIR] -- COMMAND "
+	      "                   [--cgroup auto|off|PATH] [--identity per_run|shared]\n"
+	      "                   [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND "
 	      "[ARGS...]\n"
 	      "       olp-sandbox --doctor [--json]\n"
 	      "\n"
 	      "Runs COMMAND inside the sandbox olp-fcgi uses for provider commands: bubblewrap\n"
-	      "with new namespaces, an allowlisted read-only root, a scratch HOME, a seccomp\n"
-	      "filter, no capabilities, rlimits, and its own cgroup when a cgroup v2 is\n"
-	      "delegated to it. Only fds 0-2 reach the command.\n"
+	      "with new namespaces, an allowlisted read-only root, a size-limited scratch HOME,\n"
+	      "a seccomp filter, no capabilities, a host uid of its own, rlimits, and its own\n"
+	      "cgroup when a cgroup v2 is delegated to it. Only fds 0-2 reach the command.\n"
 	      "--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
 	      f);
 }
@@ -175,6 +177,8 @@ static uint64_t *limit_field(struct sbx_limits *l, const char *opt)
 		return &l->pids;
 	if (!strcmp(opt, "--cpu-pct"))
 		return &l->cpu_pct;
+	if (!strcmp(opt, "--disk-mb"))
+		return &l->disk_mb;
 	return NULL;
 }
 
@@ -389,6 +393,16 @@ int main(int argc, char **argv)
 			i++;
 		} else if (!strcmp(a, "--cgroup") && i + 1 < argc) {
 			cfg.cgroup = argv[++i];
+		} else if (!strcmp(a, "--identity") && i + 1 < argc) {
+			i++;
+			if (strcmp(argv[i], "per_run") && strcmp(argv[i], "shared")) {
+				fprintf(stderr, "olp-sandbox: --identity is per_run or shared\n");
+				return 2;
+			}
+			cfg.identity = !strcmp(argv[i], "shared") ? SBX_IDENTITY_SHARED
+								  : SBX_IDENTITY_PER_RUN;
+		} else if (!strcmp(a, "--uid-range") && i + 1 < argc) {
+			cfg.uid_range = argv[++i];
 		} else if (!strcmp(a, "--runtime-dir") && i + 1 < argc) {
 			snprintf(runtime, sizeof(runtime), "%s", argv[++i]);
 		} else {

@@ -105,11 +105,6 @@ void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow)
 	p->allow_unix = allow;
 }
 
-void sbx_policy_allow_nested_userns(struct sbx_policy *p, bool allow)
-{
-	p->nested_userns = allow;
-}
-
 int sbx_policy_apply_profile(struct sbx_policy *p, const char *name)
 {
 	if (!strcmp(name, "command")) {
@@ -282,32 +277,40 @@ unsigned int sbx_etc_mask(void)
 	return mask;
 }
 
-int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s,
-			 const char *const argv[], const char *stub, unsigned int etc_mask,
-			 struct sbx_strv *out)
+/* Namespaces, identity and capabilities. */
+static int argv_namespaces(const struct sbx_policy *p, struct sbx_strv *out)
 {
-	char link[PATH_MAX];
-	size_t i;
 	int ret;
 
 	ret = push_all(out, sbx_g.bwrap_path,
 		       /* New namespaces of every kind: the child sees no host process, IPC
-			* object, hostname or cgroup, and has no capability in the host. */
-		       "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
-		       "--unshare-cgroup-try", "--uid", "1000", "--gid", "1000", "--hostname",
-		       SBX_HOSTNAME,
+			* object, hostname or cgroup. */
+		       "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+		       "--hostname", SBX_HOSTNAME,
 		       /* The tree dies with us and cannot reach our terminal (TIOCSTI). */
 		       "--die-with-parent", "--new-session", "--cap-drop", "ALL",
 		       /* The environment is rebuilt from the policy alone. */
 		       "--clearenv", NULL);
 	if (ret)
 		return ret;
-	if (!p->network && (ret = sbx_strv_push(out, "--unshare-net")))
-		return ret;
-	/* No nested user namespace: the kernel's most exposed surface from inside one. */
-	if (!p->nested_userns && (ret = sbx_strv_push(out, "--disable-userns")))
-		return ret;
-	for (i = 0; i < p->env.n; i++) {
+	if (sbx_g.ident == SBX_IDENTITY_PER_RUN) {
+		/* bwrap runs in the run's user namespace (joined before its exec, ident.c),
+		 * as its root. The stub keeps just what it needs to hand the home to uid 1000,
+		 * empty the bounding set and become uid 1000, which drops every capability. Nested user namespaces are
+		 * refused there (user.max_user_namespaces = 0), as --disable-userns would. */
+		ret = push_all(out, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+			       "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP", NULL);
+	} else {
+		/* Mode shared: a user namespace of bwrap's own, uid 1000 mapped onto the
+		 * worker's; no nested one (the kernel's most exposed surface from inside). */
+		ret = push_all(out, "--unshare-user", "--uid", SBX_STR(SBX_UID), "--gid",
+			       SBX_STR(SBX_GID), NULL);
+		if (!ret)
+			ret = sbx_strv_push(out, "--disable-userns");
+	}
+	if (!ret && !p->network)
+		ret = sbx_strv_push(out, "--unshare-net");
+	for (size_t i = 0; !ret && i < p->env.n; i++) {
 		const char *kv = p->env.v[i], *eq = strchr(kv, '=');
 		char name[256];
 		size_t nl = (size_t)(eq - kv);
@@ -316,78 +319,214 @@ int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_scratch *s
 			return -EINVAL;
 		memcpy(name, kv, nl);
 		name[nl] = '\0';
-		if ((ret = push_all(out, "--setenv", name, eq + 1, NULL)))
-			return ret;
+		ret = push_all(out, "--setenv", name, eq + 1, NULL);
 	}
-	/* An allowlisted root: /usr read-only and the links into it, nothing else of the
-	 * host's file system unless the policy names it. */
+	return ret;
+}
+
+/* An allowlisted root: /usr read-only and the links into it, copies of a few /etc files,
+ * nothing else of the host's file system unless the policy names it. */
+static int argv_root(unsigned int etc_mask, struct sbx_strv *out)
+{
+	char link[PATH_MAX];
+	size_t i;
+	int ret;
+
 	if ((ret = push_all(out, "--ro-bind", "/usr", "/usr", NULL)))
 		return ret;
-	for (i = 0; i + 1 < sbx_g.root_links.n; i += 2)
-		if ((ret = push_all(out, "--symlink", sbx_g.root_links.v[i],
-				    sbx_g.root_links.v[i + 1], NULL)))
-			return ret;
-	for (i = 0; i < sbx_g.root_dirs.n; i++)
-		if ((ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i],
-				    NULL)))
-			return ret;
-	for (i = 0; i < SBX_ETC_FILES; i++) {
+	for (i = 0; !ret && i + 1 < sbx_g.root_links.n; i += 2)
+		ret = push_all(out, "--symlink", sbx_g.root_links.v[i], sbx_g.root_links.v[i + 1],
+			       NULL);
+	for (i = 0; !ret && i < sbx_g.root_dirs.n; i++)
+		ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i], NULL);
+	for (i = 0; !ret && i < SBX_ETC_FILES; i++) {
 		char fd[16];
 
 		snprintf(fd, sizeof(fd), "%d", SBX_FD_ETC0 + (int)i);
-		if ((etc_mask & (1u << i)) &&
-		    (ret = push_all(out, "--perms", "0644", "--file", fd, etc_files[i], NULL)))
-			return ret;
+		if (etc_mask & (1u << i))
+			ret = push_all(out, "--perms", "0644", "--file", fd, etc_files[i], NULL);
 	}
-	if (localtime_link(link, sizeof(link)) &&
-	    (ret = push_all(out, "--symlink", link, etc_files[ETC_LOCALTIME], NULL)))
-		return ret;
-	for (i = 0; i < ARRAY_SIZE(etc_dirs); i++)
-		if (path_exists(etc_dirs[i]) &&
-		    (ret = push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL)))
-			return ret;
+	if (!ret && localtime_link(link, sizeof(link)))
+		ret = push_all(out, "--symlink", link, etc_files[ETC_LOCALTIME], NULL);
+	for (i = 0; !ret && i < ARRAY_SIZE(etc_dirs); i++)
+		if (path_exists(etc_dirs[i]))
+			ret = push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL);
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
-	ret = push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD), "/etc/passwd",
-		       "--perms", "0644", "--file", SBX_STR(SBX_FD_GROUP), "/etc/group", NULL);
-	if (ret)
-		return ret;
-	/* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made read-only at
-	 * the end, like the root. */
-	ret = push_all(out, "--proc", "/proc", "--dev", "/dev", "--size", "67108864", "--tmpfs",
-		       "/dev/shm", "--size", "268435456", "--tmpfs", "/tmp", "--bind", s->home,
-		       SBX_HOME, "--chdir", SBX_HOME, NULL);
-	if (ret)
-		return ret;
-	for (i = 0; i < p->ro.n; i++)
-		if (path_exists(p->ro.v[i]) &&
-		    (ret = push_all(out, "--ro-bind", p->ro.v[i], p->ro.v[i], NULL)))
-			return ret;
-	for (i = 0; i < p->rw.n; i++)
-		if (path_exists(p->rw.v[i]) &&
-		    (ret = push_all(out, "--bind", p->rw.v[i], p->rw.v[i], NULL)))
-			return ret;
-	/* After the scratch home, so that a bind may land inside it (credentials). */
-	for (i = 0; i + 1 < p->bind_ro.n; i += 2)
-		if (path_exists(p->bind_ro.v[i]) &&
-		    (ret = push_all(out, "--ro-bind", p->bind_ro.v[i], p->bind_ro.v[i + 1], NULL)))
-			return ret;
-	for (i = 0; i + 1 < p->bind_rw.n; i += 2)
-		if (path_exists(p->bind_rw.v[i]) &&
-		    (ret = push_all(out, "--bind", p->bind_rw.v[i], p->bind_rw.v[i + 1], NULL)))
-			return ret;
-	/* A warm sandbox's payload waits for its command (spawn.c, olp-sandbox-exec). */
-	if (stub && (ret = push_all(out, "--ro-bind", stub, stub, NULL)))
-		return ret;
+	if (!ret)
+		ret = push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD),
+			       "/etc/passwd", "--perms", "0644", "--file", SBX_STR(SBX_FD_GROUP),
+			       "/etc/group", NULL);
+	return ret;
+}
+
+/* /proc, /dev and the run's writable space. */
+static int argv_scratch(const struct sbx_policy *p, struct sbx_strv *out)
+{
+	uint64_t disk = sbx_or_default(p->limits.disk_mb, SBX_DEFAULT_DISK_MB) << 20;
+	char home_size[32], tmp_size[32];
+
+	/* The scratch space is a size-limited tmpfs each (the run's disk budget, in memory
+	 * that the run's cgroup is charged for where there is one): 3/4 for the home, 1/4
+	 * for /tmp. /dev/shm has its own 64 MiB. */
+	snprintf(tmp_size, sizeof(tmp_size), "%llu", (unsigned long long)(disk / 4));
+	snprintf(home_size, sizeof(home_size), "%llu", (unsigned long long)(disk - disk / 4));
+	return push_all(out, "--proc", "/proc",
+			/* The host's kernel knobs (core_pattern runs a program as host root),
+			 * whoever the run is: read-only. bwrap covers them only when it could
+			 * write them itself. */
+			"--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try",
+			"/proc/sysrq-trigger", "/proc/sysrq-trigger",
+			/* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made
+			 * read-only at the end, like the root. */
+			"--dev", "/dev", "--perms", "01777", "--size", "67108864", "--tmpfs",
+			"/dev/shm", "--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp",
+			"--perms", "0755", "--dir", "/home", "--perms", "0700", "--size", home_size,
+			"--tmpfs", SBX_HOME, "--chdir", SBX_HOME, NULL);
+}
+
+/* bwrap 0.8.0 makes the missing parents of a bind's destination 0700, owned by bwrap's
+ * uid: the command, another uid, could not reach what is bound there. Make them 0755
+ * first (--dir leaves an existing directory as it is). Each once: seen collects them. */
+static int push_parents(struct sbx_strv *out, struct sbx_strv *seen, const char *dest)
+{
+	char dir[PATH_MAX];
+	int ret = 0;
+
+	if (strlen(dest) >= sizeof(dir))
+		return -ENAMETOOLONG;
+	for (const char *c = strchr(dest + 1, '/'); !ret && c; c = strchr(c + 1, '/')) {
+		size_t i;
+
+		memcpy(dir, dest, (size_t)(c - dest));
+		dir[c - dest] = '\0';
+		for (i = 0; i < seen->n && strcmp(seen->v[i], dir); i++)
+			;
+		if (i == seen->n)
+			ret = sbx_strv_push(seen, dir)
+				      ?: push_all(out, "--perms", "0755", "--dir", dir, NULL);
+	}
+	return ret;
+}
+
+static int push_bind(struct sbx_strv *out, struct sbx_strv *seen, const char *how, const char *src,
+		     const char *dest)
+{
+	return push_parents(out, seen, dest) ?: push_all(out, how, src, dest, NULL);
+}
+
+/* The policy's own paths; after the home, so that a bind may land inside it. */
+static int argv_binds(const struct sbx_policy *p, const struct sbx_inputs *in, struct sbx_strv *out)
+{
+	size_t i, k = 0, nro = p->bind_ro.n / 2;
+	struct sbx_strv seen = { 0 };
+	int ret;
+
+	/* The home's parents exist already: nothing inside it needs the world's access. */
+	ret = sbx_strv_push(&seen, "/home") ?: sbx_strv_push(&seen, SBX_HOME);
+	for (i = 0; !ret && i < p->ro.n; i++)
+		if (path_exists(p->ro.v[i]))
+			ret = push_bind(out, &seen, "--ro-bind", p->ro.v[i], p->ro.v[i]);
+	for (i = 0; !ret && i < p->rw.n; i++)
+		if (path_exists(p->rw.v[i]))
+			ret = push_bind(out, &seen, "--bind", p->rw.v[i], p->rw.v[i]);
+	/* The stub: the first program of the sandbox. */
+	if (!ret)
+		ret = push_bind(out, &seen, "--ro-bind", sbx_g.exec_stub, sbx_g.exec_stub);
+	for (k = 0; !ret && k < in->nbinds; k++) {
+		const struct sbx_bind_plan *b = &in->binds[k];
+		const struct sbx_strv *sv = k < nro ? &p->bind_ro : &p->bind_rw;
+		const char *host = sv->v[2 * (k < nro ? k : k - nro)];
+		const char *inside = sv->v[2 * (k < nro ? k : k - nro) + 1];
+		char num[16];
+
+		switch (b->how) {
+		case SBX_BIND_SKIP: break;
+		case SBX_BIND_PATH:
+			ret = push_bind(out, &seen, k < nro ? "--ro-bind" : "--bind", host, inside);
+			break;
+		case SBX_BIND_FILE:
+			snprintf(num, sizeof(num), "%d", SBX_FD_FILE0 + b->file);
+			ret = push_all(out, "--perms", "0600", "--file", num, inside, NULL);
+			break;
+		case SBX_BIND_COPY:
+			ret = sbx_strv_push(out, "--bind") ?:
+				sbx_strv_pushf(out, "%s/copy-%d", in->scratch->path, b->file) ?:
+				push_all(out, inside, NULL);
+			break;
+		}
+	}
+	sbx_strv_clear(&seen);
+	return ret;
+}
+
+int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
+			 const char *const argv[], struct sbx_strv *out)
+{
+	bool per_run = sbx_g.ident == SBX_IDENTITY_PER_RUN;
+	char nproc[24];
+	int ret;
+
+	ret = argv_namespaces(p, out) ?: argv_root(in->etc_mask, out) ?: argv_scratch(p, out)
+		?: argv_binds(p, in, out);
 	/* bwrap's own root and /dev are tmpfs without a size limit: read-only, or a child
-	 * could fill the host's memory there (rather than in the 256 MiB /tmp). Not
-	 * recursive: the mounts below them keep their own modes. */
-	ret = push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
-		       SBX_STR(SBX_FD_SECCOMP), "--json-status-fd", SBX_STR(SBX_FD_STATUS), "--",
-		       NULL);
-	if (ret)
-		return ret;
-	for (i = 0; argv[i]; i++)
-		if ((ret = sbx_strv_push(out, argv[i])))
-			return ret;
+	 * could fill the host's memory there. Not recursive: the mounts below them keep their
+	 * own modes. */
+	if (!ret)
+		ret = push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
+			       SBX_STR(SBX_FD_SECCOMP), "--json-status-fd", SBX_STR(SBX_FD_STATUS),
+			       NULL);
+	/* The sandbox's init keeps the uid slot taken until the run's last process is gone. */
+	if (!ret && in->sync)
+		ret = push_all(out, "--sync-fd", SBX_STR(SBX_FD_SYNC), NULL);
+	/* The stub's command line names the scratch dir: what is left of a dead worker's
+	 * run is found by it (scratch.c). */
+	if (!ret)
+		ret = push_all(out, "--", sbx_g.exec_stub, "--run", in->scratch->name, NULL);
+	snprintf(nproc, sizeof(nproc), "%llu",
+		 (unsigned long long)sbx_or_default(p->limits.nproc, SBX_DEFAULT_PIDS));
+	if (!ret && per_run)
+		ret = push_all(out, "--drop", nproc, "--chown", SBX_HOME, NULL);
+	if (!ret && argv) {
+		ret = sbx_strv_push(out, "--");
+		for (size_t i = 0; !ret && argv[i]; i++)
+			ret = sbx_strv_push(out, argv[i]);
+	}
+	return ret;
+}
+
+int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_t *n)
+{
+	size_t nro = p->bind_ro.n / 2, nrw = p->bind_rw.n / 2;
+	struct sbx_bind_plan *b;
+	int files = 0, copies = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!nro && !nrw)
+		return 0;
+	b = calloc(nro + nrw, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (size_t k = 0; k < nro + nrw; k++) {
+		const char *host = k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)];
+
+		if (stat(host, &b[k].st) < 0) {
+			b[k].how = SBX_BIND_SKIP; /* not there: skipped, as documented */
+		} else if (!S_ISREG(b[k].st.st_mode)) {
+			b[k].how = SBX_BIND_PATH;
+		} else if (k < nro) {
+			b[k].how = SBX_BIND_FILE;
+			b[k].file = files++;
+		} else {
+			b[k].how = SBX_BIND_COPY;
+			b[k].file = copies++;
+		}
+	}
+	if (files > SBX_MAX_FILES) {
+		free(b);
+		return -E2BIG;
+	}
+	*out = b;
+	*n = nro + nrw;
 	return 0;
 }

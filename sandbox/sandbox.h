@@ -22,14 +22,28 @@ enum sbx_mode {
 	SBX_MODE_OFF,	    /* no isolation: only with an explicit config "sandbox.mode":"off" */
 };
 
+/* Whose host uid a sandboxed command runs as (ident.c, ADR 0013). */
+enum sbx_identity {
+	SBX_IDENTITY_PER_RUN = 0, /* its own uid and gid from a reserved range (the default) */
+	SBX_IDENTITY_SHARED,	  /* the worker's own uid: weaker, an explicit opt-in, never
+				     for a root worker */
+};
+
 /* Process-wide settings, fixed at start (sbx_global_init). */
 struct sbx_global_config {
 	enum sbx_mode mode;
 	const char *bwrap_path;	 /* absolute; NULL = /usr/bin/bwrap */
 	const char *runtime_dir; /* parent of the per-run scratch dirs; created 0700 */
-	/* olp-sandbox-exec: when set, a policy run once gets a sandbox started ahead of time
-	 * for its next run (a "warm" sandbox; see spawn.c). NULL: every run starts cold. */
+	/* olp-sandbox-exec, the first program of every sandbox (it takes the run's uid, then
+	 * becomes the command). NULL: $OLP_SANDBOX_EXEC, else the one this build installs. */
 	const char *exec_stub;
+	/* A policy run once gets a sandbox started ahead of time for its next run (a "warm"
+	 * sandbox; see spawn.c). false: every run starts cold. */
+	bool warm;
+	enum sbx_identity identity;
+	/* "BASE:COUNT": the host uids (and gids) runs take; NULL = the worker user's ranges
+	 * in /etc/subuid and /etc/subgid (root without one: 1879048192:65536). */
+	const char *uid_range;
 	/* Resource control (cgroup.c): NULL or "auto" = a cgroup v2 delegated to this
 	 * process if there is one, "off" = rlimits only, or the absolute path of a cgroup
 	 * prepared for the runs. Without a usable cgroup, limits are rlimits. */
@@ -41,8 +55,9 @@ struct sbx_global_config {
 int sbx_global_init(const struct sbx_global_config *cfg);
 /* Lock the calling process down for the rest of its life: drop every capability (bounding
  * set, effective/permitted/inheritable, ambient) and set no_new_privs, so that a worker
- * started as root holds no privilege a bug could use. Call once, early, before threads.
- * 0 or -errno. */
+ * started as root holds no privilege a bug could use, but for what giving each run its own
+ * uid needs (lockdown.c). A non-root process first forks the helper that maps those uids
+ * (ident.c). Call once, early, before threads. 0 or -errno. */
 int sbx_lockdown_self(void);
 void sbx_global_release(void);
 /* Warm sandboxes waiting in this process (for tests and /health). */
@@ -55,12 +70,14 @@ enum sbx_mode sbx_global_mode(void);
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.
  * Computed once per process and cached; the strings are static. */
 struct sbx_status {
-	bool available;		   /* bwrap is present and a real sandboxed spawn worked */
-	bool seccomp;		   /* the filter was built and is loaded by every run */
-	const char *cgroup;	   /* resource control in use: "cgroup2" or "rlimits" */
-	const char *cgroup_detail; /* the cgroup runs are made in, or why there is none */
-	bool active;		   /* runs are actually wrapped (mode bwrap and available) */
-	const char *mode;	   /* "bwrap" or "off" */
+	bool available;		     /* bwrap is present and a real sandboxed spawn worked */
+	bool seccomp;		     /* the filter was built and is loaded by every run */
+	const char *cgroup;	     /* resource control in use: "cgroup2" or "rlimits" */
+	const char *cgroup_detail;   /* the cgroup runs are made in, or why there is none */
+	const char *identity;	     /* "per_run", "shared", or "unavailable" */
+	const char *identity_detail; /* the uid range, or why runs cannot get their own uid */
+	bool active;		     /* runs are actually wrapped (mode bwrap and available) */
+	const char *mode;	     /* "bwrap" or "off" */
 	const char *bwrap_path;
 	const char *bwrap_version; /* "0.8.0", or NULL */
 	const char *message;	   /* why not available, or NULL */
@@ -73,22 +90,28 @@ struct sbx_policy;
 /* The scratch home as the child sees it (HOME, and the working directory). */
 #define SBX_HOME_PATH "/home/olp"
 
-/* A baseline policy: read-only /usr and its symlinks, fresh /proc, minimal /dev, tmpfs
- * /tmp, a scratch HOME that is also the working directory, all namespaces unshared (net
- * too), clearenv + PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
+/* A baseline policy: read-only /usr and its symlinks, fresh /proc with /proc/sys
+ * read-only, minimal /dev, size-limited tmpfs /tmp and scratch HOME (also the working
+ * directory), all namespaces unshared (net too), the run's own host uid, clearenv +
+ * PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
 struct sbx_policy *sbx_policy_new(void);
 void sbx_policy_free(struct sbx_policy *p);
 void sbx_policy_set_network(struct sbx_policy *p, bool on);
 /* Bind host_path read-only (or read-write) at the same path inside. Copies the string.
- * A path that does not exist on the host is skipped at spawn time. */
+ * A path that does not exist on the host is skipped at spawn time. The command runs as
+ * its own uid: it reads (writes) only what the file modes give "others". */
 int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path);
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
 /* Bind host_path at a different path inside (e.g. a credentials file at
  * SBX_HOME_PATH "/.claude/.credentials.json"). Both must be absolute; inside must not
  * contain "..". Copies both. Binds are applied after the scratch home, so inside may lie
  * in it; missing parent directories are created there. A host_path that does not exist is
- * skipped at spawn time. In mode off there is no mount namespace and binds are ignored
- * (the child sees the host's files at their own paths). 0 or -EINVAL / -ENOMEM. */
+ * skipped at spawn time. A regular file is given to the command as a copy it owns (mode
+ * 0600), read when the run starts: it needs no permission for the run's uid. Written
+ * (writable), the copy replaces host_path when the run ends, atomically, if it changed.
+ * A directory is bound as it is (see sbx_policy_add_ro). In mode off there is no mount
+ * namespace and binds are ignored (the child sees the host's files at their own paths).
+ * 0 or -EINVAL / -ENOMEM. */
 int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
 			bool writable);
 /* Set one variable of the child's (otherwise empty) environment. Copies both. */
@@ -105,8 +128,10 @@ struct sbx_limits {
 	uint64_t fsize_mb;  /* largest file written, default 1024 */
 	uint64_t cpu_s;	    /* CPU seconds per process, default 600 */
 	uint64_t as_mb;	    /* address space per process, default 8192 */
-	uint64_t nproc;	    /* processes (threads count) of the sandbox user, default 256 (see
+	uint64_t nproc;	    /* processes (threads count) of the run's own uid, default 256 (see
 			      docs/sandbox.md) */
+	uint64_t disk_mb;   /* scratch space: the home (3/4) and /tmp (1/4), size-limited tmpfs,
+			       default 1024 */
 	uint64_t memory_mb; /* cgroup: memory of the whole run (memory.max), default 2048 */
 	uint64_t pids;	    /* cgroup: processes and threads of the run (pids.max), default
 			       256 */
@@ -116,12 +141,10 @@ struct sbx_limits {
 #define SBX_DEFAULT_MEMORY_MB 2048
 #define SBX_DEFAULT_PIDS 256
 #define SBX_DEFAULT_CPU_PCT 100
+#define SBX_DEFAULT_DISK_MB 1024
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
 /* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
 void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);
-/* Let the command create nested user namespaces (refused by default: --disable-userns
- * and the seccomp filter). Only for a client that sandboxes itself. */
-void sbx_policy_allow_nested_userns(struct sbx_policy *p, bool allow);
 /* Apply a named profile: "command" (the default: no network, default limits) or "cli"
  * (network on, for the provider CLIs). -ENOENT for an unknown name. */
 int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
@@ -156,8 +179,10 @@ struct sbx_result {
 	int term_signal;
 	const char *spawn_stage; /* static string naming the failed step, or NULL */
 	int spawn_errno;
-	bool sandbox_failed;	/* bwrap itself could not build the sandbox (exit 1, its
-				    own message on stderr, no byte of output) */
+	bool sandbox_failed;	/* the sandbox could not be built or entered (bwrap's or
+				    olp-sandbox-exec's own message on stderr, no byte of
+				    output) */
+	bool exec_failed;	/* ... because the command itself could not be exec'd */
 	char stderr_tail[2048]; /* last bytes of the child's stderr, NUL-terminated; never
 				    sent to clients, logged only cut */
 	size_t stdout_bytes;

@@ -171,9 +171,10 @@ void sbx_scratch_remove(struct sbx_scratch *s)
 /* Kill every process whose command line names the scratch dir `name`: what is left of a
  * run whose worker died. A worker killed while bwrap was still building a sandbox leaves
  * the sandbox's init blocked for ever on bwrap's set-up signal, and no death signal
- * reaches it; its command line is bwrap's, which binds this dir as the home. The name
- * ends in 64 random bits, so no other process names it by chance. Only processes we may
- * signal are reached (our uid, as a sandbox's are). */
+ * reaches it; its command line is bwrap's, which passes the name to the stub ("--run").
+ * The name ends in 64 random bits, so no other process names it by chance. Only processes
+ * we may signal are reached (our uid, as bwrap's are; the run's own uid dies with the
+ * sandbox's init). */
 static void kill_stranded(const char *name)
 {
 	char needle[4200], path[300];
@@ -183,7 +184,7 @@ static void kill_stranded(const char *name)
 
 	if (!d)
 		return;
-	nl = (size_t)snprintf(needle, sizeof(needle), "%s/%s/", sbx_g.runtime_dir, name);
+	nl = (size_t)snprintf(needle, sizeof(needle), "--run%c%s%c", '\0', name, '\0');
 	while ((de = readdir(d))) {
 		struct buf cmd = BUF_INIT;
 

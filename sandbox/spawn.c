@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ enum child_stage {
 	STAGE_RLIMIT,
 	STAGE_SIGNALS,
 	STAGE_SETPGID,
+	STAGE_USERNS,
 	STAGE_PDEATHSIG,
 	STAGE_CHDIR,
 	STAGE_DUPFD,
@@ -47,15 +49,11 @@ enum child_stage {
 };
 
 static const char *const stage_names[] = {
-	[STAGE_CGROUP] = "cgroup",
-	[STAGE_RLIMIT] = "rlimit",
-	[STAGE_SIGNALS] = "signals",
-	[STAGE_SETPGID] = "setpgid",
-	[STAGE_PDEATHSIG] = "pdeathsig",
-	[STAGE_CHDIR] = "chdir",
-	[STAGE_DUPFD] = "dupfd",
-	[STAGE_DUP2] = "dup2",
-	[STAGE_CLOSE_RANGE] = "close_range",
+	[STAGE_CGROUP] = "cgroup",   [STAGE_RLIMIT] = "rlimit",
+	[STAGE_SIGNALS] = "signals", [STAGE_SETPGID] = "setpgid",
+	[STAGE_USERNS] = "userns",   [STAGE_PDEATHSIG] = "pdeathsig",
+	[STAGE_CHDIR] = "chdir",     [STAGE_DUPFD] = "dupfd",
+	[STAGE_DUP2] = "dup2",	     [STAGE_CLOSE_RANGE] = "close_range",
 	[STAGE_EXEC] = "exec",
 };
 
@@ -78,6 +76,7 @@ struct child_plan {
 	struct rlimit rl[5]; /* applied in rl_res order */
 	int cwd_fd;	     /* fchdir here, or -1 */
 	int cgroup_fd;	     /* the run cgroup's cgroup.procs, or -1 */
+	int userns_fd;	     /* the run's user namespace to join before exec, or -1 */
 	int report_fd;
 	pid_t parent;
 };
@@ -118,6 +117,10 @@ static void __attribute__((noreturn)) child_exec(const struct child_plan *c)
 	/* Own process group: one kill reaches everything it starts. */
 	if (setpgid(0, 0) < 0)
 		child_fail(c->report_fd, STAGE_SETPGID);
+	/* Into the run's user namespace, where bwrap will be root and the command the run's
+	 * own host uid (ident.c). Before the death signal: changing credentials clears it. */
+	if (c->userns_fd >= 0 && setns(c->userns_fd, CLONE_NEWUSER) < 0)
+		child_fail(c->report_fd, STAGE_USERNS);
 	/* If the worker thread that started us dies, so do we (bwrap's --die-with-parent
 	 * then takes the sandbox down). */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
@@ -556,10 +559,13 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
 	    !strncmp(res->stderr_tail, "bwrap: ", 7))
 		res->sandbox_failed = true;
-	/* A warm sandbox's stub that could not exec the command says so the same way. */
+	/* The stub that could not take the run's uid or exec the command says so the same
+	 * way (olp-sandbox-exec.c). */
 	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 127 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "olp-sandbox-exec: ", 18))
+	    !strncmp(res->stderr_tail, "olp-sandbox-exec: ", 18)) {
 		res->sandbox_failed = true;
+		res->exec_failed = !strncmp(res->stderr_tail, "olp-sandbox-exec: execve ", 25);
+	}
 	if (cb && cb->on_result)
 		cb->on_result(cb->ctx, res);
 	/* The namespace's teardown is waited for later (instance_release), off the
@@ -604,7 +610,10 @@ static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
 		sbx_or_default(l->fsize_mb, 1024) << 20,
 		sbx_or_default(l->cpu_s, p->timeout_ms ? p->timeout_ms / 1000 + 5 : 600),
 		sbx_or_default(l->as_mb, 8192) << 20,
-		sbx_or_default(l->nproc, 256),
+		/* RLIMIT_NPROC counts a real uid's processes. With a uid per run the stub sets
+		 * it as it takes that uid; here it would count the worker's (bwrap's). */
+		sbx_g.ident == SBX_IDENTITY_PER_RUN ? 0
+						    : sbx_or_default(l->nproc, SBX_DEFAULT_PIDS),
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
@@ -623,10 +632,21 @@ static int make_pipe(int child_end_is_read, int *child, int *parent)
 	return set_nonblock(*parent);
 }
 
-/* One started process (bwrap, or the command itself in mode off) and its scratch dir. */
+/* A writable file bind: the run works on a copy in its scratch dir, written back. */
+struct copy {
+	char *host;	       /* the real path of the host file */
+	char *path;	       /* the copy */
+	struct timespec ctime; /* the copy's, as made: changed means written */
+};
+
+/* One started process (bwrap, or the command itself in mode off), its scratch dir and
+ * its host identity. */
 struct instance {
 	struct run r;
 	struct sbx_scratch scratch;
+	struct sbx_ident id;
+	struct copy *copies;
+	size_t ncopies;
 };
 
 #define RUN_INIT                                                                                  \
@@ -636,22 +656,166 @@ struct instance {
 		.cg = {.dir_fd = -1,                                                              \
 		       .procs_fd = -1 }                                                           \
 	}
+#define INSTANCE_INIT                                        \
+	{                                                    \
+		.r = RUN_INIT, .scratch = { .home_fd = -1 }, \
+		.id = {.lock_fd = -1,                        \
+		       .userns_fd = -1 }                     \
+	}
 
-/* Create the scratch dir, the pipes and bwrap's inputs, and start argv under p. With
- * stub set, argv is the warm-sandbox stub, bound read-only into the sandbox. */
+/* Credentials are small: a file bigger than this is not copied in or back. */
+#define COPY_MAX (1u << 20)
+
+static int read_small(const char *path, struct buf *b)
+{
+	return buf_read_file(b, path, COPY_MAX);
+}
+
+/* Copy the host file of bind k into the scratch dir for the run to write (mode 0666 in a
+ * directory only the worker can enter: the run's uid needs "other" write access). */
+static int make_copy(struct instance *in, const char *host, int n)
+{
+	struct copy *c = &in->copies[in->ncopies];
+	struct buf b = BUF_INIT, path = BUF_INIT;
+	struct stat st;
+	int fd, ret;
+
+	c->host = realpath(host, NULL);
+	if (!c->host)
+		return -errno;
+	buf_addf(&path, "%s/copy-%d", in->scratch.path, n);
+	c->path = buf_detach(&path, NULL);
+	in->ncopies++;
+	if ((ret = read_small(c->host, &b)))
+		goto out;
+	fd = open(c->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = write_all(fd, b.data, b.len);
+	if (!ret && (fchmod(fd, 0666) < 0 || fstat(fd, &st) < 0))
+		ret = -errno;
+	if (!ret)
+		c->ctime = st.st_ctim;
+	close(fd);
+out:
+	buf_release(&b);
+	return ret;
+}
+
+/* The run wrote its copy: replace the host file with it, atomically (a temporary file
+ * beside it, then rename), keeping its mode. Called once the run's processes are gone. */
+static void write_back(const struct copy *c)
+{
+	struct buf b = BUF_INIT, tmp = BUF_INIT;
+	struct stat st, hst;
+	char rnd[17];
+	int fd = -1, ret;
+
+	if (stat(c->path, &st) < 0 ||
+	    (st.st_ctim.tv_sec == c->ctime.tv_sec && st.st_ctim.tv_nsec == c->ctime.tv_nsec))
+		return;
+	random_hex(rnd, 8);
+	buf_addf(&tmp, "%s.olp-%s", c->host, rnd);
+	ret = read_small(c->path, &b);
+	if (!ret && stat(c->host, &hst) < 0)
+		ret = -errno;
+	if (!ret) {
+		fd = open(tmp.data, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			  hst.st_mode & 07777);
+		ret = fd < 0 ? -errno : write_all(fd, b.data, b.len);
+	}
+	if (!ret && (fchmod(fd, hst.st_mode & 07777) < 0 || fsync(fd) < 0))
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (!ret && rename(tmp.data, c->host) < 0)
+		ret = -errno;
+	if (ret) {
+		unlink(tmp.data);
+		log_warnx(NULL, "sandbox: a run's changes to %s were not kept: %s", c->host,
+			  strerror(-ret));
+	}
+	buf_release(&tmp);
+	buf_release(&b);
+}
+
+/* Open the files and make the copies the bind plan names; the fds go to plan slots. */
+static int prepare_binds(const struct sbx_policy *p, const struct sbx_inputs *in,
+			 struct instance *inst, struct child_plan *plan)
+{
+	size_t nro = p->bind_ro.n / 2;
+	int ret = 0;
+
+	inst->copies = in->nbinds ? calloc(in->nbinds, sizeof(*inst->copies)) : NULL;
+	if (in->nbinds && !inst->copies)
+		return -ENOMEM;
+	for (size_t k = 0; !ret && k < in->nbinds; k++) {
+		const struct sbx_bind_plan *b = &in->binds[k];
+		const char *host = k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)];
+		struct stat st;
+		int fd;
+
+		if (b->how == SBX_BIND_COPY) {
+			ret = make_copy(inst, host, b->file);
+		} else if (b->how == SBX_BIND_FILE) {
+			fd = open(host, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+			if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+				ret = fd < 0 ? -errno : -EINVAL;
+				if (fd >= 0)
+					close(fd);
+				break;
+			}
+			plan->fds[SBX_FD_FILE0 + b->file] = fd;
+		}
+	}
+	return ret;
+}
+
+static void close_plan_fds(struct child_plan *plan, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		close_fd(&plan->fds[i]);
+}
+
+/* bwrap's fixed inputs: the filter, passwd and group, the /etc copies. */
+static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *plan,
+				struct sbx_inputs *in, struct sbx_result *res)
+{
+	int etc[SBX_ETC_FILES];
+
+	plan->fds[SBX_FD_SECCOMP] = sbx_seccomp_fd(p->allow_unix);
+	if (plan->fds[SBX_FD_SECCOMP] < 0) {
+		res->spawn_stage = "seccomp";
+		return plan->fds[SBX_FD_SECCOMP];
+	}
+	plan->fds[SBX_FD_PASSWD] = sbx_data_fd(SBX_PASSWD_TEXT);
+	plan->fds[SBX_FD_GROUP] = sbx_data_fd(SBX_GROUP_TEXT);
+	if (plan->fds[SBX_FD_PASSWD] < 0 || plan->fds[SBX_FD_GROUP] < 0) {
+		res->spawn_stage = "passwd";
+		return plan->fds[SBX_FD_PASSWD] < 0 ? plan->fds[SBX_FD_PASSWD]
+						    : plan->fds[SBX_FD_GROUP];
+	}
+	in->etc_mask = sbx_etc_open(etc);
+	for (size_t i = 0; i < SBX_ETC_FILES; i++)
+		plan->fds[SBX_FD_ETC0 + i] = etc[i];
+	return 0;
+}
+
+/* Create the scratch dir, take the run's identity, make the pipes and bwrap's inputs, and
+ * start argv under p (argv NULL: a warm sandbox, whose stub waits for its command). */
 static int start_instance(const struct sbx_policy *p, const char *const argv[],
-			  const struct sbx_run_options *opt, bool bwrap, const char *stub,
-			  struct instance *in, struct sbx_result *res)
+			  const struct sbx_run_options *opt, bool bwrap, struct instance *in,
+			  struct sbx_result *res)
 {
 	struct sbx_strv args = { 0 }, envp = { 0 };
-	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1 };
-	int c_in = -1, c_out = -1, c_err = -1, c_status = -1;
-	int c_seccomp = -1, c_passwd = -1, c_group = -1, etc[SBX_ETC_FILES], ret;
-	unsigned int etc_mask = 0;
+	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	struct sbx_inputs inputs = { .scratch = &in->scratch };
+	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
 
-	for (size_t i = 0; i < SBX_ETC_FILES; i++)
-		etc[i] = -1;
-
+	for (size_t i = 0; i < SBX_FD_COUNT; i++)
+		plan.fds[i] = -1;
 	ret = sbx_scratch_create(&in->scratch);
 	if (ret) {
 		res->spawn_stage = "scratch";
@@ -663,10 +827,19 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 		res->spawn_stage = "cgroup";
 		goto out;
 	}
+	/* Nor without the run's own uid (fail closed). */
+	if (bwrap && (ret = sbx_ident_acquire(&in->id))) {
+		res->spawn_stage = "identity";
+		goto out;
+	}
 	ret = sbx_build_envp(p, &envp);
 	if (!ret && bwrap) {
-		etc_mask = sbx_etc_open(etc);
-		ret = sbx_build_bwrap_argv(p, &in->scratch, argv, stub, etc_mask, &args);
+		inputs.sync = in->id.lock_fd >= 0;
+		ret = sbx_plan_binds(p, &inputs.binds, &inputs.nbinds) ?:
+			prepare_bwrap_inputs(p, &plan, &inputs, res) ?:
+			prepare_binds(p, &inputs, in, &plan);
+		if (!ret)
+			ret = sbx_build_bwrap_argv(p, &inputs, argv, &args);
 	} else if (!ret) {
 		for (size_t i = 0; !ret && argv[i]; i++)
 			ret = sbx_strv_push(&args, argv[i]);
@@ -675,7 +848,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			ret = sbx_strv_setenv(&envp, "HOME", in->scratch.home);
 	}
 	if (ret) {
-		res->spawn_stage = "argv";
+		if (!res->spawn_stage)
+			res->spawn_stage = "argv";
 		goto out;
 	}
 	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &in->r.in_fd))) ||
@@ -685,22 +859,6 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 		res->spawn_stage = "pipe";
 		goto out;
 	}
-	if (bwrap) {
-		c_seccomp = sbx_seccomp_fd(p->allow_unix);
-		if (c_seccomp < 0) {
-			ret = c_seccomp;
-			c_seccomp = -1;
-			res->spawn_stage = "seccomp";
-			goto out;
-		}
-		c_passwd = sbx_data_fd(SBX_PASSWD_TEXT);
-		c_group = sbx_data_fd(SBX_GROUP_TEXT);
-		if (c_passwd < 0 || c_group < 0) {
-			ret = c_passwd < 0 ? c_passwd : c_group;
-			res->spawn_stage = "passwd";
-			goto out;
-		}
-	}
 	plan.path = args.v[0];
 	plan.argv = args.v;
 	plan.envp = bwrap ? (char *[]){ NULL } : envp.v;
@@ -708,32 +866,28 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	plan.fds[1] = c_out;
 	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : c_err;
 	plan.fds[SBX_FD_STATUS] = c_status;
-	plan.fds[SBX_FD_SECCOMP] = c_seccomp;
-	plan.fds[SBX_FD_PASSWD] = c_passwd;
-	plan.fds[SBX_FD_GROUP] = c_group;
-	for (size_t i = 0; i < SBX_ETC_FILES; i++)
-		plan.fds[SBX_FD_ETC0 + i] = etc[i];
+	plan.fds[SBX_FD_SYNC] = inputs.sync ? in->id.lock_fd : -1;
 	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
 	set_rlimits(&plan, p);
 	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
 	plan.cgroup_fd = in->r.cg.procs_fd;
+	plan.userns_fd = in->id.userns_fd;
 	ret = start_child(&plan, &in->r, res);
 out:
 	close_fd(&c_in);
 	close_fd(&c_out);
 	close_fd(&c_err);
 	close_fd(&c_status);
-	close_fd(&c_seccomp);
-	close_fd(&c_passwd);
-	close_fd(&c_group);
-	for (size_t i = 0; i < SBX_ETC_FILES; i++)
-		close_fd(&etc[i]);
+	close_plan_fds(&plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
+	close_plan_fds(&plan, SBX_FD_FILE0, SBX_FD_COUNT);
+	free(inputs.binds);
 	sbx_strv_clear(&args);
 	sbx_strv_clear(&envp);
 	return ret;
 }
 
-/* Kill what is left of an instance, reap it, wait for its namespace, remove its dir. */
+/* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
+ * to its writable credentials, release its uid and remove its dir. */
 static void instance_release(struct instance *in)
 {
 	kill_tree(&in->r);
@@ -741,6 +895,16 @@ static void instance_release(struct instance *in)
 	wait_ns_gone(&in->r);
 	sbx_cgroup_remove(&in->r.cg);
 	run_close(&in->r);
+	for (size_t i = 0; i < in->ncopies; i++) {
+		if (in->copies[i].path)
+			write_back(&in->copies[i]);
+		free(in->copies[i].host);
+		free(in->copies[i].path);
+	}
+	free(in->copies);
+	in->copies = NULL;
+	in->ncopies = 0;
+	sbx_ident_release(&in->id);
 	sbx_scratch_remove(&in->scratch);
 }
 
@@ -768,13 +932,17 @@ static struct {
 
 static char *policy_key(const struct sbx_policy *p)
 {
-	struct sbx_scratch fake = { .home = "@scratch" };
+	struct sbx_scratch fake = { .name = "@scratch", .path = "@scratch" };
+	struct sbx_inputs in = { .scratch = &fake,
+				 .etc_mask = sbx_etc_mask(),
+				 .sync = sbx_g.ident == SBX_IDENTITY_PER_RUN };
+	size_t nro = p->bind_ro.n / 2;
 	struct sbx_strv args = { 0 };
 	struct child_plan plan = { 0 };
 	struct buf key = BUF_INIT;
 
-	if (sbx_build_bwrap_argv(p, &fake, (const char *const[]){ sbx_g.exec_stub, NULL },
-				 sbx_g.exec_stub, sbx_etc_mask(), &args)) {
+	if (sbx_plan_binds(p, &in.binds, &in.nbinds) || sbx_build_bwrap_argv(p, &in, NULL, &args)) {
+		free(in.binds);
 		sbx_strv_clear(&args);
 		return NULL;
 	}
@@ -782,12 +950,25 @@ static char *policy_key(const struct sbx_policy *p)
 		buf_adds(&key, args.v[i]);
 		buf_addch(&key, '\x1f');
 	}
+	/* A file given as a copy is keyed by what it is now: a sandbox made before the file
+	 * changed (a refreshed login) is not the same sandbox. */
+	for (size_t k = 0; k < in.nbinds; k++) {
+		const struct stat *st = &in.binds[k].st;
+
+		if (in.binds[k].how == SBX_BIND_FILE || in.binds[k].how == SBX_BIND_COPY)
+			buf_addf(&key, "%s:%llu:%llu:%lld:%lld.%ld\x1f",
+				 k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)],
+				 (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+				 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+				 st->st_mtim.tv_nsec);
+	}
 	set_rlimits(&plan, p);
 	for (size_t i = 0; i < ARRAY_SIZE(plan.rl); i++)
 		buf_addf(&key, "%llu,", (unsigned long long)plan.rl[i].rlim_cur);
 	buf_addf(&key, "unix=%d,cg=%llu,%llu,%llu", p->allow_unix,
 		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
 		 (unsigned long long)p->limits.cpu_pct);
+	free(in.binds);
 	sbx_strv_clear(&args);
 	return buf_detach(&key, NULL);
 }
@@ -841,26 +1022,36 @@ static bool warm_full(const char *key)
 	pthread_mutex_lock(&warm.lock);
 	for (size_t i = 0; i < warm.n; i++)
 		have += !strcmp(warm.slot[i].key, key);
-	full = have >= WARM_PER_KEY || warm.n >= WARM_MAX;
+	full = have >= WARM_PER_KEY;
 	pthread_mutex_unlock(&warm.lock);
 	return full;
 }
 
 static void warm_fill_one(const struct sbx_policy *p, const char *key)
 {
-	struct instance in = { .r = RUN_INIT, .scratch = { .home_fd = -1 } };
+	struct instance in = INSTANCE_INIT, old = INSTANCE_INIT;
 	struct sbx_result res = { 0 };
-	bool keep = false;
+	bool keep = false, evict = false;
 
 	pthread_mutex_lock(&warm.lock);
 	if (warm.closed) {
 		pthread_mutex_unlock(&warm.lock);
 		return;
 	}
+	/* Full: the oldest goes (a key no request has used since, e.g. one whose login file
+	 * changed); each holds a uid and a scratch dir. */
+	if (warm.n >= WARM_MAX) {
+		old = warm.slot[0].in;
+		free(warm.slot[0].key);
+		memmove(&warm.slot[0], &warm.slot[1], (warm.n - 1) * sizeof(warm.slot[0]));
+		warm.n--;
+		evict = true;
+	}
 	warm.filling++;
 	pthread_mutex_unlock(&warm.lock);
-	if (start_instance(p, (const char *const[]){ sbx_g.exec_stub, NULL }, NULL, true,
-			   sbx_g.exec_stub, &in, &res) == 0) {
+	if (evict)
+		instance_release(&old);
+	if (start_instance(p, NULL, NULL, true, &in, &res) == 0) {
 		pthread_mutex_lock(&warm.lock);
 		if (warm.n < WARM_MAX && !warm.closed) {
 			warm.slot[warm.n].key = strdup(key);
@@ -956,12 +1147,12 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
 	    const struct sbx_callbacks *cb, struct sbx_result *res)
 {
-	struct instance in = { .r = RUN_INIT, .scratch = { .home_fd = -1 } };
+	struct instance in = INSTANCE_INIT;
 	struct sbx_run_options wopt;
 	struct buf launch = BUF_INIT;
 	bool bwrap = p->wrap == SBX_WRAP_ALWAYS ||
 		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
-	bool warmable = bwrap && sbx_g.exec_stub && p->wrap == SBX_WRAP_BY_MODE &&
+	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
 	char *key = NULL;
 	int ret;
@@ -987,7 +1178,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		ret = supervise(&in.r, p, &wopt, cb, res, bwrap);
 		buf_release(&launch);
 	} else {
-		ret = start_instance(p, argv, opt, bwrap, NULL, &in, res);
+		ret = start_instance(p, argv, opt, bwrap, &in, res);
 		if (!ret)
 			ret = supervise(&in.r, p, opt, cb, res, bwrap);
 	}

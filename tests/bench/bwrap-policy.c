@@ -1,7 +1,7 @@
 /* bwrap-policy: exec bwrap with exactly the argv and inputs olp-sandbox gives it for
  * `olp-sandbox -- COMMAND` (profile "command": the same namespaces, mounts, /etc copies,
- * seccomp program, passwd/group), in place: no supervising process, no scratch dir made
- * or removed (HOME_DIR is bound as the home), no teardown. sandbox-bench.sh times it
+ * seccomp program, passwd/group, the run's own uid and user namespace), in place: no
+ * supervising process, no scratch dir made or removed (HOME_DIR is unused), no teardown. sandbox-bench.sh times it
  * beside plain bwrap and olp-sandbox, to split what the policy costs inside bwrap from
  * what olp-sandbox costs as a process. With --plain it execs the plain
  * `bwrap --unshare-all` run of the script instead, so that this program's own exec, which
@@ -10,6 +10,7 @@
  * usage: bwrap-policy [--plain] HOME_DIR COMMAND [ARGS...]   (a benchmark tool) */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +37,12 @@ int main(int argc, char **argv)
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
 					 .runtime_dir = "/dev/shm",
 					 .cgroup = "off" };
-	struct sbx_scratch s = { .home_fd = -1 };
+	struct sbx_scratch s = { .home_fd = -1, .name = "bench" };
+	struct sbx_inputs inputs = { .scratch = &s };
+	struct sbx_ident id;
 	struct sbx_strv args = { 0 };
 	struct sbx_policy *p;
 	int etc[SBX_ETC_FILES], in[SBX_FD_COUNT];
-	unsigned int mask;
 
 	if (argc >= 2 && !strcmp(argv[1], "--plain")) {
 		const char *plain[64] = { "/usr/bin/bwrap", "--unshare-all",
@@ -67,18 +69,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bwrap-policy [--plain] HOME_DIR COMMAND [ARGS...]\n");
 		return 2;
 	}
-	if (sbx_global_init(&cfg) || !(p = sbx_policy_new()) ||
-	    sbx_policy_apply_profile(p, "command")) {
+	if (sbx_lockdown_self() || sbx_global_init(&cfg) || !(p = sbx_policy_new()) ||
+	    sbx_policy_apply_profile(p, "command") || sbx_ident_acquire(&id)) {
 		fprintf(stderr, "bwrap-policy: cannot set up\n");
 		return 1;
 	}
-	snprintf(s.home, sizeof(s.home), "%s", argv[1]);
-	mask = sbx_etc_open(etc);
-	if (sbx_build_bwrap_argv(p, &s, (const char *const *)argv + 2, NULL, mask, &args)) {
+	inputs.etc_mask = sbx_etc_open(etc);
+	inputs.sync = id.lock_fd >= 0;
+	if (sbx_build_bwrap_argv(p, &inputs, (const char *const *)argv + 2, &args)) {
 		fprintf(stderr, "bwrap-policy: argv\n");
 		return 1;
 	}
 	/* Sources first above every slot, then into place: no source is clobbered. */
+	for (int i = 0; i < SBX_FD_COUNT; i++)
+		in[i] = -1;
+	in[SBX_FD_SYNC] = id.lock_fd;
 	in[SBX_FD_STATUS] = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	in[SBX_FD_SECCOMP] = sbx_seccomp_fd(false);
 	in[SBX_FD_PASSWD] = sbx_data_fd(SBX_PASSWD_TEXT);
@@ -93,8 +98,13 @@ int main(int argc, char **argv)
 			perror("bwrap-policy: dup2");
 			return 1;
 		}
-	/* As olp-sandbox's child does: nothing of ours beyond the slots crosses exec. */
+	/* As olp-sandbox's child does: nothing of ours beyond the slots crosses exec, and
+	 * bwrap starts as root of the run's user namespace. */
 	close_range(SBX_FD_COUNT, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (id.userns_fd >= 0 && setns(id.userns_fd, CLONE_NEWUSER) < 0) {
+		perror("bwrap-policy: setns");
+		return 1;
+	}
 	execv(args.v[0], args.v);
 	fprintf(stderr, "bwrap-policy: exec %s: %s\n", args.v[0], strerror(errno));
 	return 127;

@@ -77,6 +77,21 @@ static void expect_absent(const char *check, const char *path)
 	report(check, e == ENOENT, "%s: %s", path, strerror(e));
 }
 
+/* The path must not be openable: absent here, or (bwrap's init is another uid than ours)
+ * not ours to look into. */
+static void expect_unreachable(const char *check, const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	int e = errno;
+
+	if (fd >= 0) {
+		close(fd);
+		report(check, false, "%s opened", path);
+		return;
+	}
+	report(check, e == ENOENT || e == EACCES, "%s: %s", path, strerror(e));
+}
+
 static void expect_errno(const char *check, long rc, int want)
 {
 	int e = errno;
@@ -94,7 +109,7 @@ static void check_files(const struct escape_args *a)
 	if (a->keyfile) {
 		expect_absent("keystore_file", a->keyfile);
 		snprintf(path, sizeof(path), "/proc/1/root%s", a->keyfile);
-		expect_absent("keystore_via_proc1_root", path);
+		expect_unreachable("keystore_via_proc1_root", path);
 		snprintf(path, sizeof(path), "/proc/self/root%s", a->keyfile);
 		expect_absent("keystore_via_proc_self_root", path);
 		snprintf(path, sizeof(path), "../../../../../../../..%s", a->keyfile);
@@ -233,12 +248,56 @@ static void check_pids(const struct escape_args *a)
 	}
 }
 
+/* The first writable mapping of pid 1 (bwrap's init), from its maps: 0 when unknown. */
+static unsigned long pid1_writable_page(void)
+{
+	FILE *f = fopen("/proc/1/maps", "r");
+	char line[512], perms[8];
+	unsigned long start = 0, lo, hi;
+
+	while (f && !start && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[1] == 'w')
+			start = lo;
+	if (f)
+		fclose(f);
+	return start;
+}
+
+/* Writing into a mapped page of bwrap's init would take it over. Its memory must not be
+ * open to us at all (it is another uid), or the write must fail. The address is a real
+ * mapping: a write to an unmapped one fails whatever the sandbox does. */
+static void check_proc1_mem(void)
+{
+	unsigned long page = pid1_writable_page();
+	int fd = open("/proc/1/mem", O_RDWR);
+	char byte;
+
+	if (fd < 0) {
+		report("proc1_mem_write", true, "open /proc/1/mem: %s", strerror(errno));
+		return;
+	}
+	if (!page) {
+		close(fd);
+		report("proc1_mem_write", false, "/proc/1/mem opened for writing, maps unreadable");
+		return;
+	}
+	/* Write back what is there: a probe that gets through changes nothing. */
+	if (pread(fd, &byte, 1, (off_t)page) != 1) {
+		report("proc1_mem_write", true, "read at %#lx: %s", page, strerror(errno));
+	} else {
+		long rc = pwrite(fd, &byte, 1, (off_t)page);
+
+		report("proc1_mem_write", rc < 0, "write at mapped %#lx: %s", page,
+		       rc < 0 ? strerror(errno) : "succeeded");
+	}
+	close(fd);
+}
+
 static void check_ptrace(void)
 {
 	char buf[16] = "", rbuf[16];
 	struct iovec local = { rbuf, sizeof(rbuf) }, remote = { buf, sizeof(buf) };
 	pid_t child;
-	int fd;
 
 	child = fork();
 	if (child == 0) {
@@ -249,16 +308,7 @@ static void check_ptrace(void)
 	expect_errno("process_vm_readv", process_vm_readv(child, &local, 1, &remote, 1, 0), EPERM);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	fd = open("/proc/1/mem", O_RDWR);
-	if (fd >= 0) {
-		long rc = pwrite(fd, "x", 1, 0x400000);
-
-		close(fd);
-		report("proc1_mem_write", rc < 0, "write to /proc/1/mem %s",
-		       rc < 0 ? "failed" : "succeeded");
-	} else {
-		report("proc1_mem_write", true, "open /proc/1/mem: %s", strerror(errno));
-	}
+	check_proc1_mem();
 }
 
 static void check_syscalls(void)
@@ -482,7 +532,102 @@ static void check_writes(void)
 	expect_read_only("etc_read_only", "/etc/olp-escape");
 	expect_read_only("dev_read_only", "/dev/olp-escape");
 	expect_size_limited("tmp_size_limited", "/tmp/fill");
+	expect_size_limited("home_size_limited", "/home/olp/fill");
 	expect_size_limited("dev_shm_size_limited", "/dev/shm/fill");
+}
+
+/* Host-wide kernel knobs: not one may be opened for writing. core_pattern makes the
+ * kernel run a program as host root on the next crash. */
+static void check_proc_knobs(void)
+{
+	static const char *const knobs[] = {
+		"/proc/sys/kernel/core_pattern",
+		"/proc/sys/kernel/printk_ratelimit_burst",
+		"/proc/sys/kernel/modprobe",
+		"/proc/sys/vm/drop_caches",
+		"/proc/sys/net/ipv4/ip_forward",
+		"/proc/sys/net/core/somaxconn",
+		"/proc/sys/fs/protected_symlinks",
+		"/proc/sysrq-trigger",
+		"/proc/sys/kernel/sched_rt_runtime_us",
+	};
+	char name[96];
+
+	for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+		int fd = open(knobs[i], O_WRONLY);
+		int e = errno;
+
+		snprintf(name, sizeof(name), "proc_knob_%s", strrchr(knobs[i], '/') + 1);
+		if (fd >= 0) {
+			close(fd);
+			report(name, false, "%s opened for writing", knobs[i]);
+		} else {
+			report(name, true, "%s: %s", knobs[i], strerror(e));
+		}
+	}
+}
+
+/* Files under /proc that are the host's, not this sandbox's processes', and that we
+ * could write. PSI trigger files are world-writable by design and per-sandbox harmless. */
+static void scan_writable(const char *dir, int depth, char *found, size_t n)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		char path[600];
+		struct stat st;
+
+		if (de->d_name[0] == '.' ||
+		    (depth == 0 &&
+		     ((de->d_name[0] >= '0' && de->d_name[0] <= '9') ||
+		      !strcmp(de->d_name, "self") || !strcmp(de->d_name, "thread-self") ||
+		      !strcmp(de->d_name, "pressure"))))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (lstat(path, &st) < 0 || S_ISLNK(st.st_mode))
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			if (depth < 6)
+				scan_writable(path, depth + 1, found, n);
+		} else if (access(path, W_OK) == 0) {
+			size_t len = strlen(found);
+
+			snprintf(found + len, n - len, "%s ", path);
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+static void check_proc_writable(void)
+{
+	static char found[4096];
+
+	found[0] = '\0';
+	scan_writable("/proc", 0, found, sizeof(found));
+	report("proc_nothing_host_writable", !found[0], "%s", found[0] ? found : "none");
+}
+
+/* The run is its own host uid: never host root, never the worker's. */
+static void check_identity(const struct escape_args *a)
+{
+	FILE *f = fopen("/proc/self/uid_map", "r");
+	unsigned long in, out, n, host = 0;
+	bool found = false;
+
+	while (f && fscanf(f, "%lu %lu %lu", &in, &out, &n) == 3)
+		if (getuid() >= in && getuid() < in + n) {
+			host = out + (getuid() - in);
+			found = true;
+		}
+	if (f)
+		fclose(f);
+	report("run_uid_not_host_root", found && host != 0, "uid %u is host uid %lu",
+	       (unsigned)getuid(), host);
+	if (a->worker_uid >= 0)
+		report("run_uid_not_worker", found && host != (unsigned long)a->worker_uid,
+		       "host uid %lu, worker %ld", host, a->worker_uid);
 }
 
 int escape_main(const struct escape_args *a)
@@ -500,6 +645,9 @@ int escape_main(const struct escape_args *a)
 	check_ipc(a);
 	check_creds();
 	check_writes();
+	check_proc_knobs();
+	check_proc_writable();
+	check_identity(a);
 	printf("{\"summary\":true,\"failures\":%d}\n", failures);
 	return failures ? 1 : 0;
 }

@@ -7,6 +7,7 @@
 struct escape_args {
 	const char *keyfile, *keydir, *runtime, *unix_path, *tcp_host, *secret, *extra_env;
 	int tcp_port, hostpid, shmid;
+	long worker_uid; /* the uid olp-sandbox (the worker) runs as, or -1 */
 	bool network;
 };
 

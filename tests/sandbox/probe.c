@@ -8,13 +8,15 @@
  *   olp-probe write PATH whether PATH can be created/written
  *   olp-probe spin       ignore SIGTERM, fork a grandchild, sleep forever
  *   olp-probe dump PATH... print each file's bytes if it can be read (the HTTP test)
- *   olp-probe forkbomb   fork until something stops it
+ *   olp-probe forkhold N S  start up to N (at most 1200) sleeping children, hold them S s
+ *   olp-probe fill PATH  write PATH until the file system refuses (at most 4 GiB)
  *   olp-probe hog        allocate and touch memory until something stops it
  *   olp-probe cpu MS     busy-loop for MS ms of wall-clock time, print the CPU ms it got
  *   olp-probe mark NAME  create /tmp/NAME, then sleep 3 s
  *   olp-probe peek NAME  report whether /tmp/NAME or another probe is visible
  *   olp-probe escape [--keyfile P] [--keydir P] [--runtime P] [--hostpid N] [--unix P]
  *                    [--tcp HOST:PORT] [--shmid N] [--secret-hex HEX] [--net]
+ *                    [--worker-uid N]
  *                        every escape check (escape.c), one JSON line each */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -134,24 +137,63 @@ static int cmd_dump(int argc, char **argv)
 	return 0;
 }
 
-static int __attribute__((noreturn)) cmd_forkbomb(void)
+/* Hold as many processes as the sandbox lets us start, up to want (never more than
+ * FORK_CAP, whatever the sandbox does: a broken limit must not take the host's pid space),
+ * for hold_s seconds; report how many there were. Each child only sleeps. */
+#define FORK_CAP 1200
+static int cmd_forkhold(long want, long hold_s)
 {
+	static pid_t kids[FORK_CAP];
 	long n = 0;
+	int err = 0;
 
-	printf("{\"forkbomb\":true}\n");
-	fflush(stdout);
-	for (;;) {
+	if (want > FORK_CAP)
+		want = FORK_CAP;
+	while (n < want) {
 		pid_t p = fork();
 
-		if (p == 0)
-			continue; /* every child forks too */
-		if (p < 0) {
-			/* Stopped by the process limit: keep the ones we have busy. */
-			if (n++ == 0)
-				fprintf(stderr, "fork: %s\n", strerror(errno));
-			pause();
+		if (p == 0) {
+			sleep((unsigned)hold_s + 5);
+			_exit(0);
 		}
+		if (p < 0) {
+			err = errno;
+			break;
+		}
+		kids[n++] = p;
 	}
+	printf("{\"forkhold\":%ld,\"stopped_by\":\"%s\"}\n", n, err ? strerror(err) : "count");
+	fflush(stdout);
+	sleep((unsigned)hold_s);
+	for (long i = 0; i < n; i++)
+		kill(kids[i], SIGKILL);
+	while (wait(NULL) > 0)
+		;
+	return 0;
+}
+
+/* Fill the home until the file system refuses: how far it got. */
+static int cmd_fill(const char *path)
+{
+	static char chunk[1 << 20];
+	long total = 0;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600), err = 0;
+
+	memset(chunk, 'x', sizeof(chunk));
+	while (fd >= 0 && total < (4L << 30)) {
+		ssize_t w = write(fd, chunk, sizeof(chunk));
+
+		if (w <= 0) {
+			err = w < 0 ? errno : EIO;
+			break;
+		}
+		total += w;
+	}
+	printf("{\"filled_mib\":%ld,\"stopped_by\":\"%s\"}\n", total >> 20,
+	       fd < 0 ? strerror(errno)
+	       : err  ? strerror(err)
+		      : "count");
+	return 0;
 }
 
 static int cmd_hog(void)
@@ -240,7 +282,7 @@ static int cmd_peek(const char *name)
 
 static int cmd_escape(int argc, char **argv)
 {
-	struct escape_args a = { .hostpid = -1, .shmid = -1 };
+	struct escape_args a = { .hostpid = -1, .shmid = -1, .worker_uid = -1 };
 
 	for (int i = 0; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -263,6 +305,8 @@ static int cmd_escape(int argc, char **argv)
 			a.unix_path = v;
 		else if (!strcmp(argv[i], "--shmid"))
 			a.shmid = atoi(v);
+		else if (!strcmp(argv[i], "--worker-uid"))
+			a.worker_uid = atol(v);
 		else if (!strcmp(argv[i], "--secret-hex")) {
 			static char secret[256];
 			size_t n = strlen(v) / 2;
@@ -312,8 +356,10 @@ int main(int argc, char **argv)
 		return cmd_spin();
 	if (argc >= 2 && !strcmp(argv[1], "dump"))
 		return cmd_dump(argc - 2, argv + 2);
-	if (argc >= 2 && !strcmp(argv[1], "forkbomb"))
-		return cmd_forkbomb();
+	if (argc >= 4 && !strcmp(argv[1], "forkhold"))
+		return cmd_forkhold(atol(argv[2]), atol(argv[3]));
+	if (argc >= 3 && !strcmp(argv[1], "fill"))
+		return cmd_fill(argv[2]);
 	if (argc >= 2 && !strcmp(argv[1], "hog"))
 		return cmd_hog();
 	if (argc >= 3 && !strcmp(argv[1], "cpu"))

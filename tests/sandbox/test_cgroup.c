@@ -199,12 +199,13 @@ static void test_run_has_own_cgroup(void)
 	sbx_policy_free(p);
 }
 
-/* pids.max, not the rlimit (set well above it), stops a fork bomb; the run ends at its
- * timeout and cgroup.kill takes every process at once. */
+/* pids.max, not the rlimit (set well above it), stops a process hoarder; the run ends at
+ * its timeout and cgroup.kill takes every process at once. */
 static void test_pids_stop_fork_bomb(void)
 {
 	/* An unprivileged worker cannot raise RLIMIT_NPROC past its hard limit. */
 	struct sbx_limits l = { .pids = 40, .nproc = 1000 };
+	const char *held;
 	struct sbx_policy *p;
 	struct sbx_result res;
 	struct buf out = BUF_INIT;
@@ -212,10 +213,15 @@ static void test_pids_stop_fork_bomb(void)
 	uint64_t t0 = mono_ms();
 
 	p = probe_policy(&l, 3000);
-	CU_ASSERT_EQUAL(
-		sbx_run(p, (const char *const[]){ probe, "forkbomb", NULL }, NULL, &cb, &res), 0);
+	CU_ASSERT_EQUAL(sbx_run(p, (const char *const[]){ probe, "forkhold", "1000", "10", NULL },
+				NULL, &cb, &res),
+			0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
-	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "fork: Resource temporarily unavailable"));
+	CU_ASSERT_PTR_NOT_NULL(
+		strstr(out.data, "\"stopped_by\":\"Resource temporarily unavailable"));
+	held = strstr(out.data, "\"forkhold\":");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(held);
+	CU_ASSERT(strtol(held + 11, NULL, 10) < 40);
 	CU_ASSERT(mono_ms() - t0 < 30000);
 	CU_ASSERT_EQUAL(run_cgroups(NULL, 0), 0);
 	buf_release(&out);

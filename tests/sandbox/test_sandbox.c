@@ -130,9 +130,12 @@ static void test_missing_binary_fails(void)
 	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/does-not-exist-olp", NULL }, NULL,
 			    0, &out, &res),
 			0);
-	/* bwrap reports the failed execvp itself, with its own exit status 1. */
+	/* The stub reports the failed execve itself: the sandbox's failure, not the
+	 * command's. */
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
-	CU_ASSERT_NOT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(res.exit_status, 127);
+	CU_ASSERT_TRUE(res.sandbox_failed);
+	CU_ASSERT_TRUE(res.exec_failed);
 	buf_release(&out);
 	sbx_policy_free(p);
 }
@@ -438,8 +441,8 @@ static void test_stale_scratch_swept(void)
 }
 
 /* What a dead worker left running of a run (here a stand-in whose command line names the
- * stale dir, as a stranded bwrap's does) is killed with the dir; a process naming a live
- * worker's dir is not. */
+ * stale dir as a stranded bwrap's does, "--run NAME" for the stub) is killed with the
+ * dir; a process naming a live worker's dir is not. */
 static void test_stale_run_killed(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP, .runtime_dir = runtime_dir };
@@ -451,16 +454,16 @@ static void test_stale_run_killed(void)
 	snprintf(live, sizeof(live), "%s/%ld-98-fedcba9876543210", runtime_dir, (long)getppid());
 	CU_ASSERT_FATAL(mkdir(stale, 0700) == 0);
 	CU_ASSERT_FATAL(mkdir(live, 0700) == 0);
-	snprintf(stale + strlen(stale), sizeof(stale) - strlen(stale), "/home");
-	snprintf(live + strlen(live), sizeof(live) - strlen(live), "/home");
 	a = fork();
 	if (a == 0) {
-		execl("/bin/sh", "sh", "-c", "sleep 30", stale, (char *)NULL);
+		execl("/bin/sh", "sh", "-c", "sleep 30", "--run", strrchr(stale, '/') + 1,
+		      (char *)NULL);
 		_exit(127);
 	}
 	b = fork();
 	if (b == 0) {
-		execl("/bin/sh", "sh", "-c", "sleep 30", live, (char *)NULL);
+		execl("/bin/sh", "sh", "-c", "sleep 30", "--run", strrchr(live, '/') + 1,
+		      (char *)NULL);
 		_exit(127);
 	}
 	usleep(200000); /* both exec'd */
@@ -470,7 +473,6 @@ static void test_stale_run_killed(void)
 	CU_ASSERT_EQUAL(waitpid(b, &st, WNOHANG), 0); /* still running */
 	kill(b, SIGKILL);
 	waitpid(b, &st, 0);
-	live[strlen(live) - strlen("/home")] = '\0';
 	rmdir(live);
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
 }
@@ -503,7 +505,8 @@ static void test_warm_sandboxes(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
 					 .runtime_dir = runtime_dir,
-					 .exec_stub = OLP_SANDBOX_EXEC_PATH };
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH,
+					 .warm = true };
 	struct sbx_policy *p;
 	struct buf out = BUF_INIT;
 	struct sbx_result res;
@@ -519,7 +522,7 @@ static void test_warm_sandboxes(void)
 	CU_ASSERT_STRING_EQUAL(out.data, "{\"fds\":[0,1,2],\"fd0_socket\":false}\n");
 	CU_ASSERT(sbx_warm_count() >= 1);
 	usleep(200000); /* let them finish building */
-	/* This run goes through a warm sandbox: only those bind the stub in. */
+	/* This run goes through a warm sandbox; the stub is there, read-only. */
 	buf_reset(&out);
 	CU_ASSERT_EQUAL(
 		run(p, (const char *const[]){ OLP_PROBE_PATH, "read", OLP_SANDBOX_EXEC_PATH, NULL },
@@ -551,7 +554,8 @@ static void test_warm_sandboxes(void)
 			0);
 	CU_ASSERT_EQUAL(res.exit_status, 127);
 	CU_ASSERT_TRUE(res.sandbox_failed);
-	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "execvp"));
+	CU_ASSERT_TRUE(res.exec_failed);
+	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "execve"));
 	/* The wall-clock limit holds from the launch. */
 	sbx_policy_set_timeout_ms(p, 300);
 	t0 = mono_ms();
@@ -563,7 +567,7 @@ static void test_warm_sandboxes(void)
 	sbx_policy_free(p);
 	buf_release(&out);
 	/* Releasing the runtime stops every warm sandbox and removes its scratch dir. */
-	cfg.exec_stub = NULL;
+	cfg.warm = false;
 	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
 	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);

@@ -1,0 +1,521 @@
+/* One host uid per run (ADR 0013).
+ *
+ * Every sandboxed command runs as its own host uid and gid, taken from a range reserved
+ * for OLP, never host uid 0, never the worker's uid, never the uid of another run going
+ * on at the same time. That is what makes RLIMIT_NPROC a per-run budget (the kernel counts
+ * processes per real uid, and exempts uid 0), keeps one run out of another's files and
+ * /proc entries, and keeps a root worker's sandbox from owning the host's sysctl files.
+ *
+ * How a run gets its uid. For each slot of the range the worker makes one user namespace
+ * ("U1") whose map is
+ *	0    -> the worker's own uid/gid   (bwrap's set-up runs as this, as it always did)
+ *	1000 -> the slot's host uid/gid    (the command runs as this)
+ * with no user namespace allowed below it (user.max_user_namespaces = 0 inside). The
+ * spawned child joins U1 (setns) just before it execs bwrap, which then builds the sandbox
+ * as U1's root with the worker's access to the host's files; olp-sandbox-exec, the first
+ * program inside, gives the home to uid 1000, switches to it (setresuid drops every
+ * capability) and execs the command. U1 is kept per slot for the life of the process.
+ *
+ * Who may write U1's map: a root worker itself (it keeps CAP_SETUID, CAP_SETGID and
+ * CAP_SETFCAP for this, lockdown.c); any other worker through Debian's setuid newuidmap
+ * and newgidmap, within the ranges /etc/subuid and /etc/subgid give its user. Those only
+ * work from a process without no_new_privs, so lockdown.c forks a helper before setting
+ * it: the helper does nothing but run the two tools for a pid the worker names.
+ *
+ * Which slots are free, host-wide: a slot is taken by binding the abstract unix socket
+ * "olp-run-uid-<uid>", released when every holder of that socket has closed it. The worker
+ * holds it for the run, and bwrap's init inside the sandbox holds a copy (--sync-fd), so a
+ * uid is free again only when the run's last process is gone, even if the worker died. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/close_range.h>
+
+#include "common/common.h"
+#include "sandbox/internal.h"
+#include "common/banned.h"
+
+#define NEWUIDMAP "/usr/bin/newuidmap"
+#define NEWGIDMAP "/usr/bin/newgidmap"
+/* A root worker whose range no setting or /etc/subuid entry gives: 64 Ki ids high above
+ * what Debian's useradd hands out (SUB_UID_MAX 600100000) and systemd's dynamic and
+ * container ranges (below 0x70000000). */
+#define ROOT_DEFAULT_BASE 0x70000000u
+#define RANGE_MAX 65536u
+#define CACHE_MAX 256
+
+/* The id-map helper of a non-root worker (forked by sbx_ident_prepare). */
+static struct {
+	int fd; /* socketpair end, -1 without a helper */
+	pid_t pid;
+	pthread_mutex_t lock; /* one request at a time */
+} helper = { .fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
+
+struct map_req {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+};
+
+/* The user namespaces made so far, one per slot this process has used. */
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		unsigned int slot;
+		int fd;
+	} e[CACHE_MAX];
+	size_t n;
+} cache = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- the helper (non-root workers) ---------------------------------------------------- */
+
+/* Run one tool with argv; its exit status, or -1. In the helper: single-threaded. */
+static int run_tool(char *const argv[])
+{
+	static char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+	int st;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
+			_exit(126);
+		close_range(3, ~0U, 0);
+		execve(argv[0], argv, envp);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void __attribute__((noreturn)) helper_main(int fd, uid_t ruid, gid_t rgid)
+{
+	struct map_req r;
+	ssize_t n;
+
+	for (;;) {
+		char pid[16], self_u[16], self_g[16], hu[16], hg[16];
+		int rc;
+
+		n = read(fd, &r, sizeof(r));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof(r))
+			_exit(0); /* the worker is gone */
+		snprintf(pid, sizeof(pid), "%d", (int)r.pid);
+		snprintf(self_u, sizeof(self_u), "%u", (unsigned)ruid);
+		snprintf(self_g, sizeof(self_g), "%u", (unsigned)rgid);
+		snprintf(hu, sizeof(hu), "%u", (unsigned)r.uid);
+		snprintf(hg, sizeof(hg), "%u", (unsigned)r.gid);
+		/* newuidmap checks every range against /etc/subuid for our user (and lets a
+		 * process map its own id); nothing else needs checking here. */
+		rc = run_tool((char *const[]){ NEWUIDMAP, pid, "0", self_u, "1", SBX_STR(SBX_UID),
+					       hu, "1", NULL });
+		if (rc == 0)
+			rc = run_tool((char *const[]){ NEWGIDMAP, pid, "0", self_g, "1",
+						       SBX_STR(SBX_GID), hg, "1", NULL });
+		if (write(fd, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+			_exit(0);
+	}
+}
+
+int sbx_ident_prepare(void)
+{
+	int sv[2];
+	pid_t pid, parent = getpid();
+
+	if (geteuid() == 0 || helper.fd >= 0 || access(NEWUIDMAP, X_OK) || access(NEWGIDMAP, X_OK))
+		return 0; /* root writes maps itself; without the tools, sbx_ident_init says so */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(sv[0]);
+		close(sv[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+		/* Nothing of the worker's but our end of the pair: fd 0 of a FastCGI worker
+		 * is its listening socket. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent || null < 0 || dup2(null, 0) < 0)
+			_exit(0);
+		close(sv[0]);
+		if (dup2(sv[1], 3) < 0)
+			_exit(0);
+		close_range(4, ~0U, 0);
+		helper_main(3, getuid(), getgid());
+	}
+	close(sv[1]);
+	helper.fd = sv[0];
+	helper.pid = pid;
+	return 0;
+}
+
+static int helper_map(pid_t pid, uid_t uid, gid_t gid)
+{
+	struct map_req r = { .pid = pid, .uid = uid, .gid = gid };
+	int rc = -1;
+
+	pthread_mutex_lock(&helper.lock);
+	if (helper.fd >= 0 && write(helper.fd, &r, sizeof(r)) == (ssize_t)sizeof(r) &&
+	    read(helper.fd, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+		rc = -1;
+	pthread_mutex_unlock(&helper.lock);
+	return rc == 0 ? 0 : -EPERM;
+}
+
+/* ---- ranges --------------------------------------------------------------------------- */
+
+/* The first range /etc/subuid (or subgid) gives user or uid: 0 or -ENOENT. */
+static int subid_range(const char *file, const char *user, unsigned long id, unsigned long *base,
+		       unsigned long *count)
+{
+	struct buf b = BUF_INIT;
+	char idstr[24];
+	const char *line;
+	int ret = -ENOENT;
+
+	snprintf(idstr, sizeof(idstr), "%lu", id);
+	if (buf_read_file(&b, file, 1 << 20)) {
+		buf_release(&b);
+		return -ENOENT;
+	}
+	for (line = b.data; *line && ret; line = strchrnul(line, '\n'), line += !!*line) {
+		const char *c1 = strchr(line, ':');
+		size_t nl = c1 ? (size_t)(c1 - line) : 0;
+		char *end;
+
+		if (!c1 || !((user[0] && strlen(user) == nl && !strncmp(line, user, nl)) ||
+			     (strlen(idstr) == nl && !strncmp(line, idstr, nl))))
+			continue;
+		*base = strtoul(c1 + 1, &end, 10);
+		if (*end != ':')
+			continue;
+		*count = strtoul(end + 1, &end, 10);
+		if (*count)
+			ret = 0;
+	}
+	buf_release(&b);
+	return ret;
+}
+
+/* The name /etc/passwd gives uid, or "" (read by hand: olp-sandbox is linked statically,
+ * where getpwuid_r would need glibc's NSS modules at run time). */
+static void user_name(uid_t uid, char *out, size_t n)
+{
+	struct buf b = BUF_INIT;
+	char key[32];
+	const char *line;
+
+	out[0] = '\0';
+	snprintf(key, sizeof(key), ":x:%u:", (unsigned)uid);
+	if (buf_read_file(&b, "/etc/passwd", 1 << 22) == 0) {
+		for (line = b.data; *line; line = strchrnul(line, '\n'), line += !!*line) {
+			const char *c1 = strchr(line, ':'), *eol = strchrnul(line, '\n');
+
+			if (c1 && c1 < eol && !strncmp(c1, key, strlen(key)) &&
+			    (size_t)(c1 - line) < n) {
+				snprintf(out, n, "%.*s", (int)(c1 - line), line);
+				break;
+			}
+		}
+	}
+	buf_release(&b);
+}
+
+/* No id of the range may be one that means something on the host already. */
+static bool range_safe(unsigned long base, unsigned long count, unsigned long self)
+{
+	return base >= 1000 && count >= 1 && base + count <= 0xFFFFFFFEul &&
+	       !(self >= base && self < base + count) && !(65534 >= base && 65534 < base + count);
+}
+
+static int parse_range(const char *s, unsigned long *base, unsigned long *count)
+{
+	char *end;
+
+	errno = 0;
+	*base = strtoul(s, &end, 10);
+	if (errno || (*end != ':' && *end != '-'))
+		return -EINVAL;
+	*count = strtoul(end + 1, &end, 10);
+	return errno || *end || !*count ? -EINVAL : 0;
+}
+
+void sbx_ident_init(enum sbx_identity mode, const char *range)
+{
+	unsigned long ub = 0, uc = 0, gb = 0, gc = 0;
+	char user[256];
+	uid_t self = geteuid();
+
+	sbx_g.ident = mode;
+	sbx_g.ident_ok = false;
+	if (mode == SBX_IDENTITY_SHARED) {
+		/* The landed behaviour: every run is the worker's own uid. Never for root,
+		 * whose runs would then be host root. */
+		sbx_g.ident_ok = self != 0;
+		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason), "%s",
+			 self ? "sandbox.identity is \"shared\": every run is the worker's own uid "
+				"(no per-run process budget, runs can signal each other)"
+			      : "sandbox.identity \"shared\" is refused for a root worker: its "
+				"runs would be host root");
+		return;
+	}
+	user_name(self, user, sizeof(user));
+	if (range && *range) {
+		if (parse_range(range, &ub, &uc)) {
+			snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
+				 "sandbox.uid_range \"%.64s\" is not BASE:COUNT", range);
+			return;
+		}
+		gb = ub;
+		gc = uc;
+	} else if (subid_range("/etc/subuid", user, self, &ub, &uc) == 0 &&
+		   subid_range("/etc/subgid", user, self, &gb, &gc) == 0) {
+		/* the user's own ranges */
+	} else if (self == 0) {
+		ub = gb = ROOT_DEFAULT_BASE;
+		uc = gc = RANGE_MAX;
+	} else {
+		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
+			 "no uid range for user %s: add one to /etc/subuid and /etc/subgid "
+			 "(usermod --add-subuids 2000000-2065535 --add-subgids 2000000-2065535 %s)",
+			 user[0] ? user : "?", user[0] ? user : "USER");
+		return;
+	}
+	uc = uc < gc ? uc : gc;
+	if (uc > RANGE_MAX)
+		uc = RANGE_MAX;
+	if (!range_safe(ub, uc, self) || !range_safe(gb, uc, getegid())) {
+		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
+			 "uid range %lu:%lu / gid range %lu:%lu overlaps ids in use (0-999, 65534 "
+			 "or the worker's own)",
+			 ub, uc, gb, uc);
+		return;
+	}
+	sbx_g.uid_base = (uid_t)ub;
+	sbx_g.gid_base = (gid_t)gb;
+	sbx_g.id_count = (unsigned int)uc;
+	if (self != 0 && helper.fd < 0) {
+		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
+			 "%s and %s are needed to give runs their own uid (apt-get install uidmap)",
+			 NEWUIDMAP, NEWGIDMAP);
+		return;
+	}
+	sbx_g.ident_ok = true;
+	snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
+		 "one host uid per run from %lu-%lu (gids from %lu), %s", ub, ub + uc - 1, gb,
+		 self == 0 ? "mapped by the root worker" : "mapped with newuidmap/newgidmap");
+}
+
+void sbx_ident_release_all(void)
+{
+	pthread_mutex_lock(&cache.lock);
+	while (cache.n)
+		close(cache.e[--cache.n].fd);
+	pthread_mutex_unlock(&cache.lock);
+}
+
+/* ---- one slot ------------------------------------------------------------------------- */
+
+/* Take slot's host-wide lock: the bound socket's fd, or -1 when another run has it. */
+static int slot_lock(unsigned int slot)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int n;
+
+	if (fd < 0)
+		return -1;
+	n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "olp-run-uid-%u",
+		     (unsigned)(sbx_g.uid_base + slot));
+	if (bind(fd, (struct sockaddr *)&a,
+		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		ret = -errno;
+	close(fd);
+	return ret ? ret : 0;
+}
+
+/* The holder of a new user namespace: waits until its map is written, then forbids user
+ * namespaces below it, and exits (the namespace lives on through the worker's fd). Raw
+ * clone, like fork: only system calls here. */
+static int holder_main(int go_fd)
+{
+	char c;
+	int fd;
+
+	if (read(go_fd, &c, 1) != 1)
+		return 1;
+	fd = open("/proc/sys/user/max_user_namespaces", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "0\n", 2) != 2)
+		return 2;
+	return 0;
+}
+
+/* Make U1 for a slot (see the top of this file): its fd, or -errno. */
+static int userns_create(unsigned int slot)
+{
+	uid_t hu = sbx_g.uid_base + slot;
+	gid_t hg = sbx_g.gid_base + slot;
+	char path[64], map[96];
+	int go[2], fd = -1, ret = 0, st;
+	pid_t pid;
+
+	if (pipe2(go, O_CLOEXEC) < 0)
+		return -errno;
+	pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid == 0) {
+		close(go[1]);
+		_exit(holder_main(go[0]));
+	}
+	close(go[0]);
+	if (pid < 0) {
+		close(go[1]);
+		return -errno;
+	}
+	if (geteuid() == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
+		snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", (unsigned)geteuid(), SBX_UID,
+			 (unsigned)hu);
+		ret = write_file(path, map);
+		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
+		snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", (unsigned)getegid(), SBX_GID,
+			 (unsigned)hg);
+		if (!ret)
+			ret = write_file(path, map);
+	} else {
+		ret = helper_map(pid, hu, hg);
+	}
+	if (!ret) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			ret = -errno;
+	}
+	/* Go (or, on failure, EOF: the holder exits). */
+	if (!ret && write(go[1], "g", 1) != 1)
+		ret = -errno;
+	close(go[1]);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!ret && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		ret = -EPERM; /* could not forbid nested user namespaces: not this one */
+	if (ret) {
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/* The cached U1 of slot, made on first use; borrowed (do not close). fd or -errno. */
+static int userns_get(unsigned int slot)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&cache.lock);
+	for (size_t i = 0; i < cache.n && fd < 0; i++)
+		if (cache.e[i].slot == slot)
+			fd = cache.e[i].fd;
+	pthread_mutex_unlock(&cache.lock);
+	if (fd >= 0)
+		return fd;
+	fd = userns_create(slot);
+	if (fd < 0)
+		return fd;
+	pthread_mutex_lock(&cache.lock);
+	if (cache.n < CACHE_MAX) {
+		cache.e[cache.n].slot = slot;
+		cache.e[cache.n++].fd = fd;
+	} else {
+		/* Never reached in practice (a slot per concurrent run): keep it working,
+		 * at the cost of a leaked fd per run. */
+		log_warnx(NULL, "sandbox: more than %d uid slots in use by one process", CACHE_MAX);
+	}
+	pthread_mutex_unlock(&cache.lock);
+	return fd;
+}
+
+int sbx_ident_acquire(struct sbx_ident *id)
+{
+	unsigned int n = sbx_g.id_count, start = 0, slot = 0, tries, cached[CACHE_MAX];
+	size_t nc = 0;
+	int lock = -1;
+
+	*id = (struct sbx_ident){ .lock_fd = -1, .userns_fd = -1 };
+	if (sbx_g.ident != SBX_IDENTITY_PER_RUN)
+		return 0;
+	if (!sbx_g.ident_ok || !n)
+		return -EPERM;
+	/* Slots whose namespace this process has made already first. */
+	pthread_mutex_lock(&cache.lock);
+	for (size_t i = 0; i < cache.n; i++)
+		cached[nc++] = cache.e[i].slot;
+	pthread_mutex_unlock(&cache.lock);
+	for (size_t i = 0; i < nc && lock < 0; i++)
+		if ((lock = slot_lock(cached[i])) >= 0)
+			slot = cached[i];
+	/* Then from a random place, so that workers rarely collide. */
+	if (getrandom(&start, sizeof(start), 0) != (ssize_t)sizeof(start))
+		start = (unsigned int)getpid();
+	start %= n;
+	for (tries = 0; lock < 0 && tries < n && tries < 4096; tries++) {
+		slot = (start + tries) % n;
+		lock = slot_lock(slot);
+	}
+	if (lock < 0)
+		return -EAGAIN;
+	id->userns_fd = userns_get(slot);
+	if (id->userns_fd < 0) {
+		int ret = id->userns_fd;
+
+		close(lock);
+		id->userns_fd = -1;
+		return ret;
+	}
+	id->lock_fd = lock;
+	id->uid = sbx_g.uid_base + slot;
+	id->gid = sbx_g.gid_base + slot;
+	return 0;
+}
+
+void sbx_ident_release(struct sbx_ident *id)
+{
+	if (id->lock_fd >= 0)
+		close(id->lock_fd);
+	id->lock_fd = -1;
+	id->userns_fd = -1;
+}
