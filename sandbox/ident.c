@@ -1,4 +1,4 @@
-/* One host uid per run (ADR 0013).
+/* One host uid per run (ADR 0014).
  *
  * Every sandboxed command runs as its own host uid and gid, taken from a range reserved
  * for OLP, never host uid 0, never the worker's uid, never the uid of another run going

@@ -1,7 +1,7 @@
 /* The worker's own lockdown: no capabilities, no_new_privs.
  *
  * One exception, only when the worker runs as root: what giving each run a host uid of
- * its own takes (ident.c, ADR 0013). Writing a user namespace's uid and gid map with
+ * its own takes (ident.c, ADR 0014). Writing a user namespace's uid and gid map with
  * other host ids needs CAP_SETUID and CAP_SETGID, and mapping the worker's own uid 0
  * needs CAP_SETFCAP (Linux >= 5.12); the bounding set keeps what bwrap and the stub then
  * use inside that namespace, where a capability reaches nothing of the host's. A root

@@ -4,7 +4,7 @@
  *
  * bwrap starts it with only fds 0-2, once the sandbox is built.
  *
- * --drop: the run has a host uid of its own (ADR 0013). bwrap ran in the run's user
+ * --drop: the run has a host uid of its own (ADR 0014). bwrap ran in the run's user
  * namespace as its root and left us CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_SETPCAP.
  * We give DIR (the home bwrap made, and the credential copies in it) to the sandbox user,
  * set the run's process budget (RLIMIT_NPROC counts the processes of a real uid, so it is
@@ -100,8 +100,9 @@ static char **read_launch(void)
 }
 
 /* Give everything below the directory open at dfd that bwrap made (owned by our uid 0) to
- * the sandbox user. Other mounts (a bound host directory or file) are left as they are:
- * they are not ours to give. dfd is consumed. */
+ * the sandbox user, each directory after what is in it (once it is the sandbox user's,
+ * we, without CAP_DAC_OVERRIDE, can no longer look inside). Other mounts (a bound host
+ * directory or file) are left as they are: they are not ours to give. dfd is consumed. */
 static int chown_tree(int dfd, dev_t dev, int depth)
 {
 	DIR *d = fdopendir(dfd);
@@ -124,20 +125,20 @@ static int chown_tree(int dfd, dev_t dev, int depth)
 		}
 		if (st.st_dev != dev || st.st_uid != 0)
 			continue;
-		if (fchownat(dirfd(d), de->d_name, SANDBOX_ID, SANDBOX_ID, AT_SYMLINK_NOFOLLOW) <
-		    0) {
-			ret = -1;
-			break;
+		if (S_ISDIR(st.st_mode)) {
+			if (depth >= CHOWN_MAX_DEPTH) {
+				errno = ELOOP;
+				ret = -1;
+				break;
+			}
+			sub = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0 || chown_tree(sub, dev, depth + 1) < 0) {
+				ret = -1;
+				break;
+			}
 		}
-		if (!S_ISDIR(st.st_mode))
-			continue;
-		if (depth >= CHOWN_MAX_DEPTH) {
-			errno = ELOOP;
-			ret = -1;
-			break;
-		}
-		sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0 || chown_tree(sub, dev, depth + 1) < 0)
+		if (fchownat(dirfd(d), de->d_name, SANDBOX_ID, SANDBOX_ID, AT_SYMLINK_NOFOLLOW) < 0)
 			ret = -1;
 	}
 	closedir(d);
@@ -163,9 +164,10 @@ static void drop(const char *nproc_s, const char *home)
 	}
 	if (home) {
 		dfd = open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (dfd < 0 || fstat(dfd, &st) < 0 || fchown(dfd, SANDBOX_ID, SANDBOX_ID) < 0 ||
-		    chown_tree(dfd, st.st_dev, 0) < 0)
+		if (dfd < 0 || fstat(dfd, &st) < 0 || chown_tree(dup(dfd), st.st_dev, 0) < 0 ||
+		    fchown(dfd, SANDBOX_ID, SANDBOX_ID) < 0)
 			fail("chown home");
+		close(dfd);
 	}
 	/* The bounding set (bwrap leaves it alone in a namespace it did not make): nothing
 	 * can ever be regained through an exec either. */

@@ -22,7 +22,7 @@ enum sbx_mode {
 	SBX_MODE_OFF,	    /* no isolation: only with an explicit config "sandbox.mode":"off" */
 };
 
-/* Whose host uid a sandboxed command runs as (ident.c, ADR 0013). */
+/* Whose host uid a sandboxed command runs as (ident.c, ADR 0014). */
 enum sbx_identity {
 	SBX_IDENTITY_PER_RUN = 0, /* its own uid and gid from a reserved range (the default) */
 	SBX_IDENTITY_SHARED,	  /* the worker's own uid: weaker, an explicit opt-in, never

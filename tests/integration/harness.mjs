@@ -298,11 +298,12 @@ export class Server {
 
   // Everything running below the workers (bwrap, provider commands), less the warm
   // sandboxes waiting for a next request (ADR 0008): a bwrap whose payload is
-  // olp-sandbox-exec, and that stub itself while it waits. A warm sandbox in use shows
-  // its command (the stub has become it), so a request's leftovers are still seen.
+  // olp-sandbox-exec with no command of its own ("--" COMMAND), and that stub itself
+  // while it waits. A warm sandbox in use shows its command (the stub has become it), so
+  // a request's leftovers are still seen.
   workerChildren() {
     const out = [];
-    const warm = (p) => /\/olp-sandbox-exec$/.test(p.cmdline);
+    const warm = (p) => /\/olp-sandbox-exec( --(run|drop|chown) \S+)*$/.test(p.cmdline);
     for (const w of this.workerPids())
       out.push(...descendants(w).map((p) => ({ ...p, cmdline: cmdline(p.pid) })).filter((p) => !warm(p)));
     return out;
@@ -369,9 +370,11 @@ export class Server {
         }
       }
     }
-    const stray = await waitFor(() => procsMentioning(this.root).length === 0, { timeoutMs: 5000 });
+    // A sandbox's bwrap names its run ("--run <worker pid>-…") rather than this root.
+    const strays = () => [...procsMentioning(this.root), ...workers.flatMap((w) => procsMentioning(`--run ${w}-`))];
+    const stray = await waitFor(() => strays().length === 0, { timeoutMs: 5000 });
     if (!stray) {
-      const left = procsMentioning(this.root);
+      const left = strays();
       problems.push(`processes of this test server still running: ${left.map((p) => `${p.pid} ${p.cmdline}`).join('; ')}`);
       for (const p of left) {
         try {

@@ -1,6 +1,6 @@
 // The escape probe through the whole HTTP path: a command provider whose command is
 // olp-probe, behind a real lighttpd and olp-fcgi pool (tests/integration/harness.mjs).
-// Includes the seed's load-bearing test (ADR 0014 §4.1): a request whose provider tries
+// Includes the seed's load-bearing test (the Node OLP's ADR 0014 §4.1, shared/seed): a request whose provider tries
 // to read $OLP_HOME/keys/*/manifest.json gets no byte of it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
