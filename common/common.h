@@ -89,6 +89,16 @@ static inline uint64_t mono_ms(void)
 }
 /* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno. */
 int write_all(int fd, const void *buf, size_t len);
+/* Write all of buf to fd, waiting for the reader no later than deadline_ms (mono_ms();
+ * 0 = no limit): 0; -ETIMEDOUT when the reader had not taken it all by then (part of it
+ * may have been written); or -errno (-EPIPE: the reader is gone). What can be written
+ * without waiting always is, even past the deadline. A socket is written with
+ * MSG_DONTWAIT | MSG_NOSIGNAL; any other fd (a pipe) is made non-blocking for the call
+ * and restored, so nothing else may be using its open file description meanwhile. */
+int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms);
+/* Wait until fd can take more bytes (POLLOUT), or has failed (the next write says how),
+ * no later than deadline_ms (0 = no limit): 0, -ETIMEDOUT or -errno. */
+int wait_writable(int fd, uint64_t deadline_ms);
 /* Free-floating secure random hex id of n random bytes into out (2n+1 bytes). */
 void random_hex(char *out, size_t nbytes);
 /* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */

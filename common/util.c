@@ -1,10 +1,14 @@
 /* Logging, JSON string escaping and small helpers shared by every module. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,6 +205,63 @@ int write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+int wait_writable(int fd, uint64_t deadline_ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+	for (;;) {
+		uint64_t now = mono_ms(), left = deadline_ms > now ? deadline_ms - now : 0;
+		int timeout = !deadline_ms ? -1 : left > INT_MAX ? INT_MAX : (int)left;
+		int n = poll(&pfd, 1, timeout);
+
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n == 0 && timeout == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms)
+{
+	const char *p = buf;
+	bool sock = true;
+	int flags = -1, ret = 0;
+
+	while (len) {
+		ssize_t n =
+			sock ? send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL) : write(fd, p, len);
+
+		if (n >= 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (errno == ENOTSOCK && sock) {
+			sock = false;
+			flags = fcntl(fd, F_GETFL);
+			if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+				ret = -errno;
+				break;
+			}
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			ret = -errno;
+			break;
+		}
+		ret = wait_writable(fd, deadline_ms);
+		if (ret)
+			break;
+	}
+	if (flags >= 0 && !(flags & O_NONBLOCK))
+		(void)fcntl(fd, F_SETFL, flags);
+	return ret;
 }
 
 void random_hex(char *out, size_t nbytes)

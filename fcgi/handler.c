@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fcgi/worker.h"
@@ -17,6 +18,10 @@
 /* A non-streamed answer is held in memory until the provider is done; past this size the
  * request fails rather than exhausting the worker. */
 #define MAX_BUFFERED_ANSWER (64u << 20)
+/* How long a client has to take an answer that is not a provider run's output (an error,
+ * /health, /v1/models) or the end of one once the run is over; a run's output has the
+ * run's own deadline (handle_chat). A client still not reading then is dropped. */
+#define ANSWER_WRITE_MS 30000
 
 struct req_ctx {
 	struct olp_app *app;
@@ -64,30 +69,55 @@ ssize_t io_read(struct olp_io *io, char *dst, size_t n)
 	}
 }
 
+void io_set_deadline(struct olp_io *io, uint64_t deadline_ms)
+{
+	io->deadline = deadline_ms;
+}
+
+/* The FastCGI record (the FastCGI 1.0 specification, 3.3) that carries the answer. */
+#define FCGI_VERSION_1 1
+#define FCGI_STDOUT 6
+#define FCGI_MAX_CONTENT 0xffff
+
+/* The answer as FCGI_STDOUT records, written here rather than with FCGX_PutStr: libfcgi
+ * writes with a blocking write(2) that waits for the web server to read, past any
+ * deadline. Its own stdout stream stays empty, so that FCGX_Finish_r still writes the end
+ * of the stream and of the request after ours. 0 or -errno (-ETIMEDOUT: the deadline). */
+static int fcgx_write(struct olp_io *io, const char *data, size_t len)
+{
+	struct buf rec = BUF_INIT;
+	int id = io->fcgx->requestId, ret = 0;
+
+	while (len && !ret) {
+		size_t n = len > FCGI_MAX_CONTENT ? FCGI_MAX_CONTENT : len;
+		/* Version, type, request id and content length (big-endian), no padding. */
+		unsigned char head[8] = { FCGI_VERSION_1, FCGI_STDOUT, id >> 8, id, n >> 8, n };
+
+		buf_reset(&rec);
+		buf_add(&rec, head, sizeof(head));
+		buf_add(&rec, data, n);
+		ret = write_all_until(io->fcgx->ipcFd, rec.data, rec.len, io->deadline);
+		data += n;
+		len -= n;
+	}
+	buf_release(&rec);
+	return ret;
+}
+
 int io_write(struct olp_io *io, const char *data, size_t len)
 {
+	int ret;
+
 	if (io->failed || io->finished)
 		return -1;
-	if (io->fcgx) {
-		while (len) {
-			int chunk = len > (1u << 30) ? 1 << 30 : (int)len;
-
-			if (FCGX_PutStr(data, chunk, io->fcgx->out) != chunk) {
-				io->failed = true;
-				return -1;
-			}
-			data += chunk;
-			len -= (size_t)chunk;
-		}
-		/* Push it to the web server now: SSE must not wait in a buffer. */
-		if (FCGX_FFlush(io->fcgx->out) < 0) {
-			io->failed = true;
-			return -1;
-		}
-		return 0;
-	}
-	if (write_all(STDOUT_FILENO, data, len) < 0) {
+	/* Pushed to the web server now: SSE must not wait in a buffer. */
+	if (io->fcgx)
+		ret = fcgx_write(io, data, len);
+	else
+		ret = write_all_until(STDOUT_FILENO, data, len, io->deadline);
+	if (ret) {
 		io->failed = true;
+		io->stalled = ret == -ETIMEDOUT;
 		return -1;
 	}
 	return 0;
@@ -99,10 +129,22 @@ void io_finish(struct olp_io *io)
 		return;
 	io->finished = true;
 	io->hangup_fd = -1;
-	if (io->fcgx)
-		FCGX_Finish_r(io->fcgx); /* END_REQUEST; frees the params and closes the link */
-	else
+	if (!io->fcgx) {
 		close(STDOUT_FILENO); /* CGI: end of the response for the web server */
+		return;
+	}
+	/* FCGX_Finish_r ends the request with a blocking write(2) of 24 bytes (two
+	 * records): call it only once the socket has room for them, by the deadline
+	 * (POLLOUT: at most a quarter of a unix socket's send buffer in use, or TCP's
+	 * minimum write space free). */
+	if (!io->failed && wait_writable(io->fcgx->ipcFd, io->deadline) == -ETIMEDOUT)
+		io->failed = io->stalled = true;
+	/* Drop the client: the web server sees our connection end before the end of the
+	 * request (maybe in the middle of a record), and aborts the response instead of
+	 * completing it. libfcgi's writes then fail at once. */
+	if (io->failed)
+		shutdown(io->fcgx->ipcFd, SHUT_RDWR);
+	FCGX_Finish_r(io->fcgx); /* END_REQUEST; frees the params and closes the link */
 }
 
 /* ---- responses ------------------------------------------------------------------------- */
@@ -463,6 +505,9 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		if (a->nhops > 1)
 			a->exhausted = true;
 	}
+	/* The run is over (its slot is free): the rest of the answer has a deadline of its
+	 * own. */
+	io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
 	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
@@ -613,6 +658,9 @@ static void handle_chat(struct req_ctx *rc)
 					      .messages = req.messages,
 					      .max_tokens = req.max_tokens,
 					      .request_id = rc->rid };
+		/* The run's output must be taken by the end of the run: a write that waits
+		 * for the client cannot outlast the run's timeout (see prov_sink). */
+		io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
@@ -707,6 +755,7 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 	enum api_route route;
 
 	random_hex(rc.rid, 8);
+	io_set_deadline(io, rc.t0 + ANSWER_WRITE_MS);
 	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
 		 io_param(io, "REQUEST_METHOD") ? io_param(io, "REQUEST_METHOD") : "GET");
 	rc.method = rc.method_buf;
@@ -735,6 +784,14 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 		break;
 	}
 done:
+	io_finish(io);
+	if (io->stalled) {
+		/* Whatever it was sent, the client did not take it: it was dropped. */
+		log_warnx(rc.rid, "the client stopped reading; dropped after %llu ms",
+			  (unsigned long long)(mono_ms() - rc.t0));
+		rc.status = 499;
+		rc.error_code = "CLIENT_STALLED";
+	}
 	log_request(&rc);
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */

@@ -109,7 +109,11 @@ struct prov_event {
 	const struct prov_failure *failure;
 };
 
-/* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). */
+/* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). emit runs
+ * on the run's own thread, and the run's clock is not looked at while it runs: an emit
+ * that waits (for a slow client) must give up by the run's deadline — timeout_ms
+ * (prov_provider_timeout_ms) after prov_run was called — and abort, or the run, its
+ * process tree and its concurrency slot outlast the timeout. */
 struct prov_outcome;
 struct prov_sink {
 	int (*emit)(void *ctx, const struct prov_event *ev);

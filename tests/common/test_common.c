@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -707,6 +709,93 @@ static void test_utils(void)
 	CU_ASSERT_EQUAL(write_all(-1, "x", 1), -EBADF);
 }
 
+/* A reader that takes everything, slowly, until EOF: what it got is checked after. */
+struct slow_reader {
+	int fd;
+	struct buf got;
+};
+
+static void *slow_read(void *arg)
+{
+	struct slow_reader *r = arg;
+
+	for (;;) {
+		ssize_t n;
+
+		buf_grow(&r->got, 4096);
+		n = read(r->fd, buf_tail(&r->got), 4096);
+		if (n <= 0)
+			break;
+		buf_commit(&r->got, (size_t)n);
+		usleep(200);
+	}
+	return NULL;
+}
+
+static void test_write_all_until(void)
+{
+	size_t big = 4u << 20;
+	char *data = malloc(big);
+	struct slow_reader r = { .got = BUF_INIT };
+	pthread_t th;
+	uint64_t t0, ms;
+	int sv[2], pp[2];
+
+	CU_ASSERT_FATAL(data != NULL);
+	for (size_t i = 0; i < big; i++)
+		data[i] = (char)('a' + i % 26);
+
+	/* A reader that never reads: the write ends at the deadline, not later. */
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL(write_all_until(sv[0], data, big, t0 + 200), -ETIMEDOUT);
+	ms = mono_ms() - t0;
+	CU_ASSERT(ms >= 200 && ms < 400);
+	/* The socket was not made non-blocking. */
+	CU_ASSERT_EQUAL(fcntl(sv[0], F_GETFL) & O_NONBLOCK, 0);
+	CU_ASSERT_EQUAL(wait_writable(sv[0], mono_ms() + 50), -ETIMEDOUT);
+	/* Past the deadline, nothing more is waited for. */
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL(write_all_until(sv[0], data, big, t0 - 1), -ETIMEDOUT);
+	CU_ASSERT(mono_ms() - t0 < 50);
+	close(sv[0]);
+	close(sv[1]);
+
+	/* A reader that reads, slowly: all of it arrives, in order, well before the deadline;
+	 * and what fits at once is written even past the deadline. */
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	CU_ASSERT_EQUAL(wait_writable(sv[0], mono_ms() + 50), 0);
+	CU_ASSERT_EQUAL(write_all_until(sv[0], "0123456789", 10, mono_ms() - 1), 0);
+	r.fd = sv[1];
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, slow_read, &r) == 0);
+	CU_ASSERT_EQUAL(write_all_until(sv[0], data, big, mono_ms() + 60000), 0);
+	close(sv[0]);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(r.got.len, big + 10);
+	CU_ASSERT(r.got.len == big + 10 && !memcmp(r.got.data, "0123456789", 10) &&
+		  !memcmp(r.got.data + 10, data, big));
+	buf_release(&r.got);
+
+	/* The reader is gone: -EPIPE, and no SIGPIPE. */
+	close(sv[1]);
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	close(sv[1]);
+	CU_ASSERT_EQUAL(write_all_until(sv[0], "x", 1, mono_ms() + 1000), -EPIPE);
+	close(sv[0]);
+
+	/* A pipe (CGI's stdout) that nobody reads: the same deadline, and it is left
+	 * blocking as it was. */
+	CU_ASSERT_FATAL(pipe(pp) == 0);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL(write_all_until(pp[1], data, big, t0 + 200), -ETIMEDOUT);
+	ms = mono_ms() - t0;
+	CU_ASSERT(ms >= 200 && ms < 400);
+	CU_ASSERT_EQUAL(fcntl(pp[1], F_GETFL) & O_NONBLOCK, 0);
+	close(pp[0]);
+	close(pp[1]);
+	free(data);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -732,6 +821,7 @@ int main(void)
 	CU_add_test(s, "parse_u64", test_parse_u64);
 	CU_add_test(s, "logging JSON lines", test_logging);
 	CU_add_test(s, "utilities", test_utils);
+	CU_add_test(s, "write_all_until: a reader that stops reading", test_write_all_until);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
