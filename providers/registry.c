@@ -107,7 +107,7 @@ static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
 }
 
 /* "limits": {"memory_mb": 2048, "pids": 256, "cpu_pct": 100, "nofile": 4096, "fsize_mb": 1024,
- * "cpu_s": 600, "as_mb": 8192, "nproc": 256}: each optional, a positive integer; a bad
+ * "cpu_s": 600, "as_mb": 8192, "nproc": 256, "disk_mb": 1024}: each optional, a positive integer; a bad
  * one is ignored with a warning (the default holds). */
 static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 {
@@ -123,6 +123,7 @@ static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 		{ "cpu_s", offsetof(struct sbx_limits, cpu_s) },
 		{ "as_mb", offsetof(struct sbx_limits, as_mb) },
 		{ "nproc", offsetof(struct sbx_limits, nproc) },
+		{ "disk_mb", offsetof(struct sbx_limits, disk_mb) },
 	};
 
 	memset(l, 0, sizeof(*l));

@@ -270,6 +270,9 @@ void sbx_ident_init(enum sbx_identity mode, const char *range)
 
 	sbx_g.ident = mode;
 	sbx_g.ident_ok = false;
+	/* A process that was not locked down (a test, a tool) forks its helper now. */
+	if (mode == SBX_IDENTITY_PER_RUN && sbx_ident_prepare())
+		log_warn(NULL, "sandbox: cannot start the uid-map helper");
 	if (mode == SBX_IDENTITY_SHARED) {
 		/* The landed behaviour: every run is the worker's own uid. Never for root,
 		 * whose runs would then be host root. */

@@ -225,7 +225,7 @@ static const char *cgroup_mode(const struct sbx_status *st, char *detail, size_t
 
 static int doctor(bool json)
 {
-	struct check c[6];
+	struct check c[7];
 	const struct sbx_status *st = sbx_status_get();
 	struct sbx_policy *p = sbx_policy_new();
 	struct buf out = BUF_INIT;
@@ -258,6 +258,10 @@ static int doctor(bool json)
 	} else {
 		snprintf(c[n].detail, sizeof(c[n].detail), "filter not seen inside the sandbox");
 	}
+	n++;
+	/* Whose uid the runs are (ADR 0014): their own, or why not. */
+	c[n] = (struct check){ .name = "identity", .ok = strcmp(st->identity, "unavailable") != 0 };
+	snprintf(c[n].detail, sizeof(c[n].detail), "%s: %s", st->identity, st->identity_detail);
 	n++;
 	c[n] = (struct check){ .name = "cgroup", .ok = true };
 	cg = cgroup_mode(st, c[n].detail, sizeof(c[n].detail));
@@ -300,8 +304,8 @@ static int doctor(bool json)
 
 		buf_addf(&j,
 			 "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\","
-			 "\"checks\":[",
-			 all ? "true" : "false", st->mode, cg, st->cgroup);
+			 "\"identity\":\"%s\",\"checks\":[",
+			 all ? "true" : "false", st->mode, cg, st->cgroup, st->identity);
 		for (i = 0; i < n; i++) {
 			buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "",
 				 c[i].name, c[i].ok ? "true" : "false");

@@ -266,6 +266,7 @@ export class Server {
     this.child = opts.child;
     this.pid = opts.child.pid;
     this.output = opts.output;
+    this.bin = opts.bin ?? cfg.bin;
     this.stopped = false;
   }
 
@@ -289,7 +290,7 @@ export class Server {
 
   // The olp-fcgi processes lighttpd spawned.
   workerPids() {
-    const bin = cfg.bin;
+    const bin = this.bin;
     return allProcs()
       .filter((p) => p.ppid === this.pid && exeOf(p.pid) === bin)
       .map((p) => p.pid)
@@ -399,6 +400,28 @@ export class Server {
 
 // Start lighttpd -D with lighttpd/olp.conf.  Resolves once GET /health
 // answers 200 and every worker is up.
+// What a server run as another user (`user`) runs: root-owned copies it can read, in a
+// directory of their own (the build tree may be where that user cannot look).
+export function stageFor(user) {
+  const stage = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-stage-'));
+  fs.chmodSync(stage, 0o755);
+  const stub = process.env.OLP_SANDBOX_EXEC ?? path.join(path.dirname(cfg.bin), '..', 'sandbox', 'olp-sandbox-exec');
+  const copy = (from, name, mode) => {
+    const to = path.join(stage, name);
+    fs.copyFileSync(from, to);
+    fs.chmodSync(to, mode);
+    return to;
+  };
+  return {
+    dir: stage,
+    user,
+    bin: copy(cfg.bin, 'olp-fcgi', 0o755),
+    stub: copy(stub, 'olp-sandbox-exec', 0o755),
+    conf: copy(cfg.conf, 'olp.conf', 0o644),
+    copy,
+  };
+}
+
 export async function startServer({
   maxProcs = 2,
   threads = 4,
@@ -406,6 +429,7 @@ export async function startServer({
   config,
   env = {},
   ownerToken = 'olp_test_' + randomBytes(24).toString('base64url'),
+  stage = null, // stageFor(user): run lighttpd and the workers as that user
 } = {}) {
   if (!cfg.lighttpd) throw new Error('lighttpd not found (apt-get install lighttpd)');
   let lastErr;
@@ -415,7 +439,8 @@ export async function startServer({
     const childEnv = {
       ...passthroughEnv(),
       OLP_PORT: String(port),
-      OLP_BIN: cfg.bin,
+      OLP_BIN: stage ? stage.bin : cfg.bin,
+      ...(stage ? { OLP_SANDBOX_EXEC: stage.stub } : {}),
       OLP_HOME: dirs.home,
       OLP_RUN_DIR: dirs.runDir,
       OLP_MAX_PROCS: String(maxProcs),
@@ -425,13 +450,19 @@ export async function startServer({
       ...env,
     };
     const output = [];
-    const child = spawn(cfg.lighttpd, ['-D', '-f', cfg.conf], {
+    let argv = [cfg.lighttpd, '-D', '-f', stage ? stage.conf : cfg.conf];
+    if (stage) {
+      // OLP_HOME (env may name one of the test's own) and the run dir become the user's.
+      spawnSync('chown', ['-R', `${stage.user}:${stage.user}`, dirs.root, childEnv.OLP_HOME]);
+      argv = ['setpriv', `--reuid=${stage.user}`, `--regid=${stage.user}`, '--init-groups', '--', ...argv];
+    }
+    const child = spawn(argv[0], argv.slice(1), {
       env: childEnv,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     child.stdout.on('data', (d) => output.push(d));
     child.stderr.on('data', (d) => output.push(d));
-    const server = new Server({ dirs, token: ownerToken, port, child, output });
+    const server = new Server({ dirs, token: ownerToken, port, child, output, bin: stage?.bin });
     const ready = await waitFor(
       async () => {
         if (child.exitCode !== null || child.signalCode !== null) return 'exited';

@@ -10,7 +10,7 @@
 // own olp-keys calls use OLP_KEYS (set by CTest).
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -21,6 +21,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { cfg, freePort, procsMentioning, testConfig, testRegistry, waitFor } from './harness.mjs';
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-serve-'));
+// Started by root, serve runs the workers as the user olp, which must reach OLP_HOME.
+fs.chmodSync(root, 0o711);
 const home = path.join(root, 'home');
 
 after(() => {
@@ -170,6 +172,14 @@ describe('deploy/olp-local serve', () => {
       for (const f of filesUnder(home)) assert.ok(!fs.readFileSync(f, 'latin1').includes(token), `the token is in ${f}`);
       const environ = lighttpdEnviron();
       assert.ok(!environ.includes(token), 'the token is in lighttpd\'s environment');
+      if (process.getuid() === 0) {
+        // Started by root: lighttpd and every worker run as the system user olp.
+        const olp = Number(execFileSync('id', ['-u', 'olp'], { encoding: 'utf8' }));
+        const uids = procsMentioning(home).filter((p) => ['lighttpd', 'olp-fcgi'].includes(p.comm))
+          .map((p) => Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${p.pid}/status`, 'utf8'))[1]));
+        assert.ok(uids.length >= 2, 'lighttpd and its workers not found');
+        assert.deepEqual([...new Set(uids)], [olp], `served as uids ${uids}, not olp (${olp})`);
+      }
       assert.ok(!/(^|\0)OLP_OWNER_TOKEN=/.test(environ), 'serve set OLP_OWNER_TOKEN');
     } finally {
       await s.stop();
