@@ -238,6 +238,9 @@ static void add_sandbox_block(struct buf *b)
 		 st->cgroup);
 	buf_adds(b, ",\"cgroup_detail\":");
 	buf_add_json_str(b, st->cgroup_detail, strlen(st->cgroup_detail));
+	/* Whose host uid a run is: "per_run", or loudly "shared" / "unavailable". */
+	buf_addf(b, ",\"identity\":\"%s\",\"identity_detail\":", st->identity);
+	buf_add_json_str(b, st->identity_detail, strlen(st->identity_detail));
 	buf_adds(b, ",\"bwrap_version\":");
 	if (st->bwrap_version)
 		buf_add_json_str(b, st->bwrap_version, strlen(st->bwrap_version));

@@ -131,11 +131,14 @@ static int app_init(void)
 	else if (!st->available)
 		log_errx(NULL, "sandbox unavailable, provider requests will fail with 503: %s",
 			 st->message);
+	if (!strcmp(st->identity, "shared"))
+		log_warnx(NULL, "SANDBOX IDENTITY SHARED: %s", st->identity_detail);
 	log_info(NULL,
-		 "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s, limits %s (%s)",
+		 "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s, limits %s (%s), "
+		 "identity %s (%s)",
 		 OLP_VERSION, prov_registry_model_count(app.reg), app.cfg.registry_path,
-		 app.cfg.threads, st->active ? "active" : "INACTIVE", st->cgroup,
-		 st->cgroup_detail);
+		 app.cfg.threads, st->active ? "active" : "INACTIVE", st->cgroup, st->cgroup_detail,
+		 st->identity, st->identity_detail);
 	buf_release(&err);
 	return 0;
 fail:

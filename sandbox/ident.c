@@ -479,9 +479,11 @@ int sbx_ident_acquire(struct sbx_ident *id)
 	int lock = -1;
 
 	*id = (struct sbx_ident){ .lock_fd = -1, .userns_fd = -1 };
+	if (!sbx_g.ident_ok)
+		return -EPERM; /* fail closed: sbx_g.ident_reason says why */
 	if (sbx_g.ident != SBX_IDENTITY_PER_RUN)
 		return 0;
-	if (!sbx_g.ident_ok || !n)
+	if (!n)
 		return -EPERM;
 	/* Slots whose namespace this process has made already first. */
 	pthread_mutex_lock(&cache.lock);

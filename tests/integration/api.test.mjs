@@ -95,6 +95,9 @@ describe('routes', () => {
     assert.ok(['cgroup2', 'rlimits'].includes(r.json.sandbox.cgroup), r.text);
     assert.equal(typeof r.json.sandbox.cgroup_detail, 'string');
     assert.ok(r.json.sandbox.cgroup_detail.length > 0, r.text);
+    // Every run is a host uid of its own (ADR 0014), and the range is named.
+    assert.equal(r.json.sandbox.identity, 'per_run', r.text);
+    assert.match(r.json.sandbox.identity_detail, /one host uid per run from \d+-\d+/);
   });
 
   it('routes on the path, never on the query string', async () => {

@@ -143,7 +143,7 @@ for (const id of identities()) {
       'dev_shm_size_limited', 'sys_absent', 'etc_ssl_private_absent', 'home_size_limited',
       'proc_knob_core_pattern', 'proc_knob_printk_ratelimit_burst', 'proc_knob_ip_forward',
       'proc_knob_sysrq-trigger', 'proc_nothing_host_writable', 'run_uid_not_host_root',
-      'run_uid_not_worker']) {
+      'run_uid_not_worker', 'mountinfo_no_runtime_dir']) {
       assert.ok(checks.some((c) => c.check === name), `check ${name} did not run`);
     }
     assert.equal(r.status, 0, r.stderr);
@@ -229,5 +229,27 @@ for (const id of identities()) {
     assert.equal(seen.other_tmp_visible, false);
     assert.equal(seen.other_probes_visible, 0);
     await new Promise((resolve) => a.on('exit', resolve));
+  });
+
+  // Where runs cannot get a uid of their own, nothing runs (fail closed), and the doctor
+  // says why.
+  test(`no uid of its own, no run (${id.name})`, () => {
+    const r = sandboxed(id, ['--uid-range', '0:65536'], ['fds']);
+    assert.equal(r.status, 125, r.stdout + r.stderr);
+    assert.equal(r.stdout, '');
+    const { cmd, argv, env } = sandboxArgv(id, ['--uid-range', '0:65536'], []);
+    const d = spawnSync(cmd, [...argv.slice(0, argv.lastIndexOf('--')), '--doctor'], { encoding: 'utf8', env });
+    assert.equal(d.status, 1);
+    assert.match(d.stdout, /identity +FAIL +unavailable: uid range 0:65536/);
+  });
+
+  test(`the shared identity is refused to root, reported otherwise (${id.name})`, () => {
+    const r = sandboxed(id, ['--identity', 'shared'], ['fds']);
+    if (id.uid === 0) {
+      assert.equal(r.status, 125, r.stdout + r.stderr);
+    } else {
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(r.stdout.trim(), '{"fds":[0,1,2],"fd0_socket":false}');
+    }
   });
 }
