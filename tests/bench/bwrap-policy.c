@@ -93,6 +93,8 @@ int main(int argc, char **argv)
 	for (int i = SBX_FD_STATUS; i < SBX_FD_COUNT; i++)
 		if (in[i] >= 0)
 			in[i] = fcntl(in[i], F_DUPFD_CLOEXEC, SBX_FD_COUNT + 8);
+	if (id.userns_fd >= 0)
+		id.userns_fd = fcntl(id.userns_fd, F_DUPFD_CLOEXEC, SBX_FD_COUNT + 8);
 	for (int i = SBX_FD_STATUS; i < SBX_FD_COUNT; i++)
 		if (place(in[i], i) < 0) {
 			perror("bwrap-policy: dup2");

@@ -363,6 +363,67 @@ static void test_filesystem_view(void)
 	sbx_policy_free(p);
 }
 
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_FATAL(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	close(fd);
+	chmod(path, mode);
+}
+
+/* A credentials file the worker alone may read (0600) reaches the run, which is another
+ * uid, as a copy it owns; read-only, what the run does to it stays in the sandbox;
+ * writable, the run's version replaces the host file when the run ends, with the host
+ * file's mode, and a run that leaves it alone leaves it alone. */
+static void test_credential_copies(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT, host = BUF_INIT;
+	struct sbx_result res;
+	char ro[512], rw[512];
+	struct stat before, after;
+
+	snprintf(ro, sizeof(ro), "%s.ro-cred", runtime_dir);
+	snprintf(rw, sizeof(rw), "%s.rw-cred", runtime_dir);
+	write_file(ro, "token-ro\n", 0600);
+	write_file(rw, "token-v1\n", 0600);
+	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, ro, SBX_HOME_PATH "/.cfg/ro.json", false), 0);
+	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, rw, SBX_HOME_PATH "/.cfg/rw.json", true), 0);
+	CU_ASSERT_EQUAL(run(p,
+			    (const char *const[]){ "/bin/sh", "-c",
+						   "cat .cfg/ro.json .cfg/rw.json; "
+						   "stat -c '%u %a' .cfg/ro.json .cfg; "
+						   "echo changed > .cfg/ro.json && "
+						   "echo token-v2 > .cfg/rw.json",
+						   NULL },
+			    NULL, 0, &out, &res),
+			0);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "token-ro\ntoken-v1\n1000 600\n1000 700\n");
+	CU_ASSERT_EQUAL(buf_read_file(&host, ro, 4096), 0);
+	CU_ASSERT_STRING_EQUAL(host.data, "token-ro\n");
+	buf_reset(&host);
+	CU_ASSERT_EQUAL(buf_read_file(&host, rw, 4096), 0);
+	CU_ASSERT_STRING_EQUAL(host.data, "token-v2\n");
+	CU_ASSERT_EQUAL(stat(rw, &before), 0);
+	CU_ASSERT_EQUAL(before.st_mode & 07777, 0600);
+	/* A run that only reads it: the host file is not rewritten. */
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/bin/cat", ".cfg/rw.json", NULL }, NULL, 0,
+			    &out, &res),
+			0);
+	CU_ASSERT_STRING_EQUAL(out.data, "token-v2\n");
+	CU_ASSERT_EQUAL(stat(rw, &after), 0);
+	CU_ASSERT_EQUAL(after.st_ino, before.st_ino);
+	unlink(ro);
+	unlink(rw);
+	buf_release(&host);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
 static void test_scratch_removed(void)
 {
 	/* Every run above wrote into or created its scratch dir; none may be left. */
@@ -601,6 +662,7 @@ int main(void)
 	CU_add_test(s, "only fds 0-2 inherited", test_only_stdio_inherited);
 	CU_add_test(s, "environment allowlisted", test_environment_is_allowlisted);
 	CU_add_test(s, "filesystem view", test_filesystem_view);
+	CU_add_test(s, "credential files as copies", test_credential_copies);
 	CU_add_test(s, "scratch removed", test_scratch_removed);
 	CU_add_test(s, "concurrent runs", test_concurrent_runs);
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
