@@ -156,6 +156,17 @@ static int collect(void *ctx, const char *data, size_t len)
 	return 0;
 }
 
+/* A program the sandbox needs is not there: say so, with what to do. */
+static bool missing(const char *path, const char *what, const char *fix)
+{
+	if (path && access(path, X_OK) == 0)
+		return false;
+	snprintf(message_buf, sizeof(message_buf), "%s not found at %s. %s", what,
+		 path ? path : "(unset)", fix);
+	status.message = message_buf;
+	return true;
+}
+
 static void status_compute(void)
 {
 	struct sbx_policy *p;
@@ -174,20 +185,10 @@ static void status_compute(void)
 							       : "per_run";
 	snprintf(ident_buf, sizeof(ident_buf), "%s", sbx_g.ident_reason);
 	status.identity_detail = ident_buf;
-	if (!sbx_g.bwrap_path || access(sbx_g.bwrap_path, X_OK) < 0) {
-		snprintf(message_buf, sizeof(message_buf),
-			 "bubblewrap not found at %s. Install: sudo apt-get install -y bubblewrap",
-			 sbx_g.bwrap_path ? sbx_g.bwrap_path : "(unset)");
-		status.message = message_buf;
+	if (missing(sbx_g.bwrap_path, "bubblewrap",
+		    "Install: sudo apt-get install -y bubblewrap") ||
+	    missing(sbx_g.exec_stub, "olp-sandbox-exec", "Set OLP_SANDBOX_EXEC"))
 		return;
-	}
-	if (!sbx_g.exec_stub || access(sbx_g.exec_stub, X_OK) < 0) {
-		snprintf(message_buf, sizeof(message_buf),
-			 "%s (olp-sandbox-exec) is not executable; set OLP_SANDBOX_EXEC",
-			 sbx_g.exec_stub ? sbx_g.exec_stub : "(unset)");
-		status.message = message_buf;
-		return;
-	}
 	p = sbx_policy_new();
 	if (!p)
 		return;
