@@ -414,7 +414,10 @@ void sbx_cgroup_init(const char *setting)
 		return;
 	}
 	if (setting && setting[0] == '/') {
-		snprintf(path, sizeof(path), "%s", setting);
+		if ((size_t)snprintf(path, sizeof(path), "%s", setting) >= sizeof(path)) {
+			set_reason("sandbox.cgroup is longer than PATH_MAX");
+			return;
+		}
 		own = !strncmp(path, mnt, strlen(mnt)) &&
 		      !strcmp(path + strlen(mnt), !strcmp(rel, "/") ? "" : rel);
 	} else {
@@ -427,7 +430,11 @@ void sbx_cgroup_init(const char *setting)
 			if (!rel[0])
 				snprintf(rel, sizeof(rel), "/");
 		}
-		snprintf(path, sizeof(path), "%s%s", mnt, !strcmp(rel, "/") ? "" : rel);
+		if ((size_t)snprintf(path, sizeof(path), "%s%s", mnt,
+				     !strcmp(rel, "/") ? "" : rel) >= sizeof(path)) {
+			set_reason("the path of this process's cgroup is longer than PATH_MAX");
+			return;
+		}
 		own = true;
 	}
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -452,8 +459,13 @@ void sbx_cgroup_init(const char *setting)
 	 * our runs together below "olp" rather than among the host's own cgroups; the root
 	 * is exempt from the no-internal-process rule. */
 	if (!strcmp(rel, "/") && own) {
+		size_t len = strlen(path);
 		int sub;
 
+		if (len + sizeof("/olp") > sizeof(path)) {
+			set_reason("cgroup %s/olp: the path is longer than PATH_MAX", path);
+			goto fail;
+		}
 		ret = enable_controllers(fd, false);
 		if (ret < 0 || (mkdirat(fd, "olp", 0755) < 0 && errno != EEXIST) ||
 		    (sub = sbx_open_dir_beneath(fd, "olp")) < 0) {
@@ -464,7 +476,7 @@ void sbx_cgroup_init(const char *setting)
 		close(fd);
 		fd = sub;
 		own = false;
-		snprintf(path + strlen(path), sizeof(path) - strlen(path), "/olp");
+		memcpy(path + len, "/olp", sizeof("/olp"));
 	}
 	ret = enable_controllers(fd, own);
 	if (ret < 0) {
@@ -506,7 +518,11 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	cg->name[0] = '\0';
 	if (sbx_g.cg_fd < 0)
 		return 0;
-	snprintf(cg->name, sizeof(cg->name), CG_RUN_PREFIX "%s", run_name);
+	if ((size_t)snprintf(cg->name, sizeof(cg->name), CG_RUN_PREFIX "%s", run_name) >=
+	    sizeof(cg->name)) {
+		cg->name[0] = '\0';
+		return -ENAMETOOLONG;
+	}
 	if (mkdirat(sbx_g.cg_fd, cg->name, 0755) < 0) {
 		ret = -errno;
 		cg->name[0] = '\0';
