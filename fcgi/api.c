@@ -225,9 +225,8 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 
 	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) <= 0)
+	if (parse_json_int(v, 1, INT64_MAX, out))
 		return bad(err, name, "%s must be a positive integer", name);
-	*out = json_integer_value(v);
 	return 0;
 }
 

@@ -107,8 +107,12 @@ static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
 }
 
 /* "limits": {"memory_mb": 2048, "pids": 256, "cpu_pct": 100, "nofile": 4096, "fsize_mb": 1024,
- * "cpu_s": 600, "as_mb": 8192, "nproc": 256}: each optional, a positive integer; a bad
- * one is ignored with a warning (the default holds). */
+ * "cpu_s": 600, "as_mb": 8192, "nproc": 256}: each optional, an integer from 1 to
+ * MAX_LIMIT; a bad one is ignored with a warning (the default holds). MAX_LIMIT is far
+ * above any host and keeps the sandbox's conversions (MB to bytes, percent to
+ * microseconds) from wrapping around to a small limit. */
+#define MAX_LIMIT ((int64_t)1 << 40)
+
 static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 {
 	static const struct {
@@ -130,17 +134,18 @@ static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 		return;
 	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
 		const json_t *v = json_object_get(j, fields[i].key);
+		int64_t n;
 
 		if (!v)
 			continue;
-		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+		if (parse_json_int(v, 1, MAX_LIMIT, &n)) {
 			log_warnx(NULL,
-				  "registry: provider %s: limits.%s must be a positive integer; "
-				  "the default holds",
-				  name, fields[i].key);
+				  "registry: provider %s: limits.%s must be an integer from 1 to "
+				  "%lld; the default holds",
+				  name, fields[i].key, (long long)MAX_LIMIT);
 			continue;
 		}
-		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)json_integer_value(v);
+		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)n;
 	}
 }
 
@@ -150,6 +155,7 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	struct prov_provider *pv;
 	const char *type = json_string_value(json_object_get(entry, "type"));
 	const char *why, *dn;
+	int64_t mc;
 
 	if (!type)
 		type = default_type(name, entry);
@@ -185,14 +191,10 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
 	read_limits(name, json_object_get(pv->conf, "limits"), &pv->limits);
-	{
-		const json_t *mc = json_object_get(pv->conf, "max_concurrent");
-
-		pv->max_concurrent = json_is_integer(mc) && json_integer_value(mc) >= 0 &&
-						     json_integer_value(mc) <= 1024
-					     ? (unsigned)json_integer_value(mc)
-					     : 4;
-	}
+	pv->max_concurrent =
+		parse_json_int(json_object_get(pv->conf, "max_concurrent"), 0, 1024, &mc)
+			? 4
+			: (unsigned)mc;
 	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
 		provider_free(pv);
 		return NULL;
@@ -258,10 +260,12 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 		*nm = (struct prov_model){
 			.id = strdup(id),
 			.display_name = dn ? strdup(dn) : NULL,
-			.created = json_integer_value(json_object_get(m, "created")),
-			.context_window = json_integer_value(json_object_get(m, "contextWindow")),
 			.provider = pv,
 		};
+		/* Both optional: 0 (unknown) unless a non-negative integer. */
+		(void)parse_json_int(json_object_get(m, "created"), 0, INT64_MAX, &nm->created);
+		(void)parse_json_int(json_object_get(m, "contextWindow"), 0, INT64_MAX,
+				     &nm->context_window);
 		if (!nm->id)
 			return -ENOMEM;
 	}

@@ -189,6 +189,9 @@ static void test_parse_failures(void)
 		{ BODY(",\"max_tokens\":\"3\""), "max_tokens" },
 		{ BODY(",\"max_tokens\":true"), "max_tokens" },
 		{ BODY(",\"max_tokens\":[3]"), "max_tokens" },
+		{ BODY(",\"max_tokens\":4e29"), "max_tokens" },
+		{ BODY(",\"max_tokens\":9.3e18"), "max_tokens" },
+		{ BODY(",\"max_tokens\":-4e29"), "max_tokens" },
 		{ BODY(",\"max_completion_tokens\":0"), "max_completion_tokens" },
 		{ BODY(",\"max_completion_tokens\":-1"), "max_completion_tokens" },
 		{ BODY(",\"max_completion_tokens\":1.5"), "max_completion_tokens" },
@@ -376,6 +379,13 @@ static void test_parse_fields(void)
 					     &req, &err),
 			      0);
 	CU_ASSERT_EQUAL(req.max_tokens, INT64_MAX);
+	chat_request_release(&req);
+
+	/* JSON has one number type: 256.0 and 2.56e2 are the integer 256. */
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_tokens\":2.56e2"),
+					     strlen(BODY(",\"max_tokens\":2.56e2")), &req, &err),
+			      0);
+	CU_ASSERT_EQUAL(req.max_tokens, 256);
 	chat_request_release(&req);
 }
 

@@ -460,6 +460,100 @@ static void test_text_sink_abort(void)
 	buf_release(&c.all);
 }
 
+/* ---- numbers in provider output --------------------------------------------------------- */
+
+/* The usage and failure events of one whole output. */
+struct numbers {
+	struct prov_usage usage;
+	int nusage;
+	int status; /* upstream status of the failure event, -1 when there was none */
+};
+
+static int numbers_emit(void *ctx, const struct prov_event *ev)
+{
+	struct numbers *n = ctx;
+
+	if (ev->kind == PROV_EV_USAGE) {
+		n->usage = *ev->usage;
+		n->nusage++;
+	} else if (ev->kind == PROV_EV_ERROR) {
+		n->status = ev->failure->upstream_status;
+	}
+	return 0;
+}
+
+static void feed_numbers(const char *type, const char *out, struct numbers *n)
+{
+	struct prov_parser *ps = prov_parser_new(type);
+	struct prov_sink sink = { .emit = numbers_emit, .ctx = n };
+
+	memset(n, 0, sizeof(*n));
+	n->status = -1;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	CU_ASSERT(prov_parser_feed(ps, out, strlen(out), &sink) >= 0);
+	CU_ASSERT(prov_parser_finish(ps, &sink) >= 0);
+	prov_parser_free(ps);
+}
+
+/* Token counts and statuses a provider prints are checked before they become integers:
+ * 4e29 (which the fuzzer found: a double cast to int64_t, undefined behaviour), values
+ * past INT64_MAX whose sums would overflow, negative and fractional counts, and statuses
+ * that are no HTTP status all count as absent. */
+static void test_parser_numbers(void)
+{
+	struct numbers n;
+
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"hi\","
+		     "\"usage\":{\"input_tokens\":4e29,\"output_tokens\":-3,"
+		     "\"cache_read_input_tokens\":9223372036854775807,"
+		     "\"cache_creation_input_tokens\":1.5}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.nusage, 1);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 0);
+
+	/* Integral reals are the integers they equal (a JSON producer may print 12.0). */
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"hi\","
+		     "\"usage\":{\"input_tokens\":12.0,\"output_tokens\":1e2,"
+		     "\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":-4e29}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 15);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 100);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 115);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 3);
+
+	feed_numbers("codex",
+		     "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1e300,"
+		     "\"cached_input_tokens\":-1e300,\"output_tokens\":7}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.nusage, 1);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 7);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 7);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 0);
+
+	/* A status outside 100-599 is no status: the message is searched instead. */
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
+		     "\"is_error\":true,\"api_error_status\":70000,\"result\":\"x\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 0);
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
+		     "\"is_error\":true,\"api_error_status\":429.0,\"result\":\"x\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 429);
+	feed_numbers("vibe",
+		     "{\"type\":\"error\",\"status\":4294967725,"
+		     "\"message\":\"last status: 503\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 503);
+}
+
 static void test_parser_types(void)
 {
 	struct prov_parser *ps = prov_parser_new("command");
@@ -858,6 +952,26 @@ static void test_registry_limits(void)
 	CU_ASSERT_EQUAL(l->memory_mb, 512);
 	CU_ASSERT_EQUAL(l->pids, 64);
 	prov_registry_free(reg);
+	/* Past 2^40 a limit would wrap around when the sandbox makes bytes of it (memory_mb
+	 * 2^44 is 0 bytes): refused, as a real that no integer equals is. An integral real is
+	 * the integer it equals. */
+	reg = load_text("{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			"\"limits\":{\"memory_mb\":17592186044416,\"fsize_mb\":4e29,"
+			"\"as_mb\":1099511627776,\"pids\":1e2,\"nofile\":2.5,\"cpu_s\":-4e29},"
+			"\"max_concurrent\":4e29,\"models\":[{\"id\":\"m\",\"created\":4e29,"
+			"\"contextWindow\":8192.0}]}}}",
+			NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	l = prov_provider_limits(prov_registry_find(reg, "m")->provider);
+	CU_ASSERT_EQUAL(l->memory_mb, 0);
+	CU_ASSERT_EQUAL(l->fsize_mb, 0);
+	CU_ASSERT_EQUAL(l->as_mb, (uint64_t)1 << 40);
+	CU_ASSERT_EQUAL(l->pids, 100);
+	CU_ASSERT_EQUAL(l->nofile, 0);
+	CU_ASSERT_EQUAL(l->cpu_s, 0);
+	CU_ASSERT_EQUAL(prov_registry_find(reg, "m")->created, 0);
+	CU_ASSERT_EQUAL(prov_registry_find(reg, "m")->context_window, 8192);
+	prov_registry_free(reg);
 	buf_release(&err);
 }
 
@@ -903,6 +1017,7 @@ int main(void)
 	CU_add_test(s, "text reader: empty feeds", test_text_empty_feeds);
 	CU_add_test(s, "text reader: sink abort propagates", test_text_sink_abort);
 	CU_add_test(s, "parser types", test_parser_types);
+	CU_add_test(s, "parsers: numbers checked before they become integers", test_parser_numbers);
 	CU_add_test(s, "registry: command provider", test_registry_command);
 	CU_add_test(s, "registry: defaults", test_registry_defaults);
 	CU_add_test(s, "registry: aliases", test_registry_aliases);
