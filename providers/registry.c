@@ -48,6 +48,45 @@ static const char *default_type(const char *name, const json_t *entry)
 	return json_object_get(entry, "argv") ? "command" : NULL;
 }
 
+/* Registry names reach HTTP response headers (X-OLP-Provider-Used, X-OLP-Model-Used), file
+ * names (a provider's concurrency slots, <provider>.<n>.slot) and logs, so each is checked
+ * at load and an entry that fails is skipped with a warning: a CR/LF in an id would
+ * otherwise let whoever writes the registry add headers (Set-Cookie) to every answer, and
+ * a "/" or ".." in a provider name would point its slots outside their directory.
+ *  - A model id or alias: 1-128 characters of [A-Za-z0-9._:/@-], the first a letter or a
+ *    digit. That covers the ids of OpenAI (gpt-4o-2024-08-06, ft:gpt-4o-mini:org::id),
+ *    Anthropic, Mistral, Ollama (qwen2.5:7b) and Hugging Face (org/model).
+ *  - A provider name: 1-64 characters of [A-Za-z0-9._-], the first a letter or a digit. */
+#define MAX_MODEL_ID 128
+#define MAX_PROVIDER_NAME 64
+
+static bool ascii_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static bool valid_name(const char *s, size_t max, const char *punct)
+{
+	size_t n;
+
+	if (!s || !ascii_alnum(s[0]))
+		return false;
+	for (n = 0; s[n]; n++)
+		if (n >= max || (!ascii_alnum(s[n]) && !strchr(punct, s[n])))
+			return false;
+	return true;
+}
+
+static bool valid_model_id(const char *s)
+{
+	return valid_name(s, MAX_MODEL_ID, "._:/@-");
+}
+
+static bool valid_provider_name(const char *s)
+{
+	return valid_name(s, MAX_PROVIDER_NAME, "._-");
+}
+
 static bool is_abs_string(const json_t *v)
 {
 	return json_is_string(v) && json_string_value(v)[0] == '/';
@@ -157,6 +196,13 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	const char *why, *dn;
 	int64_t mc;
 
+	if (!valid_provider_name(name)) {
+		log_warnx(NULL,
+			  "registry: provider name \"%.100s\" is not 1-%d characters of "
+			  "[A-Za-z0-9._-] starting with a letter or digit; skipped",
+			  name, MAX_PROVIDER_NAME);
+		return NULL;
+	}
 	if (!type)
 		type = default_type(name, entry);
 	if (!type) {
@@ -247,6 +293,14 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 				  pv->name);
 			continue;
 		}
+		if (!valid_model_id(id)) {
+			log_warnx(NULL,
+				  "registry: provider %s: model id \"%.150s\" is not 1-%d "
+				  "characters of [A-Za-z0-9._:/@-] starting with a letter or "
+				  "digit; skipped",
+				  pv->name, id, MAX_MODEL_ID);
+			continue;
+		}
 		if (find_id(reg, id)) {
 			log_warnx(NULL, "registry: model %s defined twice; the first one is used",
 				  id);
@@ -284,6 +338,13 @@ static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv
 			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
 
+		if (!valid_model_id(alias)) {
+			log_warnx(NULL,
+				  "registry: provider %s: alias \"%.150s\" is not 1-%d characters "
+				  "of [A-Za-z0-9._:/@-] starting with a letter or digit; skipped",
+				  pv->name, alias, MAX_MODEL_ID);
+			continue;
+		}
 		if (!m || m->provider != pv) {
 			log_warnx(NULL,
 				  "registry: alias %s of provider %s names no model of it; "
