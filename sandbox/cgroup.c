@@ -91,6 +91,23 @@ static int write_at(int dfd, const char *name, const char *text)
 	return ret;
 }
 
+/* The pids listed in the cgroup's cgroup.procs, one per line, as many as fit in buf: a
+ * list longer than buf ends on whole lines, never on a cut pid ("12345" read as "123"
+ * would name another process). The callers read again until the list is empty.
+ * Length read, or -errno. */
+static ssize_t read_pids(int dfd, char *buf, size_t n)
+{
+	ssize_t len = read_at(dfd, "cgroup.procs", buf, n);
+	char *nl;
+
+	if (len == (ssize_t)n - 1) {
+		nl = strrchr(buf, '\n');
+		len = nl ? nl + 1 - buf : 0;
+		buf[len] = '\0';
+	}
+	return len;
+}
+
 /* Is word one of the space-separated words of list? */
 static bool has_word(const char *list, const char *word)
 {
@@ -207,7 +224,7 @@ static int evacuate(int dfd)
 		return -errno;
 	/* Processes may be started meanwhile (by the web server): a few rounds. */
 	for (int round = 0; round < 5; round++) {
-		ssize_t len = read_at(dfd, "cgroup.procs", procs, sizeof(procs));
+		ssize_t len = read_pids(dfd, procs, sizeof(procs));
 		char *p = procs, *end;
 
 		if (len < 0) {
@@ -324,7 +341,7 @@ static void kill_procs(int dfd)
 	for (int round = 0; round < 50; round++) {
 		char *p = procs, *end;
 
-		if (read_at(dfd, "cgroup.procs", procs, sizeof(procs)) <= 0)
+		if (read_pids(dfd, procs, sizeof(procs)) <= 0)
 			return;
 		while (*p) {
 			long pid = strtol(p, &end, 10);
@@ -381,8 +398,9 @@ static void sweep_stale(void)
 		if (!strncmp(s, "probe-", 6))
 			s += 6;
 		pid = strtol(s, &end, 10);
-		if (end == s || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
-		    errno != ESRCH)
+		/* Past INT_MAX the cast to pid_t would name another process. */
+		if (end == s || pid <= 0 || pid > INT_MAX || pid == (long)getpid() ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
 		remove_run(de->d_name);
 	}
