@@ -104,6 +104,16 @@ void random_hex(char *out, size_t nbytes);
 /* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 
+/* ---- JSON numbers as integers (olp_common_json: links jansson) ----------------------
+ * The value of JSON number v as an integer in [min, max], in *out. JSON has one number
+ * type and the Node OLP reads every number as a double, so a real with an integral value
+ * (2.0, 1e3) is the integer it equals. Returns 0; -EINVAL when v is NULL, not a number,
+ * or a real with a fractional part; -ERANGE when the value lies outside [min, max] (a
+ * real such as 4e29 is refused here, never cast). *out is left alone on failure.
+ * Every JSON number that becomes an integer goes through here. */
+struct json_t;
+int parse_json_int(const struct json_t *v, int64_t min, int64_t max, int64_t *out);
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Cleanup helpers for locals (bubblewrap utils.h style). */

@@ -1,4 +1,5 @@
 /* Routing, validation and encodings of the OpenAI surface. No I/O here. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +61,52 @@ const char *api_status_text(int status)
 	case 504: return "504 Gateway Timeout";
 	default: return "500 Internal Server Error";
 	}
+}
+
+/* ---- response headers ------------------------------------------------------------------ */
+
+/* RFC 9110 token characters: what a header name may be made of. */
+static bool is_tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+int api_header_add(struct buf *h, const char *name, const char *value)
+{
+	size_t i;
+
+	if (!name || !name[0] || !value)
+		return -EINVAL;
+	for (i = 0; name[i]; i++)
+		if (!is_tchar((unsigned char)name[i]))
+			return -EINVAL;
+	/* Visible ASCII, space and tab only: a CR or LF would end this header and start
+	 * another one (or the body), a NUL would cut it short in the web server. */
+	for (i = 0; value[i]; i++)
+		if (((unsigned char)value[i] < 0x20 && value[i] != '\t') ||
+		    (unsigned char)value[i] >= 0x7f)
+			return -EINVAL;
+	buf_adds(h, name);
+	buf_adds(h, ": ");
+	buf_adds(h, value);
+	buf_adds(h, "\r\n");
+	return 0;
+}
+
+int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
+{
+	struct buf v = BUF_INIT;
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	buf_vaddf(&v, fmt, ap);
+	va_end(ap);
+	/* A value with a NUL inside would pass the check cut short: refuse it whole. */
+	ret = strlen(v.data) == v.len ? api_header_add(h, name, v.data) : -EINVAL;
+	buf_release(&v);
+	return ret;
 }
 
 /* ---- routing --------------------------------------------------------------------------- */
@@ -225,9 +272,8 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 
 	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) <= 0)
+	if (parse_json_int(v, 1, INT64_MAX, out))
 		return bad(err, name, "%s must be a positive integer", name);
-	*out = json_integer_value(v);
 	return 0;
 }
 

@@ -48,8 +48,10 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 {
 	const char *home = getenv("OLP_HOME"), *s;
 	json_error_t jerr;
-	const json_t *server, *v;
+	const json_t *server;
 	char *path;
+	int64_t n;
+	uint64_t u;
 
 	memset(c, 0, sizeof(*c));
 	if (home && *home) {
@@ -75,17 +77,14 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	free(path);
 
 	server = json_object_get(c->json, "server");
-	v = json_object_get(server, "threads");
-	c->threads =
-		(unsigned)env_u64("OLP_THREADS", json_is_integer(v) && json_integer_value(v) > 0
-							 ? (uint64_t)json_integer_value(v)
-							 : 16);
-	if (c->threads > 256)
-		c->threads = 256;
-	v = json_object_get(server, "max_body_bytes");
-	c->max_body = json_is_integer(v) && json_integer_value(v) > 0
-			      ? (size_t)json_integer_value(v)
-			      : 5 * 1024 * 1024;
+	if (parse_json_int(json_object_get(server, "threads"), 1, INT64_MAX, &n))
+		n = 16;
+	/* Capped before it narrows: OLP_THREADS=4294967296 must not become 0 threads. */
+	u = env_u64("OLP_THREADS", (uint64_t)n);
+	c->threads = u > 256 ? 256 : (unsigned)u;
+	if (parse_json_int(json_object_get(server, "max_body_bytes"), 1, INT64_MAX, &n))
+		n = 5 * 1024 * 1024;
+	c->max_body = (size_t)n;
 	s = getenv("OLP_ROUTE_PREFIX");
 	if (!s)
 		s = conf_str(c->json, "server", "route_prefix");

@@ -28,6 +28,17 @@ void api_error_json(const struct api_error *e, struct buf *out);
 /* "200 OK", "404 Not Found", … for a Status: header. */
 const char *api_status_text(int status);
 
+/* ---- response headers ------------------------------------------------------------------
+ * Every header line of a response is appended through these, so that no value taken from
+ * elsewhere (a registry id, a provider name, a client's path) can end its header and start
+ * another: CR/LF injection, e.g. a Set-Cookie smuggled in through X-OLP-Model-Used.
+ * name must be an HTTP token (RFC 9110); value may hold visible ASCII, spaces and tabs
+ * only (no CR, LF, NUL or other control character, nothing from 0x7f up). Appends
+ * "name: value\r\n" to h and returns 0, or returns -EINVAL and leaves h as it was. */
+int api_header_add(struct buf *h, const char *name, const char *value);
+int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* ---- routing --------------------------------------------------------------------------- */
 enum api_route {
 	ROUTE_CHAT,	 /* POST /v1/chat/completions */

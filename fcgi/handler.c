@@ -152,27 +152,48 @@ void io_finish(struct olp_io *io)
 struct answer;
 static void chat_headers(const struct answer *a, int status, struct buf *h);
 
-static void send_head(struct req_ctx *rc, int status, const char *ctype, const char *extra)
+/* One response header; a list of them ends with a NULL name. */
+struct hdr {
+	const char *name;
+	const char *value;
+};
+
+/* Append one header through api_header_add; one it refuses (a control character in a
+ * value: header injection) is left out and logged, and the answer goes on without it. */
+static void add_header(struct req_ctx *rc, struct buf *h, const char *name, const char *value)
+{
+	if (api_header_add(h, name, value))
+		log_warnx(rc->rid,
+			  "response header %.64s left out: its value holds a control "
+			  "character",
+			  name);
+}
+
+static void send_head(struct req_ctx *rc, int status, const char *ctype, const struct hdr *extra)
 {
 	struct buf h = BUF_INIT;
 
 	rc->status = status;
-	buf_addf(&h, "Status: %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\n",
-		 api_status_text(status), ctype, rc->rid);
+	add_header(rc, &h, "Status", api_status_text(status));
+	add_header(rc, &h, "Content-Type", ctype);
+	add_header(rc, &h, "X-Request-Id", rc->rid);
 	if (rc->answer)
 		chat_headers(rc->answer, status, &h);
-	buf_addf(&h, "%s\r\n", extra ? extra : "");
+	for (; extra && extra->name; extra++)
+		add_header(rc, &h, extra->name, extra->value);
+	buf_adds(&h, "\r\n");
 	io_write(rc->io, h.data, h.len);
 	buf_release(&h);
 }
 
-static void send_json(struct req_ctx *rc, int status, const struct buf *body, const char *extra)
+static void send_json(struct req_ctx *rc, int status, const struct buf *body,
+		      const struct hdr *extra)
 {
 	send_head(rc, status, "application/json", extra);
 	io_write(rc->io, body->data, body->len);
 }
 
-static void send_error(struct req_ctx *rc, const struct api_error *e, const char *extra)
+static void send_error(struct req_ctx *rc, const struct api_error *e, const struct hdr *extra)
 {
 	struct buf b = BUF_INIT;
 
@@ -299,7 +320,7 @@ static void handle_health(struct req_ctx *rc)
 			 (unsigned long long)auth_audit_failures(rc->app->auth));
 	}
 	buf_addch(&b, '}');
-	send_json(rc, 200, &b, "Cache-Control: no-store\r\n");
+	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 	buf_release(&b);
 }
 
@@ -406,7 +427,8 @@ struct answer {
 static void stream_start(struct answer *a)
 {
 	send_head(a->rc, 200, "text/event-stream",
-		  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+		  (const struct hdr[]){
+			  { "Cache-Control", "no-cache" }, { "X-Accel-Buffering", "no" }, { 0 } });
 	a->started = true;
 }
 
@@ -456,18 +478,23 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 {
 	const struct prov_model *m = a->cur < a->nhops ? a->hops[a->cur].m : NULL;
 
-	if (m)
-		buf_addf(h, "X-OLP-Provider-Used: %s\r\nX-OLP-Model-Used: %s\r\n",
-			 prov_provider_name(m->provider), m->id);
-	buf_addf(h, "X-OLP-Fallback-Hops: %zu\r\nX-OLP-Latency-Ms: %llu\r\n", a->failed,
-		 (unsigned long long)(mono_ms() - a->rc->t0));
+	char num[24];
+
+	if (m) {
+		add_header(a->rc, h, "X-OLP-Provider-Used", prov_provider_name(m->provider));
+		add_header(a->rc, h, "X-OLP-Model-Used", m->id);
+	}
+	snprintf(num, sizeof(num), "%zu", a->failed);
+	add_header(a->rc, h, "X-OLP-Fallback-Hops", num);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)(mono_ms() - a->rc->t0));
+	add_header(a->rc, h, "X-OLP-Latency-Ms", num);
 	if (a->exhausted)
-		buf_adds(h, "X-OLP-Fallback-Exhausted: true\r\n");
+		add_header(a->rc, h, "X-OLP-Fallback-Exhausted", "true");
 	if (status == 429)
-		buf_adds(h, "Retry-After: 2\r\n");
+		add_header(a->rc, h, "Retry-After", "2");
 	/* Which providers failed and why is infrastructure detail: the owner's only. */
 	if (a->detail.len && is_owner(a->rc))
-		buf_addf(h, "X-OLP-Fallback-Detail: %s\r\n", a->detail.data);
+		add_header(a->rc, h, "X-OLP-Fallback-Detail", a->detail.data);
 }
 
 /* Failures before any output that another provider may not have: worth the next hop. */
@@ -497,7 +524,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	}
 
 	if (o->err && worth_next_hop(o->err) && !o->output_started && !a->started) {
-		/* Header-safe: provider and model names come from the registry; codes are ours. */
+		/* Provider and model names are checked at registry load; codes are ours. */
 		buf_addf(&a->detail, "%s%s/%s: %s", a->detail.len ? "; " : "",
 			 prov_provider_name(m->provider), m->id, prov_error_code(o->err));
 		if (a->cur + 1 < a->nhops) {
@@ -773,12 +800,10 @@ void olp_handle(struct olp_app *app, struct olp_io *io)
 	case ROUTE_HEALTH: handle_health(&rc); break;
 	case ROUTE_BAD_METHOD: {
 		struct api_error e;
-		char extra[64];
 
 		api_error_set(&e, 405, "method_not_allowed", NULL, NULL,
 			      "Method %.16s not allowed on %.200s", rc.method, rc.path.data);
-		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
-		send_error(&rc, &e, extra);
+		send_error(&rc, &e, (const struct hdr[]){ { "Allow", allow }, { 0 } });
 		break;
 	}
 	case ROUTE_NOT_FOUND:

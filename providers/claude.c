@@ -202,7 +202,7 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 	 * is not the answer; the "result" line after it reports the failure. */
 	if (json_is_true(json_object_get(o, "is_api_error_message")) ||
 	    json_object_get(o, "error")) {
-		cp->error_status = (int)prov_json_int(o, "api_error_status", 0);
+		cp->error_status = prov_json_status(o, "api_error_status", 0);
 		return 0;
 	}
 	/* The whole of a message already streamed as deltas: nothing new. A message with
@@ -225,7 +225,7 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 static int on_result_error(struct claude_parser *cp, const json_t *o)
 {
 	const char *text = prov_json_str(o, "result");
-	int status = (int)prov_json_int(o, "api_error_status", cp->error_status);
+	int status = prov_json_status(o, "api_error_status", cp->error_status);
 
 	if (text && strstr(text, "Not logged in"))
 		return prov_emit_failure(
@@ -259,13 +259,13 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 	    (ret = emit_text(cp, json_string_value(text), json_string_length(text))))
 		return ret;
 	if (json_is_object(u)) {
-		int64_t cache_read = prov_json_int(u, "cache_read_input_tokens", 0);
+		int64_t cache_read = prov_json_count(u, "cache_read_input_tokens", 0);
 
 		/* Anthropic counts cached input apart from input_tokens; OpenAI's
 		 * prompt_tokens include it. */
-		usage.prompt_tokens = prov_json_int(u, "input_tokens", 0) + cache_read +
-				      prov_json_int(u, "cache_creation_input_tokens", 0);
-		usage.completion_tokens = prov_json_int(u, "output_tokens", 0);
+		usage.prompt_tokens = prov_json_count(u, "input_tokens", 0) + cache_read +
+				      prov_json_count(u, "cache_creation_input_tokens", 0);
+		usage.completion_tokens = prov_json_count(u, "output_tokens", 0);
 		usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
 		usage.cached_tokens = cache_read;
 		if ((ret = prov_emit_usage(cp->pl.sink, &usage)))

@@ -22,9 +22,9 @@ const char *prov_cli_conf_str(const struct prov_provider *pv, const char *key, c
 
 int64_t prov_cli_conf_int(const struct prov_provider *pv, const char *key, int64_t dflt)
 {
-	const json_t *v = json_object_get(pv->conf, key);
+	int64_t v;
 
-	return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : dflt;
+	return parse_json_int(json_object_get(pv->conf, key), 0, INT64_MAX, &v) ? dflt : v;
 }
 
 void prov_cli_set_network(const struct prov_provider *pv, struct prov_plan *plan)

@@ -204,10 +204,10 @@ static int on_turn_completed(struct codex_parser *xp, const json_t *o)
 	if (json_is_object(u)) {
 		/* As in OpenAI's API: input_tokens include the cached ones, output_tokens the
 		 * reasoning ones. */
-		usage.prompt_tokens = prov_json_int(u, "input_tokens", 0);
-		usage.completion_tokens = prov_json_int(u, "output_tokens", 0);
+		usage.prompt_tokens = prov_json_count(u, "input_tokens", 0);
+		usage.completion_tokens = prov_json_count(u, "output_tokens", 0);
 		usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-		usage.cached_tokens = prov_json_int(u, "cached_input_tokens", 0);
+		usage.cached_tokens = prov_json_count(u, "cached_input_tokens", 0);
 		if ((ret = prov_emit_usage(xp->pl.sink, &usage)))
 			return ret;
 	}

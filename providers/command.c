@@ -114,11 +114,11 @@ static int chunk_usage(struct command_parser *cp, const json_t *u)
 	struct prov_usage usage = { .present = true };
 	const json_t *details = json_object_get(u, "prompt_tokens_details");
 
-	usage.prompt_tokens = prov_json_int(u, "prompt_tokens", 0);
-	usage.completion_tokens = prov_json_int(u, "completion_tokens", 0);
+	usage.prompt_tokens = prov_json_count(u, "prompt_tokens", 0);
+	usage.completion_tokens = prov_json_count(u, "completion_tokens", 0);
 	usage.total_tokens =
-		prov_json_int(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
-	usage.cached_tokens = prov_json_int(details, "cached_tokens", 0);
+		prov_json_count(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
+	usage.cached_tokens = prov_json_count(details, "cached_tokens", 0);
 	return prov_emit_usage(cp->pl.sink, &usage);
 }
 
@@ -139,7 +139,7 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 		const json_t *eo = json_is_object(err) ? err : o;
 		const char *msg =
 			json_is_string(err) ? json_string_value(err) : prov_json_str(eo, "message");
-		int st = (int)prov_json_int(eo, "status", prov_json_int(eo, "code", 0));
+		int st = prov_json_status(eo, "status", prov_json_status(eo, "code", 0));
 
 		if (st < 100 || st > 599)
 			st = msg ? prov_find_status(msg) : 0;

@@ -102,15 +102,18 @@ const char *prov_json_str(const json_t *obj, const char *key)
 	return json_string_value(json_object_get(obj, key));
 }
 
-int64_t prov_json_int(const json_t *obj, const char *key, int64_t dflt)
+int64_t prov_json_count(const json_t *obj, const char *key, int64_t dflt)
 {
-	const json_t *v = json_object_get(obj, key);
+	int64_t v;
 
-	if (json_is_integer(v))
-		return json_integer_value(v);
-	if (json_is_real(v))
-		return (int64_t)json_real_value(v);
-	return dflt;
+	return parse_json_int(json_object_get(obj, key), 0, PROV_MAX_COUNT, &v) ? dflt : v;
+}
+
+int prov_json_status(const json_t *obj, const char *key, int dflt)
+{
+	int64_t v;
+
+	return parse_json_int(json_object_get(obj, key), 100, 599, &v) ? dflt : (int)v;
 }
 
 int prov_emit_delta(const struct prov_sink *sink, const char *text, size_t len)

@@ -46,9 +46,16 @@ int prov_ndjson_finish(struct prov_ndjson *nj, prov_ndjson_line_fn fn, void *ctx
 
 /* Parse one line as a JSON object; NULL when it is not one (garbage, a truncated line). */
 json_t *prov_json_object(const char *line, size_t len);
-/* obj[key] as a string / integer, or NULL / dflt when missing or of another type. */
+/* obj[key] as a string, or NULL when missing or of another type. */
 const char *prov_json_str(const json_t *obj, const char *key);
-int64_t prov_json_int(const json_t *obj, const char *key, int64_t dflt);
+/* The largest token count a provider may report: far above any real one, and small
+ * enough that the sums the parsers make (input + cache read + cache creation) cannot
+ * overflow. */
+#define PROV_MAX_COUNT ((int64_t)1 << 48)
+/* obj[key] as a count (a token count: 0..PROV_MAX_COUNT) / an HTTP status (100..599), or
+ * dflt when missing, not an integer (parse_json_int) or out of that range. */
+int64_t prov_json_count(const json_t *obj, const char *key, int64_t dflt);
+int prov_json_status(const json_t *obj, const char *key, int dflt);
 
 /* Emit helpers: each returns the sink's value. A delta of length 0 is not emitted. */
 int prov_emit_delta(const struct prov_sink *sink, const char *text, size_t len);

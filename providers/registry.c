@@ -48,6 +48,45 @@ static const char *default_type(const char *name, const json_t *entry)
 	return json_object_get(entry, "argv") ? "command" : NULL;
 }
 
+/* Registry names reach HTTP response headers (X-OLP-Provider-Used, X-OLP-Model-Used), file
+ * names (a provider's concurrency slots, <provider>.<n>.slot) and logs, so each is checked
+ * at load and an entry that fails is skipped with a warning: a CR/LF in an id would
+ * otherwise let whoever writes the registry add headers (Set-Cookie) to every answer, and
+ * a "/" or ".." in a provider name would point its slots outside their directory.
+ *  - A model id or alias: 1-128 characters of [A-Za-z0-9._:/@-], the first a letter or a
+ *    digit. That covers the ids of OpenAI (gpt-4o-2024-08-06, ft:gpt-4o-mini:org::id),
+ *    Anthropic, Mistral, Ollama (qwen2.5:7b) and Hugging Face (org/model).
+ *  - A provider name: 1-64 characters of [A-Za-z0-9._-], the first a letter or a digit. */
+#define MAX_MODEL_ID 128
+#define MAX_PROVIDER_NAME 64
+
+static bool ascii_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+static bool valid_name(const char *s, size_t max, const char *punct)
+{
+	size_t n;
+
+	if (!s || !ascii_alnum(s[0]))
+		return false;
+	for (n = 0; s[n]; n++)
+		if (n >= max || (!ascii_alnum(s[n]) && !strchr(punct, s[n])))
+			return false;
+	return true;
+}
+
+static bool valid_model_id(const char *s)
+{
+	return valid_name(s, MAX_MODEL_ID, "._:/@-");
+}
+
+static bool valid_provider_name(const char *s)
+{
+	return valid_name(s, MAX_PROVIDER_NAME, "._-");
+}
+
 static bool is_abs_string(const json_t *v)
 {
 	return json_is_string(v) && json_string_value(v)[0] == '/';
@@ -107,8 +146,12 @@ static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
 }
 
 /* "limits": {"memory_mb": 2048, "pids": 256, "cpu_pct": 100, "nofile": 4096, "fsize_mb": 1024,
- * "cpu_s": 600, "as_mb": 8192, "nproc": 256, "disk_mb": 1024}: each optional, a positive integer; a bad
- * one is ignored with a warning (the default holds). */
+ * "cpu_s": 600, "as_mb": 8192, "nproc": 256, "disk_mb": 1024}: each optional, an integer
+ * from 1 to MAX_LIMIT; a bad one is ignored with a warning (the default holds). MAX_LIMIT
+ * is far above any host and keeps the sandbox's conversions (MB to bytes, percent to
+ * microseconds) from wrapping around to a small limit. */
+#define MAX_LIMIT ((int64_t)1 << 40)
+
 static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 {
 	static const struct {
@@ -131,17 +174,18 @@ static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
 		return;
 	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
 		const json_t *v = json_object_get(j, fields[i].key);
+		int64_t n;
 
 		if (!v)
 			continue;
-		if (!json_is_integer(v) || json_integer_value(v) <= 0) {
+		if (parse_json_int(v, 1, MAX_LIMIT, &n)) {
 			log_warnx(NULL,
-				  "registry: provider %s: limits.%s must be a positive integer; "
-				  "the default holds",
-				  name, fields[i].key);
+				  "registry: provider %s: limits.%s must be an integer from 1 to "
+				  "%lld; the default holds",
+				  name, fields[i].key, (long long)MAX_LIMIT);
 			continue;
 		}
-		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)json_integer_value(v);
+		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)n;
 	}
 }
 
@@ -151,7 +195,15 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	struct prov_provider *pv;
 	const char *type = json_string_value(json_object_get(entry, "type"));
 	const char *why, *dn;
+	int64_t mc;
 
+	if (!valid_provider_name(name)) {
+		log_warnx(NULL,
+			  "registry: provider name \"%.100s\" is not 1-%d characters of "
+			  "[A-Za-z0-9._-] starting with a letter or digit; skipped",
+			  name, MAX_PROVIDER_NAME);
+		return NULL;
+	}
 	if (!type)
 		type = default_type(name, entry);
 	if (!type) {
@@ -186,14 +238,10 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
 	read_limits(name, json_object_get(pv->conf, "limits"), &pv->limits);
-	{
-		const json_t *mc = json_object_get(pv->conf, "max_concurrent");
-
-		pv->max_concurrent = json_is_integer(mc) && json_integer_value(mc) >= 0 &&
-						     json_integer_value(mc) <= 1024
-					     ? (unsigned)json_integer_value(mc)
-					     : 4;
-	}
+	pv->max_concurrent =
+		parse_json_int(json_object_get(pv->conf, "max_concurrent"), 0, 1024, &mc)
+			? 4
+			: (unsigned)mc;
 	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
 		provider_free(pv);
 		return NULL;
@@ -246,6 +294,14 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 				  pv->name);
 			continue;
 		}
+		if (!valid_model_id(id)) {
+			log_warnx(NULL,
+				  "registry: provider %s: model id \"%.150s\" is not 1-%d "
+				  "characters of [A-Za-z0-9._:/@-] starting with a letter or "
+				  "digit; skipped",
+				  pv->name, id, MAX_MODEL_ID);
+			continue;
+		}
 		if (find_id(reg, id)) {
 			log_warnx(NULL, "registry: model %s defined twice; the first one is used",
 				  id);
@@ -259,10 +315,12 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 		*nm = (struct prov_model){
 			.id = strdup(id),
 			.display_name = dn ? strdup(dn) : NULL,
-			.created = json_integer_value(json_object_get(m, "created")),
-			.context_window = json_integer_value(json_object_get(m, "contextWindow")),
 			.provider = pv,
 		};
+		/* Both optional: 0 (unknown) unless a non-negative integer. */
+		(void)parse_json_int(json_object_get(m, "created"), 0, INT64_MAX, &nm->created);
+		(void)parse_json_int(json_object_get(m, "contextWindow"), 0, INT64_MAX,
+				     &nm->context_window);
 		if (!nm->id)
 			return -ENOMEM;
 	}
@@ -281,6 +339,13 @@ static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv
 			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
 
+		if (!valid_model_id(alias)) {
+			log_warnx(NULL,
+				  "registry: provider %s: alias \"%.150s\" is not 1-%d characters "
+				  "of [A-Za-z0-9._:/@-] starting with a letter or digit; skipped",
+				  pv->name, alias, MAX_MODEL_ID);
+			continue;
+		}
 		if (!m || m->provider != pv) {
 			log_warnx(NULL,
 				  "registry: alias %s of provider %s names no model of it; "

@@ -89,11 +89,11 @@ static int on_usage(struct vibe_parser *vp, const json_t *u)
 	struct prov_usage usage = { .present = true };
 
 	usage.prompt_tokens =
-		prov_json_int(u, "prompt_tokens", prov_json_int(u, "input_tokens", 0));
+		prov_json_count(u, "prompt_tokens", prov_json_count(u, "input_tokens", 0));
 	usage.completion_tokens =
-		prov_json_int(u, "completion_tokens", prov_json_int(u, "output_tokens", 0));
+		prov_json_count(u, "completion_tokens", prov_json_count(u, "output_tokens", 0));
 	usage.total_tokens =
-		prov_json_int(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
+		prov_json_count(u, "total_tokens", usage.prompt_tokens + usage.completion_tokens);
 	return prov_emit_usage(vp->pl.sink, &usage);
 }
 
@@ -120,7 +120,7 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 		const char *msg = json_is_string(err)
 					  ? json_string_value(err)
 					  : prov_json_str(json_is_object(err) ? err : o, "message");
-		int st = (int)prov_json_int(json_is_object(err) ? err : o, "status", 0);
+		int st = prov_json_status(json_is_object(err) ? err : o, "status", 0);
 
 		if (!st && msg)
 			st = prov_find_status(msg);

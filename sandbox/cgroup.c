@@ -91,6 +91,23 @@ static int write_at(int dfd, const char *name, const char *text)
 	return ret;
 }
 
+/* The pids listed in the cgroup's cgroup.procs, one per line, as many as fit in buf: a
+ * list longer than buf ends on whole lines, never on a cut pid ("12345" read as "123"
+ * would name another process). The callers read again until the list is empty.
+ * Length read, or -errno. */
+static ssize_t read_pids(int dfd, char *buf, size_t n)
+{
+	ssize_t len = read_at(dfd, "cgroup.procs", buf, n);
+	char *nl;
+
+	if (len == (ssize_t)n - 1) {
+		nl = strrchr(buf, '\n');
+		len = nl ? nl + 1 - buf : 0;
+		buf[len] = '\0';
+	}
+	return len;
+}
+
 /* Is word one of the space-separated words of list? */
 static bool has_word(const char *list, const char *word)
 {
@@ -207,7 +224,7 @@ static int evacuate(int dfd)
 		return -errno;
 	/* Processes may be started meanwhile (by the web server): a few rounds. */
 	for (int round = 0; round < 5; round++) {
-		ssize_t len = read_at(dfd, "cgroup.procs", procs, sizeof(procs));
+		ssize_t len = read_pids(dfd, procs, sizeof(procs));
 		char *p = procs, *end;
 
 		if (len < 0) {
@@ -324,7 +341,7 @@ static void kill_procs(int dfd)
 	for (int round = 0; round < 50; round++) {
 		char *p = procs, *end;
 
-		if (read_at(dfd, "cgroup.procs", procs, sizeof(procs)) <= 0)
+		if (read_pids(dfd, procs, sizeof(procs)) <= 0)
 			return;
 		while (*p) {
 			long pid = strtol(p, &end, 10);
@@ -381,8 +398,9 @@ static void sweep_stale(void)
 		if (!strncmp(s, "probe-", 6))
 			s += 6;
 		pid = strtol(s, &end, 10);
-		if (end == s || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
-		    errno != ESRCH)
+		/* Past INT_MAX the cast to pid_t would name another process. */
+		if (end == s || pid <= 0 || pid > INT_MAX || pid == (long)getpid() ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
 		remove_run(de->d_name);
 	}
@@ -414,7 +432,10 @@ void sbx_cgroup_init(const char *setting)
 		return;
 	}
 	if (setting && setting[0] == '/') {
-		snprintf(path, sizeof(path), "%s", setting);
+		if ((size_t)snprintf(path, sizeof(path), "%s", setting) >= sizeof(path)) {
+			set_reason("sandbox.cgroup is longer than PATH_MAX");
+			return;
+		}
 		own = !strncmp(path, mnt, strlen(mnt)) &&
 		      !strcmp(path + strlen(mnt), !strcmp(rel, "/") ? "" : rel);
 	} else {
@@ -427,7 +448,11 @@ void sbx_cgroup_init(const char *setting)
 			if (!rel[0])
 				snprintf(rel, sizeof(rel), "/");
 		}
-		snprintf(path, sizeof(path), "%s%s", mnt, !strcmp(rel, "/") ? "" : rel);
+		if ((size_t)snprintf(path, sizeof(path), "%s%s", mnt,
+				     !strcmp(rel, "/") ? "" : rel) >= sizeof(path)) {
+			set_reason("the path of this process's cgroup is longer than PATH_MAX");
+			return;
+		}
 		own = true;
 	}
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -452,8 +477,13 @@ void sbx_cgroup_init(const char *setting)
 	 * our runs together below "olp" rather than among the host's own cgroups; the root
 	 * is exempt from the no-internal-process rule. */
 	if (!strcmp(rel, "/") && own) {
+		size_t len = strlen(path);
 		int sub;
 
+		if (len + sizeof("/olp") > sizeof(path)) {
+			set_reason("cgroup %s/olp: the path is longer than PATH_MAX", path);
+			goto fail;
+		}
 		ret = enable_controllers(fd, false);
 		if (ret < 0 || (mkdirat(fd, "olp", 0755) < 0 && errno != EEXIST) ||
 		    (sub = sbx_open_dir_beneath(fd, "olp")) < 0) {
@@ -464,7 +494,7 @@ void sbx_cgroup_init(const char *setting)
 		close(fd);
 		fd = sub;
 		own = false;
-		snprintf(path + strlen(path), sizeof(path) - strlen(path), "/olp");
+		memcpy(path + len, "/olp", sizeof("/olp"));
 	}
 	ret = enable_controllers(fd, own);
 	if (ret < 0) {
@@ -506,7 +536,11 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	cg->name[0] = '\0';
 	if (sbx_g.cg_fd < 0)
 		return 0;
-	snprintf(cg->name, sizeof(cg->name), CG_RUN_PREFIX "%s", run_name);
+	if ((size_t)snprintf(cg->name, sizeof(cg->name), CG_RUN_PREFIX "%s", run_name) >=
+	    sizeof(cg->name)) {
+		cg->name[0] = '\0';
+		return -ENAMETOOLONG;
+	}
 	if (mkdirat(sbx_g.cg_fd, cg->name, 0755) < 0) {
 		ret = -errno;
 		cg->name[0] = '\0';

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -223,7 +224,8 @@ void sbx_scratch_sweep_stale(void)
 		if (de->d_name[0] == '.')
 			continue;
 		pid = strtol(de->d_name, &end, 10);
-		if (end == de->d_name || *end != '-' || pid <= 0)
+		/* Past INT_MAX the cast to pid_t would name another process. */
+		if (end == de->d_name || *end != '-' || pid <= 0 || pid > INT_MAX)
 			continue;
 		if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;

@@ -521,6 +521,65 @@ static void test_json_random(void)
 
 /* ---- parse_u64 -------------------------------------------------------------------------- */
 
+static void test_parse_json_int(void)
+{
+	static const struct {
+		const char *json; /* an array of one value: jansson's decoder wants a container */
+		int64_t min, max;
+		int ret;
+		int64_t v;
+	} cases[] = {
+		{ "[0]", 0, 10, 0, 0 },
+		{ "[10]", 0, 10, 0, 10 },
+		{ "[11]", 0, 10, -ERANGE, 0 },
+		{ "[-1]", 0, 10, -ERANGE, 0 },
+		{ "[-9223372036854775808]", INT64_MIN, INT64_MAX, 0, INT64_MIN },
+		{ "[9223372036854775807]", INT64_MIN, INT64_MAX, 0, INT64_MAX },
+		/* Reals: the integer they equal, or refused. */
+		{ "[2.0]", 0, 10, 0, 2 },
+		{ "[1e1]", 0, 10, 0, 10 },
+		{ "[-0.0]", 0, 10, 0, 0 },
+		{ "[1.5]", 0, 10, -EINVAL, 0 },
+		{ "[1e-300]", 0, 10, -EINVAL, 0 },
+		{ "[1e2]", 0, 10, -ERANGE, 0 },
+		/* What the fuzzer found: never cast, whatever the range. */
+		{ "[4e29]", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+		{ "[-4e29]", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+		{ "[1e308]", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+		/* 2^63 is one past INT64_MAX; -2^63 is INT64_MIN. */
+		{ "[9223372036854775808.0]", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+		{ "[-9223372036854775808.0]", INT64_MIN, INT64_MAX, 0, INT64_MIN },
+		{ "[9.2233720368547748e18]", INT64_MIN, INT64_MAX, 0, 9223372036854774784 },
+		{ "[-9.2233720368547779e18]", INT64_MIN, INT64_MAX, -ERANGE, 0 },
+		/* Not numbers. */
+		{ "[\"3\"]", 0, 10, -EINVAL, 0 },
+		{ "[true]", 0, 10, -EINVAL, 0 },
+		{ "[null]", 0, 10, -EINVAL, 0 },
+		{ "[[3]]", 0, 10, -EINVAL, 0 },
+		{ "[{}]", 0, 10, -EINVAL, 0 },
+	};
+	int64_t v;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		json_t *a = json_loads(cases[i].json, 0, NULL);
+		int ret;
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+		v = 12345;
+		ret = parse_json_int(json_array_get(a, 0), cases[i].min, cases[i].max, &v);
+		if (ret != cases[i].ret)
+			fprintf(stderr, "parse_json_int %s: %d, want %d\n", cases[i].json, ret,
+				cases[i].ret);
+		CU_ASSERT_EQUAL(ret, cases[i].ret);
+		/* *out is set on success only. */
+		CU_ASSERT_EQUAL(v, ret ? 12345 : cases[i].v);
+		json_decref(a);
+	}
+	v = 12345;
+	CU_ASSERT_EQUAL(parse_json_int(NULL, 0, 10, &v), -EINVAL);
+	CU_ASSERT_EQUAL(v, 12345);
+}
+
 static void test_parse_u64(void)
 {
 	static const struct {
@@ -819,6 +878,7 @@ int main(void)
 	CU_add_test(s, "json invalid UTF-8 replaced", test_json_invalid_utf8);
 	CU_add_test(s, "json random input always parses", test_json_random);
 	CU_add_test(s, "parse_u64", test_parse_u64);
+	CU_add_test(s, "parse_json_int", test_parse_json_int);
 	CU_add_test(s, "logging JSON lines", test_logging);
 	CU_add_test(s, "utilities", test_utils);
 	CU_add_test(s, "write_all_until: a reader that stops reading", test_write_all_until);

@@ -2,6 +2,7 @@
  * a chat request (table-driven), and the JSON / server-sent-event encodings, each output
  * parsed back with jansson. No I/O, no FastCGI. */
 #include <CUnit/Basic.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -189,6 +190,9 @@ static void test_parse_failures(void)
 		{ BODY(",\"max_tokens\":\"3\""), "max_tokens" },
 		{ BODY(",\"max_tokens\":true"), "max_tokens" },
 		{ BODY(",\"max_tokens\":[3]"), "max_tokens" },
+		{ BODY(",\"max_tokens\":4e29"), "max_tokens" },
+		{ BODY(",\"max_tokens\":9.3e18"), "max_tokens" },
+		{ BODY(",\"max_tokens\":-4e29"), "max_tokens" },
 		{ BODY(",\"max_completion_tokens\":0"), "max_completion_tokens" },
 		{ BODY(",\"max_completion_tokens\":-1"), "max_completion_tokens" },
 		{ BODY(",\"max_completion_tokens\":1.5"), "max_completion_tokens" },
@@ -377,6 +381,64 @@ static void test_parse_fields(void)
 			      0);
 	CU_ASSERT_EQUAL(req.max_tokens, INT64_MAX);
 	chat_request_release(&req);
+
+	/* JSON has one number type: 256.0 and 2.56e2 are the integer 256. */
+	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_tokens\":2.56e2"),
+					     strlen(BODY(",\"max_tokens\":2.56e2")), &req, &err),
+			      0);
+	CU_ASSERT_EQUAL(req.max_tokens, 256);
+	chat_request_release(&req);
+}
+
+/* ---- response headers ------------------------------------------------------------------ */
+
+static void test_headers(void)
+{
+	static const char *const bad_values[] = {
+		"a\r\nSet-Cookie: sid=1",
+		"a\nb",
+		"a\rb",
+		"\r\n",
+		"a\x01",
+		"a\x1f",
+		"a\x7f",
+		"caf\xc3\xa9",
+		"\x80",
+	};
+	static const char *const bad_names[] = {
+		"", "X Y", "X:Y", "X\r\nY", "X\n", "X(Y)", "X\"", "X/Y", "\xc3\xa9",
+	};
+	struct buf h = BUF_INIT;
+	size_t i;
+
+	CU_ASSERT_EQUAL(api_header_add(&h, "X-OLP-Model-Used", "gpt-4o:ft/x@1"), 0);
+	CU_ASSERT_EQUAL(api_header_add(&h, "Status", "200 OK"), 0);
+	CU_ASSERT_EQUAL(api_header_add(&h, "X-Tab", "a\tb ~!"), 0);
+	CU_ASSERT_EQUAL(api_header_add(&h, "X-Empty", ""), 0);
+	CU_ASSERT_EQUAL(api_header_addf(&h, "X-OLP-Latency-Ms", "%d", 42), 0);
+	CU_ASSERT_STRING_EQUAL(h.data, "X-OLP-Model-Used: gpt-4o:ft/x@1\r\nStatus: 200 OK\r\n"
+				       "X-Tab: a\tb ~!\r\nX-Empty: \r\nX-OLP-Latency-Ms: 42\r\n");
+
+	/* A refused header leaves the buffer as it was: nothing of it is sent. */
+	for (i = 0; i < ARRAY_SIZE(bad_values); i++) {
+		buf_reset(&h);
+		buf_adds(&h, "A: b\r\n");
+		CU_ASSERT_EQUAL(api_header_add(&h, "X-OLP-Model-Used", bad_values[i]), -EINVAL);
+		CU_ASSERT_EQUAL(api_header_addf(&h, "X-OLP-Model-Used", "m-%s", bad_values[i]),
+				-EINVAL);
+		CU_ASSERT_STRING_EQUAL(h.data, "A: b\r\n");
+	}
+	for (i = 0; i < ARRAY_SIZE(bad_names); i++) {
+		buf_reset(&h);
+		CU_ASSERT_EQUAL(api_header_add(&h, bad_names[i], "v"), -EINVAL);
+		CU_ASSERT_EQUAL(h.len, 0);
+	}
+	/* A NUL inside a formatted value would hide what follows it from the check. */
+	CU_ASSERT_EQUAL(api_header_addf(&h, "X", "a%cb", 0), -EINVAL);
+	CU_ASSERT_EQUAL(api_header_add(&h, NULL, "v"), -EINVAL);
+	CU_ASSERT_EQUAL(api_header_add(&h, "X", NULL), -EINVAL);
+	CU_ASSERT_EQUAL(h.len, 0);
+	buf_release(&h);
 }
 
 /* The body is len bytes, not a C string: bytes after it are never read, and a NUL inside a
@@ -827,6 +889,7 @@ int main(void)
 	CU_add_test(s, "parse: body length honoured", test_parse_len);
 	CU_add_test(s, "error object", test_error_json);
 	CU_add_test(s, "status text", test_status_text);
+	CU_add_test(s, "response headers refuse control characters", test_headers);
 	CU_add_test(s, "completion meta", test_meta);
 	CU_add_test(s, "SSE chunks", test_sse_chunks);
 	CU_add_test(s, "SSE chunk with a cut character", test_sse_chunk_invalid_utf8);

@@ -3,10 +3,13 @@
  * and as stream chunks; a refused one is encoded as an error. Every JSON produced must
  * parse back (abort otherwise, so the fuzzer reports it). The same bytes, cut at the first
  * space into method and URI, are routed, and fed to the command text reader, whose deltas
- * must add up to the input.
+ * must add up to the input. As a response header value, they must be refused exactly when
+ * they hold a control character.
  *
  *   fuzz_chat -max_total_time=20 corpus/ */
+#include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +146,34 @@ static void fuzz_text(const char *s, size_t size)
 	buf_release(&all);
 }
 
+/* The bytes as a header value (up to the first NUL, as a C string): api_header_add takes
+ * it exactly when it holds no control character, and then appends exactly one line. */
+static void fuzz_header(const char *s, size_t size)
+{
+#define PREV "A: b\r\n" /* a header already there, which a refused one leaves alone */
+	struct buf v = BUF_INIT, h = BUF_INIT;
+	bool clean = true;
+
+	buf_add(&v, s, size);
+	for (size_t i = 0; i < strlen(v.data); i++) {
+		unsigned char c = (unsigned char)v.data[i];
+
+		if ((c < 0x20 && c != '\t') || c >= 0x7f)
+			clean = false;
+	}
+	buf_adds(&h, PREV);
+	if (api_header_add(&h, "X-OLP-Model-Used", v.data) != (clean ? 0 : -EINVAL))
+		abort();
+	if (!clean && strcmp(h.data, PREV))
+		abort();
+	if (clean && (h.len != strlen(PREV) + strlen("X-OLP-Model-Used: ") + strlen(v.data) + 2 ||
+		      strstr(h.data + strlen(PREV), "\r\n") != h.data + h.len - 2))
+		abort();
+	buf_release(&v);
+	buf_release(&h);
+#undef PREV
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *s = (const char *)data;
@@ -150,5 +181,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_parse(s, size);
 	fuzz_route(s, size);
 	fuzz_text(s, size);
+	fuzz_header(s, size);
 	return 0;
 }

@@ -460,6 +460,100 @@ static void test_text_sink_abort(void)
 	buf_release(&c.all);
 }
 
+/* ---- numbers in provider output --------------------------------------------------------- */
+
+/* The usage and failure events of one whole output. */
+struct numbers {
+	struct prov_usage usage;
+	int nusage;
+	int status; /* upstream status of the failure event, -1 when there was none */
+};
+
+static int numbers_emit(void *ctx, const struct prov_event *ev)
+{
+	struct numbers *n = ctx;
+
+	if (ev->kind == PROV_EV_USAGE) {
+		n->usage = *ev->usage;
+		n->nusage++;
+	} else if (ev->kind == PROV_EV_ERROR) {
+		n->status = ev->failure->upstream_status;
+	}
+	return 0;
+}
+
+static void feed_numbers(const char *type, const char *out, struct numbers *n)
+{
+	struct prov_parser *ps = prov_parser_new(type);
+	struct prov_sink sink = { .emit = numbers_emit, .ctx = n };
+
+	memset(n, 0, sizeof(*n));
+	n->status = -1;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+	CU_ASSERT(prov_parser_feed(ps, out, strlen(out), &sink) >= 0);
+	CU_ASSERT(prov_parser_finish(ps, &sink) >= 0);
+	prov_parser_free(ps);
+}
+
+/* Token counts and statuses a provider prints are checked before they become integers:
+ * 4e29 (which the fuzzer found: a double cast to int64_t, undefined behaviour), values
+ * past INT64_MAX whose sums would overflow, negative and fractional counts, and statuses
+ * that are no HTTP status all count as absent. */
+static void test_parser_numbers(void)
+{
+	struct numbers n;
+
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"hi\","
+		     "\"usage\":{\"input_tokens\":4e29,\"output_tokens\":-3,"
+		     "\"cache_read_input_tokens\":9223372036854775807,"
+		     "\"cache_creation_input_tokens\":1.5}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.nusage, 1);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 0);
+
+	/* Integral reals are the integers they equal (a JSON producer may print 12.0). */
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"hi\","
+		     "\"usage\":{\"input_tokens\":12.0,\"output_tokens\":1e2,"
+		     "\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":-4e29}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 15);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 100);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 115);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 3);
+
+	feed_numbers("codex",
+		     "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1e300,"
+		     "\"cached_input_tokens\":-1e300,\"output_tokens\":7}}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.nusage, 1);
+	CU_ASSERT_EQUAL(n.usage.prompt_tokens, 0);
+	CU_ASSERT_EQUAL(n.usage.completion_tokens, 7);
+	CU_ASSERT_EQUAL(n.usage.total_tokens, 7);
+	CU_ASSERT_EQUAL(n.usage.cached_tokens, 0);
+
+	/* A status outside 100-599 is no status: the message is searched instead. */
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
+		     "\"is_error\":true,\"api_error_status\":70000,\"result\":\"x\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 0);
+	feed_numbers("claude",
+		     "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
+		     "\"is_error\":true,\"api_error_status\":429.0,\"result\":\"x\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 429);
+	feed_numbers("vibe",
+		     "{\"type\":\"error\",\"status\":4294967725,"
+		     "\"message\":\"last status: 503\"}\n",
+		     &n);
+	CU_ASSERT_EQUAL(n.status, 503);
+}
+
 static void test_parser_types(void)
 {
 	struct prov_parser *ps = prov_parser_new("command");
@@ -858,7 +952,172 @@ static void test_registry_limits(void)
 	CU_ASSERT_EQUAL(l->memory_mb, 512);
 	CU_ASSERT_EQUAL(l->pids, 64);
 	prov_registry_free(reg);
+	/* Past 2^40 a limit would wrap around when the sandbox makes bytes of it (memory_mb
+	 * 2^44 is 0 bytes): refused, as a real that no integer equals is. An integral real is
+	 * the integer it equals. */
+	reg = load_text("{\"providers\":{\"local\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			"\"limits\":{\"memory_mb\":17592186044416,\"fsize_mb\":4e29,"
+			"\"as_mb\":1099511627776,\"pids\":1e2,\"nofile\":2.5,\"cpu_s\":-4e29},"
+			"\"max_concurrent\":4e29,\"models\":[{\"id\":\"m\",\"created\":4e29,"
+			"\"contextWindow\":8192.0}]}}}",
+			NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	l = prov_provider_limits(prov_registry_find(reg, "m")->provider);
+	CU_ASSERT_EQUAL(l->memory_mb, 0);
+	CU_ASSERT_EQUAL(l->fsize_mb, 0);
+	CU_ASSERT_EQUAL(l->as_mb, (uint64_t)1 << 40);
+	CU_ASSERT_EQUAL(l->pids, 100);
+	CU_ASSERT_EQUAL(l->nofile, 0);
+	CU_ASSERT_EQUAL(l->cpu_s, 0);
+	CU_ASSERT_EQUAL(prov_registry_find(reg, "m")->created, 0);
+	CU_ASSERT_EQUAL(prov_registry_find(reg, "m")->context_window, 8192);
+	prov_registry_free(reg);
 	buf_release(&err);
+}
+
+/* Run fn with stderr going to a temporary file; what it logged, in out. */
+static void capture_stderr(void (*fn)(void *), void *arg, struct buf *out)
+{
+	char path[64];
+	int fd, saved;
+
+	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	CU_ASSERT_FATAL(saved >= 0 && dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+	fn(arg);
+	fflush(stderr);
+	CU_ASSERT_FATAL(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
+	close(saved);
+	close(fd);
+	buf_reset(out);
+	CU_ASSERT_EQUAL(buf_read_file(out, path, 1 << 20), 0);
+	unlink(path);
+}
+
+struct load_args {
+	const char *text;
+	struct prov_registry *reg;
+	struct buf err;
+};
+
+static void load_args_run(void *arg)
+{
+	struct load_args *a = arg;
+
+	a->reg = load_text(a->text, NULL, &a->err);
+}
+
+/* Names that reach response headers and file names are checked at load: an entry with a
+ * control character (a CR/LF that would inject a Set-Cookie through X-OLP-Model-Used), a
+ * character outside the id charset or a path in a provider name is skipped, with a
+ * warning naming it; the rest of the registry loads. */
+static void test_registry_names(void)
+{
+	static const char *const bad_ids[] = {
+		"m\\r\\nSet-Cookie: a=b",
+		"m\\n",
+		"m\\r",
+		"m\\u0001x",
+		"m\\t1",
+		"m 1",
+		"m\\u007f",
+		"caf\\u00e9",
+		"-m",
+		".m",
+		"/m",
+		"m\\\"",
+		"m;x",
+		"m,x",
+	};
+	static const char *const good_ids[] = {
+		"gpt-4o-2024-08-06",	 "ft:gpt-4o-mini:org::9x8y",   "qwen2.5:7b-instruct_q4",
+		"meta-llama/Llama-3-8B", "claude-3-5-sonnet@20240620", "A",
+	};
+	struct load_args a = { .err = BUF_INIT };
+	struct buf text = BUF_INIT, log = BUF_INIT;
+	char id[200];
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(bad_ids); i++) {
+		buf_reset(&text);
+		buf_addf(&text,
+			 "{\"providers\":{\"p\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			 "\"models\":[{\"id\":\"%s\"},{\"id\":\"ok\"}],"
+			 "\"aliases\":{\"%s\":\"ok\",\"fine\":\"ok\"}}}}",
+			 bad_ids[i], bad_ids[i]);
+		a.text = text.data;
+		capture_stderr(load_args_run, &a, &log);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a.reg);
+		/* Only the good model and the good alias are left. */
+		CU_ASSERT_EQUAL(prov_registry_model_count(a.reg), 1);
+		CU_ASSERT_STRING_EQUAL(prov_registry_model_at(a.reg, 0)->id, "ok");
+		CU_ASSERT_PTR_NOT_NULL(prov_registry_find(a.reg, "fine"));
+		/* Warned about twice (model and alias), naming it as the log escapes it. */
+		CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "model id \\\""));
+		CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "alias \\\""));
+		snprintf(id, sizeof(id), "\\\"%s\\\"", bad_ids[i]);
+		if (!strchr(bad_ids[i], '\\'))
+			CU_ASSERT_PTR_NOT_NULL(strstr(log.data, id));
+		/* A CR reaches the log escaped, never raw. */
+		CU_ASSERT_PTR_NULL(strchr(log.data, '\r'));
+		prov_registry_free(a.reg);
+	}
+
+	for (i = 0; i < ARRAY_SIZE(good_ids); i++) {
+		buf_reset(&text);
+		buf_addf(&text,
+			 "{\"providers\":{\"p\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+			 "\"models\":[{\"id\":\"%s\"}],\"aliases\":{\"x%s\":\"%s\"}}}}",
+			 good_ids[i], good_ids[i], good_ids[i]);
+		a.reg = load_text(text.data, NULL, &a.err);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a.reg);
+		CU_ASSERT_PTR_NOT_NULL(prov_registry_find(a.reg, good_ids[i]));
+		snprintf(id, sizeof(id), "x%s", good_ids[i]);
+		CU_ASSERT_PTR_NOT_NULL(prov_registry_find(a.reg, id));
+		prov_registry_free(a.reg);
+	}
+
+	/* 128 characters is the longest id. */
+	memset(id, 'a', 129);
+	id[129] = '\0';
+	buf_reset(&text);
+	buf_addf(&text,
+		 "{\"providers\":{\"p\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		 "\"models\":[{\"id\":\"%s\"},{\"id\":\"%.128s\"}]}}}",
+		 id, id);
+	a.reg = load_text(text.data, NULL, &a.err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a.reg);
+	CU_ASSERT_EQUAL(prov_registry_model_count(a.reg), 1);
+	CU_ASSERT_EQUAL(strlen(prov_registry_model_at(a.reg, 0)->id), 128);
+	prov_registry_free(a.reg);
+
+	/* Provider names: skipped whole (with their models) when not [A-Za-z0-9._-]. */
+	a.text = "{\"providers\":{"
+		 "\"bad\\r\\nX-Evil: 1\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		 "\"models\":[{\"id\":\"m1\"}]},"
+		 "\"../../etc\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		 "\"models\":[{\"id\":\"m2\"}]},"
+		 "\"a/b\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		 "\"models\":[{\"id\":\"m3\"}]},"
+		 "\"good_1.x-y\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		 "\"models\":[{\"id\":\"m4\"}]}}}";
+	capture_stderr(load_args_run, &a, &log);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a.reg);
+	CU_ASSERT_EQUAL(prov_registry_provider_count(a.reg), 1);
+	CU_ASSERT_PTR_NOT_NULL(provider_named(a.reg, "good_1.x-y"));
+	CU_ASSERT_EQUAL(prov_registry_model_count(a.reg), 1);
+	CU_ASSERT_PTR_NOT_NULL(prov_registry_find(a.reg, "m4"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "provider name \\\"bad\\r\\nX-Evil: 1\\\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "provider name \\\"../../etc\\\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "provider name \\\"a/b\\\""));
+	prov_registry_free(a.reg);
+
+	buf_release(&text);
+	buf_release(&log);
+	buf_release(&a.err);
 }
 
 static void test_registry_shipped_default(void)
@@ -903,6 +1162,7 @@ int main(void)
 	CU_add_test(s, "text reader: empty feeds", test_text_empty_feeds);
 	CU_add_test(s, "text reader: sink abort propagates", test_text_sink_abort);
 	CU_add_test(s, "parser types", test_parser_types);
+	CU_add_test(s, "parsers: numbers checked before they become integers", test_parser_numbers);
 	CU_add_test(s, "registry: command provider", test_registry_command);
 	CU_add_test(s, "registry: defaults", test_registry_defaults);
 	CU_add_test(s, "registry: aliases", test_registry_aliases);
@@ -912,6 +1172,7 @@ int main(void)
 	CU_add_test(s, "registry: load failures", test_registry_load_failures);
 	CU_add_test(s, "registry: timeouts", test_registry_timeouts);
 	CU_add_test(s, "registry: limits", test_registry_limits);
+	CU_add_test(s, "registry: names checked at load", test_registry_names);
 	CU_add_test(s, "registry: shipped default loads", test_registry_shipped_default);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
