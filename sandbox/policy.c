@@ -97,7 +97,14 @@ void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms)
 
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l)
 {
+	uint64_t *v = (uint64_t *)&p->limits;
+
 	p->limits = *l;
+	/* No field is so large that its conversion (MB to bytes, percent to microseconds)
+	 * wraps around to a small limit. */
+	for (size_t i = 0; i < sizeof(p->limits) / sizeof(*v); i++)
+		if (v[i] > SBX_LIMIT_MAX)
+			v[i] = SBX_LIMIT_MAX;
 }
 
 void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow)

@@ -142,6 +142,8 @@ struct sbx_limits {
 #define SBX_DEFAULT_PIDS 256
 #define SBX_DEFAULT_CPU_PCT 100
 #define SBX_DEFAULT_DISK_MB 1024
+/* Copies l; a field above SBX_LIMIT_MAX is taken as SBX_LIMIT_MAX. */
+#define SBX_LIMIT_MAX ((uint64_t)1 << 40)
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
 /* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
 void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);

@@ -296,14 +296,17 @@ static void parse_status(struct run *r)
 
 	if (p && r->ns_pidfd < 0 && (p = strchr(p, ':'))) {
 		pid = strtol(p + 1, NULL, 10);
-		if (pid > 0)
+		if (pid > 0 && pid <= INT_MAX)
 			r->ns_pidfd = pidfd_open((pid_t)pid, 0);
 	}
 	/* bwrap writes the command's exit code as soon as it knows it, before it exits
 	 * itself: the result is known that much earlier. */
 	p = strstr(r->status.data, "\"exit-code\"");
 	if (p && !r->exit_known && (p = strchr(p, ':')) && strchr(p, '}')) {
-		r->exit_code = (int)strtol(p + 1, NULL, 10);
+		long code = strtol(p + 1, NULL, 10);
+
+		/* An exit status is 0-255; anything else is not bwrap's report. */
+		r->exit_code = code >= 0 && code <= 255 ? (int)code : 255;
 		r->exit_known = true;
 	}
 }

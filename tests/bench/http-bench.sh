@@ -8,6 +8,10 @@
 #     (printf ok, sandboxed, over HTTP; requests 50 ms apart, as a person's are) vs
 #     spawning that command bare, and through the sandbox layer alone, cold and warm
 #     (spawn-bench).
+#  3. With BASE_BUILD=DIR (another build of olp-fcgi, e.g. of an earlier commit): the same
+#     round trip against both, requests alternating between them, so that a change's
+#     cost on the request path is read off one run (issue 9: the per-run uid and budgets
+#     may add at most 1 ms).
 #
 # usage: tests/bench/http-bench.sh [BUILD_DIR]   (default: build; built if needed)
 # env:   BENCH_SECONDS (per wrk round, default 5), BENCH_ROUNDS (default 3),
@@ -46,10 +50,10 @@ cat > "$work/home/models-registry.json" <<'JSON'
  "models":[{"id":"instant"}]}}}
 JSON
 
-# start_lighttpd NAME BIN PORT
+# start_lighttpd NAME BIN PORT [HOME]
 start_lighttpd() {
 	mkdir -p "$work/$1"
-	OLP_BIN=$2 OLP_HOME=$work/home OLP_RUN_DIR=$work/$1 OLP_PORT=$3 OLP_MAX_PROCS=2 \
+	OLP_BIN=$2 OLP_HOME=${4:-$work/home} OLP_RUN_DIR=$work/$1 OLP_PORT=$3 OLP_MAX_PROCS=2 \
 	OLP_THREADS=16 OLP_OWNER_TOKEN=$token OLP_LOG_LEVEL=warn \
 		lighttpd -D -f "$root/lighttpd/olp.conf" >"$work/$1/stdout" 2>&1 &
 	pids+=($!)
@@ -106,3 +110,24 @@ awk -v rt="$rt" -v bare="$bare" -v cold="$cold" -v warm="$warm" 'BEGIN {
 	printf "  of which the sandbox (warm) %.2f; a cold sandbox would add %.2f\n", warm - bare, cold - bare
 	printf "  of which HTTP + lighttpd + worker %.2f\n", rt - warm
 }'
+
+[ -n "${BASE_BUILD:-}" ] || exit 0
+mkdir -m 0700 "$work/home-base"
+cp "$work/home/models-registry.json" "$work/home-base/"
+pc=$(free_port); start_lighttpd base "$(realpath "$BASE_BUILD")/fcgi/olp-fcgi" "$pc" "$work/home-base"
+echo "== the same round trip, this build vs BASE_BUILD, $n requests each, alternating"
+: > "$work/rt-a.txt"; : > "$work/rt-b.txt"
+one() {
+	curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $token" \
+		-H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$1/v1/chat/completions"
+}
+one "$pc" >/dev/null
+for _ in $(seq "$n"); do
+	one "$pa" >>"$work/rt-a.txt"; sleep 0.05
+	one "$pc" >>"$work/rt-b.txt"; sleep 0.05
+done
+mrt() { sort -g "$1" | awk '{v[NR]=$1*1000} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+ra=$(mrt "$work/rt-a.txt"); rb=$(mrt "$work/rt-b.txt")
+echo "roundtrip_this_median_ms $ra"
+echo "roundtrip_base_median_ms $rb"
+awk -v a="$ra" -v b="$rb" 'BEGIN {printf "this_minus_base_ms %.2f (issue 9 goal <= 1)\n", a - b}'

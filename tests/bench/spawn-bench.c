@@ -93,6 +93,7 @@ int main(int argc, char **argv)
 	if (sandboxed(argv + 4, n, cold, false))
 		return 1;
 	cfg.exec_stub = argv[3];
+	cfg.warm = true;
 	if (sbx_global_init(&cfg))
 		return 1;
 	/* The first run builds cold and leaves warm sandboxes behind: not counted. */
