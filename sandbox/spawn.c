@@ -587,7 +587,7 @@ static void run_close(struct run *r)
 	buf_release(&r->status);
 }
 
-/* A sealed memfd holding text, for bwrap's --ro-bind-data. fd or -errno. */
+/* A sealed memfd holding text, for bwrap's --file. fd or -errno. */
 int sbx_data_fd(const char *text)
 {
 	int fd = memfd_create("olp-data", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
