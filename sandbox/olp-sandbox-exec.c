@@ -75,13 +75,14 @@ static int read_u32(uint32_t *v)
 	return 0;
 }
 
-/* The launch message of a warm sandbox: the command's argv, or NULL. */
+/* The launch message of a warm sandbox: the command's argv, or NULL. What it allocates
+ * lives until the exec replaces us (or we exit), so nothing is freed. */
 static char **read_launch(void)
 {
 	char magic[4], **argv;
 	uint32_t argc, i, len, total = 0;
 
-	if (read_exact(magic, 4) || memcmp(magic, "OLPX", 4) || read_u32(&argc) || !argc ||
+	if (read_exact(magic, 4) || memcmp(magic, "OLPX", 4) != 0 || read_u32(&argc) || !argc ||
 	    argc > MAX_ARGS)
 		return NULL;
 	argv = calloc(argc + 1, sizeof(*argv));

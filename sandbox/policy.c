@@ -406,7 +406,7 @@ static int push_parents(struct sbx_strv *out, struct sbx_strv *seen, const char 
 
 		memcpy(dir, dest, (size_t)(c - dest));
 		dir[c - dest] = '\0';
-		for (i = 0; i < seen->n && strcmp(seen->v[i], dir); i++)
+		for (i = 0; i < seen->n && strcmp(seen->v[i], dir) != 0; i++)
 			;
 		if (i == seen->n)
 			ret = sbx_strv_push(seen, dir)
