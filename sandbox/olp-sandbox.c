@@ -326,14 +326,20 @@ static int doctor(bool json)
 	return all ? 0 : 1;
 }
 
+static void policy_freep(struct sbx_policy **p)
+{
+	sbx_policy_free(*p);
+}
+
 int main(int argc, char **argv)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
 	struct sbx_run_options opt = { .pass_stdin = true, .pass_stderr = true, .hangup_fd = -1 };
 	struct sbx_callbacks cb = { .on_stdout = to_stdout, .on_result = answer_now };
 	struct sbx_result res;
-	struct sbx_policy *p;
-	char runtime[PATH_MAX], *exe, *real;
+	/* Freed on every way out, so that a sanitizer build exits clean. */
+	struct sbx_policy *p __attribute__((cleanup(policy_freep))) = NULL;
+	char runtime[PATH_MAX], *real, auto_free *exe = NULL;
 	const char *profile = "command";
 	struct sbx_limits limits = { 0 };
 	bool net = false, do_doctor = false, json = false;
@@ -450,8 +456,6 @@ int main(int argc, char **argv)
 	}
 	opt.hangup_fd = stop_pipe[0];
 	ret = sbx_run(p, (const char *const *)argv + first_cmd, &opt, &cb, &res);
-	sbx_policy_free(p);
-	free(exe);
 	sbx_global_release();
 	if (ret) {
 		fprintf(stderr, "olp-sandbox: cannot start: %s (%s)\n", strerror(-ret),
