@@ -7,8 +7,10 @@
  *
  * Threat model (docs/sandbox.md): the command is hostile. It must not read what it was
  * not given (the key store, other runs' scratch, host credentials), must not inherit any
- * descriptor beyond 0-2 (fd 0 of a FastCGI worker is the listening socket), and must not
- * outlive its run. */
+ * descriptor beyond 0-2 (fd 0 of a FastCGI worker is the listening socket), must not
+ * change anything host-wide, must not outlive its run, and must stay within its own
+ * budget: every run is a host uid of its own (never 0, never the worker's, never another
+ * live run's: ADR 0014), so per-uid limits are per run. */
 #ifndef OLP_SANDBOX_H
 #define OLP_SANDBOX_H
 
