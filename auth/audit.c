@@ -47,7 +47,7 @@ static void day_string(long day, char out[16])
 	struct tm tm;
 
 	gmtime_r(&t, &tm);
-	strftime(out, 16, "%Y-%m-%d", &tm);
+	(void)strftime(out, 16, "%Y-%m-%d", &tm);
 }
 
 /* The day a log file holds, from the ts of its first line: {"ts":"YYYY-MM-DD…. */

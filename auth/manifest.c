@@ -200,7 +200,7 @@ static int read_fd(int fd, struct buf *b)
 	ssize_t n;
 
 	for (;;) {
-		if (b->len > AUTH_MANIFEST_MAX)
+		if (b->len > (size_t)AUTH_MANIFEST_MAX)
 			return -EFBIG;
 		n = buf_read_once(b, fd, 4096);
 		if (n < 0)

@@ -96,11 +96,11 @@ static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("olp-keys: ", stderr);
+	(void)fputs("olp-keys: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	(void)vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\nTry 'olp-keys --help'.\n", stderr);
+	(void)fputs("\nTry 'olp-keys --help'.\n", stderr);
 	return EXIT_USAGE;
 }
 
@@ -109,11 +109,11 @@ static int fail(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("olp-keys: ", stderr);
+	(void)fputs("olp-keys: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	(void)vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	(void)fputc('\n', stderr);
 	return EXIT_FAILURE;
 }
 
@@ -308,9 +308,13 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		printf("Token (shown only now; store it safely, it cannot be recovered):\n%s\n",
 		       key.token);
 	}
-	fflush(stdout);
+	/* The token is shown only here: a failed write must not exit 0. */
+	if (fflush(stdout) != 0 || ferror(stdout))
+		rc = fail("could not write the token of key %s (%s); revoke it", key.id,
+			  strerror(errno));
+	else
+		rc = EXIT_SUCCESS;
 	auth_new_key_wipe(&key);
-	rc = EXIT_SUCCESS;
 out:
 	if (prov)
 		free(prov[0]);
@@ -435,7 +439,7 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (o.help) {
-		fputs(usage_text, stdout);
+		(void)fputs(usage_text, stdout);
 		return EXIT_SUCCESS;
 	}
 	home = resolve_home(&o);

@@ -148,12 +148,14 @@ static void index_finish(struct key_index *idx)
 
 	if (idx->n)
 		qsort(idx->v, idx->n, sizeof(*idx->v), cmp_entry_id);
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
 	idx->by_hash = calloc(idx->n ? idx->n : 1, sizeof(*idx->by_hash));
 	if (!idx->by_hash)
 		abort();
 	for (i = 0; i < idx->n; i++)
 		if (idx->v[i].valid)
 			idx->by_hash[n++] = &idx->v[i];
+	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
 	qsort(idx->by_hash, n, sizeof(*idx->by_hash), cmp_entry_hash);
 	idx->n_hash = 0;
 	for (i = 0; i < n; i = j) {

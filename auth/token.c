@@ -38,9 +38,10 @@ int auth_hash_from_hex(const char *hex, unsigned char out[AUTH_HASH_BYTES])
 	size_t bin_len = 0;
 	const char *end = NULL;
 
-	if (strlen(hex) != AUTH_HASH_HEX)
+	if (strlen(hex) != (size_t)AUTH_HASH_HEX)
 		return -EINVAL;
-	if (sodium_hex2bin(out, AUTH_HASH_BYTES, hex, AUTH_HASH_HEX, NULL, &bin_len, &end) != 0 ||
+	if (sodium_hex2bin(out, AUTH_HASH_BYTES, hex, (size_t)AUTH_HASH_HEX, NULL, &bin_len,
+			   &end) != 0 ||
 	    bin_len != AUTH_HASH_BYTES || *end != '\0')
 		return -EINVAL;
 	return 0;
@@ -51,7 +52,7 @@ void auth_token_generate(char out[AUTH_TOKEN_LEN + 1])
 	unsigned char raw[32];
 
 	randombytes_buf(raw, sizeof(raw));
-	memcpy(out, "olp_", 4);
+	memcpy(out, "olp_", 4); /* NOLINT(bugprone-not-null-terminated-result): ended below */
 	/* 32 bytes → 43 characters without padding, + NUL = the 44 bytes left in out. */
 	sodium_bin2base64(out + 4, AUTH_TOKEN_LEN + 1 - 4, raw, sizeof(raw),
 			  sodium_base64_VARIANT_URLSAFE_NO_PADDING);

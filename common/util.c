@@ -49,7 +49,7 @@ static void line_head(struct buf *line, enum log_level lvl)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	(void)strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
 	buf_addf(line, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":", when,
 		 ts.tv_nsec / 1000000, level_names[lvl]);
 	buf_add_json_str(line, log_prog, strlen(log_prog));

@@ -19,7 +19,7 @@ void api_error_set(struct api_error *e, int status, const char *type, const char
 	e->code = code;
 	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
 	va_start(ap, fmt);
-	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	(void)vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 }
 
@@ -170,7 +170,7 @@ static int bad(struct api_error *err, const char *param, const char *fmt, ...)
 	err->code = NULL;
 	snprintf(err->param, sizeof(err->param), "%s", param);
 	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	(void)vsnprintf(err->message, sizeof(err->message), fmt, ap);
 	va_end(ap);
 	return -1;
 }

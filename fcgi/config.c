@@ -83,7 +83,7 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	u = env_u64("OLP_THREADS", (uint64_t)n);
 	c->threads = u > 256 ? 256 : (unsigned)u;
 	if (parse_json_int(json_object_get(server, "max_body_bytes"), 1, INT64_MAX, &n))
-		n = 5 * 1024 * 1024;
+		n = (int64_t)5 * 1024 * 1024;
 	c->max_body = (size_t)n;
 	s = getenv("OLP_ROUTE_PREFIX");
 	if (!s)

@@ -212,7 +212,7 @@ static void fail(struct req_ctx *rc, int status, const char *type, const char *c
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(e.message, sizeof(e.message), fmt, ap);
+	(void)vsnprintf(e.message, sizeof(e.message), fmt, ap);
 	va_end(ap);
 	send_error(rc, &e, NULL);
 }

@@ -52,16 +52,17 @@ static void *serve_thread(void *arg)
 
 static void usage(FILE *f)
 {
-	fputs("usage: olp-fcgi [--version | --help]\n"
-	      "\n"
-	      "OpenAI-compatible LLM proxy worker, run by a FastCGI-capable web server\n"
-	      "(lighttpd mod_fastcgi, Apache mod_fcgid, spawn-fcgi) or as a plain CGI program.\n"
-	      "\n"
-	      "Environment: OLP_HOME (default ~/.olp), OLP_OWNER_TOKEN, OLP_THREADS (16),\n"
-	      "OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error),\n"
-	      "OLP_EXIT_WITH_PARENT (set by lighttpd/olp.conf: exit when the web server does).\n"
-	      "Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n",
-	      f);
+	(void)fputs(
+		"usage: olp-fcgi [--version | --help]\n"
+		"\n"
+		"OpenAI-compatible LLM proxy worker, run by a FastCGI-capable web server\n"
+		"(lighttpd mod_fastcgi, Apache mod_fcgid, spawn-fcgi) or as a plain CGI program.\n"
+		"\n"
+		"Environment: OLP_HOME (default ~/.olp), OLP_OWNER_TOKEN, OLP_THREADS (16),\n"
+		"OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error),\n"
+		"OLP_EXIT_WITH_PARENT (set by lighttpd/olp.conf: exit when the web server does).\n"
+		"Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n",
+		f);
 }
 
 static void set_log_level(void)
@@ -172,7 +173,7 @@ int main(int argc, char **argv)
 	/* libfcgi catches SIGTERM to set a flag it only reads between requests, so a worker
 	 * blocked in accept() never stops: let SIGTERM end the process (in-flight children
 	 * die with it through PR_SET_PDEATHSIG and bwrap's --die-with-parent). */
-	signal(SIGTERM, SIG_DFL);
+	(void)signal(SIGTERM, SIG_DFL);
 	/* SIGTERM and SIGINT go to the main thread alone, through sigwait() below, once
 	 * start-up is over: app_init() starts a real sandbox (the status probe), and a worker
 	 * killed while bwrap builds it leaves the sandbox's init blocked for ever, out of

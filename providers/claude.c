@@ -291,7 +291,7 @@ static int claude_line(void *ctx, const char *line, size_t len)
 		return 0;
 	}
 	if (!type)
-		cp->pl.ignored++;
+		cp->pl.ignored++; /* NOLINT(bugprone-branch-clone): as an unknown type */
 	else if (!strcmp(type, "stream_event"))
 		ret = on_stream_event(cp, o);
 	else if (!strcmp(type, "assistant"))

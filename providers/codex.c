@@ -238,7 +238,7 @@ static int codex_line(void *ctx, const char *line, size_t len)
 		xp->pl.garbage++;
 		return 0;
 	}
-	if (!type) {
+	if (!type) { /* NOLINT(bugprone-branch-clone): ignored as an unknown type */
 		xp->pl.ignored++;
 	} else if (!strcmp(type, "item.completed")) {
 		ret = on_item(xp, o);

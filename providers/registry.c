@@ -413,6 +413,7 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 		pv = provider_new(name, entry, json_object_get(config_providers, name));
 		if (!pv)
 			continue;
+		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
 		np = realloc(reg->providers, (reg->nproviders + 1) * sizeof(*np));
 		if (!np) {
 			provider_free(pv);

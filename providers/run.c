@@ -181,7 +181,7 @@ static void fail(struct prov_outcome *out, enum prov_error e, const char *fmt, .
 	out->err = e;
 	out->status = prov_error_status(e);
 	va_start(ap, fmt);
-	vsnprintf(out->message, sizeof(out->message), fmt, ap);
+	(void)vsnprintf(out->message, sizeof(out->message), fmt, ap);
 	va_end(ap);
 }
 

@@ -32,7 +32,7 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 	if ((ret = prov_cli_push_program(pv, "OLP_VIBE_BIN", "vibe", plan, out)))
 		return ret;
 	prov_flatten_messages(req->messages, &prompt);
-	if (prompt.len > VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
+	if (prompt.len > (size_t)VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
 		snprintf(out->message, sizeof(out->message),
 			 "provider %s takes prompts of at most %u KiB", pv->name,
 			 VIBE_MAX_PROMPT / 1024);

@@ -101,10 +101,10 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	 * the thread that started them, so SIGCHLD must not be ignored. */
 	sigaction(SIGPIPE, NULL, &sa);
 	if (sa.sa_handler == SIG_DFL)
-		signal(SIGPIPE, SIG_IGN);
+		(void)signal(SIGPIPE, SIG_IGN);
 	sigaction(SIGCHLD, NULL, &sa);
 	if (sa.sa_handler == SIG_IGN)
-		signal(SIGCHLD, SIG_DFL);
+		(void)signal(SIGCHLD, SIG_DFL);
 	sbx_scratch_sweep_stale();
 	sbx_cgroup_init(cfg->cgroup);
 	sbx_ident_init(cfg->identity, cfg->uid_range);

@@ -90,14 +90,19 @@ static char **read_launch(void)
 		return NULL;
 	for (i = 0; i < argc; i++) {
 		if (read_u32(&len) || len > MAX_BYTES - total)
-			return NULL;
+			goto out_free;
 		total += len;
 		argv[i] = malloc(len + 1);
 		if (!argv[i] || read_exact(argv[i], len))
-			return NULL;
+			goto out_free;
 		argv[i][len] = '\0';
 	}
 	return argv;
+out_free:
+	for (i = 0; argv[i]; i++)
+		free(argv[i]);
+	free(argv);
+	return NULL;
 }
 
 /* Give everything below the directory open at dfd that bwrap made (owned by our uid 0) to
@@ -230,6 +235,7 @@ int main(int argc, char **argv)
 		fail("no command");
 	}
 	execve(cmd[0], cmd, environ);
+	/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): not freed, the process ends here */
 	fprintf(stderr, "olp-sandbox-exec: execve %s: %s\n", cmd[0], strerror(errno));
 	return 127;
 }

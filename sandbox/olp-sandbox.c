@@ -25,20 +25,21 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
-	      "                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--disk-mb MB]\n"
-	      "                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
-	      "                   [--cgroup auto|off|PATH] [--identity per_run|shared]\n"
-	      "                   [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND "
-	      "[ARGS...]\n"
-	      "       olp-sandbox --doctor [--json]\n"
-	      "\n"
-	      "Runs COMMAND inside the sandbox olp-fcgi uses for provider commands: bubblewrap\n"
-	      "with new namespaces, an allowlisted read-only root, a size-limited scratch HOME,\n"
-	      "a seccomp filter, no capabilities, a host uid of its own, rlimits, and its own\n"
-	      "cgroup when a cgroup v2 is delegated to it. Only fds 0-2 reach the command.\n"
-	      "--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
-	      f);
+	(void)fputs(
+		"usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
+		"                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--disk-mb MB]\n"
+		"                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
+		"                   [--cgroup auto|off|PATH] [--identity per_run|shared]\n"
+		"                   [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND "
+		"[ARGS...]\n"
+		"       olp-sandbox --doctor [--json]\n"
+		"\n"
+		"Runs COMMAND inside the sandbox olp-fcgi uses for provider commands: bubblewrap\n"
+		"with new namespaces, an allowlisted read-only root, a size-limited scratch HOME,\n"
+		"a seccomp filter, no capabilities, a host uid of its own, rlimits, and its own\n"
+		"cgroup when a cgroup v2 is delegated to it. Only fds 0-2 reach the command.\n"
+		"--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
+		f);
 }
 
 static int to_stdout(void *ctx, const char *data, size_t len)
@@ -313,7 +314,7 @@ static int doctor(bool json)
 			buf_addch(&j, '}');
 		}
 		buf_adds(&j, "]}\n");
-		fputs(j.data, stdout);
+		(void)fputs(j.data, stdout);
 		buf_release(&j);
 	} else {
 		for (i = 0; i < n; i++)

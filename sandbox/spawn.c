@@ -204,10 +204,11 @@ struct run {
  * Other threads keep running meanwhile, as with posix_spawn(). */
 static pid_t spawn_vfork(const struct child_plan *plan)
 {
-	pid_t pid = vfork();
+	/* Deliberate (see above): the child runs only child_exec, async-signal-safe calls. */
+	pid_t pid = vfork(); /* NOLINT(clang-analyzer-security.insecureAPI.vfork) */
 
 	if (pid == 0)
-		child_exec(plan);
+		child_exec(plan); /* NOLINT(clang-analyzer-unix.Vfork): it ends in exec or _exit */
 	return pid;
 }
 
@@ -504,7 +505,6 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 				continue;
 			log_err(NULL, "sandbox: poll");
 			end = SBX_END_ABORTED;
-			ending = true;
 			kill_tree(r);
 			reap(r);
 			break;

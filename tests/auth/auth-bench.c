@@ -29,9 +29,11 @@ static int cmp_u64(const void *a, const void *b)
 
 static void report(size_t nkeys, const char *name, uint64_t *ns, size_t n)
 {
+	size_t p50 = n / 2, p90 = n * 90 / 100, p99 = n * 99 / 100;
+
 	qsort(ns, n, sizeof(*ns), cmp_u64);
-	printf("%6zu  %-22s %10.2f %10.2f %10.2f\n", nkeys, name, ns[n / 2] / 1000.0,
-	       ns[n * 90 / 100] / 1000.0, ns[n * 99 / 100] / 1000.0);
+	printf("%6zu  %-22s %10.2f %10.2f %10.2f\n", nkeys, name, ns[p50] / 1000.0,
+	       ns[p90] / 1000.0, ns[p99] / 1000.0);
 }
 
 enum bench_case { CASE_STORED, CASE_ENV, CASE_MISS, CASE_TOUCH, CASE_RESCAN };

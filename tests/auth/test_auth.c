@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <jansson.h>
 
 #include "auth/auth.h"
@@ -317,7 +317,6 @@ static void test_atomic_rewrite(void)
 	char *home = tu_mkhome();
 	struct buf dir = BUF_INIT, path = BUF_INIT;
 	struct stat before, after;
-	struct dirent *de;
 	bool was = true;
 	json_t *m, *want;
 	DIR *d;
@@ -348,7 +347,7 @@ static void test_atomic_rewrite(void)
 	json_decref(m);
 	d = opendir(dir.data);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
-	while ((de = readdir(d)))
+	while (readdir(d))
 		n++;
 	closedir(d);
 	CU_ASSERT_EQUAL(n, 3); /* ".", "..", manifest.json: no temporary left behind */

@@ -122,7 +122,7 @@ void tu_stderr_begin(void)
 	capture = tmpfile();
 	if (!capture)
 		abort();
-	fflush(stderr);
+	(void)fflush(stderr);
 	saved_stderr = dup(STDERR_FILENO);
 	dup2(fileno(capture), STDERR_FILENO);
 }
@@ -132,13 +132,13 @@ char *tu_stderr_end(void)
 	struct buf b = BUF_INIT;
 	int fd = fileno(capture);
 
-	fflush(stderr);
+	(void)fflush(stderr);
 	dup2(saved_stderr, STDERR_FILENO);
 	close(saved_stderr);
 	lseek(fd, 0, SEEK_SET);
 	while (buf_read_once(&b, fd, 4096) > 0)
 		;
-	fclose(capture);
+	(void)fclose(capture);
 	capture = NULL;
 	return buf_detach(&b, NULL);
 }

@@ -36,7 +36,9 @@ static int cmp_u64(const void *a, const void *b)
 static double median_ms(uint64_t *v, int n)
 {
 	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
-	return (n % 2 ? (double)v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0) / 1e6;
+	size_t mid = (size_t)n / 2;
+
+	return (n % 2 ? (double)v[mid] : ((double)v[mid - 1] + (double)v[mid]) / 2.0) / 1e6;
 }
 
 /* n sandboxed runs of argv; returns 0 and fills v, or 1. */
@@ -65,7 +67,7 @@ int main(int argc, char **argv)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
 	uint64_t *bare, *cold, *warm;
-	int n, i;
+	int n, i, ret = 1;
 
 	if (argc < 5) {
 		fprintf(stderr, "usage: spawn-bench RUNTIME_DIR N STUB CMD [ARGS...]\n");
@@ -80,31 +82,35 @@ int main(int argc, char **argv)
 	bare = calloc((size_t)n, sizeof(*bare));
 	cold = calloc((size_t)n, sizeof(*cold));
 	warm = calloc((size_t)n + 1, sizeof(*warm));
+	if (!bare || !cold || !warm)
+		goto out;
 	for (i = 0; i < n; i++) {
 		uint64_t t0 = mono_ns();
 		pid_t pid;
 		int st;
 
 		if (posix_spawn(&pid, argv[4], NULL, NULL, argv + 4, environ) != 0)
-			return 1;
+			goto out;
 		waitpid(pid, &st, 0);
 		bare[i] = mono_ns() - t0;
 	}
 	if (sandboxed(argv + 4, n, cold, false))
-		return 1;
+		goto out;
 	cfg.exec_stub = argv[3];
 	cfg.warm = true;
 	if (sbx_global_init(&cfg))
-		return 1;
+		goto out;
 	/* The first run builds cold and leaves warm sandboxes behind: not counted. */
 	if (sandboxed(argv + 4, n + 1, warm, true))
-		return 1;
+		goto out;
 	printf("bare_spawn_median_ms %.3f\n", median_ms(bare, n));
 	printf("sandbox_cold_median_ms %.3f\n", median_ms(cold, n));
 	printf("sandbox_warm_median_ms %.3f\n", median_ms(warm + 1, n));
+	ret = 0;
+out:
 	free(bare);
 	free(cold);
 	free(warm);
 	sbx_global_release();
-	return 0;
+	return ret;
 }

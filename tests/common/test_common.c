@@ -1,7 +1,7 @@
 /* CUnit suite for common/: the growable buffer and its invariants, reading files, JSON
  * string escaping (checked by parsing every output with jansson), parse_u64, the JSON-line
  * loggers and the small utilities. Public header only. */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -639,12 +639,12 @@ static void capture_stderr(void (*fn)(void), struct buf *out)
 	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
-	fflush(stderr);
+	(void)fflush(stderr);
 	saved = dup(STDERR_FILENO);
 	CU_ASSERT_FATAL(saved >= 0);
 	CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
 	fn();
-	fflush(stderr);
+	(void)fflush(stderr);
 	dup2(saved, STDERR_FILENO);
 	close(saved);
 	close(fd);

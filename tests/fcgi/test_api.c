@@ -1,7 +1,7 @@
 /* CUnit suite for the OpenAI surface of fcgi/ (fcgi.h): routing, every validation rule of
  * a chat request (table-driven), and the JSON / server-sent-event encodings, each output
  * parsed back with jansson. No I/O, no FastCGI. */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>

@@ -68,14 +68,13 @@ static int parse_main(const char *type)
 	struct prov_sink sink = { .emit = print_event };
 	struct prov_parser *ps = prov_parser_new(type);
 	struct buf in = BUF_INIT, b = BUF_INIT;
-	ssize_t n;
 	int ret = 0;
 
 	if (!ps) {
 		fprintf(stderr, "prov-driver: no parser for type %s\n", type);
 		return 2;
 	}
-	while (ret == 0 && (n = buf_read_once(&in, 0, 65536)) > 0) {
+	while (ret == 0 && buf_read_once(&in, 0, 65536) > 0) {
 		ret = prov_parser_feed(ps, in.data, in.len, &sink);
 		buf_reset(&in);
 	}

@@ -3,7 +3,7 @@
  * time and split at every position; unknown types, garbage, truncated and overlong lines;
  * error mapping; and prov_run with a stand-in CLI under the real sandbox (plan, binds,
  * early answer at the "result" line, status mapping). */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -275,7 +275,7 @@ static void test_claude_truncated(void)
 	rec_release(&r);
 	/* Complete but without its final newline: handled at the end of output. */
 	rec_init(&r);
-	fr = feed("claude", data, len - 1, 0, -1, &r);
+	(void)feed("claude", data, len - 1, 0, -1, &r);
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 16);
 	CU_ASSERT_STRING_EQUAL(r.finish, "stop");
 	rec_release(&r);

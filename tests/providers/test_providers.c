@@ -2,7 +2,7 @@
  * provider's incremental text reader (whole, byte by byte, split at every position, with
  * multibyte UTF-8), and the models registry loaded from temporary files. Nothing here
  * spawns a process. */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -984,11 +984,11 @@ static void capture_stderr(void (*fn)(void *), void *arg, struct buf *out)
 	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
-	fflush(stderr);
+	(void)fflush(stderr);
 	saved = dup(STDERR_FILENO);
 	CU_ASSERT_FATAL(saved >= 0 && dup2(fd, STDERR_FILENO) == STDERR_FILENO);
 	fn(arg);
-	fflush(stderr);
+	(void)fflush(stderr);
 	CU_ASSERT_FATAL(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
 	close(saved);
 	close(fd);

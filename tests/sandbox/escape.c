@@ -48,14 +48,14 @@ static void report(const char *check, bool ok, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(detail, sizeof(detail), fmt, ap);
+	(void)vsnprintf(detail, sizeof(detail), fmt, ap);
 	va_end(ap);
 	for (char *c = detail; *c; c++)
 		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
 			*c = '\'';
 	printf("{\"check\":\"%s\",\"ok\":%s,\"detail\":\"%s\"}\n", check, ok ? "true" : "false",
 	       detail);
-	fflush(stdout);
+	(void)fflush(stdout);
 	if (!ok)
 		failures++;
 }
@@ -134,7 +134,7 @@ static void check_files(const struct escape_args *a)
 		while (f && fgets(line, sizeof(line), f))
 			seen = seen || strstr(line, a->runtime);
 		if (f)
-			fclose(f);
+			(void)fclose(f);
 		report("mountinfo_no_runtime_dir", f && !seen, "%s %s in /proc/self/mountinfo",
 		       a->runtime, seen ? "named" : "not named");
 	}
@@ -271,7 +271,7 @@ static unsigned long pid1_writable_page(void)
 		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[1] == 'w')
 			start = lo;
 	if (f)
-		fclose(f);
+		(void)fclose(f);
 	return start;
 }
 
@@ -386,7 +386,7 @@ static void check_resolver(void)
 		if (sscanf(line, "nameserver %63s", ns) == 1)
 			break;
 	if (f)
-		fclose(f);
+		(void)fclose(f);
 	if (inet_pton(AF_INET, ns, &sin.sin_addr) != 1) {
 		report("udp_to_resolver_fails", true, "resolver %s is not IPv4", ns);
 		return;
@@ -466,7 +466,7 @@ static void read_status(const char *field, char *out, size_t n)
 			out[strcspn(out, "\n")] = '\0';
 		}
 	if (f)
-		fclose(f);
+		(void)fclose(f);
 }
 
 static void check_creds(void)
@@ -634,7 +634,7 @@ static void check_identity(const struct escape_args *a)
 			found = true;
 		}
 	if (f)
-		fclose(f);
+		(void)fclose(f);
 	report("run_uid_not_host_root", found && host != 0, "uid %u is host uid %lu",
 	       (unsigned)getuid(), host);
 	if (a->worker_uid >= 0)

@@ -107,14 +107,14 @@ static int cmd_write(const char *path)
 
 static int __attribute__((noreturn)) cmd_spin(void)
 {
-	signal(SIGTERM, SIG_IGN);
+	(void)signal(SIGTERM, SIG_IGN);
 	if (fork() == 0) {
 		setsid(); /* try to escape the process group */
 		for (;;)
 			pause();
 	}
 	printf("{\"spinning\":true}\n");
-	fflush(stdout);
+	(void)fflush(stdout);
 	for (;;)
 		pause();
 }
@@ -131,7 +131,7 @@ static int cmd_dump(int argc, char **argv)
 			continue;
 		}
 		while ((n = read(fd, buf, sizeof(buf))) > 0)
-			fwrite(buf, 1, (size_t)n, stdout);
+			(void)fwrite(buf, 1, (size_t)n, stdout);
 		close(fd);
 	}
 	return 0;
@@ -163,7 +163,7 @@ static int cmd_forkhold(long want, long hold_s)
 		kids[n++] = p;
 	}
 	printf("{\"forkhold\":%ld,\"stopped_by\":\"%s\"}\n", n, err ? strerror(err) : "count");
-	fflush(stdout);
+	(void)fflush(stdout);
 	sleep((unsigned)hold_s);
 	for (long i = 0; i < n; i++)
 		kill(kids[i], SIGKILL);
@@ -250,7 +250,7 @@ static int cmd_mark(const char *name)
 	snprintf(path, sizeof(path), "/tmp/%s", name);
 	fd = open(path, O_WRONLY | O_CREAT, 0600);
 	printf("{\"marked\":%s}\n", fd >= 0 ? "true" : "false");
-	fflush(stdout);
+	(void)fflush(stdout);
 	sleep(3);
 	return 0;
 }
@@ -276,7 +276,7 @@ static int cmd_peek(const char *name)
 			size_t n = fread(cmd, 1, sizeof(cmd) - 1, f);
 
 			cmd[n] = '\0';
-			fclose(f);
+			(void)fclose(f);
 		}
 		if (strstr(cmd, "olp-probe"))
 			others++;
@@ -351,7 +351,7 @@ static int cmd_escape(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	(void)setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc >= 2 && !strcmp(argv[1], "fds"))
 		return cmd_fds();
 	if (argc >= 2 && !strcmp(argv[1], "env"))

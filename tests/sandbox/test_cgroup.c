@@ -8,7 +8,7 @@
  * cpu.max, a fork bomb stopped by pids.max, a memory hog killed by memory.max, CPU
  * throttled by cpu.max, nothing left behind. Run both as root and as an unprivileged user
  * in a delegated cgroup (tests/sandbox/cgroup-vm.sh). */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* CUnit suite for sandbox/: spawning, supervision, descriptors, environment, timeouts,
  * cleanup. Runs real bwrap; the payload is olp-probe (built without sanitizers). */
-#include <CUnit/Basic.h>
+#include "tests/support/cunit.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
