@@ -454,6 +454,52 @@ describe('a full disk under OLP_HOME', { skip: process.getuid() !== 0 && 'mounti
     const gen2 = olpKeys([`--olp-home=${home}`, 'keygen', '--name=bob', '--tier=guest']);
     assert.equal(gen2.status, 0, gen2.stderr);
   });
+
+  it('a worker serving a key on a full disk: answers, its last_used_at rewrite fails, the manifest stays intact', async () => {
+    const made = olpKeys([`--olp-home=${home}`, '--json', 'keygen', '--name=carol', '--tier=guest']);
+    assert.equal(made.status, 0, made.stderr);
+    const carol = JSON.parse(made.stdout);
+    assert.ok(carol.token, made.stdout);
+    // OLP_HOME (keys, config, registry, audit log) on the tmpfs; the runs' scratch dirs
+    // in the test's own runtime dir, so that the provider itself can run.
+    const dirs = makeHome({ registry: faultRegistry(), config: null });
+    fs.writeFileSync(
+      path.join(home, 'config.json'),
+      JSON.stringify({ ...testConfig(), sandbox: { ...testConfig().sandbox, runtime_dir: dirs.runtimeDir } }),
+      { mode: 0o600 },
+    );
+    fs.copyFileSync(path.join(dirs.home, 'models-registry.json'), path.join(home, 'models-registry.json'));
+    const srv = await startServer({ dirs, maxProcs: 1, env: { OLP_HOME: home } });
+    try {
+      const manifest = path.join(home, 'keys', carol.id, 'manifest.json');
+      const before = fs.readFileSync(manifest);
+      const keysBefore = tree(path.join(home, 'keys'));
+      const filler = fillDisk(mnt);
+      try {
+        for (let i = 0; i < 3; i++) {
+          const r = await curl(srv, {
+            method: 'POST',
+            path: '/v1/chat/completions',
+            auth: `Bearer ${carol.token}`,
+            body: chatBody('echo', `full ${i}`),
+          });
+          assert.equal(r.status, 200, r.text);
+          assert.equal(r.json.choices[0].message.content, `full ${i}`);
+        }
+        const tried = await waitFor(() => /cannot record last use of key/.test(srv.errorLog()), { timeoutMs: 5000 });
+        assert.ok(tried, `the last_used_at rewrite was not attempted (or not logged):\n${srv.errorLog().slice(-2000)}`);
+        assert.match(srv.errorLog(), /No space left on device/);
+        assert.deepEqual(fs.readFileSync(manifest), before, 'the manifest changed on a full disk');
+        assert.deepEqual(tree(path.join(home, 'keys')), keysBefore, 'a temp file was left in keys/');
+      } finally {
+        fs.rmSync(filler);
+      }
+      const r = await curl(srv, { path: '/health', auth: `Bearer ${carol.token}` });
+      assert.equal(r.status, 200, r.text);
+    } finally {
+      await srv.stop();
+    }
+  });
 });
 
 // ---------------------------------------------------------------------------
