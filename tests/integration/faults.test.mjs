@@ -50,6 +50,8 @@ function faultRegistry() {
     crash: cmd('crash', 'crash.sh'),
     hang: cmd('hang', 'hang.sh', { timeout_s: 2 }),
     garbage: cmd('garbage', 'garbage.sh'),
+    'garbage-sse': cmd('garbage-sse', 'garbage.sh', { output: 'sse' }),
+    'garbage-ndjson': cmd('garbage-ndjson', 'garbage.sh', { output: 'ndjson' }),
     huge: cmd('huge', 'huge.sh', { timeout_s: 120 }),
     errflood: cmd('errflood', 'errflood.sh', { timeout_s: 60 }),
     lingering: cmd('lingering', 'forever.sh', { timeout_s: 3, max_concurrent: 1 }),
@@ -170,6 +172,32 @@ describe('provider faults (one server)', () => {
     assert.deepEqual(finishes, ['stop']);
     assert.equal(text, content, 'the stream and the JSON answer differ');
   });
+
+  // A tool that should print OpenAI chunks (output "sse" or "ndjson") and prints garbage:
+  // its lines are not chunks and are passed over; the answer is still well formed.
+  for (const model of ['garbage-sse', 'garbage-ndjson']) {
+    it(`garbage from an "${model.slice(8)}" command: a well-formed answer, never its bytes`, async () => {
+      const r = await post(srv, model);
+      assert.doesNotThrow(() => new TextDecoder('utf-8', { fatal: true }).decode(r.body));
+      assert.ok(r.json, `not JSON: ${r.text.slice(0, 300)}`);
+      if (r.status === 200) {
+        assert.equal(r.json.object, 'chat.completion', r.text);
+        assert.ok(!r.json.choices[0].message.content.includes('é€😀'), `raw output passed on: ${r.text}`);
+      } else {
+        assert.equal(r.status, 502, r.text);
+      }
+      const s = await postStream(srv, model);
+      assert.doesNotThrow(() => new TextDecoder('utf-8', { fatal: true }).decode(s.body));
+      if (s.status === 200) {
+        const { text, finishes } = streamParts(s);
+        assert.equal(finishes.length, 1, s.text);
+        assert.ok(!text.includes('é€😀'), `raw output passed on: ${s.text}`);
+      } else {
+        assert.equal(s.status, 502, s.text);
+      }
+      assert.deepEqual(await srv.waitIdle(3000), []);
+    });
+  }
 
   it('100 MiB streamed: arrives whole, the workers stay small', async () => {
     const base = Math.max(...srv.workerPids().map(vmRssKb));
