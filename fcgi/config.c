@@ -44,13 +44,82 @@ static const char *conf_str(const json_t *root, const char *section, const char 
 	return json_string_value(json_object_get(json_object_get(root, section), key));
 }
 
+/* The shape of config.json, checked once at start: a section is an object when present,
+ * a setting has its type. A worker that would otherwise run on a default the operator did
+ * not choose (a typo, "threads": "8") refuses to start, naming the file and the field. */
+static const struct {
+	const char *section, *key;
+	json_type type; /* JSON_OBJECT for a section (key NULL) */
+} conf_shape[] = {
+	{ "auth", NULL, JSON_OBJECT },
+	{ "auth", "allow_anonymous", JSON_TRUE },
+	{ "auth", "owner_only_endpoints", JSON_ARRAY },
+	{ "server", NULL, JSON_OBJECT },
+	{ "server", "route_prefix", JSON_STRING },
+	{ "sandbox", NULL, JSON_OBJECT },
+	{ "sandbox", "mode", JSON_STRING },
+	{ "sandbox", "runtime_dir", JSON_STRING },
+	{ "sandbox", "bwrap", JSON_STRING },
+	{ "sandbox", "cgroup", JSON_STRING },
+	{ "sandbox", "warm", JSON_TRUE },
+	{ "sandbox", "identity", JSON_STRING },
+	{ "sandbox", "uid_range", JSON_STRING },
+	{ "providers", NULL, JSON_OBJECT },
+	{ "routing", NULL, JSON_OBJECT },
+	{ "routing", "chains", JSON_OBJECT },
+};
+
+static const char *type_name(json_type t)
+{
+	switch (t) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_TRUE:
+	case JSON_FALSE: return "true or false";
+	default: return "a number";
+	}
+}
+
+static int check_shape(const json_t *root, const char *path, struct buf *err)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(conf_shape); i++) {
+		const json_t *sec = json_object_get(root, conf_shape[i].section);
+		const json_t *v = conf_shape[i].key ? json_object_get(sec, conf_shape[i].key) : sec;
+		json_type want = conf_shape[i].type, t;
+
+		if (!v)
+			continue;
+		t = json_typeof(v);
+		if (t == want || (want == JSON_TRUE && t == JSON_FALSE))
+			continue;
+		buf_addf(err, "%s: %s%s%s must be %s", path, conf_shape[i].section,
+			 conf_shape[i].key ? "." : "", conf_shape[i].key ? conf_shape[i].key : "",
+			 type_name(want));
+		return -1;
+	}
+	return 0;
+}
+
+/* server.<key>: absent (dflt), or a positive integer. */
+static int conf_count(const json_t *root, const char *key, int64_t dflt, const char *path,
+		      int64_t *out, struct buf *err)
+{
+	const json_t *v = json_object_get(json_object_get(root, "server"), key);
+
+	*out = dflt;
+	if (!v || !parse_json_int(v, 1, INT64_MAX, out))
+		return 0;
+	buf_addf(err, "%s: server.%s must be a positive integer", path, key);
+	return -1;
+}
+
 int olp_config_load(struct olp_config *c, struct buf *err)
 {
 	const char *home = getenv("OLP_HOME"), *s;
 	json_error_t jerr;
-	const json_t *server;
 	char *path;
-	int64_t n;
+	int64_t n, m;
 	uint64_t u;
 
 	memset(c, 0, sizeof(*c));
@@ -63,28 +132,27 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 		return -1;
 	}
 	path = path_join(c->home, "config.json");
+	if (!path) {
+		buf_adds(err, "out of memory");
+		return -1;
+	}
 	if (file_exists(path)) {
 		c->json = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 		if (!c->json || !json_is_object(c->json)) {
 			buf_addf(err, "%s:%d: %s", path, jerr.line,
 				 c->json ? "must be a JSON object" : jerr.text);
-			free(path);
-			return -1;
+			goto fail;
 		}
 	} else {
 		c->json = json_object();
 	}
-	free(path);
-
-	server = json_object_get(c->json, "server");
-	if (parse_json_int(json_object_get(server, "threads"), 1, INT64_MAX, &n))
-		n = 16;
+	if (check_shape(c->json, path, err) || conf_count(c->json, "threads", 16, path, &n, err) ||
+	    conf_count(c->json, "max_body_bytes", 5 * 1024 * 1024, path, &m, err))
+		goto fail;
 	/* Capped before it narrows: OLP_THREADS=4294967296 must not become 0 threads. */
 	u = env_u64("OLP_THREADS", (uint64_t)n);
 	c->threads = u > 256 ? 256 : (unsigned)u;
-	if (parse_json_int(json_object_get(server, "max_body_bytes"), 1, INT64_MAX, &n))
-		n = (int64_t)5 * 1024 * 1024;
-	c->max_body = (size_t)n;
+	c->max_body = (size_t)m;
 	s = getenv("OLP_ROUTE_PREFIX");
 	if (!s)
 		s = conf_str(c->json, "server", "route_prefix");
@@ -96,9 +164,8 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	if (s && !strcmp(s, "off")) {
 		c->sandbox_mode = SBX_MODE_OFF;
 	} else if (s && strcmp(s, "bwrap") && strcmp(s, "on")) {
-		buf_addf(err, "config.json: sandbox.mode must be \"bwrap\" or \"off\", not \"%s\"",
-			 s);
-		return -1;
+		buf_addf(err, "%s: sandbox.mode must be \"bwrap\" or \"off\", not \"%s\"", path, s);
+		goto fail;
 	}
 	s = conf_str(c->json, "sandbox", "runtime_dir");
 	c->runtime_dir = s ? strdup(s) : path_join(c->home, "run");
@@ -111,10 +178,10 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	s = conf_str(c->json, "sandbox", "cgroup");
 	if (s && strcmp(s, "auto") && strcmp(s, "off") && s[0] != '/') {
 		buf_addf(err,
-			 "config.json: sandbox.cgroup must be \"auto\", \"off\" or an absolute "
-			 "path, not \"%s\"",
-			 s);
-		return -1;
+			 "%s: sandbox.cgroup must be \"auto\", \"off\" or an absolute path, not "
+			 "\"%s\"",
+			 path, s);
+		goto fail;
 	}
 	c->sandbox_cgroup = strdup(s ? s : "auto");
 	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
@@ -126,11 +193,9 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	 * explicit and loudly reported weakening). */
 	s = conf_str(c->json, "sandbox", "identity");
 	if (s && strcmp(s, "per_run") && strcmp(s, "shared")) {
-		buf_addf(err,
-			 "config.json: sandbox.identity must be \"per_run\" or \"shared\", not "
-			 "\"%s\"",
-			 s);
-		return -1;
+		buf_addf(err, "%s: sandbox.identity must be \"per_run\" or \"shared\", not \"%s\"",
+			 path, s);
+		goto fail;
 	}
 	c->sandbox_identity =
 		s && !strcmp(s, "shared") ? SBX_IDENTITY_SHARED : SBX_IDENTITY_PER_RUN;
@@ -147,9 +212,13 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 	if (!c->home || !c->route_prefix || !c->runtime_dir || !c->bwrap || !c->registry_path ||
 	    !c->sandbox_cgroup) {
 		buf_adds(err, "out of memory");
-		return -1;
+		goto fail;
 	}
+	free(path);
 	return 0;
+fail:
+	free(path);
+	return -1;
 }
 
 void olp_config_release(struct olp_config *c)

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,26 @@ static struct olp_app app;
  * on Linux it also keeps idle threads from all waking for one connection. */
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* FCGX_Accept_r's failures (-errno) that pass: a lack of resources, a connection that went
+ * before it was taken. Anything else (the listening socket gone) ends the thread. */
+static bool accept_transient(int rc)
+{
+	switch (-rc) {
+	case EMFILE:
+	case ENFILE:
+	case ENOMEM:
+	case ENOBUFS:
+	case EINTR:
+	case ECONNABORTED:
+	case EAGAIN: return true;
+	default: return false;
+	}
+}
+
 static void *serve_thread(void *arg)
 {
 	FCGX_Request req;
+	unsigned accept_failing = 0;
 
 	(void)arg;
 	if (FCGX_InitRequest(&req, 0, 0) != 0) {
@@ -37,10 +55,24 @@ static void *serve_thread(void *arg)
 		pthread_mutex_lock(&accept_lock);
 		rc = FCGX_Accept_r(&req);
 		pthread_mutex_unlock(&accept_lock);
+		if (rc < 0 && accept_transient(rc)) {
+			/* Out of descriptors or memory for a moment (many runs at once, a
+			 * low RLIMIT_NOFILE): a thread that stopped here would never come
+			 * back, and a worker with none left holds its socket answering no one.
+			 * Wait and take the next connection; say so once per streak. */
+			if (!accept_failing++)
+				log_warnx(NULL, "FCGX_Accept_r: %s; retrying", strerror(-rc));
+			nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+			continue;
+		}
 		if (rc < 0) {
 			log_warnx(NULL, "FCGX_Accept_r: %d; thread stops", rc);
 			break;
 		}
+		if (accept_failing)
+			log_info(NULL, "FCGX_Accept_r: accepting again after %u failures",
+				 accept_failing);
+		accept_failing = 0;
 		io.envp = req.envp;
 		io.hangup_fd = req.ipcFd;
 		olp_handle(&app, &io);

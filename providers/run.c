@@ -185,6 +185,13 @@ static void fail(struct prov_outcome *out, enum prov_error e, const char *fmt, .
 	va_end(ap);
 }
 
+/* A spawn that failed for want of the worker's own resources (descriptors, memory,
+ * processes), which no provider could have had either. */
+static bool worker_exhausted(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOMEM || err == EAGAIN;
+}
+
 /* Turn how the process ended into the outcome a client sees. */
 static void map_result(const struct prov_provider *pv, const struct sbx_result *res,
 		       struct prov_outcome *out)
@@ -226,6 +233,16 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	case SBX_END_ABORTED: fail(out, PROV_ERR_CLIENT_GONE, "The client went away"); break;
 	case SBX_END_STOPPED: break;
 	case SBX_END_SPAWN_FAILED:
+		if (worker_exhausted(res->spawn_errno)) {
+			/* The worker's own resources, not the provider: no run can start here
+			 * now, whichever provider it is (503, as for a sandbox that cannot). */
+			fail(out, PROV_ERR_SANDBOX,
+			     "The sandbox for provider %s could not be set up (%s: %s); retry "
+			     "shortly",
+			     pv->name, res->spawn_stage ? res->spawn_stage : "spawn",
+			     strerror(res->spawn_errno));
+			break;
+		}
 		fail(out, PROV_ERR_SPAWN_FAILED,
 		     "Provider %s: its command could not be started (%s)", pv->name,
 		     res->spawn_stage ? res->spawn_stage : "spawn");

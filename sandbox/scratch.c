@@ -200,6 +200,32 @@ static void kill_stranded(const char *name)
 	closedir(d);
 }
 
+/* Whether pid is a process that still runs: not gone, and not a zombie either (a worker
+ * that exited and whose parent has not reaped it yet, as when the web server that started
+ * it is gone and init reaps late, uses its scratch dirs no more). */
+static bool pid_running(long pid)
+{
+	struct buf stat = BUF_INIT;
+	char path[64];
+	const char *close;
+	bool running;
+
+	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	if (buf_read_file(&stat, path, 4096) < 0) {
+		buf_release(&stat);
+		return true; /* cannot tell: keep its dirs */
+	}
+	/* "pid (comm) S …": comm may hold spaces and parentheses, the state follows the
+	 * last ')'. */
+	close = memrchr(stat.data, ')', stat.len);
+	running = !close || (size_t)(close - stat.data) + 2 >= stat.len ||
+		  (close[2] != 'Z' && close[2] != 'X');
+	buf_release(&stat);
+	return running;
+}
+
 /* Remove scratch dirs whose creating process no longer exists (a worker that crashed or
  * was killed mid-run), and whatever of their runs is still alive. Dirs of live processes
  * are left: another worker of the pool may be using them right now. */
@@ -227,7 +253,7 @@ void sbx_scratch_sweep_stale(void)
 		/* Past INT_MAX the cast to pid_t would name another process. */
 		if (end == de->d_name || *end != '-' || pid <= 0 || pid > INT_MAX)
 			continue;
-		if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		if (pid == (long)getpid() || pid_running(pid))
 			continue;
 		kill_stranded(de->d_name);
 		remove_named(de->d_name);

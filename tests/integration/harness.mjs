@@ -346,7 +346,8 @@ export class Server {
 
   // Stop lighttpd (it stops its workers), then make sure nothing of this
   // server is left running.  Throws if something is.
-  async stop() {
+  // keepDirs: leave the temp dirs (OLP_HOME…) for a next server (startServer({dirs})).
+  async stop({ keepDirs = false } = {}) {
     if (this.stopped) return;
     this.stopped = true;
     const workers = this.workerPids();
@@ -393,7 +394,7 @@ export class Server {
       process.stderr.write(log.split('\n').slice(-60).join('\n') + '\n');
     }
     if (process.env.OLP_IT_KEEP) process.stderr.write(`kept ${this.root}\n`);
-    else fs.rmSync(this.root, { recursive: true, force: true });
+    else if (!keepDirs) fs.rmSync(this.root, { recursive: true, force: true });
     if (problems.length) throw new Error(problems.join('\n'));
   }
 }
@@ -430,11 +431,12 @@ export async function startServer({
   env = {},
   ownerToken = 'olp_test_' + randomBytes(24).toString('base64url'),
   stage = null, // stageFor(user): run lighttpd and the workers as that user
+  dirs: reuse = null, // the dirs of a server stopped with keepDirs: same OLP_HOME, run dir
 } = {}) {
   if (!cfg.lighttpd) throw new Error('lighttpd not found (apt-get install lighttpd)');
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
-    const dirs = makeHome({ registry, config });
+    const dirs = reuse ?? makeHome({ registry, config });
     const port = await freePort();
     const childEnv = {
       ...passthroughEnv(),
