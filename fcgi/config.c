@@ -147,7 +147,7 @@ int olp_config_load(struct olp_config *c, struct buf *err)
 		c->json = json_object();
 	}
 	if (check_shape(c->json, path, err) || conf_count(c->json, "threads", 16, path, &n, err) ||
-	    conf_count(c->json, "max_body_bytes", 5 * 1024 * 1024, path, &m, err))
+	    conf_count(c->json, "max_body_bytes", (int64_t)5 * 1024 * 1024, path, &m, err))
 		goto fail;
 	/* Capped before it narrows: OLP_THREADS=4294967296 must not become 0 threads. */
 	u = env_u64("OLP_THREADS", (uint64_t)n);

@@ -62,7 +62,7 @@ static void *serve_thread(void *arg)
 			 * Wait and take the next connection; say so once per streak. */
 			if (!accept_failing++)
 				log_warnx(NULL, "FCGX_Accept_r: %s; retrying", strerror(-rc));
-			nanosleep(&(struct timespec){ .tv_nsec = 100 * 1000 * 1000 }, NULL);
+			nanosleep(&(struct timespec){ .tv_nsec = 100L * 1000 * 1000 }, NULL);
 			continue;
 		}
 		if (rc < 0) {
