@@ -630,24 +630,23 @@ static void test_parse_u64(void)
 
 /* ---- logging ------------------------------------------------------------------------------ */
 
+struct plain_fn {
+	void (*fn)(void);
+};
+
+static void run_plain(void *arg)
+{
+	((struct plain_fn *)arg)->fn();
+}
+
 /* Run fn with stderr redirected to a file; return what it wrote. */
 static void capture_stderr(void (*fn)(void), struct buf *out)
 {
+	struct plain_fn f = { fn };
 	char path[256];
-	int fd, saved;
 
 	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	CU_ASSERT_FATAL(fd >= 0);
-	(void)fflush(stderr);
-	saved = dup(STDERR_FILENO);
-	CU_ASSERT_FATAL(saved >= 0);
-	CU_ASSERT_FATAL(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
-	fn();
-	(void)fflush(stderr);
-	dup2(saved, STDERR_FILENO);
-	close(saved);
-	close(fd);
+	CU_ASSERT_FATAL(ts_capture_stderr(path, run_plain, &f) == 0);
 	buf_reset(out);
 	CU_ASSERT_EQUAL(buf_read_file(out, path, 1 << 20), 0);
 }

@@ -979,19 +979,9 @@ static void test_registry_limits(void)
 static void capture_stderr(void (*fn)(void *), void *arg, struct buf *out)
 {
 	char path[64];
-	int fd, saved;
 
 	snprintf(path, sizeof(path), "%s/stderr", tmpdir);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	CU_ASSERT_FATAL(fd >= 0);
-	(void)fflush(stderr);
-	saved = dup(STDERR_FILENO);
-	CU_ASSERT_FATAL(saved >= 0 && dup2(fd, STDERR_FILENO) == STDERR_FILENO);
-	fn(arg);
-	(void)fflush(stderr);
-	CU_ASSERT_FATAL(dup2(saved, STDERR_FILENO) == STDERR_FILENO);
-	close(saved);
-	close(fd);
+	CU_ASSERT_FATAL(ts_capture_stderr(path, fn, arg) == 0);
 	buf_reset(out);
 	CU_ASSERT_EQUAL(buf_read_file(out, path, 1 << 20), 0);
 	unlink(path);

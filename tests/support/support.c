@@ -1,4 +1,8 @@
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "tests/support/support.h"
 #include "common/banned.h"
@@ -40,4 +44,28 @@ bool ts_valid_utf8(const unsigned char *s, size_t n)
 		i += len;
 	}
 	return true;
+}
+
+int ts_capture_stderr(const char *path, void (*fn)(void *), void *arg)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), saved, ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	(void)fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	if (saved < 0 || dup2(fd, STDERR_FILENO) != STDERR_FILENO) {
+		ret = -errno;
+		if (saved >= 0)
+			close(saved);
+		close(fd);
+		return ret;
+	}
+	fn(arg);
+	(void)fflush(stderr);
+	if (dup2(saved, STDERR_FILENO) != STDERR_FILENO)
+		ret = -errno;
+	close(saved);
+	close(fd);
+	return ret;
 }

@@ -8,5 +8,8 @@
 
 /* Strict UTF-8: shortest forms only, no surrogates, nothing above U+10FFFF. */
 bool ts_valid_utf8(const unsigned char *s, size_t n);
+/* Run fn(arg) with stderr going to the file path (created or truncated), then put stderr
+ * back: the caller reads what fn logged from path. 0 or -errno (stderr is as it was). */
+int ts_capture_stderr(const char *path, void (*fn)(void *), void *arg);
 
 #endif
