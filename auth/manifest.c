@@ -21,15 +21,6 @@ void key_record_release(struct key_record *r)
 	r->n_providers = 0;
 }
 
-static char *xstrdup(const char *s)
-{
-	char *p = strdup(s);
-
-	if (!p)
-		abort(); /* as struct buf: a worker can do nothing useful without memory */
-	return p;
-}
-
 void key_record_copy(struct key_record *dst, const struct key_record *src)
 {
 	size_t i;

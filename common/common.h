@@ -53,6 +53,49 @@ ssize_t buf_read_once(struct buf *b, int fd, size_t hint);
 /* Read the whole file at path (at most max bytes): 0, or -errno (-EFBIG when larger). */
 int buf_read_file(struct buf *b, const char *path, size_t max);
 
+/* ---- memory and string vectors ----------------------------------------------------
+ * One out-of-memory policy for the whole tree: allocation failure aborts, as struct buf
+ * does (a worker can answer nothing useful without memory, and a half-built request is
+ * worse than a restarted worker). So nothing returns -ENOMEM; code that used to check
+ * for it calls these instead. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+/* realloc to nmemb * size bytes, aborting on overflow as on failure. */
+void *xreallocarray(void *p, size_t nmemb, size_t size);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+
+/* struct strv: a growable vector of owned C strings, for argv, envp and lists.
+ * Invariants (after STRV_INIT / strv_init and until strv_release):
+ *  - v->v is NULL while v->n == 0 and nothing was pushed; after the first push it is
+ *    NULL-terminated (v->v[v->n] == NULL), so it can be passed to execve as is;
+ *  - every element is a heap copy owned by the vector. */
+struct strv {
+	char **v;
+	size_t n;
+	size_t cap;
+};
+
+#define STRV_INIT { .v = NULL, .n = 0, .cap = 0 }
+
+void strv_init(struct strv *v);
+/* Free every element and the array; v is left initialised and empty. */
+void strv_release(struct strv *v);
+/* Append a copy of s. */
+void strv_push(struct strv *v, const char *s);
+void strv_pushf(struct strv *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s itself: the vector takes ownership of it. */
+void strv_push_take(struct strv *v, char *s);
+/* For an environment vector ("NAME=value"): replace NAME's entry, or append one.
+ * -EINVAL when name is empty or holds '='. */
+int strv_setenv(struct strv *v, const char *name, const char *value);
+/* The index of the first element equal to s, or -1. */
+ssize_t strv_find(const struct strv *v, const char *s);
+/* Hand the NULL-terminated array to the caller (free each element, then the array);
+ * v is left initialised and empty. Never NULL: an empty vector gives { NULL }. */
+char **strv_detach(struct strv *v, size_t *n);
+
 /* ---- logging ------------------------------------------------------------------------
  * One JSON object per line on stderr (lighttpd puts a FastCGI worker's stderr in its
  * error log). The _x variants leave errno out; the others append strerror(errno).

@@ -854,6 +854,58 @@ static void test_write_all_until(void)
 	free(data);
 }
 
+static void test_strv(void)
+{
+	struct strv v = STRV_INIT;
+	char **arr;
+	size_t i, n;
+
+	CU_ASSERT_PTR_NULL(v.v);
+	for (i = 0; i < 100; i++)
+		strv_pushf(&v, "item-%zu", i);
+	CU_ASSERT_EQUAL(v.n, 100);
+	CU_ASSERT_STRING_EQUAL(v.v[0], "item-0");
+	CU_ASSERT_STRING_EQUAL(v.v[99], "item-99");
+	CU_ASSERT_PTR_NULL(v.v[100]);
+	CU_ASSERT_EQUAL(strv_find(&v, "item-42"), 42);
+	CU_ASSERT_EQUAL(strv_find(&v, "item-100"), -1);
+	strv_pushf(&v, "%s", "");
+	CU_ASSERT_STRING_EQUAL(v.v[100], "");
+	strv_push_take(&v, xstrdup("taken"));
+	CU_ASSERT_STRING_EQUAL(v.v[101], "taken");
+	CU_ASSERT_PTR_NULL(v.v[102]);
+	strv_release(&v);
+	CU_ASSERT_PTR_NULL(v.v);
+	CU_ASSERT_EQUAL(v.n, 0);
+
+	/* setenv replaces NAME's entry only, never a NAME prefix of another. */
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOME", "/a"), 0);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOMEDIR", "/b"), 0);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOME", "/c"), 0);
+	CU_ASSERT_EQUAL(v.n, 2);
+	CU_ASSERT_STRING_EQUAL(v.v[0], "HOME=/c");
+	CU_ASSERT_STRING_EQUAL(v.v[1], "HOMEDIR=/b");
+	CU_ASSERT_EQUAL(strv_setenv(&v, "", "x"), -EINVAL);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "A=B", "x"), -EINVAL);
+	CU_ASSERT_EQUAL(v.n, 2);
+
+	arr = strv_detach(&v, &n);
+	CU_ASSERT_EQUAL(n, 2);
+	CU_ASSERT_STRING_EQUAL(arr[1], "HOMEDIR=/b");
+	CU_ASSERT_PTR_NULL(arr[2]);
+	CU_ASSERT_PTR_NULL(v.v);
+	for (i = 0; i < n; i++)
+		free(arr[i]);
+	free(arr);
+
+	/* An empty vector detaches as a NULL-terminated empty array, never NULL. */
+	arr = strv_detach(&v, &n);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(arr);
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT_PTR_NULL(arr[0]);
+	free(arr);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -880,6 +932,7 @@ int main(void)
 	CU_add_test(s, "parse_json_int", test_parse_json_int);
 	CU_add_test(s, "logging JSON lines", test_logging);
 	CU_add_test(s, "utilities", test_utils);
+	CU_add_test(s, "strv push, find, setenv, detach", test_strv);
 	CU_add_test(s, "write_all_until: a reader that stops reading", test_write_all_until);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
