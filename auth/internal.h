@@ -114,7 +114,4 @@ void audit_log_init(struct audit_log *a, char *dir);
 void audit_log_release(struct audit_log *a);
 void audit_log_write(struct audit_log *a, const struct audit_record *rec);
 
-/* Join dir and name into out (size n): 0 or -ENAMETOOLONG. */
-int path_join(char *out, size_t n, const char *dir, const char *name);
-
 #endif

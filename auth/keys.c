@@ -71,7 +71,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 		snprintf(fix, sizeof(fix), "chmod go-w '%s'", olp_home);
 		return insecure(msg, olp_home, sb.st_mode, fix);
 	}
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	if (lstat(keys, &sb) < 0)
 		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot stat", keys);
@@ -86,7 +86,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (path_join(path, sizeof(path), keys, de->d_name) || lstat(path, &sb) < 0)
+		if (path_join_buf(path, sizeof(path), keys, de->d_name) || lstat(path, &sb) < 0)
 			continue;
 		if (sb.st_mode & 077) {
 			res = insecure(msg, path, sb.st_mode, fix);
@@ -96,7 +96,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 			continue;
 		snprintf(rel, sizeof(rel), "%s/manifest.json", de->d_name);
 		if (fstatat(dirfd(d), rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 && (sb.st_mode & 077)) {
-			(void)path_join(path, sizeof(path), keys, rel);
+			(void)path_join_buf(path, sizeof(path), keys, rel);
 			res = insecure(msg, path, sb.st_mode, fix);
 		}
 	}
@@ -259,7 +259,7 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
 	}
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	ret = mkdir_0700(olp_home);
 	if (!ret)
@@ -360,7 +360,7 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	iso_time_now(ra.when);
 	ret = manifest_update(keys, id, revoke_edit, &ra);
@@ -434,7 +434,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	d = opendir(keys);
 	if (!d)

@@ -54,13 +54,6 @@ bool file_sig_equal(const struct file_sig *a, const struct file_sig *b)
 	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
-int path_join(char *out, size_t n, const char *dir, const char *name)
-{
-	int len = snprintf(out, n, "%s/%s", dir, name);
-
-	return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
-}
-
 void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
 {
 	long ms = ts->tv_nsec / 1000000;
@@ -256,7 +249,7 @@ static int open_key_dir(const char *keys_dir, const char *id)
 
 	if (!auth_id_valid(id))
 		return -ENOENT;
-	if (path_join(path, sizeof(path), keys_dir, id))
+	if (path_join_buf(path, sizeof(path), keys_dir, id))
 		return -ENAMETOOLONG;
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	return fd < 0 ? -errno : fd;

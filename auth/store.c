@@ -624,14 +624,6 @@ void auth_touch(struct auth_store *st, const struct auth_identity *id)
 
 /* ---- lifecycle --------------------------------------------------------------------- */
 
-static char *path_dup(const char *dir, const char *name)
-{
-	struct buf b = BUF_INIT;
-
-	buf_addf(&b, "%s/%s", dir, name);
-	return buf_detach(&b, NULL);
-}
-
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt)
 {
 	struct auth_store *st;
@@ -657,7 +649,7 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 		errno = ENOMEM;
 		return NULL;
 	}
-	st->keys_dir = path_dup(olp_home, "keys");
+	st->keys_dir = path_join(olp_home, "keys");
 	if (opt) {
 		st->allow_anonymous = opt->allow_anonymous;
 		/* Only the hash is kept: the token itself never lives in our memory. */
@@ -672,7 +664,7 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 	pthread_mutex_init(&st->touch_lock, NULL);
 	pthread_cond_init(&st->touch_cond, NULL);
 	atomic_init(&st->stale, false);
-	audit_log_init(&st->audit, path_dup(olp_home, "logs"));
+	audit_log_init(&st->audit, path_join(olp_home, "logs"));
 
 	if (stat(st->keys_dir, &sb) == 0 && (sb.st_mode & 077))
 		log_warnx(NULL, "auth: %s is accessible to group or others; run: chmod -R go= %s",

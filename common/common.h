@@ -144,6 +144,10 @@ int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms);
 int wait_writable(int fd, uint64_t deadline_ms);
 /* Free-floating secure random hex id of n random bytes into out (2n+1 bytes). */
 void random_hex(char *out, size_t nbytes);
+/* "dir/name" in a new string (free() it). */
+char *path_join(const char *dir, const char *name);
+/* "dir/name" into out (n bytes): 0, or -ENAMETOOLONG when it does not fit. */
+int path_join_buf(char *out, size_t n, const char *dir, const char *name);
 /* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 

@@ -297,3 +297,18 @@ int parse_u64(const char *s, uint64_t *out)
 	*out = v;
 	return 0;
 }
+
+char *path_join(const char *dir, const char *name)
+{
+	struct buf b = BUF_INIT;
+
+	buf_addf(&b, "%s/%s", dir, name);
+	return buf_detach(&b, NULL);
+}
+
+int path_join_buf(char *out, size_t n, const char *dir, const char *name)
+{
+	int len = snprintf(out, n, "%s/%s", dir, name);
+
+	return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
+}

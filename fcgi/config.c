@@ -15,14 +15,6 @@
 #define OLP_DEFAULT_REGISTRY "/usr/share/olp/models-registry.json"
 #endif
 
-static char *path_join(const char *a, const char *b)
-{
-	struct buf p = BUF_INIT;
-
-	buf_addf(&p, "%s/%s", a, b);
-	return buf_detach(&p, NULL);
-}
-
 static bool file_exists(const char *path)
 {
 	struct stat st;
