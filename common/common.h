@@ -77,7 +77,10 @@ struct strv {
 	size_t cap;
 };
 
-#define STRV_INIT { .v = NULL, .n = 0, .cap = 0 }
+#define STRV_INIT                           \
+	{                                   \
+		.v = NULL, .n = 0, .cap = 0 \
+	}
 
 void strv_init(struct strv *v);
 /* Free every element and the array; v is left initialised and empty. */
