@@ -10,7 +10,7 @@
 #include "auth/internal.h"
 #include "common/banned.h"
 
-void key_record_release(struct key_record *r)
+void auth_key_record_release(struct auth_key_record *r)
 {
 	size_t i;
 
@@ -21,7 +21,7 @@ void key_record_release(struct key_record *r)
 	r->n_providers = 0;
 }
 
-void key_record_copy(struct key_record *dst, const struct key_record *src)
+void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src)
 {
 	size_t i;
 
@@ -36,7 +36,7 @@ void key_record_copy(struct key_record *dst, const struct key_record *src)
 		dst->providers[i] = xstrdup(src->providers[i]);
 }
 
-void file_sig_from_stat(struct file_sig *s, const struct stat *sb)
+void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)
 {
 	memset(s, 0, sizeof(*s));
 	s->dev = sb->st_dev;
@@ -47,14 +47,14 @@ void file_sig_from_stat(struct file_sig *s, const struct stat *sb)
 	s->ctime = sb->st_ctim;
 }
 
-bool file_sig_equal(const struct file_sig *a, const struct file_sig *b)
+bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_sig *b)
 {
 	return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->nlink == b->nlink &&
 	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
 	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
-void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
+static void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
 {
 	long ms = ts->tv_nsec / 1000000;
 	struct tm tm;
@@ -70,7 +70,7 @@ void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
 	out[n] = '\0';
 }
 
-void iso_time_now(char out[AUTH_ISO_MAX])
+void auth_iso_time_now(char out[AUTH_ISO_MAX])
 {
 	struct timespec ts;
 
@@ -79,7 +79,7 @@ void iso_time_now(char out[AUTH_ISO_MAX])
 }
 
 /* providers_enabled: "*" or an array of non-empty strings. */
-static int parse_providers(json_t *v, struct key_record *rec, const char **why)
+static int parse_providers(json_t *v, struct auth_key_record *rec, const char **why)
 {
 	size_t i, n;
 
@@ -113,9 +113,10 @@ static int parse_providers(json_t *v, struct key_record *rec, const char **why)
 	return 0;
 }
 
-int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why)
+int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
+			const char **why)
 {
-	struct key_record tmp = { 0 };
+	struct auth_key_record tmp = { 0 };
 	json_t *v;
 	const char *s;
 	int ret = -EINVAL;
@@ -174,7 +175,7 @@ int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, con
 		tmp.n_providers = 0;
 	}
 out:
-	key_record_release(&tmp);
+	auth_key_record_release(&tmp);
 	return ret;
 }
 
@@ -196,7 +197,8 @@ static int read_fd(int fd, struct buf *b)
 
 /* Read and validate dirfd/manifest.json, the manifest of key dir_id. */
 static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
-			    struct key_record *rec, struct file_sig *sig, const char **why)
+			    struct auth_key_record *rec, struct auth_file_sig *sig,
+			    const char **why)
 {
 	struct buf text = BUF_INIT;
 	struct stat sb;
@@ -218,7 +220,7 @@ static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
 		goto out_close;
 	}
 	if (sig)
-		file_sig_from_stat(sig, &sb);
+		auth_file_sig_from_stat(sig, &sb);
 	ret = read_fd(fd, &text);
 	if (ret == -EFBIG) {
 		*why = "manifest.json is too large";
@@ -232,7 +234,7 @@ static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
 		ret = -EINVAL;
 		goto out_close;
 	}
-	ret = manifest_check(root, dir_id, rec, why);
+	ret = auth_manifest_check(root, dir_id, rec, why);
 	if (ret == 0 && root_out)
 		*root_out = steal_pointer(&root);
 out_close:
@@ -255,8 +257,8 @@ static int open_key_dir(const char *keys_dir, const char *id)
 	return fd < 0 ? -errno : fd;
 }
 
-int manifest_load(const char *keys_dir, const char *id, json_t **root, struct key_record *rec,
-		  struct file_sig *sig, const char **why)
+int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
+		       struct auth_key_record *rec, struct auth_file_sig *sig, const char **why)
 {
 	int dirfd, ret;
 
@@ -269,7 +271,7 @@ int manifest_load(const char *keys_dir, const char *id, json_t **root, struct ke
 	return ret;
 }
 
-int manifest_write_at(int dirfd, json_t *root)
+int auth_manifest_write_at(int dirfd, json_t *root)
 {
 	char tmp[64], rnd[9];
 	char *text;
@@ -308,10 +310,11 @@ out_free:
 	return ret;
 }
 
-int manifest_update(const char *keys_dir, const char *id,
-		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg)
+int auth_manifest_update(const char *keys_dir, const char *id,
+			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
+			 void *arg)
 {
-	struct key_record rec = { 0 };
+	struct auth_key_record rec = { 0 };
 	json_t *root = NULL;
 	const char *why;
 	int dirfd, ret;
@@ -332,14 +335,14 @@ int manifest_update(const char *keys_dir, const char *id,
 		goto out_close; /* closing the fd drops the lock */
 	ret = edit(root, &rec, arg);
 	if (ret == 1) {
-		int w = manifest_write_at(dirfd, root);
+		int w = auth_manifest_write_at(dirfd, root);
 
 		if (w)
 			ret = w;
 	}
 out_close:
 	json_decref(root);
-	key_record_release(&rec);
+	auth_key_record_release(&rec);
 	close(dirfd);
 	return ret;
 }

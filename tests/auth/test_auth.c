@@ -156,7 +156,7 @@ static void test_hash(void)
 
 #define GOOD_HASH "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
-static int check_text(const char *text, const char *dir_id, struct key_record *rec,
+static int check_text(const char *text, const char *dir_id, struct auth_key_record *rec,
 		      const char **why)
 {
 	json_t *root = json_loads(text, 0, NULL);
@@ -166,14 +166,14 @@ static int check_text(const char *text, const char *dir_id, struct key_record *r
 		*why = "not valid JSON";
 		return -EINVAL;
 	}
-	ret = manifest_check(root, dir_id, rec, why);
+	ret = auth_manifest_check(root, dir_id, rec, why);
 	json_decref(root);
 	return ret;
 }
 
 static void test_manifest_valid(void)
 {
-	struct key_record rec = { 0 };
+	struct auth_key_record rec = { 0 };
 	const char *why = NULL;
 
 	CU_ASSERT_EQUAL_FATAL(
@@ -189,7 +189,7 @@ static void test_manifest_valid(void)
 	CU_ASSERT_FALSE(rec.all_providers);
 	CU_ASSERT_EQUAL_FATAL(rec.n_providers, 2);
 	CU_ASSERT_STRING_EQUAL(rec.providers[1], "codex");
-	key_record_release(&rec);
+	auth_key_record_release(&rec);
 
 	CU_ASSERT_EQUAL_FATAL(
 		check_text(
@@ -201,7 +201,7 @@ static void test_manifest_valid(void)
 	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_OWNER);
 	CU_ASSERT(rec.all_providers);
 	CU_ASSERT(rec.revoked);
-	key_record_release(&rec);
+	auth_key_record_release(&rec);
 }
 
 static void test_manifest_invalid(void)
@@ -250,7 +250,7 @@ static void test_manifest_invalid(void)
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(bad); i++) {
-		struct key_record rec = { 0 };
+		struct auth_key_record rec = { 0 };
 		const char *why = NULL;
 
 		CU_ASSERT_EQUAL(check_text(bad[i].text, "abcd1234", &rec, &why), -EINVAL);
