@@ -380,14 +380,7 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 
 static char *dup_str_or_null(json_t *v)
 {
-	char *s;
-
-	if (!json_is_string(v))
-		return NULL;
-	s = strdup(json_string_value(v));
-	if (!s)
-		abort();
-	return s;
+	return json_is_string(v) ? xstrdup(json_string_value(v)) : NULL;
 }
 
 static int cmp_info(const void *a, const void *b)
@@ -461,9 +454,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		}
 		if (out->n == cap) {
 			cap = cap ? 2 * cap : 16;
-			out->keys = realloc(out->keys, cap * sizeof(*out->keys));
-			if (!out->keys)
-				abort();
+			out->keys = xreallocarray(out->keys, cap, sizeof(*out->keys));
 		}
 		k = &out->keys[out->n++];
 		memset(k, 0, sizeof(*k));

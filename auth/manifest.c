@@ -29,9 +29,7 @@ void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_rec
 	dst->providers = NULL;
 	if (!src->n_providers)
 		return;
-	dst->providers = calloc(src->n_providers, sizeof(*dst->providers));
-	if (!dst->providers)
-		abort();
+	dst->providers = xcalloc(src->n_providers, sizeof(*dst->providers));
 	for (i = 0; i < src->n_providers; i++)
 		dst->providers[i] = xstrdup(src->providers[i]);
 }
@@ -104,9 +102,7 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 	rec->n_providers = 0;
 	if (!n)
 		return 0;
-	rec->providers = calloc(n, sizeof(*rec->providers));
-	if (!rec->providers)
-		abort();
+	rec->providers = xcalloc(n, sizeof(*rec->providers));
 	for (i = 0; i < n; i++)
 		rec->providers[rec->n_providers++] =
 			xstrdup(json_string_value(json_array_get(v, i)));

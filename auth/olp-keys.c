@@ -196,9 +196,9 @@ static char *resolve_home(const struct opts *o)
 	struct buf b = BUF_INIT;
 
 	if (o->olp_home)
-		return strdup(o->olp_home);
+		return xstrdup(o->olp_home);
 	if (env && *env)
-		return strdup(env);
+		return xstrdup(env);
 	if (!home || !*home) {
 		pw = getpwuid(getuid());
 		home = pw ? pw->pw_dir : NULL;

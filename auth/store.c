@@ -149,9 +149,7 @@ static void index_finish(struct key_index *idx)
 	if (idx->n)
 		qsort(idx->v, idx->n, sizeof(*idx->v), cmp_entry_id);
 	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
-	idx->by_hash = calloc(idx->n ? idx->n : 1, sizeof(*idx->by_hash));
-	if (!idx->by_hash)
-		abort();
+	idx->by_hash = xcalloc(idx->n, sizeof(*idx->by_hash));
 	for (i = 0; i < idx->n; i++)
 		if (idx->v[i].valid)
 			idx->by_hash[n++] = &idx->v[i];
@@ -188,9 +186,7 @@ static struct key_index *index_scan(struct auth_store *st)
 	size_t cap = 0;
 	DIR *d;
 
-	idx = calloc(1, sizeof(*idx));
-	if (!idx)
-		abort();
+	idx = xcalloc(1, sizeof(*idx));
 	d = opendir(st->keys_dir);
 	if (!d) {
 		if (errno != ENOENT)
@@ -221,9 +217,7 @@ static struct key_index *index_scan(struct auth_store *st)
 			continue; /* not a key directory (yet): nothing to say */
 		if (idx->n == cap) {
 			cap = cap ? 2 * cap : 64;
-			idx->v = realloc(idx->v, cap * sizeof(*idx->v));
-			if (!idx->v)
-				abort();
+			idx->v = xreallocarray(idx->v, cap, sizeof(*idx->v));
 		}
 		e = &idx->v[idx->n];
 		memset(e, 0, sizeof(*e));
@@ -328,14 +322,9 @@ static void identity_fill(struct auth_identity *out, const char *id, enum auth_t
 	out->all_providers = all;
 	if (all || !n)
 		return;
-	out->providers = calloc(n, sizeof(*out->providers));
-	if (!out->providers)
-		abort();
-	for (i = 0; i < n; i++) {
-		out->providers[i] = strdup(providers[i]);
-		if (!out->providers[i])
-			abort();
-	}
+	out->providers = xcalloc(n, sizeof(*out->providers));
+	for (i = 0; i < n; i++)
+		out->providers[i] = xstrdup(providers[i]);
 	out->n_providers = n;
 }
 
@@ -588,9 +577,7 @@ static void touch_enqueue(struct auth_store *st, const char *id)
 	}
 	if (st->touch_n == st->touch_cap) {
 		st->touch_cap = st->touch_cap ? 2 * st->touch_cap : 16;
-		st->touch_q = realloc(st->touch_q, st->touch_cap * sizeof(*st->touch_q));
-		if (!st->touch_q)
-			abort();
+		st->touch_q = xreallocarray(st->touch_q, st->touch_cap, sizeof(*st->touch_q));
 	}
 	r = &st->touch_q[st->touch_n++];
 	snprintf(r->id, sizeof(r->id), "%s", id);
@@ -641,15 +628,8 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 		errno = -ret;
 		return NULL;
 	}
-	st = calloc(1, sizeof(*st));
-	if (!st)
-		return NULL;
-	st->olp_home = strdup(olp_home);
-	if (!st->olp_home) {
-		free(st);
-		errno = ENOMEM;
-		return NULL;
-	}
+	st = xcalloc(1, sizeof(*st));
+	st->olp_home = xstrdup(olp_home);
 	st->keys_dir = path_join(olp_home, "keys");
 	if (opt) {
 		st->allow_anonymous = opt->allow_anonymous;

@@ -62,10 +62,8 @@ static int run_size(size_t nkeys, size_t iters)
 	size_t i, c;
 	int ret = 1;
 
-	tokens = calloc(nkeys, sizeof(*tokens));
-	ns = calloc(iters, sizeof(*ns));
-	if (!tokens || !ns)
-		abort();
+	tokens = xcalloc(nkeys, sizeof(*tokens));
+	ns = xcalloc(iters, sizeof(*ns));
 	for (i = 0; i < nkeys; i++) {
 		struct auth_new_key k;
 		struct buf msg = BUF_INIT;

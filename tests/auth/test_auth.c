@@ -704,11 +704,10 @@ static void *mt_worker(void *arg)
 static void test_threads(void)
 {
 	char *home = tu_mkhome();
-	struct mt_ctx *c = calloc(1, sizeof(*c));
+	struct mt_ctx *c = xcalloc(1, sizeof(*c));
 	pthread_t th[MT_THREADS];
 	int i;
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	for (i = 0; i < MT_KEYS / 2; i++)
 		make_key(home, "mt", AUTH_TIER_GUEST, NULL, 0, &c->keys[i]);
 	atomic_store(&c->ready, MT_KEYS / 2);

@@ -194,8 +194,7 @@ static void test_buf_addf(void)
 	CU_ASSERT_STRING_EQUAL(b.data, "42-x-y");
 
 	/* Longer than any initial capacity, from both an empty and a non-empty buffer. */
-	big = malloc(n + 1);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+	big = xmalloc(n + 1);
 	for (i = 0; i < n; i++)
 		big[i] = (char)('A' + i % 23);
 	big[n] = '\0';
@@ -244,9 +243,8 @@ static void test_buf_read_file(void)
 {
 	struct buf b = BUF_INIT;
 	size_t n = 200000, i;
-	char *data = malloc(n), *path;
+	char *data = xmalloc(n), *path;
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(data);
 	for (i = 0; i < n; i++)
 		data[i] = (char)(i * 7 + 3); /* includes NUL bytes */
 	path = write_tmp("big", data, n);
@@ -793,13 +791,12 @@ static void *slow_read(void *arg)
 static void test_write_all_until(void)
 {
 	size_t big = 4u << 20;
-	char *data = malloc(big);
+	char *data = xmalloc(big);
 	struct slow_reader r = { .got = BUF_INIT };
 	pthread_t th;
 	uint64_t t0, ms;
 	int sv[2], pp[2];
 
-	CU_ASSERT_FATAL(data != NULL);
 	for (size_t i = 0; i < big; i++)
 		data[i] = (char)('a' + i % 26);
 
