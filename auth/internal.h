@@ -53,8 +53,7 @@ struct auth_key_record {
 	enum auth_tier tier; /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
 	bool revoked;	     /* revoked_at is not null */
 	bool all_providers;
-	char **providers;
-	size_t n_providers;
+	struct strv providers; /* when !all_providers; zeroed is empty */
 };
 
 void auth_key_record_release(struct auth_key_record *r);

@@ -463,9 +463,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		k->tier = rec.tier;
 		k->revoked = rec.revoked;
 		k->all_providers = rec.all_providers;
-		k->providers = steal_pointer(&rec.providers);
-		k->n_providers = rec.n_providers;
-		rec.n_providers = 0;
+		k->providers = strv_detach(&rec.providers, &k->n_providers);
 		k->created_at = dup_str_or_null(json_object_get(root, "created_at"));
 		k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
 		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));

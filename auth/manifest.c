@@ -12,13 +12,7 @@
 
 void auth_key_record_release(struct auth_key_record *r)
 {
-	size_t i;
-
-	for (i = 0; i < r->n_providers; i++)
-		free(r->providers[i]);
-	free(r->providers);
-	r->providers = NULL;
-	r->n_providers = 0;
+	strv_release(&r->providers);
 }
 
 void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src)
@@ -26,12 +20,9 @@ void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_rec
 	size_t i;
 
 	*dst = *src;
-	dst->providers = NULL;
-	if (!src->n_providers)
-		return;
-	dst->providers = xcalloc(src->n_providers, sizeof(*dst->providers));
-	for (i = 0; i < src->n_providers; i++)
-		dst->providers[i] = xstrdup(src->providers[i]);
+	strv_init(&dst->providers);
+	for (i = 0; i < src->providers.n; i++)
+		strv_push(&dst->providers, src->providers.v[i]);
 }
 
 void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)
@@ -99,13 +90,8 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 		}
 	}
 	rec->all_providers = false;
-	rec->n_providers = 0;
-	if (!n)
-		return 0;
-	rec->providers = xcalloc(n, sizeof(*rec->providers));
 	for (i = 0; i < n; i++)
-		rec->providers[rec->n_providers++] =
-			xstrdup(json_string_value(json_array_get(v, i)));
+		strv_push(&rec->providers, json_string_value(json_array_get(v, i)));
 	return 0;
 }
 
@@ -167,8 +153,7 @@ int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record
 		goto out;
 	if (rec) {
 		*rec = tmp;
-		tmp.providers = NULL;
-		tmp.n_providers = 0;
+		strv_init(&tmp.providers); /* moved to rec */
 	}
 out:
 	auth_key_record_release(&tmp);

@@ -311,26 +311,27 @@ static bool store_refresh(struct auth_store *st)
 
 /* ---- identities -------------------------------------------------------------------- */
 
+/* providers is copied; NULL (no list) when all or empty. */
 static void identity_fill(struct auth_identity *out, const char *id, enum auth_tier tier, bool all,
-			  char *const *providers, size_t n)
+			  const struct strv *providers)
 {
+	struct strv copy = STRV_INIT;
 	size_t i;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->key_id, sizeof(out->key_id), "%s", id);
 	out->tier = tier;
 	out->all_providers = all;
-	if (all || !n)
+	if (all || !providers || !providers->n)
 		return;
-	out->providers = xcalloc(n, sizeof(*out->providers));
-	for (i = 0; i < n; i++)
-		out->providers[i] = xstrdup(providers[i]);
-	out->n_providers = n;
+	for (i = 0; i < providers->n; i++)
+		strv_push(&copy, providers->v[i]);
+	out->providers = strv_detach(&copy, &out->n_providers);
 }
 
 static void identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
 {
-	identity_fill(out, r->id, r->tier, r->all_providers, r->providers, r->n_providers);
+	identity_fill(out, r->id, r->tier, r->all_providers, &r->providers);
 }
 
 void auth_identity_release(struct auth_identity *id)
@@ -486,14 +487,14 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 	if (!tok) {
 		if (!st->allow_anonymous)
 			return AUTH_ERR_REQUIRED;
-		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, true, NULL, 0);
+		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, true, NULL);
 		return AUTH_OK;
 	}
 	if (len > AUTH_TOKEN_MAX)
 		return AUTH_ERR_INVALID;
 	auth_hash_token(tok, len, hash);
 	if (st->have_env_owner && sodium_memcmp(hash, st->env_hash, AUTH_HASH_BYTES) == 0) {
-		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL, 0);
+		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL);
 		return AUTH_OK;
 	}
 	res = store_lookup(st, hash, out);

@@ -187,8 +187,8 @@ static void test_manifest_valid(void)
 	CU_ASSERT_EQUAL(rec.tier, AUTH_TIER_GUEST);
 	CU_ASSERT_FALSE(rec.revoked);
 	CU_ASSERT_FALSE(rec.all_providers);
-	CU_ASSERT_EQUAL_FATAL(rec.n_providers, 2);
-	CU_ASSERT_STRING_EQUAL(rec.providers[1], "codex");
+	CU_ASSERT_EQUAL_FATAL(rec.providers.n, 2);
+	CU_ASSERT_STRING_EQUAL(rec.providers.v[1], "codex");
 	auth_key_record_release(&rec);
 
 	CU_ASSERT_EQUAL_FATAL(
@@ -258,7 +258,7 @@ static void test_manifest_invalid(void)
 		if (strcmp(why, bad[i].why) != 0)
 			fprintf(stderr, "case %zu: got \"%s\", want \"%s\"\n", i, why, bad[i].why);
 		CU_ASSERT_STRING_EQUAL(why, bad[i].why);
-		CU_ASSERT_EQUAL(rec.n_providers, 0);
+		CU_ASSERT_EQUAL(rec.providers.n, 0);
 	}
 }
 
