@@ -105,30 +105,30 @@ int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record
 
 	if (!json_is_object(root)) {
 		*why = "not a JSON object";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "schema_version");
 	if (!json_is_integer(v) || json_integer_value(v) != 1) {
 		*why = "schema_version is not 1";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "id");
 	if (!json_is_string(v) || strcmp(json_string_value(v), dir_id) != 0 ||
 	    !auth_id_valid(dir_id)) {
 		*why = "id does not match its directory";
-		goto out;
+		goto out_release_tmp;
 	}
 	snprintf(tmp.id, sizeof(tmp.id), "%s", dir_id);
 	/* Absent means sha256, the only algorithm the Node OLP ever wrote. */
 	v = json_object_get(root, "token_hash_algo");
 	if (v && !(json_is_string(v) && strcmp(json_string_value(v), "sha256") == 0)) {
 		*why = "token_hash_algo is not sha256";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "token_hash");
 	if (!json_is_string(v) || auth_hash_from_hex(json_string_value(v), tmp.hash) != 0) {
 		*why = "token_hash is not 64 hex digits";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "owner_tier");
 	s = json_is_string(v) ? json_string_value(v) : "";
@@ -138,7 +138,7 @@ int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record
 		tmp.tier = AUTH_TIER_GUEST;
 	} else {
 		*why = "owner_tier is neither \"owner\" nor \"guest\"";
-		goto out;
+		goto out_release_tmp;
 	}
 	/* Fail closed: anything but null (or absent) in revoked_at means revoked. */
 	v = json_object_get(root, "revoked_at");
@@ -146,16 +146,16 @@ int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record
 	v = json_object_get(root, "name");
 	if (v && !json_is_string(v) && !json_is_null(v)) {
 		*why = "name is not a string";
-		goto out;
+		goto out_release_tmp;
 	}
 	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
 	if (ret)
-		goto out;
+		goto out_release_tmp;
 	if (rec) {
 		*rec = tmp;
 		strv_init(&tmp.providers); /* moved to rec */
 	}
-out:
+out_release_tmp:
 	auth_key_record_release(&tmp);
 	return ret;
 }

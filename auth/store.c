@@ -191,7 +191,8 @@ static struct key_index *index_scan(struct auth_store *st)
 	if (!d) {
 		if (errno != ENOENT)
 			log_warn(NULL, "auth: cannot read %s", st->keys_dir);
-		goto out_finish;
+		index_finish(idx); /* an empty index: nothing was taken that needs release */
+		return idx;
 	}
 	pthread_rwlock_rdlock(&st->idx_lock);
 	old = st->idx;
@@ -246,7 +247,6 @@ static struct key_index *index_scan(struct auth_store *st)
 	}
 	pthread_rwlock_unlock(&st->idx_lock);
 	closedir(d);
-out_finish:
 	index_finish(idx);
 	return idx;
 }
