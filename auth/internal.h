@@ -74,10 +74,6 @@ struct auth_file_sig {
 void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb);
 bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_sig *b);
 
-/* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
- * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
-int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
-			const char **why);
 /* Read and validate keys_dir/<id>/manifest.json. On 0, *root (may be NULL) holds the JSON
  * (json_decref it), rec is filled and sig describes the file read. -ENOENT when there is
  * no manifest, -EINVAL (with *why) when it is invalid, other -errno on I/O failure. */

@@ -95,8 +95,10 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 	return 0;
 }
 
-int auth_manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
-			const char **why)
+/* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
+ * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
+static int manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
+			  const char **why)
 {
 	struct auth_key_record tmp = { 0 };
 	json_t *v;
@@ -215,7 +217,7 @@ static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
 		ret = -EINVAL;
 		goto out_close;
 	}
-	ret = auth_manifest_check(root, dir_id, rec, why);
+	ret = manifest_check(root, dir_id, rec, why);
 	if (ret == 0 && root_out)
 		*root_out = steal_pointer(&root);
 out_close:
