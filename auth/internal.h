@@ -1,5 +1,6 @@
-/* auth: private declarations shared by the module's files (never included outside auth/
- * except by its CUnit suite, which tests the manifest parser and token helpers directly). */
+/* auth: private declarations shared by the module's files. Never included outside auth/:
+ * the CUnit suite and the bench go through auth.h like every other caller. Every
+ * non-static name here carries the module prefix (auth_, AUTH_). */
 #ifndef OLP_AUTH_INTERNAL_H
 #define OLP_AUTH_INTERNAL_H
 
