@@ -5,6 +5,11 @@
  * Only the SHA-256 hex of a token is ever stored. auth knows nothing of HTTP, providers
  * or sandboxes: the caller hands it header values and gets back an identity.
  *
+ * This header is the whole interface: fcgi/, olp-keys, the CUnit suite and the bench use
+ * nothing else. Inside, token.c (tokens, ids, hashes), manifest.c (one key's
+ * manifest.json), store.c (the index a worker checks tokens against, last_used_at),
+ * audit.c and keys.c (what olp-keys does) share internal.h, where every name is auth_*.
+ *
  * Memory: running out aborts, as everywhere in the tree (common.h); nothing here returns
  * ENOMEM for an allocation of its own. The one exception is jansson, which reports a
  * failed allocation by returning NULL: where a manifest is built or rewritten, that
