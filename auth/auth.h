@@ -59,8 +59,8 @@ struct auth_store;
 /* Open the store under olp_home (keys/ need not exist yet) and index its keys, so that the
  * first request pays no scan. Copies olp_home and what it needs of opt (opt may be NULL:
  * no anonymous access, no env owner). NULL with errno EINVAL (olp_home NULL or empty) or
- * ENOSYS (libsodium cannot start). Invalid manifests are
- * skipped with one log warning each. Does not start threads; auth_touch() starts one. */
+ * ENOSYS (libsodium cannot start). Invalid manifests are skipped with one log warning
+ * each. Does not start threads; auth_touch() starts one. */
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt);
 /* Write out queued last_used_at updates, join the writer thread, close the audit log and
  * free st (NULL is fine). No other thread may use st during or after the call. */

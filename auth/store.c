@@ -311,7 +311,7 @@ static bool store_refresh(struct auth_store *st)
 
 /* ---- identities -------------------------------------------------------------------- */
 
-/* providers is copied; NULL (no list) when all or empty. */
+/* providers (may be NULL) is copied; out->providers stays NULL when all or empty. */
 static void identity_fill(struct auth_identity *out, const char *id, enum auth_tier tier, bool all,
 			  const struct strv *providers)
 {
