@@ -110,7 +110,7 @@ static bool name_valid(const char *s)
 {
 	size_t n = strlen(s), i;
 
-	if (!n || n > AUTH_NAME_MAX)
+	if (!n || n > AUTH_NAME_MAX || !utf8_valid(s, n))
 		return false;
 	for (i = 0; i < n; i++)
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
@@ -245,8 +245,12 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 	if (auth_crypto_init())
 		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
 	if (!spec->name || !name_valid(spec->name)) {
-		msg_set(msg, "a key name is 1 to %d bytes without control characters",
+		msg_set(msg, "a key name is 1 to %d bytes of UTF-8 without control characters",
 			AUTH_NAME_MAX);
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (spec->notes && !utf8_valid(spec->notes, strlen(spec->notes))) {
+		msg_set(msg, "a key's notes are UTF-8 text");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	if (spec->tier != AUTH_TIER_OWNER && spec->tier != AUTH_TIER_GUEST) {

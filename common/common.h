@@ -13,6 +13,7 @@
 #define OLP_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -143,6 +144,9 @@ void log_event(const char *event, const char *rid, const char *fields);
  * Append s (len bytes, UTF-8) to b as a JSON string literal, quotes included. Invalid
  * UTF-8 becomes U+FFFD so that the output is always valid JSON. */
 void buf_add_json_str(struct buf *b, const char *s, size_t len);
+/* Whether s (len bytes) is valid UTF-8: no overlong forms, surrogates or values past
+ * U+10FFFF (what jansson accepts in a string). */
+bool utf8_valid(const char *s, size_t len);
 
 /* ---- small utilities ------------------------------------------------------------- */
 /* Monotonic clock in nanoseconds / milliseconds. */

@@ -1051,6 +1051,20 @@ static void test_strv(void)
 	free(arr);
 }
 
+static void test_utf8_valid(void)
+{
+	CU_ASSERT_TRUE(utf8_valid("", 0));
+	CU_ASSERT_TRUE(utf8_valid("plain", 5));
+	CU_ASSERT_TRUE(utf8_valid("\xc3\xa9t\xc3\xa9", 6)); /* été */
+	CU_ASSERT_TRUE(utf8_valid("\xf0\x9f\x98\x80", 4));  /* U+1F600 */
+	CU_ASSERT_FALSE(utf8_valid("\xff", 1));
+	CU_ASSERT_FALSE(utf8_valid("\xc0\x80", 2));	    /* overlong NUL */
+	CU_ASSERT_FALSE(utf8_valid("\xed\xa0\x80", 3));	    /* a surrogate */
+	CU_ASSERT_FALSE(utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+	CU_ASSERT_FALSE(utf8_valid("\xc3", 1));		    /* cut short */
+	CU_ASSERT_FALSE(utf8_valid("ok\xc3\xa9\x80", 5));   /* a stray continuation */
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -1078,6 +1092,7 @@ int main(void)
 	CU_add_test(s, "logging JSON lines", test_logging);
 	CU_add_test(s, "utilities", test_utils);
 	CU_add_test(s, "strv push, find, setenv, detach", test_strv);
+	CU_add_test(s, "utf8_valid", test_utf8_valid);
 	CU_add_test(s, "path_join and path_join_buf", test_path_join);
 	CU_add_test(s, "x* allocators, and aborting on an impossible size", test_alloc);
 	CU_add_test(s, "auto_free and steal_pointer", test_cleanup_helpers);
