@@ -10,7 +10,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <dirent.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,6 +603,56 @@ static void test_streaming(void)
 	egr_stop(f, NULL);
 }
 
+/* Several clients at once, each with its own keep-alive connection, requests and a
+ * stream interleaved: every answer whole and in order. */
+#define N_CLIENTS 6
+static uint16_t conc_port;
+
+static void *conc_client(void *arg)
+{
+	intptr_t id = (intptr_t)arg, bad = 0;
+	struct tc_resp resp;
+	char req[128], want[64];
+	struct tc t;
+
+	if (tc_open(&t, conc_port))
+		return (void *)1;
+	for (int i = 0; i < 20 && !bad; i++) {
+		snprintf(req, sizeof(req), "GET /c%ld/%d HTTP/1.1\r\nHost: x\r\n\r\n", (long)id, i);
+		snprintf(want, sizeof(want), "path=/c%ld/%d\n", (long)id, i);
+		if (i == 10)
+			snprintf(req, sizeof(req),
+				 "GET /stream?n=3&gap=30 HTTP/1.1\r\nHost: x\r\n\r\n");
+		bad = tc_send(&t, req) || tc_response(&t, &resp, false) || resp.status != 200 ||
+		      (i != 10 && !strstr(resp.body.data, want)) ||
+		      (i == 10 && strcmp(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\n"));
+		resp_release(&resp);
+	}
+	tc_close(&t);
+	return (void *)bad;
+}
+
+static void test_concurrent(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_stats st;
+	pthread_t th[N_CLIENTS];
+	struct egr_forwarder *f = fwd(&r, NULL, &conc_port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (intptr_t i = 0; i < N_CLIENTS; i++)
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, conc_client, (void *)i), 0);
+	for (int i = 0; i < N_CLIENTS; i++) {
+		void *bad;
+
+		pthread_join(th[i], &bad);
+		CU_ASSERT_PTR_NULL(bad);
+	}
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.conns, N_CLIENTS);
+	CU_ASSERT_EQUAL(st.requests, N_CLIENTS * 20);
+}
+
 static void test_https(void)
 {
 	struct egr_route r = { .mode = EGR_MODE_UPSTREAM, .upstream = upstream_tls_url };
@@ -632,6 +684,20 @@ static void test_https(void)
 	egr_stop(f, NULL);
 }
 
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 static void test_unreachable(void)
 {
 	struct egr_route r = { .mode = EGR_MODE_UPSTREAM };
@@ -639,12 +705,13 @@ static void test_unreachable(void)
 	struct tc_resp resp;
 	char url[64];
 	uint16_t port, dead;
-	int fd = listener(&dead);
+	int fd = listener(&dead), fds;
 	struct egr_forwarder *f;
 
 	close(fd); /* nothing listens there now */
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", dead);
 	r.upstream = url;
+	fds = count_fds();
 	f = fwd(&r, NULL, &port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
 	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
@@ -653,6 +720,8 @@ static void test_unreachable(void)
 	resp_release(&resp);
 	egr_stop(f, &st);
 	CU_ASSERT_EQUAL(st.upstream_errors, 1);
+	/* Nothing left open: listener, eventfd, client and upstream sockets. */
+	CU_ASSERT_EQUAL(count_fds(), fds);
 }
 
 static void test_malformed(void)
@@ -1114,6 +1183,7 @@ int main(void)
 	CU_add_test(s, "body cap", test_body_cap);
 	CU_add_test(s, "keep-alive and pipelining", test_keep_alive);
 	CU_add_test(s, "streaming keeps the upstream's timing", test_streaming);
+	CU_add_test(s, "concurrent clients", test_concurrent);
 	CU_add_test(s, "https with a private CA", test_https);
 	CU_add_test(s, "upstream unreachable", test_unreachable);
 	CU_add_test(s, "malformed requests", test_malformed);

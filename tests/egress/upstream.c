@@ -236,10 +236,17 @@ static int respond(struct tu_conn *c, const char *method, const char *path, cons
 			return -1;
 		for (long i = 0; i < n; i++) {
 			char ev[64];
-			int l = snprintf(ev, sizeof(ev), "data: %ld\n\n", i);
+			int l;
 
 			if (i)
 				sleep_ms(gap);
+			/* With ts=1 each event carries when it was sent (mono_ns), for the
+			 * benchmark to measure each event's delivery. */
+			if (query_num(path, "ts", 0))
+				l = snprintf(ev, sizeof(ev), "data: %ld t=%llu\n\n", i,
+					     (unsigned long long)mono_ns());
+			else
+				l = snprintf(ev, sizeof(ev), "data: %ld\n\n", i);
 			if (close ? io_write(c, ev, (size_t)l)
 				  : io_printf(c, "%x\r\n%s\r\n", l, ev))
 				return -1;

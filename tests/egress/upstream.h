@@ -3,9 +3,10 @@
  * cannot hide itself. Keep-alive, Content-Length and chunked request bodies.
  *
  * What it answers, by path:
- *  /stream?n=N&gap=MS[&close=1]  N events "data: i\n\n", the first at once, then one
- *                                every MS ms; chunked, or with close=1 no length and the
- *                                connection closed at the end (as an HTTP/1.0 server)
+ *  /stream?n=N&gap=MS[&close=1][&ts=1]  N events "data: i\n\n", the first at once, then
+ *                                one every MS ms; chunked, or with close=1 no length and
+ *                                the connection closed at the end (as an HTTP/1.0 server);
+ *                                ts=1: "data: i t=NS\n\n", NS the mono_ns() it was sent at
  *  /big?bytes=N                  N bytes with a Content-Length
  *  /status/NNN                   status NNN with a small JSON body
  *  /hang                         nothing, ever (until tu_stop)
