@@ -24,7 +24,7 @@
 #include "egress/internal.h"
 #include "common/banned.h"
 
-#define RELAY_BUF (256 * 1024)
+#define RELAY_BUF ((size_t)256 * 1024)
 
 /* An address of this machine, or one no API lives at: loopback, unspecified, link-local
  * (cloud metadata), multicast, broadcast; IPv4-mapped forms too. */

@@ -105,8 +105,8 @@ struct egr_limits {
 	uint64_t connect_timeout_ms; /* reaching the upstream or a CONNECT target, 10000 */
 };
 #define EGR_DEFAULT_MAX_CONNS 32
-#define EGR_DEFAULT_MAX_HEADER_BYTES (64 * 1024)
-#define EGR_DEFAULT_MAX_BODY_BYTES (32 * 1024 * 1024)
+#define EGR_DEFAULT_MAX_HEADER_BYTES ((size_t)64 * 1024)
+#define EGR_DEFAULT_MAX_BODY_BYTES ((uint64_t)32 * 1024 * 1024)
 #define EGR_DEFAULT_IDLE_MS 300000
 #define EGR_DEFAULT_CONNECT_TIMEOUT_MS 10000
 

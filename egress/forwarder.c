@@ -26,7 +26,7 @@
 #include "egress/internal.h"
 #include "common/banned.h"
 
-#define CONN_STACK (512 * 1024)
+#define CONN_STACK ((size_t)512 * 1024)
 #define READ_HINT 16384
 
 /* ---- waiting and I/O of one connection --------------------------------------------- */

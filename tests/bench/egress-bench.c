@@ -329,7 +329,6 @@ static double transfer(uint16_t port, const char *connect_to, uint64_t bytes)
 	char req[256];
 	struct conn c;
 	uint64_t t0;
-	int64_t got;
 
 	if (conn_open(&c, port))
 		exit(1);
@@ -346,8 +345,7 @@ static double transfer(uint16_t port, const char *connect_to, uint64_t bytes)
 	snprintf(req, sizeof(req), "GET /big?bytes=%llu HTTP/1.1\r\nHost: x\r\n\r\n",
 		 (unsigned long long)bytes);
 	t0 = mono_ns();
-	if (write_all(c.fd, req, strlen(req)) ||
-	    (got = response(&c, NULL, NULL)) != (int64_t)bytes) {
+	if (write_all(c.fd, req, strlen(req)) || response(&c, NULL, NULL) != (int64_t)bytes) {
 		fprintf(stderr, "transfer failed\n");
 		exit(1);
 	}
@@ -368,8 +366,8 @@ int main(int argc, char **argv)
 	uint16_t pu, pc;
 	int lu, lc;
 
-	signal(SIGPIPE, SIG_IGN);
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	(void)signal(SIGPIPE, SIG_IGN);
+	(void)setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LVL_ERROR);
 	up = tu_start(NULL, NULL);
 	if (!up || egr_global_init())

@@ -199,6 +199,7 @@ static int one_request(uint16_t port, const char *req, struct tc_resp *r)
 	struct tc t;
 	int ret;
 
+	resp_init(r);
 	if (tc_open(&t, port))
 		return -1;
 	ret = tc_send(&t, req) ? -1 : tc_response(&t, r, !strncmp(req, "HEAD ", 5));
@@ -650,7 +651,7 @@ static void test_concurrent(void)
 	}
 	egr_stop(f, &st);
 	CU_ASSERT_EQUAL(st.conns, N_CLIENTS);
-	CU_ASSERT_EQUAL(st.requests, N_CLIENTS * 20);
+	CU_ASSERT_EQUAL(st.requests, (uint64_t)N_CLIENTS * 20);
 }
 
 static void test_https(void)
@@ -704,7 +705,7 @@ static void test_unreachable(void)
 	struct egr_stats st;
 	struct tc_resp resp;
 	char url[64];
-	uint16_t port, dead;
+	uint16_t port, dead = 0;
 	int fd = listener(&dead), fds;
 	struct egr_forwarder *f;
 
@@ -1157,7 +1158,7 @@ int main(void)
 	CU_pSuite s;
 	unsigned fails;
 
-	signal(SIGPIPE, SIG_IGN);
+	(void)signal(SIGPIPE, SIG_IGN);
 	log_set_program("test_egress");
 	/* Refusals are logged as warnings by design; the suite checks them itself. */
 	log_set_level(LOG_LVL_ERROR);

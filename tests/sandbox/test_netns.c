@@ -256,7 +256,7 @@ static int run_probe(int userns_fd, const struct sbx_netns *ns, struct probe_rep
 /* The namespace as the spec asks, seen by a probe that joined it. */
 static void check_namespace(int userns_fd, const struct sbx_netns *ns)
 {
-	struct probe_report r;
+	struct probe_report r = { 0 };
 	struct pollfd pfd = { .fd = ns->listen_fd, .events = POLLIN };
 	char c = 0;
 	int conn;
