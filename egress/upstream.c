@@ -722,7 +722,14 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 	if (res != CURLE_OK) {
 		/* The answer had begun: cut it (no final chunk), so the client sees it
 		 * incomplete rather than short. */
-		if (!u->client_err) {
+		if (u->stopped || res == CURLE_OPERATION_TIMEDOUT) {
+			log_info(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag, r->method,
+				 (int)(r->path_len < 256 ? r->path_len : 256), r->target,
+				 (unsigned long long)u->down,
+				 f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms
+					 ? "the run's deadline passed"
+					 : "the forwarder stopped");
+		} else if (!u->client_err) {
 			atomic_fetch_add(&f->n_upstream_errors, 1);
 			log_warnx(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag,
 				  r->method, (int)(r->path_len < 256 ? r->path_len : 256),

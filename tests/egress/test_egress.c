@@ -601,6 +601,22 @@ static void test_streaming(void)
 	check_stream(port, "/stream?n=4&gap=250");
 	/* An upstream that sends no length and closes at the end (HTTP/1.0 style). */
 	check_stream(port, "/stream?n=4&gap=250&close=1");
+	/* An HTTP/1.0 client cannot take chunks: the body as it comes, then the close. */
+	{
+		struct tc_resp resp;
+		struct tc t;
+		char v[64];
+
+		CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+		CU_ASSERT_EQUAL(tc_send(&t, "GET /stream?n=3&gap=50 HTTP/1.0\r\n\r\n"), 0);
+		CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		CU_ASSERT_FALSE(resp.chunked);
+		CU_ASSERT_PTR_NULL(resp_header(&resp, "content-length", v, sizeof(v)));
+		CU_ASSERT_STRING_EQUAL(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+		resp_release(&resp);
+		tc_close(&t);
+	}
 	egr_stop(f, NULL);
 }
 
