@@ -67,9 +67,12 @@ struct up {
 	struct buf rlines; /* the upstream's header lines of the head being read */
 	int status;
 	char reason[64];
-	bool head_sent;
-	bool chunked_out; /* we chunk the body to the client */
-	bool close_delim; /* an HTTP/1.0 client: the body ends when we close */
+	bool head_sent;	    /* composed (in pending until written) */
+	bool head_written;  /* ... and written to the client */
+	struct buf pending; /* the head, written with the first piece of body or before
+			       the next wait, whichever comes first: one write less */
+	bool chunked_out;   /* we chunk the body to the client */
+	bool close_delim;   /* an HTTP/1.0 client: the body ends when we close */
 	bool no_body;
 	bool close_after; /* close the client connection after this response */
 	bool watch_client;
@@ -326,18 +329,31 @@ static bool hline_is(const struct hline *h, const char *name)
 	return strlen(name) == h->name_len && !strncasecmp(h->name, name, h->name_len);
 }
 
-/* Write the response head to the client (once). 0 or -1 (the client is gone). */
-static int send_head(struct up *u)
+/* Write what is pending (the head) to the client: 0, or -1 (the client is gone). */
+static int flush_pending(struct up *u)
+{
+	int ret;
+
+	if (!u->pending.len)
+		return 0;
+	ret = egr_conn_write(u->c, u->c->fd, u->pending.data, u->pending.len);
+	buf_reset(&u->pending);
+	u->head_written = true;
+	if (ret)
+		u->client_err = ret;
+	return ret ? -1 : 0;
+}
+
+/* Compose the response head for the client (once), into u->pending. */
+static void send_head(struct up *u)
 {
 	struct egr_conn *c = u->c;
-	struct buf out = BUF_INIT, conn_hdr = BUF_INIT;
+	struct buf *out = &u->pending, conn_hdr = BUF_INIT;
 	struct hline h;
 	size_t pos = 0;
 	const char *cl = NULL;
 	size_t cl_len = 0;
 	bool te = false;
-	int ret;
-
 	u->head_sent = true;
 	/* The upstream's own Connection header names more hop-by-hop headers. */
 	while (next_hline(&u->rlines, &pos, &h)) {
@@ -353,21 +369,21 @@ static int send_head(struct up *u)
 	}
 	u->no_body = !strcasecmp(u->req->method, "HEAD") || u->status / 100 == 1 ||
 		     u->status == 204 || u->status == 304;
-	buf_addf(&out, "HTTP/1.1 %d %s\r\n", u->status,
+	buf_addf(out, "HTTP/1.1 %d %s\r\n", u->status,
 		 u->reason[0] ? u->reason : egr_reason(u->status));
 	pos = 0;
 	while (next_hline(&u->rlines, &pos, &h))
 		if (!hop_by_hop_response(h.name, h.name_len, conn_hdr.len ? conn_hdr.data : NULL)) {
-			buf_add(&out, h.raw, h.raw_len);
-			buf_adds(&out, "\r\n");
+			buf_add(out, h.raw, h.raw_len);
+			buf_adds(out, "\r\n");
 		}
 	if (cl && !te) {
-		buf_adds(&out, "Content-Length: ");
-		buf_add(&out, cl, cl_len);
-		buf_adds(&out, "\r\n");
+		buf_adds(out, "Content-Length: ");
+		buf_add(out, cl, cl_len);
+		buf_adds(out, "\r\n");
 	} else if (!u->no_body) {
 		if (u->req->minor == 1) {
-			buf_adds(&out, "Transfer-Encoding: chunked\r\n");
+			buf_adds(out, "Transfer-Encoding: chunked\r\n");
 			u->chunked_out = true;
 		} else {
 			u->close_delim = true;
@@ -378,19 +394,14 @@ static int send_head(struct up *u)
 	if (u->close_delim || !u->req->keep_alive || (u->has_body && !u->body_done))
 		u->close_after = true;
 	if (u->close_after)
-		buf_adds(&out, "Connection: close\r\n");
+		buf_adds(out, "Connection: close\r\n");
 	else if (u->req->minor == 0)
-		buf_adds(&out, "Connection: keep-alive\r\n");
+		buf_adds(out, "Connection: keep-alive\r\n");
 	if (!u->close_after)
-		buf_addf(&out, "Keep-Alive: timeout=%llu\r\n",
+		buf_addf(out, "Keep-Alive: timeout=%llu\r\n",
 			 (unsigned long long)(c->f->lim.idle_ms / 1000));
-	buf_adds(&out, "\r\n");
-	ret = egr_conn_write(c, c->fd, out.data, out.len);
-	if (ret)
-		u->client_err = ret;
-	buf_release(&out);
+	buf_adds(out, "\r\n");
 	buf_release(&conn_hdr);
-	return ret ? -1 : 0;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
@@ -440,7 +451,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 			buf_reset(&u->rlines);
 			return len;
 		}
-		return send_head(u) ? 0 : len;
+		send_head(u);
+		return len;
 	}
 	buf_add(&u->rlines, p, len);
 	return len;
@@ -453,20 +465,27 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 	size_t len = size * n;
 	int ret;
 
-	if (!u->head_sent && (u->status < 200 || send_head(u)))
-		return 0;
+	if (!u->head_sent) {
+		if (u->status < 200)
+			return 0;
+		send_head(u);
+	}
 	if (u->no_body || !len)
 		return len;
-	if (u->chunked_out) {
+	{
 		char hex[24];
-		struct iovec iov[3] = { { .iov_base = hex },
+		struct iovec iov[4] = { { .iov_base = u->pending.data, .iov_len = u->pending.len },
+					{ .iov_base = hex },
 					{ .iov_base = p, .iov_len = len },
 					{ .iov_base = (void *)"\r\n", .iov_len = 2 } };
 
-		iov[0].iov_len = (size_t)snprintf(hex, sizeof(hex), "%zx\r\n", len);
-		ret = egr_conn_writev(c, c->fd, iov, 3);
-	} else {
-		ret = egr_conn_write(c, c->fd, p, len);
+		iov[1].iov_len =
+			u->chunked_out ? (size_t)snprintf(hex, sizeof(hex), "%zx\r\n", len) : 0;
+		if (!u->chunked_out)
+			iov[3].iov_len = 0;
+		ret = egr_conn_writev(c, c->fd, iov, 4);
+		buf_reset(&u->pending);
+		u->head_written = true;
 	}
 	if (ret) {
 		u->client_err = ret;
@@ -608,6 +627,9 @@ static CURLcode perform(struct up *u)
 
 		if (curl_multi_perform(u->multi, &running) || !running)
 			break;
+		/* A head that came alone goes out before we wait for more. */
+		if (flush_pending(u))
+			break;
 		if (curl_multi_poll(u->multi, w, nw, 1000, NULL))
 			break;
 		if (w[0].revents) {
@@ -681,7 +703,9 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 	u->trailer_bytes = 0;
 	u->body_done = !u->has_body;
 	u->body_status = u->client_err = u->status = 0;
-	u->head_sent = u->chunked_out = u->close_delim = u->no_body = u->close_after = false;
+	u->head_sent = u->head_written = u->chunked_out = u->close_delim = u->no_body =
+		u->close_after = false;
+	buf_reset(&u->pending);
 	u->stopped = false;
 	u->errbuf[0] = '\0';
 
@@ -692,6 +716,11 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 	set_options(u);
 	atomic_fetch_add(&f->n_requests, 1);
 	res = perform(u);
+	if (res != CURLE_OK && !u->head_written) {
+		/* The head never left: the client can still get a proper error instead. */
+		u->head_sent = false;
+		buf_reset(&u->pending);
+	}
 
 	if (!u->head_sent) {
 		if (u->client_err)
@@ -738,7 +767,9 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 		}
 		return false;
 	}
-	if (u->chunked_out && egr_conn_write(c, c->fd, "0\r\n\r\n", 5))
+	if (u->chunked_out)
+		buf_adds(&u->pending, "0\r\n\r\n");
+	if (flush_pending(u))
 		return false;
 	keep = !u->close_after;
 	log_debug(f->rid, "%s: %s %.*s: %d, %llu bytes in %llu ms", c->tag, r->method,
@@ -757,6 +788,7 @@ void egr_upstream_serve(struct egr_conn *c)
 	u->c = c;
 	buf_init(&u->url);
 	buf_init(&u->rlines);
+	buf_init(&u->pending);
 	u->multi = curl_multi_init();
 	u->easy = curl_easy_init();
 	if (!u->multi || !u->easy) {
@@ -801,6 +833,7 @@ void egr_upstream_conn_release(struct egr_conn *c)
 	curl_slist_free_all(u->hdrs);
 	buf_release(&u->url);
 	buf_release(&u->rlines);
+	buf_release(&u->pending);
 	free(u);
 	c->mode_state = NULL;
 }

@@ -978,6 +978,9 @@ static void test_deadline(void)
 	t1 = mono_ms();
 	CU_ASSERT(resp.n_chunks >= 3 && resp.n_chunks < 20);
 	CU_ASSERT(t1 - t0 >= 600 && t1 - t0 < 1500);
+	if (resp.n_chunks < 3 || resp.n_chunks >= 20 || t1 - t0 < 600 || t1 - t0 >= 1500)
+		fprintf(stderr, "\n  %d events, cut after %llu ms ", resp.n_chunks,
+			(unsigned long long)(t1 - t0));
 	resp_release(&resp);
 	CU_ASSERT_TRUE(closed_within(&idle, 500));
 	CU_ASSERT_TRUE(closed_within(&tun, 500));
@@ -990,7 +993,8 @@ static void test_deadline(void)
 	t0 = mono_ms();
 	egr_stop(f, NULL);
 	egr_stop(fc, NULL);
-	CU_ASSERT(mono_ms() - t0 < 200);
+	/* Everything ended at the deadline already: nothing to wait for. */
+	CU_ASSERT(mono_ms() - t0 < 300);
 }
 
 static void test_stop_is_prompt(void)
@@ -1092,10 +1096,17 @@ static void test_route_check(void)
 	}
 }
 
+struct logged {
+	struct egr_forwarder *f;
+	uint16_t port;
+};
+
+/* Two requests, then the stop: every line the forwarder's threads log is in by then. */
 static void logged_request(void *arg)
 {
+	struct logged *l = arg;
 	struct tc_resp resp;
-	uint16_t port = *(uint16_t *)arg;
+	uint16_t port = l->port;
 
 	(void)one_request(
 		port,
@@ -1106,6 +1117,7 @@ static void logged_request(void *arg)
 	resp_release(&resp);
 	(void)one_request(port, "GET /denied?key=query-secret HTTP/1.1\r\nHost: x\r\n\r\n", &resp);
 	resp_release(&resp);
+	egr_stop(l->f, NULL);
 }
 
 static void test_no_secrets_logged(void)
@@ -1115,18 +1127,16 @@ static void test_no_secrets_logged(void)
 	struct egr_route r = plain_route();
 	struct buf log = BUF_INIT;
 	char path[300];
-	uint16_t port;
-	struct egr_forwarder *f;
+	struct logged l;
 
 	r.set_headers = set;
 	r.n_set_headers = 1;
 	r.allow_paths = allow;
-	f = fwd(&r, NULL, &port);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	l.f = fwd(&r, NULL, &l.port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l.f);
 	snprintf(path, sizeof(path), "%s/log", tmpdir);
 	log_set_level(LOG_LVL_DEBUG);
-	CU_ASSERT_EQUAL(ts_capture_stderr(path, logged_request, &port), 0);
-	egr_stop(f, NULL);
+	CU_ASSERT_EQUAL(ts_capture_stderr(path, logged_request, &l), 0);
 	log_set_level(LOG_LVL_ERROR);
 	CU_ASSERT_EQUAL(buf_read_file(&log, path, 1 << 20), 0);
 	/* Something was logged: the request (debug) and the refusal (warn), with the id. */
