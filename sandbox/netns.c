@@ -19,21 +19,27 @@
  *  - nothing of the worker's own state changes: the helper switches namespaces, the
  *    worker's threads never do, so no other request's connection could ever be made from
  *    the run's namespace by mistake.
- * The helper is forked with _Fork() (no atfork handlers: OpenSSL's and the allocator's
- * are not needed by a child that makes system calls only), with every signal blocked,
- * and makes system calls only. It sends the two descriptors back over a socketpair
- * (SCM_RIGHTS) and exits; the namespace lives on through them. */
+ * The helper is started as posix_spawn starts its child: clone(CLONE_VM | CLONE_VFORK) on
+ * a stack of its own, every signal blocked, the calling thread suspended until it exits.
+ * Sharing the worker's memory, it makes system calls only and writes nothing but its
+ * own stack (and the caller's errno, as posix_spawn's child does): no lock, no
+ * allocation, no atfork handler. A fork() would copy the worker's page tables, which
+ * cost 10 ms here (a virtual machine) against 0.7 ms for this. It sends the two
+ * descriptors back over a socketpair (SCM_RIGHTS) and exits; the namespace lives on
+ * through them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/close_range.h>
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
@@ -42,6 +48,7 @@
 /* The helper's steps, reported with errno when one fails. */
 enum {
 	NS_STAGE_OK = 0,
+	NS_STAGE_FDS,
 	NS_STAGE_USERNS,
 	NS_STAGE_UNSHARE,
 	NS_STAGE_LO,
@@ -98,7 +105,19 @@ static void __attribute__((noreturn)) ns_helper(int sock, int userns_fd, uint16_
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
 	socklen_t salen = sizeof(sa);
 	struct ifreq ifr;
-	int fds[2], s;
+	int fds[2], s, u = -1;
+
+	/* Nothing of the worker's but our two descriptors, for as long as we live: another
+	 * thread's pipe whose EOF it waits for must not stay open here. */
+	s = fcntl(sock, F_DUPFD_CLOEXEC, 3);
+	if (userns_fd >= 0)
+		u = fcntl(userns_fd, F_DUPFD_CLOEXEC, 3);
+	if (s < 0 || (userns_fd >= 0 && u < 0) || dup3(s, 0, O_CLOEXEC) < 0 ||
+	    (u >= 0 && dup3(u, 1, O_CLOEXEC) < 0))
+		ns_fail(sock, NS_STAGE_FDS);
+	sock = 0;
+	userns_fd = u >= 0 ? 1 : -1;
+	(void)close_range(u >= 0 ? 2 : 1, ~0U, 0);
 
 	/* Into the run's user namespace first: the namespace made next then belongs to it,
 	 * and we hold CAP_SYS_ADMIN and CAP_NET_ADMIN there for what follows. */
@@ -140,6 +159,7 @@ static void __attribute__((noreturn)) ns_helper(int sock, int userns_fd, uint16_
 static const char *ns_stage_name(int stage)
 {
 	switch (stage) {
+	case NS_STAGE_FDS: return "descriptors";
 	case NS_STAGE_USERNS: return "setns(user)";
 	case NS_STAGE_UNSHARE: return "unshare(net)";
 	case NS_STAGE_LO: return "lo up";
@@ -196,25 +216,45 @@ static int ns_receive(int sock, struct sbx_netns *ns)
 	return 0;
 }
 
+struct ns_args {
+	int sock, userns_fd;
+	uint16_t port;
+};
+
+static int ns_helper_start(void *arg)
+{
+	const struct ns_args *a = arg;
+
+	ns_helper(a->sock, a->userns_fd, a->port);
+}
+
+#define HELPER_STACK ((size_t)64 * 1024)
+
 int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port)
 {
+	struct ns_args a = { .userns_fd = userns_fd, .port = port };
 	sigset_t all, old;
 	int sv[2], ret, st;
+	char *stack;
 	pid_t pid;
 
 	*ns = (struct sbx_netns)SBX_NETNS_INIT;
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+	stack = malloc(HELPER_STACK);
+	if (!stack)
+		return -ENOMEM;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		free(stack);
 		return -errno;
+	}
+	a.sock = sv[1];
 	/* No handler of the worker's may run in the helper. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = _Fork();
-	if (pid == 0) {
-		close(sv[0]);
-		ns_helper(sv[1], userns_fd, port);
-	}
+	/* The stack grows down on every architecture this runs on. */
+	pid = clone(ns_helper_start, stack + HELPER_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	ret = pid < 0 ? -errno : 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	free(stack);
 	close(sv[1]);
 	if (!ret)
 		ret = ns_receive(sv[0], ns);

@@ -229,11 +229,12 @@ const char *sbx_end_name(enum sbx_end e);
  * a process with CAP_SYS_ADMIN (root before sbx_lockdown_self: tests, tools), and only a
  * process with CAP_SYS_ADMIN there may join it.
  *
- * The worker's own namespaces never change: a short-lived helper process, forked with
- * every signal blocked and making system calls only, joins userns_fd, unshares the network
- * namespace, brings `lo` up, binds, listens, and passes both descriptors back (SCM_RIGHTS).
- * Safe to call from any thread, many at once. The namespace lives as long as either
- * descriptor (or a process in it) does. */
+ * The worker's own namespaces never change: a short-lived helper process (started as
+ * posix_spawn starts its child, every signal blocked, system calls only) joins userns_fd,
+ * unshares the network namespace, brings `lo` up, binds, listens, and passes both
+ * descriptors back (SCM_RIGHTS). The calling thread waits for it (about 1 ms). Safe to
+ * call from any thread, many at once. The namespace lives as long as either descriptor
+ * (or a process in it) does. */
 struct sbx_netns {
 	int listen_fd; /* listening on 127.0.0.1:port in the namespace (close-on-exec); take it
 			  (set it to -1) to hand it to egr_start() */
