@@ -7,7 +7,7 @@
  * tables in /proc/net. In a namespace of its own with only `lo`, the one thing it can
  * reach is the socket made here, whose other end is the worker's forwarder.
  *
- * Why a forked helper and not a thread of the worker:
+ * Why a helper process and not a thread of the worker:
  *  - the namespace must belong to the run's user namespace (ident.c's per-slot U1), so
  *    that bwrap's child, which joins U1 before it execs bwrap, holds CAP_SYS_ADMIN over
  *    it and may join it (setns(CLONE_NEWNET) asks for that capability both in the
