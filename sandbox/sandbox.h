@@ -211,4 +211,47 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 
 const char *sbx_end_name(enum sbx_end e);
 
+/* ---- a run's own network namespace (netns.c; issue 12, ADR 0015) -----------------------
+ * A network namespace with only `lo` (up: 127.0.0.1 and ::1), and a TCP socket listening
+ * on 127.0.0.1:port inside it. The worker's forwarder (egress/) accepts on that socket;
+ * the run is put in the namespace, so the one thing it can reach is the forwarder: no
+ * host loopback service, no route anywhere (a connect to 169.254.169.254, 10.0.0.1 or
+ * 192.0.2.1 fails with ENETUNREACH), no host sockets in /proc/net.
+ *
+ * Who may join it. setns(CLONE_NEWNET) needs CAP_SYS_ADMIN in the user namespace that
+ * owns the network namespace and in the caller's own. So the namespace is made inside
+ * the run's user namespace: pass the per-slot user namespace of ident.c (U1, whose root
+ * is the worker's uid) as userns_fd. The spawned child, which already joins U1 before it
+ * execs bwrap (spawn.c), then joins this namespace right after (it is U1's root, it holds
+ * CAP_SYS_ADMIN over both), and bwrap runs without --unshare-net: the whole sandbox lives
+ * in it. Order in the child: setns(U1, CLONE_NEWUSER), then setns(netns_fd, CLONE_NEWNET).
+ * userns_fd -1: the namespace belongs to the caller's user namespace; that only works for
+ * a process with CAP_SYS_ADMIN (root before sbx_lockdown_self: tests, tools), and only a
+ * process with CAP_SYS_ADMIN there may join it.
+ *
+ * The worker's own namespaces never change: a short-lived helper process (started as
+ * posix_spawn starts its child, every signal blocked, system calls only) joins userns_fd,
+ * unshares the network namespace, brings `lo` up, binds, listens, and passes both
+ * descriptors back (SCM_RIGHTS). The calling thread waits for it (about 1 ms). Safe to
+ * call from any thread, many at once. The namespace lives as long as either descriptor
+ * (or a process in it) does. */
+struct sbx_netns {
+	int listen_fd; /* listening on 127.0.0.1:port in the namespace (close-on-exec); take it
+			  (set it to -1) to hand it to egr_start() */
+	int netns_fd;  /* the namespace, for setns(fd, CLONE_NEWNET) (close-on-exec) */
+	uint16_t port; /* the port bound */
+};
+#define SBX_NETNS_INIT                                     \
+	{                                                  \
+		.listen_fd = -1, .netns_fd = -1, .port = 0 \
+	}
+
+/* Make the namespace and its listener. port 0: the kernel picks one; any fixed port is
+ * free, the namespace being new, so every run may use the same one. userns_fd is borrowed
+ * (see above). 0, or -errno (ns is then SBX_NETNS_INIT): -EPERM when namespaces cannot be
+ * made here; -EINVAL when userns_fd is not a user namespace this process may join. */
+int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port);
+/* Close whatever ns still holds; ns is left SBX_NETNS_INIT. */
+void sbx_netns_release(struct sbx_netns *ns);
+
 #endif
