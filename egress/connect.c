@@ -251,10 +251,8 @@ void egr_connect_serve(struct egr_conn *c)
 	atomic_fetch_add(&f->n_requests, 1);
 	log_info(f->rid, "%s: CONNECT %s: open (%llu ms)", c->tag, r.target,
 		 (unsigned long long)(mono_ms() - t0));
-	a = (struct half){ .from = c->fd, .to = up, .buf = malloc(RELAY_BUF) };
-	b = (struct half){ .from = up, .to = c->fd, .buf = malloc(RELAY_BUF) };
-	if (!a.buf || !b.buf)
-		abort();
+	a = (struct half){ .from = c->fd, .to = up, .buf = xmalloc(RELAY_BUF) };
+	b = (struct half){ .from = up, .to = c->fd, .buf = xmalloc(RELAY_BUF) };
 	/* What the client sent after the head (a TLS ClientHello sent early) goes first. */
 	if (c->in.len) {
 		if (egr_conn_write(c, up, c->in.data, c->in.len))

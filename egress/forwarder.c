@@ -262,9 +262,7 @@ static void start_conn(struct egr_forwarder *f, int fd)
 		return;
 	}
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	a = malloc(sizeof(*a));
-	if (!a)
-		abort();
+	a = xmalloc(sizeof(*a));
 	*a = (struct conn_arg){ .f = f, .slot = s, .fd = fd };
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, CONN_STACK);
@@ -330,22 +328,10 @@ static void *acceptor_main(void *arg)
 
 /* ---- the route ------------------------------------------------------------------------- */
 
-/* strdup, or abort (as buf.c: without memory a worker cannot answer anything). */
-static char *xstrdup(const char *s)
-{
-	char *d = strdup(s);
-
-	if (!d)
-		abort();
-	return d;
-}
-
 static char *dup_lower(const char *s)
 {
-	char *d = strdup(s);
+	char *d = xstrdup(s);
 
-	if (!d)
-		abort();
 	for (char *p = d; *p; p++)
 		*p = (char)((*p >= 'A' && *p <= 'Z') ? *p - 'A' + 'a' : *p);
 	return d;
@@ -368,9 +354,7 @@ static char **strv_copy(const char *const *v, bool lower)
 
 	if (!v)
 		return NULL;
-	d = calloc(n + 1, sizeof(*d));
-	if (!d)
-		abort();
+	d = xcalloc(n + 1, sizeof(*d));
 	for (size_t i = 0; i < n; i++) {
 		d[i] = lower ? dup_lower(v[i]) : xstrdup(v[i]);
 	}
@@ -579,10 +563,8 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 			f->base[--n] = '\0';
 		f->drop = strv_copy(r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
 		f->n_set = r->n_set_headers;
-		f->set_names = calloc(f->n_set + 1, sizeof(char *));
-		f->set_lines = calloc(f->n_set + 1, sizeof(char *));
-		if (!f->set_names || !f->set_lines)
-			abort();
+		f->set_names = xcalloc(f->n_set + 1, sizeof(char *));
+		f->set_lines = xcalloc(f->n_set + 1, sizeof(char *));
 		for (size_t i = 0; i < f->n_set; i++) {
 			struct buf b = BUF_INIT;
 
@@ -620,12 +602,7 @@ struct egr_forwarder *egr_start(int listen_fd, const struct egr_route *route,
 		errno = EINVAL;
 		return NULL;
 	}
-	f = calloc(1, sizeof(*f));
-	if (!f) {
-		close(listen_fd);
-		errno = ENOMEM;
-		return NULL;
-	}
+	f = xcalloc(1, sizeof(*f));
 	f->listen_fd = listen_fd;
 	f->stop_fd = -1;
 	copy_route(f, route);
@@ -641,9 +618,7 @@ struct egr_forwarder *egr_start(int listen_fd, const struct egr_route *route,
 		f->lim.idle_ms = EGR_DEFAULT_IDLE_MS;
 	if (!f->lim.connect_timeout_ms)
 		f->lim.connect_timeout_ms = EGR_DEFAULT_CONNECT_TIMEOUT_MS;
-	f->slots = calloc(f->lim.max_conns, sizeof(*f->slots));
-	if (!f->slots)
-		abort();
+	f->slots = xcalloc(f->lim.max_conns, sizeof(*f->slots));
 	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (f->stop_fd < 0) {
 		ret = -errno;

@@ -165,9 +165,7 @@ int egr_req_parse(struct egr_req *r, const char *data, size_t len)
 	int ret;
 
 	memset(r, 0, sizeof(*r));
-	r->head = malloc(len + 1);
-	if (!r->head)
-		abort(); /* as buf.c: a worker cannot answer anything useful without memory */
+	r->head = xmalloc(len + 1);
 	memcpy(r->head, data, len);
 	r->head[len] = '\0';
 	p = r->head;

@@ -780,10 +780,8 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 
 void egr_upstream_serve(struct egr_conn *c)
 {
-	struct up *u = calloc(1, sizeof(*u));
+	struct up *u = xcalloc(1, sizeof(*u));
 
-	if (!u)
-		abort();
 	c->mode_state = u;
 	u->c = c;
 	buf_init(&u->url);
