@@ -507,8 +507,8 @@ void sbx_cgroup_init(const char *setting)
 		goto fail;
 	}
 	sbx_g.cg_fd = fd;
-	sbx_g.cg_path = strdup(path);
-	if (!sbx_g.cg_path || probe_move() < 0) {
+	sbx_g.cg_path = xstrdup(path);
+	if (probe_move() < 0) {
 		set_reason("cannot move a process into a cgroup below %s", path);
 		goto fail;
 	}

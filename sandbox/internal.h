@@ -4,21 +4,17 @@
 
 #include <sys/stat.h>
 
+#include "common/common.h"
 #include "sandbox/sandbox.h"
-
-struct sbx_strv {
-	char **v; /* NULL-terminated */
-	size_t n;
-};
 
 struct sbx_policy {
 	bool network;
 	uint64_t timeout_ms;
-	struct sbx_strv ro;	 /* host paths bound read-only */
-	struct sbx_strv rw;	 /* host paths bound read-write */
-	struct sbx_strv env;	 /* "NAME=value", last one wins */
-	struct sbx_strv bind_ro; /* pairs: host path, path inside */
-	struct sbx_strv bind_rw; /* pairs: host path, path inside */
+	struct strv ro;	     /* host paths bound read-only */
+	struct strv rw;	     /* host paths bound read-write */
+	struct strv env;     /* "NAME=value", one per name */
+	struct strv bind_ro; /* pairs: host path, path inside */
+	struct strv bind_rw; /* pairs: host path, path inside */
 	bool allow_unix;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
@@ -39,20 +35,14 @@ struct sbx_global {
 	uid_t uid_base;		 /* slot i runs as uid_base + i, gid_base + i */
 	gid_t gid_base;
 	unsigned int id_count;
-	struct sbx_strv root_links;  /* pairs: "target", "/name" for the merged-/usr links */
-	struct sbx_strv root_dirs;   /* top-level lib dirs that are real directories */
+	struct strv root_links;	     /* pairs: "target", "/name" for the merged-/usr links */
+	struct strv root_dirs;	     /* top-level lib dirs that are real directories */
 	int cg_fd;		     /* the delegated cgroup v2 runs are made in, or -1 */
 	char *cg_path;		     /* its path, or NULL */
 	unsigned int cg_controllers; /* SBX_CG_* offered there */
 	char cg_reason[512];	     /* cg_path, or why no cgroup is used */
 };
 extern struct sbx_global sbx_g;
-
-int sbx_strv_push(struct sbx_strv *sv, const char *s);
-int sbx_strv_pushf(struct sbx_strv *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sbx_strv_clear(struct sbx_strv *sv);
-/* Set NAME=value in a "NAME=value" vector, replacing an existing NAME. */
-int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value);
 
 /* A limit's value: v, or dflt when v is 0 (the policy's "use the default"). */
 static inline uint64_t sbx_or_default(uint64_t v, uint64_t dflt)
@@ -167,8 +157,8 @@ struct sbx_inputs {
 	size_t nbinds;
 	struct sbx_bind_plan *binds; /* nbinds: bind_ro pairs, then bind_rw pairs */
 };
-/* Decide how each bind goes (stat only). *out is malloc'd (free it); 0 or -errno
- * (-E2BIG: more than SBX_MAX_FILES files). */
+/* Decide how each bind goes (stat only). *out is malloc'd (free it); 0, or -E2BIG when
+ * more than SBX_MAX_FILES files are bound. */
 int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_t *n);
 
 /* Open the /etc files the sandbox gets copies of (fds[i] = -1 when absent, or when
@@ -178,10 +168,10 @@ unsigned int sbx_etc_open(int fds[SBX_ETC_FILES]);
 /* The same bits, from the files' presence only (to key warm sandboxes). */
 unsigned int sbx_etc_mask(void);
 
-/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*.
- * argv NULL: a warm sandbox, whose stub waits for its command. */
-int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
-			 const char *const argv[], struct sbx_strv *out);
+/* Append bwrap's argv for one run to out (argv[0] = bwrap path), with its inputs at
+ * SBX_FD_*. argv NULL: a warm sandbox, whose stub waits for its command. */
+void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
+			  const char *const argv[], struct strv *out);
 /* Stop every warm sandbox of this process (spawn.c). */
 void sbx_warm_release_all(void);
 
@@ -193,7 +183,7 @@ int sbx_seccomp_fd(bool allow_unix);
 int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
-/* The child's environment for mode off (and the --setenv list for bwrap). */
-int sbx_build_envp(const struct sbx_policy *p, struct sbx_strv *out);
+/* Append the child's environment for mode off to out (bwrap gets it as --setenv). */
+void sbx_build_envp(const struct sbx_policy *p, struct strv *out);
 
 #endif

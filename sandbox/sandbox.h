@@ -95,13 +95,15 @@ struct sbx_policy;
 /* A baseline policy: read-only /usr and its symlinks, fresh /proc with /proc/sys
  * read-only, minimal /dev, size-limited tmpfs /tmp and scratch HOME (also the working
  * directory), all namespaces unshared (net too), the run's own host uid, clearenv +
- * PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
+ * PATH/HOME/LANG/TMPDIR/USER, die-with-parent, new session. Never NULL: allocation
+ * failure aborts, as everywhere (common.h). Free it with sbx_policy_free. */
 struct sbx_policy *sbx_policy_new(void);
 void sbx_policy_free(struct sbx_policy *p);
 void sbx_policy_set_network(struct sbx_policy *p, bool on);
 /* Bind host_path read-only (or read-write) at the same path inside. Copies the string.
  * A path that does not exist on the host is skipped at spawn time. The command runs as
- * its own uid: it reads (writes) only what the file modes give "others". */
+ * its own uid: it reads (writes) only what the file modes give "others". 0, or -EINVAL
+ * when host_path is not absolute. */
 int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path);
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
 /* Bind host_path at a different path inside (e.g. a credentials file at
@@ -113,10 +115,11 @@ int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
  * (writable), the copy replaces host_path when the run ends, atomically, if it changed.
  * A directory is bound as it is (see sbx_policy_add_ro). In mode off there is no mount
  * namespace and binds are ignored (the child sees the host's files at their own paths).
- * 0 or -EINVAL / -ENOMEM. */
+ * 0, or -EINVAL when a path breaks the rules above. */
 int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
 			bool writable);
-/* Set one variable of the child's (otherwise empty) environment. Copies both. */
+/* Set one variable of the child's (otherwise empty) environment. Copies both. 0, or
+ * -EINVAL when name is empty or holds '='. */
 int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value);
 /* Wall-clock limit for the whole run; 0 = none. */
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);

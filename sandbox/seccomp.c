@@ -214,11 +214,11 @@ int sbx_seccomp_export(bool allow_unix, void **out, size_t *len)
 	if (ret)
 		goto out;
 	size = lseek(fd, 0, SEEK_END);
-	*out = size > 0 ? malloc((size_t)size) : NULL;
-	if (!*out) {
-		ret = -ENOMEM;
+	if (size <= 0) {
+		ret = size < 0 ? -errno : -EIO;
 		goto out;
 	}
+	*out = xmalloc((size_t)size);
 	if (pread(fd, *out, (size_t)size, 0) != size) {
 		free(*out);
 		*out = NULL;
@@ -253,9 +253,7 @@ static bool embedded(bool allow_unix, struct prog *pg)
 	    v->micro != SBX_BPF_LIBSECCOMP_MICRO)
 		return false;
 	pg->len = allow_unix ? sizeof(sbx_bpf_allow_unix) : sizeof(sbx_bpf_deny_unix);
-	pg->bpf = malloc(pg->len);
-	if (!pg->bpf)
-		return false;
+	pg->bpf = xmalloc(pg->len);
 	memcpy(pg->bpf, allow_unix ? sbx_bpf_allow_unix : sbx_bpf_deny_unix, pg->len);
 	return true;
 }

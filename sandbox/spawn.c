@@ -751,9 +751,7 @@ static int prepare_binds(const struct sbx_policy *p, const struct sbx_inputs *in
 	size_t nro = p->bind_ro.n / 2;
 	int ret = 0;
 
-	inst->copies = in->nbinds ? calloc(in->nbinds, sizeof(*inst->copies)) : NULL;
-	if (in->nbinds && !inst->copies)
-		return -ENOMEM;
+	inst->copies = in->nbinds ? xcalloc(in->nbinds, sizeof(*inst->copies)) : NULL;
 	for (size_t k = 0; !ret && k < in->nbinds; k++) {
 		const struct sbx_bind_plan *b = &in->binds[k];
 		const char *host = k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)];
@@ -812,7 +810,7 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			  const struct sbx_run_options *opt, bool bwrap, struct instance *in,
 			  struct sbx_result *res)
 {
-	struct sbx_strv args = { 0 }, envp = { 0 };
+	struct strv args = STRV_INIT, envp = STRV_INIT;
 	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
 	struct sbx_inputs inputs = { .scratch = &in->scratch };
 	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
@@ -835,20 +833,19 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 		res->spawn_stage = "identity";
 		goto out;
 	}
-	ret = sbx_build_envp(p, &envp);
-	if (!ret && bwrap) {
+	sbx_build_envp(p, &envp);
+	if (bwrap) {
 		inputs.sync = in->id.lock_fd >= 0;
 		ret = sbx_plan_binds(p, &inputs.binds, &inputs.nbinds) ?:
 			prepare_bwrap_inputs(p, &plan, &inputs, res) ?:
 			prepare_binds(p, &inputs, in, &plan);
 		if (!ret)
-			ret = sbx_build_bwrap_argv(p, &inputs, argv, &args);
-	} else if (!ret) {
-		for (size_t i = 0; !ret && argv[i]; i++)
-			ret = sbx_strv_push(&args, argv[i]);
+			sbx_build_bwrap_argv(p, &inputs, argv, &args);
+	} else {
+		for (size_t i = 0; argv[i]; i++)
+			strv_push(&args, argv[i]);
 		/* Mode off: HOME is the scratch dir itself, at its host path. */
-		if (!ret)
-			ret = sbx_strv_setenv(&envp, "HOME", in->scratch.home);
+		(void)strv_setenv(&envp, "HOME", in->scratch.home);
 	}
 	if (ret) {
 		if (!res->spawn_stage)
@@ -884,8 +881,8 @@ out:
 	close_plan_fds(&plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
 	close_plan_fds(&plan, SBX_FD_FILE0, SBX_FD_COUNT);
 	free(inputs.binds);
-	sbx_strv_clear(&args);
-	sbx_strv_clear(&envp);
+	strv_release(&args);
+	strv_release(&envp);
 	return ret;
 }
 
@@ -940,15 +937,14 @@ static char *policy_key(const struct sbx_policy *p)
 				 .etc_mask = sbx_etc_mask(),
 				 .sync = sbx_g.ident == SBX_IDENTITY_PER_RUN };
 	size_t nro = p->bind_ro.n / 2;
-	struct sbx_strv args = { 0 };
+	struct strv args = STRV_INIT;
 	struct child_plan plan = { 0 };
 	struct buf key = BUF_INIT;
 
-	if (sbx_plan_binds(p, &in.binds, &in.nbinds) || sbx_build_bwrap_argv(p, &in, NULL, &args)) {
-		free(in.binds);
-		sbx_strv_clear(&args);
+	/* Too many files to bind: no run of it can start, warm or cold. */
+	if (sbx_plan_binds(p, &in.binds, &in.nbinds))
 		return NULL;
-	}
+	sbx_build_bwrap_argv(p, &in, NULL, &args);
 	for (size_t i = 0; i < args.n; i++) {
 		buf_adds(&key, args.v[i]);
 		buf_addch(&key, '\x1f');
@@ -972,7 +968,7 @@ static char *policy_key(const struct sbx_policy *p)
 		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
 		 (unsigned long long)p->limits.cpu_pct);
 	free(in.binds);
-	sbx_strv_clear(&args);
+	strv_release(&args);
 	return buf_detach(&key, NULL);
 }
 
@@ -1057,10 +1053,9 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 	if (start_instance(p, NULL, NULL, true, &in, &res) == 0) {
 		pthread_mutex_lock(&warm.lock);
 		if (warm.n < WARM_MAX && !warm.closed) {
-			warm.slot[warm.n].key = strdup(key);
-			keep = warm.slot[warm.n].key != NULL;
-			if (keep)
-				warm.slot[warm.n++].in = in;
+			warm.slot[warm.n].key = xstrdup(key);
+			warm.slot[warm.n++].in = in;
+			keep = true;
 		}
 		pthread_mutex_unlock(&warm.lock);
 	}
