@@ -211,14 +211,14 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 	switch (res->end) {
 	case SBX_END_EXITED:
-		if (res->sandbox_failed && !res->exec_failed) {
+		if (res->failure == SBX_FAIL_EXEC) {
+			fail(out, PROV_ERR_SPAWN_FAILED,
+			     "Provider %s: its command could not be started", pv->name);
+		} else if (res->failure != SBX_FAIL_NONE) { /* the sandbox's own */
 			fail(out, PROV_ERR_SANDBOX,
 			     "The sandbox for provider %s could not start; "
 			     "the request was not run",
 			     pv->name);
-		} else if (res->sandbox_failed) {
-			fail(out, PROV_ERR_SPAWN_FAILED,
-			     "Provider %s: its command could not be started", pv->name);
 		} else if (res->exit_status) {
 			fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s failed (exit status %d)",
 			     pv->name, res->exit_status);

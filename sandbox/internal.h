@@ -6,6 +6,7 @@
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/stub.h"
 
 struct sbx_policy {
 	bool network;
@@ -60,8 +61,6 @@ int sbx_data_fd(const char *text);
 
 /* Where the scratch home appears inside the sandbox. */
 #define SBX_HOME SBX_HOME_PATH
-#define SBX_UID 1000
-#define SBX_GID 1000
 #define SBX_HOSTNAME "olp"
 
 /* Scratch directories: <runtime_dir>/<pid>-<seq>-<random>/home. */
@@ -111,10 +110,12 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg);
 #define SBX_FD_GROUP 6	 /* --file -> /etc/group */
 #define SBX_FD_ETC0 7	 /* --file -> the /etc files, SBX_ETC_FILES of them */
 #define SBX_ETC_FILES 6
-#define SBX_FD_SYNC 13	/* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
-#define SBX_FD_FILE0 14 /* --file: files the policy binds */
+#define SBX_FD_SYNC 13	 /* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
+#define SBX_FD_REPORT 14 /* olp-sandbox-exec --report: its failure report (stub.h) */
+#define SBX_FD_FILE0 15	 /* --file: files the policy binds */
 _Static_assert(SBX_FD_SYNC == SBX_FD_ETC0 + SBX_ETC_FILES, "fd slots");
-_Static_assert(SBX_FD_FILE0 == SBX_FD_SYNC + 1, "fd slots");
+_Static_assert(SBX_FD_REPORT == SBX_FD_SYNC + 1, "fd slots");
+_Static_assert(SBX_FD_FILE0 == SBX_FD_REPORT + 1, "fd slots");
 #define SBX_MAX_FILES 16
 #define SBX_FD_COUNT (SBX_FD_FILE0 + SBX_MAX_FILES)
 

@@ -172,25 +172,44 @@ struct sbx_callbacks {
 };
 
 enum sbx_end {
-	SBX_END_EXITED = 0,  /* the command exited; see exit_status */
+	SBX_END_EXITED = 0,  /* the command exited; see exit_status (and failure: bwrap or
+				olp-sandbox-exec may have ended it before the command ran) */
 	SBX_END_SIGNALED,    /* killed by a signal it did not get from us; see term_signal */
 	SBX_END_TIMEOUT,     /* the wall-clock limit was reached */
 	SBX_END_ABORTED,     /* a callback or the hangup fd asked to stop */
 	SBX_END_STOPPED,     /* a callback said it has everything (> 0) */
-	SBX_END_SPAWN_FAILED /* nothing ran; see spawn_stage and spawn_errno */
+	SBX_END_SPAWN_FAILED /* nothing ran; see failure, spawn_stage and spawn_errno */
+};
+
+/* Why the command never ran, when it did not. Learnt from what bwrap and the sandbox's
+ * first program report on descriptors of their own, never from what anything printed: a
+ * command cannot pass its own failure off as the sandbox's, and rewording a message
+ * changes nothing (docs/adr/0016-typed-run-outcomes.md). */
+enum sbx_failure {
+	SBX_FAIL_NONE = 0, /* the command was started: end and exit_status say how it went */
+	SBX_FAIL_SPAWN,	   /* the worker could not start the run: its descriptors, memory,
+			      processes, scratch dir, cgroup, uid slot, or bwrap itself (end is
+			      SBX_END_SPAWN_FAILED) */
+	SBX_FAIL_SETUP,	   /* bwrap could not build the sandbox or start its first program, or
+			      that program was started wrongly (end SBX_END_EXITED; bwrap says
+			      why on stderr only) */
+	SBX_FAIL_IDENTITY, /* the sandbox's first program could not make the run its own uid
+			      (end SBX_END_EXITED, exit_status 127) */
+	SBX_FAIL_EXEC,	   /* the command itself could not be executed: ENOENT, EACCES, E2BIG
+			      ... (end SBX_END_EXITED, exit_status 127; without bwrap, mode
+			      off, end SBX_END_SPAWN_FAILED) */
 };
 
 struct sbx_result {
 	enum sbx_end end;
 	int exit_status;
 	int term_signal;
-	const char *spawn_stage; /* static string naming the failed step, or NULL */
-	int spawn_errno;
-	bool sandbox_failed;	/* the sandbox could not be built or entered (bwrap's or
-				    olp-sandbox-exec's own message on stderr, no byte of
-				    output) */
-	bool exec_failed;	/* ... because the command itself could not be exec'd */
-	char stderr_tail[2048]; /* last bytes of the child's stderr, NUL-terminated; never
+	enum sbx_failure failure;
+	const char *spawn_stage; /* when failure is set: the step that failed, a static string
+				    ("pipe", "identity", "bwrap", "setresuid", "execve"...) */
+	int spawn_errno;	 /* ... and its errno; 0 when unknown (bwrap says why on stderr
+				    only) */
+	char stderr_tail[2048];	 /* last bytes of the child's stderr, NUL-terminated; never
 				    sent to clients, logged only cut */
 	size_t stdout_bytes;
 	uint64_t duration_ms;
@@ -212,6 +231,9 @@ struct sbx_run_options {
 int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
 	    const struct sbx_callbacks *cb, struct sbx_result *res);
 
+/* Static names for logs: "exited", "timeout"...; "setup", "exec"... ("none" for
+ * SBX_FAIL_NONE). */
 const char *sbx_end_name(enum sbx_end e);
+const char *sbx_failure_str(enum sbx_failure f);
 
 #endif

@@ -73,10 +73,11 @@ struct child_plan {
 	char *const *envp;
 	int fds[SBX_FD_COUNT]; /* fds[i] becomes fd i in the child */
 	int nfds;
-	struct rlimit rl[5]; /* applied in rl_res order */
-	int cwd_fd;	     /* fchdir here, or -1 */
-	int cgroup_fd;	     /* the run cgroup's cgroup.procs, or -1 */
-	int userns_fd;	     /* the run's user namespace to join before exec, or -1 */
+	struct rlimit rl[5];  /* applied in rl_res order */
+	int cwd_fd;	      /* fchdir here, or -1 */
+	int cgroup_fd;	      /* the run cgroup's cgroup.procs, or -1 */
+	int userns_fd;	      /* the run's user namespace to join before exec, or -1 */
+	bool exec_is_command; /* path is the command itself (mode off), not bwrap */
 	int report_fd;
 	pid_t parent;
 };
@@ -186,6 +187,7 @@ struct run {
 	pid_t pid;
 	int pidfd;
 	int in_fd, out_fd, err_fd, status_fd;
+	int report_fd;	   /* olp-sandbox-exec's failure report (stub.h), or -1 */
 	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
 	struct buf status; /* bytes read from --json-status-fd */
 	size_t err_keep;   /* stderr tail bookkeeping */
@@ -248,6 +250,8 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 		res->spawn_stage = rep.stage > 0 && rep.stage < (int)ARRAY_SIZE(stage_names)
 					   ? stage_names[rep.stage]
 					   : "child";
+		res->failure = rep.stage == STAGE_EXEC && plan->exec_is_command ? SBX_FAIL_EXEC
+										: SBX_FAIL_SPAWN;
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		r->pid = -1;
@@ -422,6 +426,52 @@ static bool read_out(struct run *r, struct buf *chunk, const struct sbx_callback
 	return true;
 }
 
+/* What olp-sandbox-exec's report names each step (stub.h), and what its failure means. */
+static const struct {
+	const char *name;
+	enum sbx_failure failure;
+} stub_stages[SBX_STUB_STAGES] = {
+	[SBX_STUB_ARGS] = { "olp-sandbox-exec arguments", SBX_FAIL_SETUP },
+	[SBX_STUB_CHOWN] = { "chown home", SBX_FAIL_IDENTITY },
+	[SBX_STUB_CAPBSET] = { "bounding set", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETGROUPS] = { "setgroups", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETGID] = { "setresgid", SBX_FAIL_IDENTITY },
+	[SBX_STUB_NPROC] = { "rlimit nproc", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETUID] = { "setresuid", SBX_FAIL_IDENTITY },
+	[SBX_STUB_CAPSET] = { "capset", SBX_FAIL_IDENTITY },
+	[SBX_STUB_VERIFY] = { "drop", SBX_FAIL_IDENTITY },
+	[SBX_STUB_EXEC] = { "execve", SBX_FAIL_EXEC },
+};
+
+/* The run ended with an exit status: did the command run at all? Two reports say, neither
+ * of them text. bwrap writes {"exit-code": N} on its status fd only when it built the
+ * sandbox and exec'd its first program, olp-sandbox-exec (its setup finished and its
+ * execvp succeeded); without it, bwrap failed. olp-sandbox-exec writes {stage, errno} on
+ * its report fd only when it could not become the command. bwrap reports the exit code
+ * after the stub's process ended, and the stub reports before it exits, so both reports
+ * are complete by now: nothing here waits. */
+static void learn_failure(struct run *r, struct sbx_result *res)
+{
+	struct sbx_stub_report rep;
+
+	/* What bwrap wrote before it exited is in the pipe, read or not. */
+	while (!r->exit_known && r->status_fd >= 0 &&
+	       buf_read_once(&r->status, r->status_fd, 512) > 0)
+		parse_status(r);
+	if (!r->exit_known) {
+		res->failure = SBX_FAIL_SETUP;
+		res->spawn_stage = "bwrap";
+		return;
+	}
+	if (r->report_fd < 0 || read(r->report_fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+		return;
+	if (rep.stage <= 0 || rep.stage >= SBX_STUB_STAGES || !stub_stages[rep.stage].name)
+		rep.stage = SBX_STUB_ARGS;
+	res->failure = stub_stages[rep.stage].failure;
+	res->spawn_stage = stub_stages[rep.stage].name;
+	res->spawn_errno = rep.err;
+}
+
 static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
 		     const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
 {
@@ -558,17 +608,8 @@ static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx
 		res->exit_status = WEXITSTATUS(r->wstatus);
 	}
 	res->duration_ms = mono_ms() - start;
-	/* bwrap's own failures: exit 1, its message on stderr, not a byte of output. */
-	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "bwrap: ", 7))
-		res->sandbox_failed = true;
-	/* The stub that could not take the run's uid or exec the command says so the same
-	 * way (olp-sandbox-exec.c). */
-	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 127 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "olp-sandbox-exec: ", 18)) {
-		res->sandbox_failed = true;
-		res->exec_failed = !strncmp(res->stderr_tail, "olp-sandbox-exec: execve ", 25);
-	}
+	if (bwrap && res->end == SBX_END_EXITED)
+		learn_failure(r, res);
 	if (cb && cb->on_result)
 		cb->on_result(cb->ctx, res);
 	/* The namespace's teardown is waited for later (instance_release), off the
@@ -582,6 +623,7 @@ static void run_close(struct run *r)
 	close_fd(&r->out_fd);
 	close_fd(&r->err_fd);
 	close_fd(&r->status_fd);
+	close_fd(&r->report_fd);
 	close_fd(&r->pidfd);
 	close_fd(&r->ns_pidfd);
 	buf_release(&r->status);
@@ -655,7 +697,7 @@ struct instance {
 #define RUN_INIT                                                                                  \
 	{                                                                                         \
 		.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1, \
-		.ns_pidfd = -1, .status = BUF_INIT,                                               \
+		.report_fd = -1, .ns_pidfd = -1, .status = BUF_INIT,                              \
 		.cg = {.dir_fd = -1,                                                              \
 		       .procs_fd = -1 }                                                           \
 	}
@@ -813,7 +855,7 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	struct strv args = STRV_INIT, envp = STRV_INIT;
 	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
 	struct sbx_inputs inputs = { .scratch = &in->scratch };
-	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
+	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, c_report = -1, ret;
 
 	for (size_t i = 0; i < SBX_FD_COUNT; i++)
 		plan.fds[i] = -1;
@@ -855,7 +897,8 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &in->r.in_fd))) ||
 	    (ret = make_pipe(0, &c_out, &in->r.out_fd)) ||
 	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &in->r.err_fd))) ||
-	    (bwrap && (ret = make_pipe(0, &c_status, &in->r.status_fd)))) {
+	    (bwrap && (ret = make_pipe(0, &c_status, &in->r.status_fd))) ||
+	    (bwrap && (ret = make_pipe(0, &c_report, &in->r.report_fd)))) {
 		res->spawn_stage = "pipe";
 		goto out;
 	}
@@ -867,17 +910,20 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : c_err;
 	plan.fds[SBX_FD_STATUS] = c_status;
 	plan.fds[SBX_FD_SYNC] = inputs.sync ? in->id.lock_fd : -1;
+	plan.fds[SBX_FD_REPORT] = c_report;
 	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
 	set_rlimits(&plan, p);
 	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
 	plan.cgroup_fd = in->r.cg.procs_fd;
 	plan.userns_fd = in->id.userns_fd;
+	plan.exec_is_command = !bwrap;
 	ret = start_child(&plan, &in->r, res);
 out:
 	close_fd(&c_in);
 	close_fd(&c_out);
 	close_fd(&c_err);
 	close_fd(&c_status);
+	close_fd(&c_report);
 	close_plan_fds(&plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
 	close_plan_fds(&plan, SBX_FD_FILE0, SBX_FD_COUNT);
 	free(inputs.binds);
@@ -1183,6 +1229,8 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 out:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
+		if (!res->failure)
+			res->failure = SBX_FAIL_SPAWN;
 		res->spawn_errno = -ret;
 	}
 	/* The answer is out (on_result): get the next sandbox going, then clean up. */
@@ -1191,6 +1239,18 @@ out:
 	instance_release(&in);
 	free(key);
 	return ret;
+}
+
+const char *sbx_failure_str(enum sbx_failure f)
+{
+	switch (f) {
+	case SBX_FAIL_NONE: return "none";
+	case SBX_FAIL_SPAWN: return "spawn";
+	case SBX_FAIL_SETUP: return "setup";
+	case SBX_FAIL_IDENTITY: return "identity";
+	case SBX_FAIL_EXEC: return "exec";
+	}
+	return "unknown";
 }
 
 const char *sbx_end_name(enum sbx_end e)

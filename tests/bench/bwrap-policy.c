@@ -82,6 +82,7 @@ int main(int argc, char **argv)
 		in[i] = -1;
 	in[SBX_FD_SYNC] = id.lock_fd;
 	in[SBX_FD_STATUS] = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	in[SBX_FD_REPORT] = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	in[SBX_FD_SECCOMP] = sbx_seccomp_fd(false);
 	in[SBX_FD_PASSWD] = sbx_data_fd(SBX_PASSWD_TEXT);
 	in[SBX_FD_GROUP] = sbx_data_fd(SBX_GROUP_TEXT);
