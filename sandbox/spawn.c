@@ -377,6 +377,44 @@ static void wait_ns_gone(struct run *r)
 	}
 }
 
+/* ---- supervision ------------------------------------------------------------------------
+ * One state machine:
+ *
+ *   RUNNING ──bwrap reports the command's exit code──▶ COLLECTING ──▶ DONE
+ *      │                                       (what is in the pipes, at most 1 s)
+ *      ├──deadline, hangup, on_stdout ≠ 0──▶ DRAINING ──EOF on both pipes, reaped──▶ DONE
+ *      │                       (tree killed; output read and dropped; 1 s once reaped)
+ *      ├──EOF on both pipes and the process reaped──▶ DONE
+ *      │   (reaped with a pipe still held, no pid namespace: 1 s more, then DONE)
+ *      └──poll fails──▶ DONE
+ *
+ * How we ended a run is decided in one place, sv_end(), for the first reason that comes;
+ * a run we did not end ended by itself. sv_finish() then fills sbx_result, once: the exit
+ * status or signal, and whether the command ran at all (learn_failure). */
+
+#define SV_DRAIN_MS 1000 /* reading what is left after the end, at most */
+
+enum sv_state {
+	SV_RUNNING,    /* stdin fed, output handed on, the end awaited */
+	SV_COLLECTING, /* the command exited: take what is in the pipes, then stop */
+	SV_DRAINING,   /* ended by us: the tree is killed, what is left is read and dropped */
+	SV_DONE,
+};
+
+struct supervisor {
+	struct run *r;
+	const struct sbx_callbacks *cb;
+	struct sbx_result *res;
+	struct buf chunk;
+	const char *in_data; /* stdin still to write */
+	size_t in_left;
+	int hup_fd;
+	uint64_t start, deadline; /* deadline 0: none */
+	uint64_t drain_until;	  /* once the process is reaped: stop reading then */
+	enum sv_state state;
+	enum sbx_end end; /* SBX_END_EXITED unless sv_end decided otherwise */
+};
+
 enum { PF_OUT, PF_ERR, PF_IN, PF_PID, PF_STATUS, PF_HUP, PF_N };
 
 static bool readable(int fd)
@@ -426,6 +464,153 @@ static bool read_out(struct run *r, struct buf *chunk, const struct sbx_callback
 	return true;
 }
 
+/* bwrap's status fd: the sandbox's init, then the command's exit code. */
+static void read_status(struct run *r)
+{
+	ssize_t s = buf_read_once(&r->status, r->status_fd, 512);
+
+	if (s <= 0 && s != -EAGAIN)
+		close_fd(&r->status_fd);
+	else
+		parse_status(r);
+}
+
+/* End the run now, for reason end, unless it is ending already: the first reason is the
+ * one. The tree is killed (in COLLECTING it was already); what it wrote meanwhile is read
+ * and dropped. */
+static void sv_end(struct supervisor *s, enum sbx_end end)
+{
+	if (s->state != SV_RUNNING && s->state != SV_COLLECTING)
+		return;
+	if (s->state == SV_RUNNING)
+		kill_tree(s->r);
+	s->end = end;
+	s->state = SV_DRAINING;
+}
+
+/* Read once from stdout; while the run is on, the caller gets it and may end the run. */
+static void sv_read_out(struct supervisor *s)
+{
+	bool deliver = s->state == SV_RUNNING || s->state == SV_COLLECTING;
+	enum sbx_end end;
+
+	if (read_out(s->r, &s->chunk, deliver ? s->cb : NULL, s->res, &end))
+		sv_end(s, end);
+}
+
+static void sv_feed_stdin(struct supervisor *s)
+{
+	struct run *r = s->r;
+	ssize_t w = write(r->in_fd, s->in_data, s->in_left);
+
+	if (w > 0) {
+		s->in_data += w;
+		s->in_left -= (size_t)w;
+	}
+	/* EPIPE: the command does not read its stdin; that is its business. */
+	if (!s->in_left || (w < 0 && errno != EAGAIN && errno != EINTR))
+		close_fd(&r->in_fd);
+}
+
+/* bwrap has the command's exit code, so everything the command wrote is in the pipes (a
+ * write returns only once the pipe holds it): take what is there and stop. Waiting for EOF
+ * would wait for the sandbox's processes to exit, a millisecond or more; whatever the
+ * command left running is killed, and the sandbox ends with the command, as bwrap's own
+ * pid 1 does. */
+static void sv_collect(struct supervisor *s)
+{
+	struct run *r = s->r;
+	uint64_t until = mono_ms() + SV_DRAIN_MS;
+
+	/* Killed first, so that a child left writing cannot keep the pipe full for ever; what
+	 * is in the pipes stays there to be read. */
+	kill_tree(r);
+	while (r->err_fd >= 0 && readable(r->err_fd) && mono_ms() < until)
+		read_err(r, &s->chunk, s->res);
+	while (s->state == SV_COLLECTING && r->out_fd >= 0 && readable(r->out_fd) &&
+	       mono_ms() < until)
+		sv_read_out(s);
+	close_fd(&r->err_fd);
+	close_fd(&r->out_fd);
+	s->state = SV_DONE;
+}
+
+/* The transitions that need no poll: the run is over, the command's exit is known, the
+ * reaped process's pipes have had their time, or the deadline has passed. */
+static void sv_check(struct supervisor *s, uint64_t now)
+{
+	struct run *r = s->r;
+
+	if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known)) {
+		s->state = SV_DONE;
+		return;
+	}
+	if (r->exit_known && s->state == SV_RUNNING) {
+		s->state = SV_COLLECTING;
+		return;
+	}
+	if (r->reaped && !s->drain_until) {
+		/* The command is gone but something it started still holds a pipe (only
+		 * possible without bwrap's pid namespace): kill the group and drain briefly. */
+		kill(-r->pid, SIGKILL);
+		s->drain_until = now + SV_DRAIN_MS;
+	}
+	if (s->drain_until && now >= s->drain_until) {
+		s->state = SV_DONE;
+		return;
+	}
+	if (s->state == SV_RUNNING && s->deadline && now >= s->deadline)
+		sv_end(s, SBX_END_TIMEOUT);
+}
+
+static int sv_timeout(const struct supervisor *s, uint64_t now)
+{
+	uint64_t until = s->drain_until;
+
+	if (!until && s->state == SV_RUNNING)
+		until = s->deadline;
+	if (!until)
+		return -1;
+	/* sv_check ended the run at either time: both lie ahead. */
+	return until - now > INT_MAX ? INT_MAX : (int)(until - now);
+}
+
+static void sv_poll(struct supervisor *s, uint64_t now)
+{
+	struct run *r = s->r;
+	struct pollfd pfd[PF_N] = {
+		[PF_OUT] = { .fd = r->out_fd, .events = POLLIN },
+		[PF_ERR] = { .fd = r->err_fd, .events = POLLIN },
+		[PF_IN] = { .fd = r->in_fd, .events = POLLOUT },
+		[PF_PID] = { .fd = r->reaped ? -1 : r->pidfd, .events = POLLIN },
+		[PF_STATUS] = { .fd = r->status_fd, .events = POLLIN },
+		/* Ended already: the client's going away changes nothing. */
+		[PF_HUP] = { .fd = s->state == SV_RUNNING ? s->hup_fd : -1, .events = POLLRDHUP },
+	};
+
+	if (poll(pfd, PF_N, sv_timeout(s, now)) < 0) {
+		if (errno == EINTR)
+			return;
+		log_err(NULL, "sandbox: poll");
+		sv_end(s, SBX_END_ABORTED);
+		reap(r);
+		s->state = SV_DONE;
+		return;
+	}
+	if (pfd[PF_HUP].revents & (POLLRDHUP | POLLHUP | POLLERR))
+		sv_end(s, SBX_END_ABORTED);
+	if (pfd[PF_IN].revents & (POLLOUT | POLLERR | POLLHUP))
+		sv_feed_stdin(s);
+	if (pfd[PF_STATUS].revents)
+		read_status(r);
+	if (pfd[PF_ERR].revents)
+		read_err(r, &s->chunk, s->res);
+	if (pfd[PF_OUT].revents)
+		sv_read_out(s);
+	if (pfd[PF_PID].revents)
+		reap(r);
+}
+
 /* What olp-sandbox-exec's report names each step (stub.h), and what its failure means. */
 static const struct {
 	const char *name;
@@ -472,149 +657,66 @@ static void learn_failure(struct run *r, struct sbx_result *res)
 	res->spawn_errno = rep.err;
 }
 
-static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
-		     const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
+/* The run is over: fill the result, once, and tell the caller. */
+static void sv_finish(struct supervisor *s, bool bwrap)
 {
-	const char *in_data = opt ? opt->stdin_data : NULL;
-	size_t in_left = opt && in_data ? opt->stdin_len : 0;
-	int hup_fd = opt ? opt->hangup_fd : -1;
-	uint64_t start = mono_ms(), deadline = p->timeout_ms ? start + p->timeout_ms : 0;
-	uint64_t drain_until = 0;
-	struct buf chunk = BUF_INIT;
-	enum sbx_end end = SBX_END_EXITED;
-	bool ending = false;
+	struct run *r = s->r;
+	struct sbx_result *res = s->res;
+	bool exit_known = s->end == SBX_END_EXITED && r->exit_known;
 
-	if (!in_left)
-		close_fd(&r->in_fd);
-	for (;;) {
-		struct pollfd pfd[PF_N];
-		int timeout = -1, n, i;
-		uint64_t now = mono_ms();
-
-		if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known))
-			break;
-		if (r->exit_known && !ending) {
-			/* bwrap has the command's exit code, so everything the command wrote is
-			 * in the pipes (a write returns only once the pipe holds it): take what
-			 * is there and stop. Waiting for EOF would wait for the sandbox's
-			 * processes to exit, a millisecond or more; whatever the command left
-			 * running is killed, and the sandbox ends with the command, as bwrap's
-			 * own pid 1 does. */
-			uint64_t until = now + 1000;
-
-			/* Killed first, so that a child left writing cannot keep the pipe full for
-			 * ever; what is in the pipes stays there to be read. */
-			kill_tree(r);
-			while (r->err_fd >= 0 && readable(r->err_fd) && mono_ms() < until)
-				read_err(r, &chunk, res);
-			while (r->out_fd >= 0 && readable(r->out_fd) && !ending &&
-			       mono_ms() < until)
-				ending = read_out(r, &chunk, cb, res, &end);
-			close_fd(&r->err_fd);
-			close_fd(&r->out_fd);
-			break;
-		}
-		if (r->reaped && !drain_until) {
-			/* The command is gone but something it started still holds a pipe
-			 * (only possible without bwrap's pid namespace): kill the group and
-			 * drain briefly. */
-			kill(-r->pid, SIGKILL);
-			drain_until = now + 1000;
-		}
-		if (drain_until && now >= drain_until)
-			break;
-		if (!ending && deadline && now >= deadline) {
-			end = SBX_END_TIMEOUT;
-			ending = true;
-			kill_tree(r);
-		}
-		for (i = 0; i < PF_N; i++) {
-			pfd[i].fd = -1;
-			pfd[i].events = 0;
-			pfd[i].revents = 0;
-		}
-		pfd[PF_OUT].fd = r->out_fd;
-		pfd[PF_OUT].events = POLLIN;
-		pfd[PF_ERR].fd = r->err_fd;
-		pfd[PF_ERR].events = POLLIN;
-		pfd[PF_IN].fd = r->in_fd;
-		pfd[PF_IN].events = POLLOUT;
-		pfd[PF_PID].fd = r->reaped ? -1 : r->pidfd;
-		pfd[PF_PID].events = POLLIN;
-		pfd[PF_STATUS].fd = r->status_fd;
-		pfd[PF_STATUS].events = POLLIN;
-		pfd[PF_HUP].fd = ending ? -1 : hup_fd;
-		pfd[PF_HUP].events = POLLRDHUP;
-		if (deadline && !ending)
-			timeout = (int)(deadline - now);
-		if (drain_until)
-			timeout = (int)(drain_until - now);
-		n = poll(pfd, PF_N, timeout);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			log_err(NULL, "sandbox: poll");
-			end = SBX_END_ABORTED;
-			kill_tree(r);
-			reap(r);
-			break;
-		}
-		if (pfd[PF_HUP].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-			end = SBX_END_ABORTED;
-			ending = true;
-			kill_tree(r);
-		}
-		if (pfd[PF_IN].revents & (POLLOUT | POLLERR | POLLHUP)) {
-			ssize_t w = write(r->in_fd, in_data, in_left);
-
-			if (w > 0) {
-				in_data += w;
-				in_left -= (size_t)w;
-			}
-			/* EPIPE: the command does not read its stdin; that is its business. */
-			if (!in_left || (w < 0 && errno != EAGAIN && errno != EINTR))
-				close_fd(&r->in_fd);
-		}
-		if (pfd[PF_STATUS].revents) {
-			ssize_t s = buf_read_once(&r->status, r->status_fd, 512);
-
-			if (s <= 0 && s != -EAGAIN)
-				close_fd(&r->status_fd);
-			else
-				parse_status(r);
-		}
-		if (pfd[PF_ERR].revents)
-			read_err(r, &chunk, res);
-		if (pfd[PF_OUT].revents && read_out(r, &chunk, ending ? NULL : cb, res, &end)) {
-			ending = true;
-			kill_tree(r);
-		}
-		if (pfd[PF_PID].revents)
-			reap(r);
-	}
-	/* Anything the command left running is killed; nothing more is read. bwrap itself
-	 * is reaped now unless it has told us the exit code (then in instance_release). */
+	/* Anything the command left running is killed; nothing more is read. bwrap itself is
+	 * reaped now unless it has told us the exit code (then in instance_release). */
 	kill_tree(r);
-	if (!(end == SBX_END_EXITED && r->exit_known))
+	if (!exit_known)
 		reap(r);
-	buf_release(&chunk);
-	res->end = end;
-	if (end == SBX_END_EXITED && r->exit_known) {
+	res->end = s->end;
+	if (exit_known) {
 		res->exit_status = r->exit_code;
-	} else if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
+	} else if (s->end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
 		res->end = SBX_END_SIGNALED;
 		res->term_signal = WTERMSIG(r->wstatus);
 	} else if (WIFEXITED(r->wstatus)) {
 		res->exit_status = WEXITSTATUS(r->wstatus);
 	}
-	res->duration_ms = mono_ms() - start;
+	res->duration_ms = mono_ms() - s->start;
 	if (bwrap && res->end == SBX_END_EXITED)
 		learn_failure(r, res);
-	if (cb && cb->on_result)
-		cb->on_result(cb->ctx, res);
-	/* The namespace's teardown is waited for later (instance_release), off the
-	 * client's critical path. */
-	return 0;
+	if (s->cb && s->cb->on_result)
+		s->cb->on_result(s->cb->ctx, res);
+}
+
+/* Supervise the started run r until it is over and its result known (see above). The
+ * namespace's teardown is waited for later (instance_release), off the client's path. */
+static void supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
+		      const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
+{
+	struct supervisor s = {
+		.r = r,
+		.cb = cb,
+		.res = res,
+		.chunk = BUF_INIT,
+		.in_data = opt ? opt->stdin_data : NULL,
+		.hup_fd = opt ? opt->hangup_fd : -1,
+		.start = mono_ms(),
+		.state = SV_RUNNING,
+		.end = SBX_END_EXITED,
+	};
+
+	s.in_left = s.in_data ? opt->stdin_len : 0;
+	s.deadline = p->timeout_ms ? s.start + p->timeout_ms : 0;
+	if (!s.in_left)
+		close_fd(&r->in_fd);
+	while (s.state != SV_DONE) {
+		uint64_t now = mono_ms();
+
+		sv_check(&s, now);
+		if (s.state == SV_COLLECTING)
+			sv_collect(&s);
+		else if (s.state != SV_DONE)
+			sv_poll(&s, now);
+	}
+	sv_finish(&s, bwrap);
+	buf_release(&s.chunk);
 }
 
 static void run_close(struct run *r)
@@ -1219,12 +1321,13 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
 		wopt.stdin_data = launch.data;
 		wopt.stdin_len = launch.len;
-		ret = supervise(&in.r, p, &wopt, cb, res, bwrap);
+		supervise(&in.r, p, &wopt, cb, res, bwrap);
 		buf_release(&launch);
+		ret = 0;
 	} else {
 		ret = start_instance(p, argv, opt, bwrap, &in, res);
 		if (!ret)
-			ret = supervise(&in.r, p, opt, cb, res, bwrap);
+			supervise(&in.r, p, opt, cb, res, bwrap);
 	}
 out:
 	if (ret) {
