@@ -302,7 +302,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	const struct prov_provider *pv = req->model->provider;
 	struct prov_plan plan = { .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
-	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
+	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
 	int ret;

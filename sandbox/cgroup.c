@@ -360,7 +360,7 @@ static void kill_procs(int dfd)
 
 /* Remove the run cgroup `name` of the base: kill what is left in it, wait (bounded) until
  * it is empty, rmdir. */
-static void remove_run(const char *name)
+static void remove_run(const char *name, const char *rid)
 {
 	int dfd = sbx_open_dir_beneath(sbx_g.cg_fd, name);
 	char events[256];
@@ -376,7 +376,7 @@ static void remove_run(const char *name)
 	}
 	close(dfd);
 	if (unlinkat(sbx_g.cg_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		log_warn(NULL, "sandbox: cannot remove cgroup %s", name);
+		log_warn(rid, "sandbox: cannot remove cgroup %s", name);
 }
 
 /* Run cgroups left by a process that no longer exists (a worker killed mid-run). */
@@ -406,7 +406,7 @@ static void sweep_stale(void)
 		if (end == s || pid <= 0 || pid > INT_MAX || pid == (long)getpid() ||
 		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		remove_run(de->d_name);
+		remove_run(de->d_name, NULL);
 	}
 	closedir(d);
 }
@@ -531,7 +531,8 @@ void sbx_cgroup_release(void)
 	sbx_g.cg_controllers = 0;
 }
 
-int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l)
+int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l,
+		      const char *rid)
 {
 	char v[64];
 	int ret;
@@ -589,7 +590,7 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	}
 	return 0;
 fail:
-	sbx_cgroup_remove(cg);
+	sbx_cgroup_remove(cg, rid);
 	return ret;
 }
 
@@ -599,7 +600,7 @@ void sbx_cgroup_kill(struct sbx_cgroup *cg)
 		kill_procs(cg->dir_fd);
 }
 
-void sbx_cgroup_remove(struct sbx_cgroup *cg)
+void sbx_cgroup_remove(struct sbx_cgroup *cg, const char *rid)
 {
 	if (cg->procs_fd >= 0)
 		close(cg->procs_fd);
@@ -607,6 +608,6 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg)
 		close(cg->dir_fd);
 	cg->procs_fd = cg->dir_fd = -1;
 	if (cg->name[0] && sbx_g.cg_fd >= 0)
-		remove_run(cg->name);
+		remove_run(cg->name, rid);
 	cg->name[0] = '\0';
 }

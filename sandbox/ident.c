@@ -445,7 +445,7 @@ static int userns_create(unsigned int slot)
 }
 
 /* The cached U1 of slot, made on first use; borrowed (do not close). fd or -errno. */
-static int userns_get(unsigned int slot)
+static int userns_get(unsigned int slot, const char *rid)
 {
 	int fd = -1;
 
@@ -466,13 +466,13 @@ static int userns_get(unsigned int slot)
 	} else {
 		/* Never reached in practice (a slot per concurrent run): keep it working,
 		 * at the cost of a leaked fd per run. */
-		log_warnx(NULL, "sandbox: more than %d uid slots in use by one process", CACHE_MAX);
+		log_warnx(rid, "sandbox: more than %d uid slots in use by one process", CACHE_MAX);
 	}
 	pthread_mutex_unlock(&cache.lock);
 	return fd;
 }
 
-int sbx_ident_acquire(struct sbx_ident *id)
+int sbx_ident_acquire(struct sbx_ident *id, const char *rid)
 {
 	unsigned int n = sbx_g.id_count, start = 0, slot = 0, tries, cached[CACHE_MAX];
 	size_t nc = 0;
@@ -503,7 +503,7 @@ int sbx_ident_acquire(struct sbx_ident *id)
 	}
 	if (lock < 0)
 		return -EAGAIN;
-	id->userns_fd = userns_get(slot);
+	id->userns_fd = userns_get(slot, rid);
 	if (id->userns_fd < 0) {
 		int ret = id->userns_fd;
 

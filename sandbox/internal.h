@@ -72,8 +72,8 @@ struct sbx_scratch {
 };
 int sbx_scratch_create(struct sbx_scratch *s);
 /* Remove the whole scratch tree without following symlinks. Call only when no process of
- * the run is left. */
-void sbx_scratch_remove(struct sbx_scratch *s);
+ * the run is left. rid: the request id its log lines name, or NULL. */
+void sbx_scratch_remove(struct sbx_scratch *s, const char *rid);
 void sbx_scratch_sweep_stale(void);
 /* openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) of a directory below dfd: fd or -1/errno. */
 int sbx_open_dir_beneath(int dfd, const char *name);
@@ -96,12 +96,14 @@ struct sbx_cgroup {
 	int procs_fd;
 };
 /* Make the run's cgroup with l's limits (nothing, and 0, without a usable cgroup). 0 or
- * -errno; on error nothing is left. */
-int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l);
+ * -errno; on error nothing is left. rid (here and below): the request id log lines name,
+ * or NULL. */
+int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l,
+		      const char *rid);
 /* SIGKILL every process in it (cgroup.kill). */
 void sbx_cgroup_kill(struct sbx_cgroup *cg);
 /* Kill what is left, wait until it is empty (bounded), remove it. */
-void sbx_cgroup_remove(struct sbx_cgroup *cg);
+void sbx_cgroup_remove(struct sbx_cgroup *cg, const char *rid);
 
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
 #define SBX_FD_STATUS 3	 /* --json-status-fd */
@@ -137,7 +139,7 @@ struct sbx_ident {
 };
 /* Take a free uid slot and its user namespace (nothing in mode shared). 0, -EAGAIN when
  * every slot is taken, -EPERM when runs cannot get a uid here, or -errno. */
-int sbx_ident_acquire(struct sbx_ident *id);
+int sbx_ident_acquire(struct sbx_ident *id, const char *rid);
 void sbx_ident_release(struct sbx_ident *id);
 
 /* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */

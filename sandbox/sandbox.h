@@ -220,8 +220,10 @@ struct sbx_run_options {
 	bool pass_stderr;	/* the child writes our own fd 2; stderr_tail stays empty */
 	const void *stdin_data; /* written to the child's stdin, then stdin is closed */
 	size_t stdin_len;
-	int hangup_fd; /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
+	int hangup_fd;		/* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
 				   FastCGI connection; -1 = none */
+	const char *request_id; /* named by every log line of the run (borrowed for the
+				   call); NULL = none */
 };
 
 /* Run argv[0] (an absolute path) with argv under policy p. Blocks until the run is over,

@@ -403,6 +403,7 @@ enum sv_state {
 
 struct supervisor {
 	struct run *r;
+	const char *rid; /* the request id log lines name, or NULL */
 	const struct sbx_callbacks *cb;
 	struct sbx_result *res;
 	struct buf chunk;
@@ -591,7 +592,7 @@ static void sv_poll(struct supervisor *s, uint64_t now)
 	if (poll(pfd, PF_N, sv_timeout(s, now)) < 0) {
 		if (errno == EINTR)
 			return;
-		log_err(NULL, "sandbox: poll");
+		log_err(s->rid, "sandbox: poll");
 		sv_end(s, SBX_END_ABORTED);
 		reap(r);
 		s->state = SV_DONE;
@@ -692,6 +693,7 @@ static void supervise(struct run *r, const struct sbx_policy *p, const struct sb
 {
 	struct supervisor s = {
 		.r = r,
+		.rid = opt ? opt->request_id : NULL,
 		.cb = cb,
 		.res = res,
 		.chunk = BUF_INIT,
@@ -853,7 +855,7 @@ out:
 
 /* The run wrote its copy: replace the host file with it, atomically (a temporary file
  * beside it, then rename), keeping its mode. Called once the run's processes are gone. */
-static void write_back(const struct copy *c)
+static void write_back(const struct copy *c, const char *rid)
 {
 	struct buf b = BUF_INIT, tmp = BUF_INIT;
 	struct stat st, hst;
@@ -881,7 +883,7 @@ static void write_back(const struct copy *c)
 		ret = -errno;
 	if (ret) {
 		unlink(tmp.data);
-		log_warnx(NULL, "sandbox: a run's changes to %s were not kept: %s", c->host,
+		log_warnx(rid, "sandbox: a run's changes to %s were not kept: %s", c->host,
 			  strerror(-ret));
 	}
 	buf_release(&tmp);
@@ -957,6 +959,7 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	struct strv args = STRV_INIT, envp = STRV_INIT;
 	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
 	struct sbx_inputs inputs = { .scratch = &in->scratch };
+	const char *rid = opt ? opt->request_id : NULL;
 	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, c_report = -1, ret;
 
 	for (size_t i = 0; i < SBX_FD_COUNT; i++)
@@ -967,13 +970,13 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 		goto out;
 	}
 	/* Limits were promised: no cgroup, no run (fail closed). */
-	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits);
+	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits, rid);
 	if (ret) {
 		res->spawn_stage = "cgroup";
 		goto out;
 	}
 	/* Nor without the run's own uid (fail closed). */
-	if (bwrap && (ret = sbx_ident_acquire(&in->id))) {
+	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid))) {
 		res->spawn_stage = "identity";
 		goto out;
 	}
@@ -1036,16 +1039,16 @@ out:
 
 /* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
  * to its writable credentials, release its uid and remove its dir. */
-static void instance_release(struct instance *in)
+static void instance_release(struct instance *in, const char *rid)
 {
 	kill_tree(&in->r);
 	reap(&in->r);
 	wait_ns_gone(&in->r);
-	sbx_cgroup_remove(&in->r.cg);
+	sbx_cgroup_remove(&in->r.cg, rid);
 	run_close(&in->r);
 	for (size_t i = 0; i < in->ncopies; i++) {
 		if (in->copies[i].path)
-			write_back(&in->copies[i]);
+			write_back(&in->copies[i], rid);
 		free(in->copies[i].host);
 		free(in->copies[i].path);
 	}
@@ -1053,7 +1056,7 @@ static void instance_release(struct instance *in)
 	in->copies = NULL;
 	in->ncopies = 0;
 	sbx_ident_release(&in->id);
-	sbx_scratch_remove(&in->scratch);
+	sbx_scratch_remove(&in->scratch, rid);
 }
 
 /* ---- warm sandboxes ----------------------------------------------------------------------
@@ -1129,7 +1132,7 @@ static bool instance_alive(const struct instance *in)
 
 /* Take a live warm instance for key (the oldest: the likeliest to be ready); false when
  * there is none. */
-static bool warm_take(const char *key, struct instance *out)
+static bool warm_take(const char *key, struct instance *out, const char *rid)
 {
 	for (;;) {
 		struct instance dead;
@@ -1155,7 +1158,7 @@ static bool warm_take(const char *key, struct instance *out)
 		if (alive)
 			return true;
 		dead = *out;
-		instance_release(&dead);
+		instance_release(&dead, rid);
 	}
 }
 
@@ -1197,7 +1200,7 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 	warm.filling++;
 	pthread_mutex_unlock(&warm.lock);
 	if (evict)
-		instance_release(&old);
+		instance_release(&old, NULL);
 	if (start_instance(p, NULL, NULL, true, &in, &res) == 0) {
 		pthread_mutex_lock(&warm.lock);
 		if (warm.n < WARM_MAX && !warm.closed) {
@@ -1208,7 +1211,7 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 		pthread_mutex_unlock(&warm.lock);
 	}
 	if (!keep)
-		instance_release(&in);
+		instance_release(&in, NULL);
 	pthread_mutex_lock(&warm.lock);
 	warm.filling--;
 	pthread_mutex_unlock(&warm.lock);
@@ -1249,7 +1252,7 @@ void sbx_warm_release_all(void)
 
 		free(warm.slot[warm.n].key);
 		pthread_mutex_unlock(&warm.lock);
-		instance_release(&in);
+		instance_release(&in, NULL);
 		pthread_mutex_lock(&warm.lock);
 	}
 	pthread_mutex_unlock(&warm.lock);
@@ -1300,6 +1303,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
 	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
+	const char *rid = opt ? opt->request_id : NULL;
 	char *key = NULL;
 	int ret;
 
@@ -1315,7 +1319,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		goto out;
 	}
 	key = warmable ? policy_key(p) : NULL;
-	if (key && warm_take(key, &in)) {
+	if (key && warm_take(key, &in, rid)) {
 		/* A sandbox built ahead of time: tell its stub what to become. */
 		launch_message(argv, opt, &launch);
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
@@ -1339,7 +1343,7 @@ out:
 	/* The answer is out (on_result): get the next sandbox going, then clean up. */
 	if (key && !ret)
 		warm_fill(p, key);
-	instance_release(&in);
+	instance_release(&in, rid);
 	free(key);
 	return ret;
 }

@@ -70,7 +70,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (sbx_lockdown_self() || sbx_global_init(&cfg) || !(p = sbx_policy_new()) ||
-	    sbx_policy_apply_profile(p, "command") || sbx_ident_acquire(&id)) {
+	    sbx_policy_apply_profile(p, "command") || sbx_ident_acquire(&id, NULL)) {
 		fprintf(stderr, "bwrap-policy: cannot set up\n");
 		return 1;
 	}

@@ -18,6 +18,7 @@
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
+#include "tests/support/support.h"
 #include "common/banned.h"
 
 static char runtime_dir[] = "/tmp/olp-sbx-test-XXXXXX";
@@ -536,6 +537,60 @@ static void test_credential_copies(void)
 	sbx_policy_free(p);
 }
 
+/* A run whose log line names its request: the host file of a writable bind is gone when
+ * the run ends, so the run's changes cannot be kept, and the warning says for whom. */
+struct logged_run {
+	const char *host;
+	int ret;
+	struct sbx_result res;
+};
+
+static int remove_host_file(void *ctx, const char *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	unlink(((struct logged_run *)ctx)->host);
+	return 0;
+}
+
+static void logged_run(void *arg)
+{
+	struct logged_run *lr = arg;
+	struct sbx_policy *p = probe_policy();
+	struct sbx_callbacks cb = { .on_stdout = remove_host_file, .ctx = lr };
+	struct sbx_run_options opt = { .hangup_fd = -1, .request_id = "rid-sbx-test-7" };
+
+	if (sbx_policy_add_bind(p, lr->host, SBX_HOME_PATH "/.cfg/cred.json", true) == 0)
+		lr->ret = sbx_run(p,
+				  (const char *const[]){ "/bin/sh", "-c",
+							 "echo go; sleep 0.2; "
+							 "echo changed > .cfg/cred.json",
+							 NULL },
+				  &opt, &cb, &lr->res);
+	sbx_policy_free(p);
+}
+
+static void test_log_lines_name_the_request(void)
+{
+	struct logged_run lr = { .ret = -1 };
+	struct buf log = BUF_INIT;
+	char host[512], logpath[512];
+
+	snprintf(host, sizeof(host), "%s.cred", runtime_dir);
+	snprintf(logpath, sizeof(logpath), "%s.log", runtime_dir);
+	write_file(host, "v1\n", 0600);
+	lr.host = host;
+	CU_ASSERT_EQUAL_FATAL(ts_capture_stderr(logpath, logged_run, &lr), 0);
+	CU_ASSERT_EQUAL(lr.ret, 0);
+	CU_ASSERT_EQUAL(lr.res.exit_status, 0);
+	CU_ASSERT_EQUAL(buf_read_file(&log, logpath, 65536), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "were not kept"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "\"request_id\":\"rid-sbx-test-7\""));
+	unlink(logpath);
+	unlink(host);
+	buf_release(&log);
+}
+
 static void test_scratch_removed(void)
 {
 	/* Every run above wrote into or created its scratch dir; none may be left. */
@@ -779,6 +834,7 @@ int main(void)
 	CU_add_test(s, "environment allowlisted", test_environment_is_allowlisted);
 	CU_add_test(s, "filesystem view", test_filesystem_view);
 	CU_add_test(s, "credential files as copies", test_credential_copies);
+	CU_add_test(s, "log lines name the request", test_log_lines_name_the_request);
 	CU_add_test(s, "scratch removed", test_scratch_removed);
 	CU_add_test(s, "concurrent runs", test_concurrent_runs);
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
