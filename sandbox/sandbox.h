@@ -235,6 +235,15 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 
 /* Static names for logs: "exited", "timeout"...; "setup", "exec"... ("none" for
  * SBX_FAIL_NONE). */
+/* For benchmarks (tests/bench/bwrap-policy.c): the calling process becomes bwrap running
+ * argv (argv[0] absolute) under p, with the command line, descriptors, rlimits and user
+ * namespace sbx_run gives it, and none of the run around it: no supervising process, no
+ * pipes (the command gets our fds 0-2), no scratch dir (the home is bwrap's tmpfs; a
+ * writable file bind, which needs one, is refused), no cgroup, no teardown. p and argv
+ * are only read. Call after sbx_global_init. Returns -errno when the run cannot be
+ * prepared; once the process starts becoming bwrap, a failed step ends it (status 127). */
+int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[]);
+
 const char *sbx_end_name(enum sbx_end e);
 const char *sbx_failure_str(enum sbx_failure f);
 

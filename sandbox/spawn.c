@@ -829,6 +829,9 @@ static int make_copy(struct instance *in, const char *host, int n)
 	struct stat st;
 	int fd, ret;
 
+	/* No scratch dir to put it in (sbx_exec_in_place). */
+	if (!in->scratch.path[0])
+		return -EINVAL;
 	c->host = realpath(host, NULL);
 	if (!c->host)
 		return -errno;
@@ -950,90 +953,194 @@ static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *p
 	return 0;
 }
 
-/* Create the scratch dir, take the run's identity, make the pipes and bwrap's inputs, and
- * start argv under p (argv NULL: a warm sandbox, whose stub waits for its command). */
+/* The inputs the plan owns (bwrap's filter, passwd, /etc and bound files); not the uid
+ * slot's lock, which is the identity's, nor the pipes' ends, which are the caller's. */
+static void close_plan_inputs(struct child_plan *plan)
+{
+	close_plan_fds(plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
+	close_plan_fds(plan, SBX_FD_FILE0, SBX_FD_COUNT);
+}
+
+static void plan_init(struct child_plan *plan)
+{
+	*plan = (struct child_plan){ .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	for (size_t i = 0; i < SBX_FD_COUNT; i++)
+		plan->fds[i] = -1;
+}
+
+/* bwrap for argv under p (argv NULL: a warm sandbox, whose stub waits for its command):
+ * the bind plan and the files it opens, the filter, passwd, group and /etc copies, the
+ * command line, the uid slot. stdio, status and report are the caller's to place. */
+static int plan_bwrap(const struct sbx_policy *p, const char *const argv[], struct instance *in,
+		      struct sbx_inputs *inputs, struct child_plan *plan, struct strv *args,
+		      struct sbx_result *res)
+{
+	static char *const no_env[] = { NULL }; /* bwrap gets the command's as --setenv */
+	int ret;
+
+	inputs->sync = in->id.lock_fd >= 0;
+	ret = sbx_plan_binds(p, &inputs->binds, &inputs->nbinds) ?:
+		prepare_bwrap_inputs(p, plan, inputs, res) ?:
+		prepare_binds(p, inputs, in, plan);
+	if (ret)
+		return ret;
+	sbx_build_bwrap_argv(p, inputs, argv, args);
+	plan->path = args->v[0];
+	plan->argv = args->v;
+	plan->envp = no_env;
+	plan->fds[SBX_FD_SYNC] = inputs->sync ? in->id.lock_fd : -1;
+	plan->nfds = SBX_FD_COUNT;
+	plan->userns_fd = in->id.userns_fd;
+	return 0;
+}
+
+/* Mode off: the command itself, in the scratch home, which is its HOME at its host path. */
+static void plan_direct(const struct sbx_policy *p, const char *const argv[],
+			const struct instance *in, struct child_plan *plan, struct strv *args,
+			struct strv *envp)
+{
+	for (size_t i = 0; argv[i]; i++)
+		strv_push(args, argv[i]);
+	sbx_build_envp(p, envp);
+	(void)strv_setenv(envp, "HOME", in->scratch.home);
+	plan->path = args->v[0];
+	plan->argv = args->v;
+	plan->envp = envp->v;
+	plan->nfds = 3;
+	plan->cwd_fd = in->scratch.home_fd;
+	plan->exec_is_command = true;
+}
+
+/* What a run holds while it exists: its scratch dir, its cgroup, and with bwrap its own
+ * uid. Limits and a uid of its own were promised: without them, no run (fail closed). */
+static int take_resources(const struct sbx_policy *p, bool bwrap, struct instance *in,
+			  const char *rid, struct sbx_result *res)
+{
+	int ret = sbx_scratch_create(&in->scratch);
+
+	if (ret) {
+		res->spawn_stage = "scratch";
+		return ret;
+	}
+	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits, rid);
+	if (ret) {
+		res->spawn_stage = "cgroup";
+		return ret;
+	}
+	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid)))
+		res->spawn_stage = "identity";
+	return ret;
+}
+
+/* The child's ends of a run's pipes, by what they carry. */
+enum { END_IN, END_OUT, END_ERR, END_STATUS, END_REPORT, END_N };
+
+/* The run's pipes: ours go to r, the child's to ends (the caller closes them once the
+ * child has them). olp-sandbox passes its own stdin and stderr instead. */
+static int make_pipes(const struct sbx_run_options *opt, bool bwrap, struct run *r, int ends[END_N])
+{
+	int ret = 0;
+
+	if (!(opt && opt->pass_stdin))
+		ret = make_pipe(1, &ends[END_IN], &r->in_fd);
+	if (!ret)
+		ret = make_pipe(0, &ends[END_OUT], &r->out_fd);
+	if (!ret && !(opt && opt->pass_stderr))
+		ret = make_pipe(0, &ends[END_ERR], &r->err_fd);
+	if (!ret && bwrap)
+		ret = make_pipe(0, &ends[END_STATUS], &r->status_fd);
+	if (!ret && bwrap)
+		ret = make_pipe(0, &ends[END_REPORT], &r->report_fd);
+	return ret;
+}
+
+/* Create the scratch dir, take the run's cgroup and identity, build the plan and the
+ * pipes, and start argv under p (argv NULL: a warm sandbox, whose stub waits for its
+ * command). */
 static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			  const struct sbx_run_options *opt, bool bwrap, struct instance *in,
 			  struct sbx_result *res)
 {
 	struct strv args = STRV_INIT, envp = STRV_INIT;
-	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	struct child_plan plan;
 	struct sbx_inputs inputs = { .scratch = &in->scratch };
 	const char *rid = opt ? opt->request_id : NULL;
-	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, c_report = -1, ret;
+	int ends[END_N] = { -1, -1, -1, -1, -1 }, ret;
 
-	for (size_t i = 0; i < SBX_FD_COUNT; i++)
-		plan.fds[i] = -1;
-	ret = sbx_scratch_create(&in->scratch);
-	if (ret) {
-		res->spawn_stage = "scratch";
-		goto out;
-	}
-	/* Limits were promised: no cgroup, no run (fail closed). */
-	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits, rid);
-	if (ret) {
-		res->spawn_stage = "cgroup";
-		goto out;
-	}
-	/* Nor without the run's own uid (fail closed). */
-	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid))) {
-		res->spawn_stage = "identity";
-		goto out;
-	}
-	sbx_build_envp(p, &envp);
+	plan_init(&plan);
+	ret = take_resources(p, bwrap, in, rid, res);
+	if (ret)
+		goto out_close_fds;
 	if (bwrap) {
-		inputs.sync = in->id.lock_fd >= 0;
-		ret = sbx_plan_binds(p, &inputs.binds, &inputs.nbinds) ?:
-			prepare_bwrap_inputs(p, &plan, &inputs, res) ?:
-			prepare_binds(p, &inputs, in, &plan);
-		if (!ret)
-			sbx_build_bwrap_argv(p, &inputs, argv, &args);
+		ret = plan_bwrap(p, argv, in, &inputs, &plan, &args, res);
 	} else {
-		for (size_t i = 0; argv[i]; i++)
-			strv_push(&args, argv[i]);
-		/* Mode off: HOME is the scratch dir itself, at its host path. */
-		(void)strv_setenv(&envp, "HOME", in->scratch.home);
+		plan_direct(p, argv, in, &plan, &args, &envp);
 	}
 	if (ret) {
 		if (!res->spawn_stage)
 			res->spawn_stage = "argv";
-		goto out;
+		goto out_close_fds;
 	}
-	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &in->r.in_fd))) ||
-	    (ret = make_pipe(0, &c_out, &in->r.out_fd)) ||
-	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &in->r.err_fd))) ||
-	    (bwrap && (ret = make_pipe(0, &c_status, &in->r.status_fd))) ||
-	    (bwrap && (ret = make_pipe(0, &c_report, &in->r.report_fd)))) {
+	ret = make_pipes(opt, bwrap, &in->r, ends);
+	if (ret) {
 		res->spawn_stage = "pipe";
-		goto out;
+		goto out_close_fds;
 	}
-	plan.path = args.v[0];
-	plan.argv = args.v;
-	plan.envp = bwrap ? (char *[]){ NULL } : envp.v;
-	plan.fds[0] = opt && opt->pass_stdin ? STDIN_FILENO : c_in;
-	plan.fds[1] = c_out;
-	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : c_err;
-	plan.fds[SBX_FD_STATUS] = c_status;
-	plan.fds[SBX_FD_SYNC] = inputs.sync ? in->id.lock_fd : -1;
-	plan.fds[SBX_FD_REPORT] = c_report;
-	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
-	set_rlimits(&plan, p);
-	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
+	plan.fds[0] = opt && opt->pass_stdin ? STDIN_FILENO : ends[END_IN];
+	plan.fds[1] = ends[END_OUT];
+	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : ends[END_ERR];
+	plan.fds[SBX_FD_STATUS] = ends[END_STATUS];
+	plan.fds[SBX_FD_REPORT] = ends[END_REPORT];
 	plan.cgroup_fd = in->r.cg.procs_fd;
-	plan.userns_fd = in->id.userns_fd;
-	plan.exec_is_command = !bwrap;
+	set_rlimits(&plan, p);
 	ret = start_child(&plan, &in->r, res);
-out:
-	close_fd(&c_in);
-	close_fd(&c_out);
-	close_fd(&c_err);
-	close_fd(&c_status);
-	close_fd(&c_report);
-	close_plan_fds(&plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
-	close_plan_fds(&plan, SBX_FD_FILE0, SBX_FD_COUNT);
+out_close_fds:
+	for (size_t i = 0; i < END_N; i++)
+		close_fd(&ends[i]);
+	close_plan_inputs(&plan);
 	free(inputs.binds);
 	strv_release(&args);
 	strv_release(&envp);
+	return ret;
+}
+
+int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
+{
+	struct instance in = INSTANCE_INIT;
+	struct sbx_inputs inputs = { .scratch = &in.scratch };
+	struct child_plan plan;
+	struct strv args = STRV_INIT;
+	struct sbx_result res = { 0 };
+	int null = -1, ret;
+
+	if (!argv || !argv[0] || argv[0][0] != '/' || !sbx_g.runtime_dir)
+		return -EINVAL;
+	plan_init(&plan);
+	/* No scratch dir: the name only labels the stub's command line. */
+	snprintf(in.scratch.name, sizeof(in.scratch.name), "in-place-%ld", (long)getpid());
+	ret = sbx_ident_acquire(&in.id, NULL);
+	if (!ret)
+		ret = plan_bwrap(p, argv, &in, &inputs, &plan, &args, &res);
+	if (!ret && (null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
+		ret = -errno;
+	if (ret)
+		goto out_release;
+	/* Our own stdio; bwrap's status and the stub's report go nowhere, as does the
+	 * report of a failed step below (the process then exits 127). */
+	plan.fds[0] = STDIN_FILENO;
+	plan.fds[1] = STDOUT_FILENO;
+	plan.fds[2] = STDERR_FILENO;
+	plan.fds[SBX_FD_STATUS] = null;
+	plan.fds[SBX_FD_REPORT] = null;
+	plan.report_fd = null;
+	plan.parent = getppid();
+	set_rlimits(&plan, p);
+	child_exec(&plan);
+out_release:
+	close_plan_inputs(&plan);
+	free(inputs.binds);
+	strv_release(&args);
+	sbx_ident_release(&in.id);
 	return ret;
 }
 
