@@ -125,15 +125,15 @@ static char **read_launch(void)
 		return NULL;
 	for (i = 0; i < argc; i++) {
 		if (read_u32(&len) || len > MAX_BYTES - total)
-			goto out_free;
+			goto out_free_argv;
 		total += len;
 		argv[i] = malloc(len + 1);
 		if (!argv[i] || read_exact(argv[i], len))
-			goto out_free;
+			goto out_free_argv;
 		argv[i][len] = '\0';
 	}
 	return argv;
-out_free:
+out_free_argv:
 	for (i = 0; argv[i]; i++)
 		free(argv[i]);
 	free(argv);

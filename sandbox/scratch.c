@@ -71,18 +71,18 @@ int sbx_scratch_create(struct sbx_scratch *s)
 	}
 	if (mkdirat(dfd, "home", 0700) < 0) {
 		ret = -errno;
-		goto out_close;
+		goto out_close_dir;
 	}
 	s->home_fd = sbx_open_dir_beneath(dfd, "home");
 	if (s->home_fd < 0) {
 		ret = -errno;
 		unlinkat(dfd, "home", AT_REMOVEDIR);
-		goto out_close;
+		goto out_close_dir;
 	}
 	close(dfd);
 	return 0;
 
-out_close:
+out_close_dir:
 	close(dfd);
 out_rmdir:
 	unlinkat(sbx_g.runtime_fd, s->name, AT_REMOVEDIR);

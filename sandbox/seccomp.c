@@ -204,29 +204,29 @@ int sbx_seccomp_export(bool allow_unix, void **out, size_t *len)
 	if (!ret)
 		ret = build(ctx, allow_unix);
 	if (ret)
-		goto out;
+		goto out_release_filter;
 	fd = memfd_create("olp-seccomp-export", MFD_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
-		goto out;
+		goto out_release_filter;
 	}
 	ret = seccomp_export_bpf(ctx, fd);
 	if (ret)
-		goto out;
+		goto out_release_filter;
 	size = lseek(fd, 0, SEEK_END);
 	if (size <= 0) {
 		ret = size < 0 ? -errno : -EIO;
-		goto out;
+		goto out_release_filter;
 	}
 	*out = xmalloc((size_t)size);
 	if (pread(fd, *out, (size_t)size, 0) != size) {
 		free(*out);
 		*out = NULL;
 		ret = -EIO;
-		goto out;
+		goto out_release_filter;
 	}
 	*len = (size_t)size;
-out:
+out_release_filter:
 	if (fd >= 0)
 		close(fd);
 	seccomp_release(ctx);

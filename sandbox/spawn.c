@@ -239,7 +239,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r->pid < 0) {
 		res->spawn_stage = "fork";
-		goto out_close;
+		goto out_close_pipe;
 	}
 	close_fd(&rp[1]);
 	do
@@ -255,7 +255,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		r->pid = -1;
-		goto out_close;
+		goto out_close_pipe;
 	}
 	r->pidfd = pidfd_open(r->pid, 0);
 	if (r->pidfd < 0) {
@@ -267,7 +267,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 			;
 		r->pid = -1;
 	}
-out_close:
+out_close_pipe:
 	close_fd(&rp[0]);
 	close_fd(&rp[1]);
 	return ret;
@@ -839,11 +839,11 @@ static int make_copy(struct instance *in, const char *host, int n)
 	c->path = buf_detach(&path, NULL);
 	in->ncopies++;
 	if ((ret = read_small(c->host, &b)))
-		goto out;
+		goto out_release_buf;
 	fd = open(c->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = -errno;
-		goto out;
+		goto out_release_buf;
 	}
 	ret = write_all(fd, b.data, b.len);
 	if (!ret && (fchmod(fd, 0666) < 0 || fstat(fd, &st) < 0))
@@ -851,7 +851,7 @@ static int make_copy(struct instance *in, const char *host, int n)
 	if (!ret)
 		c->ctime = st.st_ctim;
 	close(fd);
-out:
+out_release_buf:
 	buf_release(&b);
 	return ret;
 }
@@ -1124,7 +1124,7 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	if (!ret && (null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
 		ret = -errno;
 	if (ret)
-		goto out_release;
+		goto out_release_plan;
 	/* Our own stdio; bwrap's status and the stub's report go nowhere, as does the
 	 * report of a failed step below (the process then exits 127). */
 	plan.fds[0] = STDIN_FILENO;
@@ -1136,7 +1136,7 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	plan.parent = getppid();
 	set_rlimits(&plan, p);
 	child_exec(&plan);
-out_release:
+out_release_plan:
 	close_plan_inputs(&plan);
 	free(inputs.binds);
 	strv_release(&args);
@@ -1418,12 +1418,12 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	if (!argv || !argv[0] || argv[0][0] != '/') {
 		res->spawn_stage = "argv";
 		ret = -EINVAL;
-		goto out;
+		goto out_release_instance;
 	}
 	if (!sbx_g.runtime_dir) {
 		res->spawn_stage = "init";
 		ret = -ENOTCONN;
-		goto out;
+		goto out_release_instance;
 	}
 	key = warmable ? policy_key(p) : NULL;
 	if (key && warm_take(key, &in, rid)) {
@@ -1440,7 +1440,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		if (!ret)
 			supervise(&in.r, p, opt, cb, res, bwrap);
 	}
-out:
+out_release_instance:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
 		if (!res->failure)
