@@ -8,12 +8,12 @@
  *
  * How a run gets its uid. For each slot of the range the worker makes one user namespace
  * ("U1") whose map is
- *	0    -> the worker's own uid/gid   (bwrap's set-up runs as this, as it always did)
- *	1000 -> the slot's host uid/gid    (the command runs as this)
+ *	0       -> the worker's own uid/gid (bwrap's set-up runs as this, as it always did)
+ *	SBX_UID -> the slot's host uid/gid  (the command runs as this)
  * with no user namespace allowed below it (user.max_user_namespaces = 0 inside). The
  * spawned child joins U1 (setns) just before it execs bwrap, which then builds the sandbox
  * as U1's root with the worker's access to the host's files; olp-sandbox-exec, the first
- * program inside, gives the home to uid 1000, switches to it (setresuid drops every
+ * program inside, gives the home to SBX_UID, switches to it (setresuid drops every
  * capability) and execs the command. U1 is kept per slot for the life of the process.
  *
  * Who may write U1's map: a root worker itself (it keeps CAP_SETUID, CAP_SETGID and

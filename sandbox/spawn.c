@@ -6,10 +6,13 @@
  * Nothing in that pipe once vfork() returns means exec succeeded (git's run-command.c
  * waits for EOF to learn the same after fork()).
  *
- * The parent then polls the child's stdout and stderr, feeds its stdin, watches a pidfd
- * for its exit, a wall-clock deadline, and optionally a hangup fd (the FastCGI
- * connection). Any way the run ends, the whole tree is killed and reaped before the
- * scratch directory is removed. */
+ * The parent then supervises the run (one state machine, see "supervision" below): it
+ * polls the child's stdout and stderr, feeds its stdin, watches a pidfd for its exit,
+ * bwrap's status fd, a wall-clock deadline, and optionally a hangup fd (the FastCGI
+ * connection). Whether the command ran at all is learnt from bwrap's status and from
+ * olp-sandbox-exec's own report, never from what they print (learn_failure). Any way the
+ * run ends, the whole tree is killed and reaped before the scratch directory is
+ * removed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -190,7 +193,6 @@ struct run {
 	int report_fd;	   /* olp-sandbox-exec's failure report (stub.h), or -1 */
 	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
 	struct buf status; /* bytes read from --json-status-fd */
-	size_t err_keep;   /* stderr tail bookkeeping */
 	bool reaped;
 	int wstatus;
 	bool exit_known; /* bwrap reported the command's exit code */
@@ -769,7 +771,8 @@ static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
 		plan->rl[i].rlim_cur = plan->rl[i].rlim_max = (rlim_t)v[i];
 }
 
-/* Pipes for one run: [0] is the child's end, [1] the parent's. */
+/* One pipe of a run: *child gets the end the child reads (child_end_is_read) or writes,
+ * *parent the other, non-blocking. Both close-on-exec; the child's dup2 clears it. */
 static int make_pipe(int child_end_is_read, int *child, int *parent)
 {
 	int p[2];
@@ -1375,7 +1378,7 @@ size_t sbx_warm_count(void)
 	return n;
 }
 
-/* The launch message olp-sandbox-exec reads before it becomes argv (see its header). */
+/* The launch message olp-sandbox-exec reads before it becomes argv (stub.h). */
 static void add_u32(struct buf *b, uint32_t v)
 {
 	unsigned char le[4] = { v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24 };
@@ -1390,7 +1393,7 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 
 	while (argv[argc])
 		argc++;
-	buf_add(out, "OLPX", 4);
+	buf_add(out, SBX_LAUNCH_MAGIC, 4);
 	add_u32(out, argc);
 	for (uint32_t i = 0; i < argc; i++) {
 		add_u32(out, (uint32_t)strlen(argv[i]));
