@@ -15,12 +15,14 @@
 #include "common/banned.h"
 
 /* The baseline environment: the rest of the host's never reaches the command. */
-static const char *const base_env[] = {
-	"PATH=/usr/local/bin:/usr/bin:/bin",
-	"HOME=" SBX_HOME,
-	"LANG=C.UTF-8",
-	"TMPDIR=/tmp",
-	"USER=olp",
+static const struct {
+	const char *name, *value;
+} base_env[] = {
+	{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
+	{ "HOME", SBX_HOME },
+	{ "LANG", "C.UTF-8" },
+	{ "TMPDIR", "/tmp" },
+	{ "USER", "olp" },
 };
 
 struct sbx_policy *sbx_policy_new(void)
@@ -28,7 +30,7 @@ struct sbx_policy *sbx_policy_new(void)
 	struct sbx_policy *p = xcalloc(1, sizeof(*p));
 
 	for (size_t i = 0; i < ARRAY_SIZE(base_env); i++)
-		strv_push(&p->env, base_env[i]);
+		(void)strv_setenv(&p->env, base_env[i].name, base_env[i].value);
 	return p;
 }
 
