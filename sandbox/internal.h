@@ -112,9 +112,9 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg, const char *rid);
 #define SBX_FD_GROUP 6	 /* --file -> /etc/group */
 #define SBX_FD_ETC0 7	 /* --file -> the /etc files, SBX_ETC_FILES of them */
 #define SBX_ETC_FILES 6
-#define SBX_FD_SYNC 13	 /* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
-#define SBX_FD_REPORT 14 /* olp-sandbox-exec --report: its failure report (stub.h) */
-#define SBX_FD_FILE0 15	 /* --file: files the policy binds */
+#define SBX_FD_SYNC 13 /* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
+/* SBX_FD_REPORT 14 (stub.h): olp-sandbox-exec's failure report */
+#define SBX_FD_FILE0 15 /* --file: files the policy binds */
 _Static_assert(SBX_FD_SYNC == SBX_FD_ETC0 + SBX_ETC_FILES, "fd slots");
 _Static_assert(SBX_FD_REPORT == SBX_FD_SYNC + 1, "fd slots");
 _Static_assert(SBX_FD_FILE0 == SBX_FD_REPORT + 1, "fd slots");

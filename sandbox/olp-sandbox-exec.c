@@ -1,8 +1,9 @@
 /* olp-sandbox-exec: the first program of every sandbox (spawn.c, policy.c).
  *
- *   olp-sandbox-exec --run NAME [--report FD] [--drop NPROC --chown DIR] [-- COMMAND ARGS...]
+ *   olp-sandbox-exec --run NAME [--drop NPROC --chown DIR] [-- COMMAND ARGS...]
  *
- * bwrap starts it with fds 0-2 and the report descriptor, once the sandbox is built.
+ * bwrap starts it with fds 0-2 and the worker's report pipe at SBX_FD_REPORT (stub.h),
+ * once the sandbox is built.
  *
  * --drop: the run has a host uid of its own (ADR 0014). bwrap ran in the run's user
  * namespace as its root and left us CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_SETPCAP.
@@ -17,7 +18,7 @@
  * reads exactly that much — the rest of stdin (the prompt) is the command's. Then, as
  * with "--", it execs the command in place: same pid, same sandbox, same environment.
  *
- * A step that fails is reported to the worker as {stage, errno} on --report FD (stub.h),
+ * A step that fails is reported to the worker as {stage, errno} on SBX_FD_REPORT (stub.h),
  * which is close-on-exec here: the command never holds it, and nothing on it means the
  * command was exec'd. The failure is also said on stderr ("olp-sandbox-exec: …") for the
  * logs; the worker never reads that text. Exit 127 then; 126 when no launch message came
@@ -27,7 +28,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,22 +63,13 @@ fail(enum sbx_stub_stage stage, const char *what, const char *detail)
 	exit(127);
 }
 
-/* Take the report descriptor the worker gave us, close-on-exec so that the command never
- * holds it (it could report a failure of its own making). */
-static void open_report(const char *s)
+/* Take the report descriptor the worker gave us, if it did, close-on-exec so that the
+ * command never holds it (it could report a failure of its own making). Run by hand, the
+ * stub has none and only says its failures on stderr. */
+static void take_report_fd(void)
 {
-	char *end;
-	long fd;
-
-	if (!s)
-		return;
-	errno = 0;
-	fd = strtol(s, &end, 10);
-	if (errno || *end || fd < 3 || fd > INT_MAX || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
-		errno = EBADF;
-		fail(SBX_STUB_ARGS, "--report", s);
-	}
-	report_fd = (int)fd;
+	if (fcntl(SBX_FD_REPORT, F_SETFD, FD_CLOEXEC) == 0)
+		report_fd = SBX_FD_REPORT;
 }
 
 static int read_exact(void *dst, size_t n)
@@ -239,7 +230,7 @@ static void drop(const char *nproc_s, const char *home)
 int main(int argc, char **argv)
 {
 	extern char **environ;
-	const char *nproc = NULL, *home = NULL, *report = NULL, *bad = NULL;
+	const char *nproc = NULL, *home = NULL, *bad = NULL;
 	char **cmd = NULL;
 
 	for (int i = 1; i < argc && !bad; i++) {
@@ -250,8 +241,6 @@ int main(int argc, char **argv)
 			break;
 		} else if (!strcmp(argv[i], "--run") && has_value) {
 			i++;
-		} else if (!strcmp(argv[i], "--report") && has_value) {
-			report = argv[++i];
 		} else if (!strcmp(argv[i], "--drop") && has_value) {
 			nproc = argv[++i];
 		} else if (!strcmp(argv[i], "--chown") && has_value) {
@@ -261,7 +250,7 @@ int main(int argc, char **argv)
 		}
 	}
 	/* First the report descriptor, so that every failure after it is reported. */
-	open_report(report);
+	take_report_fd();
 	if (bad) {
 		errno = EINVAL;
 		fail(SBX_STUB_ARGS, bad, NULL);

@@ -400,8 +400,7 @@ void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *i
 		push_all(out, "--sync-fd", SBX_STR(SBX_FD_SYNC), NULL);
 	/* The stub's command line names the scratch dir: what is left of a dead worker's
 	 * run is found by it (scratch.c). */
-	push_all(out, "--", sbx_g.exec_stub, "--run", in->scratch->name, "--report",
-		 SBX_STR(SBX_FD_REPORT), NULL);
+	push_all(out, "--", sbx_g.exec_stub, "--run", in->scratch->name, NULL);
 	if (sbx_g.ident == SBX_IDENTITY_PER_RUN) {
 		strv_push(out, "--drop");
 		strv_pushf(out, "%llu",

@@ -32,12 +32,17 @@ enum sbx_stub_stage {
 	SBX_STUB_STAGES
 };
 
-/* What the stub writes to its report descriptor (--report FD) when a step fails, right
- * before it exits 127; written once, in one write(2), far below PIPE_BUF. Nothing comes
- * when it became the command: the descriptor is close-on-exec in the stub, so git's
- * run-command rule holds (no report means the exec happened). The worker reads it only
- * once bwrap has reported how the stub's process ended, so by then a report is there or
- * never will be. */
+/* The stub's report descriptor: the write end of a pipe the worker places at this number
+ * for bwrap to pass on (bwrap consumes its other inputs; only 0-2 and this one reach the
+ * stub). A fixed number rather than an option, so that the stub's command line, which
+ * the sweep of dead runs and the tests read, stays as it was. */
+#define SBX_FD_REPORT 14
+
+/* What the stub writes to its report descriptor when a step fails, right before it exits
+ * 127; written once, in one write(2), far below PIPE_BUF. Nothing comes when it became the
+ * command: the descriptor is close-on-exec in the stub, so git's run-command rule holds
+ * (no report means the exec happened). The worker reads it only once bwrap has reported
+ * how the stub's process ended, so by then a report is there or never will be. */
 struct sbx_stub_report {
 	int32_t stage; /* enum sbx_stub_stage */
 	int32_t err;   /* errno of the failed step */
