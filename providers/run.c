@@ -211,14 +211,14 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 	switch (res->end) {
 	case SBX_END_EXITED:
-		if (res->sandbox_failed && !res->exec_failed) {
+		if (res->failure == SBX_FAIL_EXEC) {
+			fail(out, PROV_ERR_SPAWN_FAILED,
+			     "Provider %s: its command could not be started", pv->name);
+		} else if (res->failure != SBX_FAIL_NONE) { /* the sandbox's own */
 			fail(out, PROV_ERR_SANDBOX,
 			     "The sandbox for provider %s could not start; "
 			     "the request was not run",
 			     pv->name);
-		} else if (res->sandbox_failed) {
-			fail(out, PROV_ERR_SPAWN_FAILED,
-			     "Provider %s: its command could not be started", pv->name);
 		} else if (res->exit_status) {
 			fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s failed (exit status %d)",
 			     pv->name, res->exit_status);
@@ -302,7 +302,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	const struct prov_provider *pv = req->model->provider;
 	struct prov_plan plan = { .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
-	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
+	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
 	int ret;
