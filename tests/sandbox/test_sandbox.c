@@ -260,12 +260,15 @@ static void test_timeout_kills_tree(void)
 	struct buf out = BUF_INIT;
 	uint64_t t0 = mono_ms();
 
-	sbx_policy_set_timeout_ms(p, 400);
+	/* 2 s: long enough for the probe to start and say so on a loaded 2-core host
+	 * (400 ms was not), short enough that "killed at the timeout" is what ends it. */
+	sbx_policy_set_timeout_ms(p, 2000);
 	CU_ASSERT_EQUAL(
 		run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res),
 		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
-	CU_ASSERT(mono_ms() - t0 < 5000);
+	CU_ASSERT(mono_ms() - t0 >= 2000);
+	CU_ASSERT(mono_ms() - t0 < 10000);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "spinning"));
 	buf_release(&out);
 	sbx_policy_free(p);
