@@ -66,8 +66,7 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 					     prov_cli_conf_str(pv, "tools", "") };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			if ((ret = prov_plan_push_arg(plan, args[i])))
-				goto out;
+			strv_push(&plan->argv, args[i]);
 	}
 	prov_cli_set_network(pv, plan);
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
@@ -306,13 +305,11 @@ static int claude_line(void *ctx, const char *line, size_t len)
 
 static void *claude_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct claude_parser *cp = calloc(1, sizeof(*cp));
+	struct claude_parser *cp = xcalloc(1, sizeof(*cp));
 
-	if (cp) {
-		prov_lines_init(&cp->pl);
-		buf_init(&cp->sent);
-	}
+	(void)pv;
+	prov_lines_init(&cp->pl);
+	buf_init(&cp->sent);
 	return cp;
 }
 

@@ -181,12 +181,11 @@ int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, 
 	/* A script whose interpreter the sandbox cannot see at the path the "#!" line names
 	 * (node under ~/.nvm, say) runs through the interpreter's real path instead. */
 	if (interp[0] && (resolve(interp, interp_real) == 0) && strncmp(interp_real, "/usr/", 5)) {
-		if ((ret = prov_plan_push_arg(plan, interp_real)) ||
-		    (ret = prov_cli_bind_install(plan->policy, interp_real)))
+		strv_push(&plan->argv, interp_real);
+		if ((ret = prov_cli_bind_install(plan->policy, interp_real)))
 			return ret;
 	}
-	if ((ret = prov_plan_push_arg(plan, real)))
-		return ret;
+	strv_push(&plan->argv, real);
 	return prov_cli_bind_install(plan->policy, real);
 }
 
@@ -280,7 +279,6 @@ int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan
 {
 	const json_t *env = json_object_get(pv->conf, "env"), *v;
 	const char *key;
-	int ret;
 
 	if (env && !json_is_object(env))
 		goto bad;
@@ -288,10 +286,7 @@ int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan
 	{
 		if (!json_is_string(v))
 			goto bad;
-		ret = sbx_policy_setenv(plan->policy, key, json_string_value(v));
-		if (ret == -ENOMEM)
-			return ret;
-		if (ret)
+		if (sbx_policy_setenv(plan->policy, key, json_string_value(v)))
 			goto bad;
 	}
 	return 0;

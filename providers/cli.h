@@ -12,7 +12,8 @@
  * install directory is bound read-only (an npm package's root: claude's native binary
  * lives in its package, codex's in a platform package). A "#!" script whose interpreter
  * lies outside /usr is run through that interpreter by its real path, which is bound too.
- * On failure out->message says what was looked for; returns -ENOENT or -ENOMEM. */
+ * On failure out->message says what was looked for; returns -ENOENT, or the sandbox
+ * policy's -errno. */
 int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, const char *name,
 			  struct prov_plan *plan, struct prov_outcome *out);
 

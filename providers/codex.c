@@ -72,20 +72,18 @@ static bool codex_native(const char *real, char *native)
 }
 
 /* One "-c key=value" override; value is TOML. */
-static int push_config(struct prov_plan *plan, const char *fmt, ...)
+static void push_config(struct prov_plan *plan, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-static int push_config(struct prov_plan *plan, const char *fmt, ...)
+static void push_config(struct prov_plan *plan, const char *fmt, ...)
 {
 	struct buf kv = BUF_INIT;
 	va_list ap;
-	int ret;
 
 	va_start(ap, fmt);
 	buf_vaddf(&kv, fmt, ap);
 	va_end(ap);
-	ret = prov_plan_push_arg(plan, "-c") ?: prov_plan_push_arg(plan, kv.data);
-	buf_release(&kv);
-	return ret;
+	strv_push(&plan->argv, "-c");
+	strv_push_take(&plan->argv, buf_detach(&kv, NULL));
 }
 
 /* A [model_providers.<id>] key goes into a TOML key path: letters, digits, - and _ only. */
@@ -108,8 +106,8 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	int ret;
 
 	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
-		if ((ret = prov_plan_push_arg(plan, native)) ||
-		    (ret = prov_cli_bind_install(plan->policy, native)))
+		strv_push(&plan->argv, native);
+		if ((ret = prov_cli_bind_install(plan->policy, native)))
 			return ret;
 	} else if ((ret = prov_cli_push_program(pv, "OLP_CODEX_BIN", "codex", plan, out))) {
 		return ret;
@@ -124,8 +122,7 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 					     req->model->id };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			if ((ret = prov_plan_push_arg(plan, args[i])))
-				return ret;
+			strv_push(&plan->argv, args[i]);
 	}
 	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
 	 * client in seconds. The retry settings belong to a [model_providers.<id>] table. */
@@ -133,14 +130,12 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		ret = -EINVAL;
 		goto bad_conf;
 	}
-	if (mp &&
-	    ((ret = push_config(plan, "model_provider=\"%s\"", mp)) ||
-	     (ret = push_config(plan, "model_providers.%s.request_max_retries=%lld", mp,
-				retries)) ||
-	     (ret = push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries))))
-		return ret;
-	if ((ret = prov_plan_push_arg(plan, "-")))
-		return ret;
+	if (mp) {
+		push_config(plan, "model_provider=\"%s\"", mp);
+		push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries);
+		push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries);
+	}
+	strv_push(&plan->argv, "-");
 	prov_flatten_messages(req->messages, &plan->stdin_data);
 	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
@@ -152,15 +147,13 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 					 toml ? json_string_value(toml) : "~/.codex/config.toml",
 					 CODEX_HOME "/config.toml", false);
 		/* The default file may not exist (or HOME may be unknown): then there is none. */
-		if (ret && (toml || ret == -ENOMEM))
+		if (ret && toml)
 			goto bad_conf;
 	} else if (!json_is_false(toml) && !json_is_null(toml)) {
 		goto bad_conf;
 	}
 	return 0;
 bad_conf:
-	if (ret == -ENOMEM)
-		return ret;
 	snprintf(out->message, sizeof(out->message),
 		 "provider %s is misconfigured: \"config_toml\" must be a path, and "
 		 "\"model_provider\" a short id",
@@ -265,11 +258,10 @@ static int codex_line(void *ctx, const char *line, size_t len)
 
 static void *codex_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct codex_parser *xp = calloc(1, sizeof(*xp));
+	struct codex_parser *xp = xcalloc(1, sizeof(*xp));
 
-	if (xp)
-		prov_lines_init(&xp->pl);
+	(void)pv;
+	prov_lines_init(&xp->pl);
 	return xp;
 }
 

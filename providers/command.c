@@ -66,12 +66,8 @@ static int command_plan(const struct prov_provider *pv, const struct prov_reques
 			 pv->name);
 		return ret;
 	}
-	json_array_foreach(argv, i, v)
-	{
-		if ((ret = prov_plan_push_arg(plan, json_string_value(v))))
-			return ret;
-	}
-	exe = plan->argv[0];
+	json_array_foreach(argv, i, v) strv_push(&plan->argv, json_string_value(v));
+	exe = plan->argv.v[0];
 	/* The program itself must be visible inside the sandbox; /usr (and /bin, a link
 	 * into it on merged-/usr systems) already is. */
 	if (!under_usr(exe) && (ret = sbx_policy_add_ro(plan->policy, exe)))
@@ -203,10 +199,8 @@ static int ndjson_line(void *ctx, const char *line, size_t len)
 
 static void *command_parser_new(const struct prov_provider *pv)
 {
-	struct command_parser *cp = calloc(1, sizeof(*cp));
+	struct command_parser *cp = xcalloc(1, sizeof(*cp));
 
-	if (!cp)
-		return NULL;
 	/* The plan has refused an unknown mode already; here it is text, sse or ndjson. */
 	if (!pv || output_mode(pv->conf, &cp->mode))
 		cp->mode = COMMAND_OUT_TEXT;

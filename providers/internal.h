@@ -7,8 +7,7 @@
 
 /* What a provider wants run for one request; built by ops->plan, released by run.c. */
 struct prov_plan {
-	char **argv; /* NULL-terminated, heap */
-	size_t argc;
+	struct strv argv; /* argv.v is what runs: NULL-terminated once anything is pushed */
 	struct buf stdin_data;
 	struct sbx_policy *policy;
 };
@@ -18,8 +17,8 @@ struct provider_ops {
 	/* Build the run for req; 0 or -errno (out->message says why). */
 	int (*plan)(const struct prov_provider *pv, const struct prov_request *req,
 		    struct prov_plan *plan, struct prov_outcome *out);
-	/* Stream parser state for one run. */
-	/* pv: the provider whose output this parses (its configuration may choose the
+	/* Stream parser state for one run; never NULL (allocation failure aborts).
+	 * pv: the provider whose output this parses (its configuration may choose the
 	 * format), or NULL for the type's default (tests, fuzzing). */
 	void *(*parser_new)(const struct prov_provider *pv);
 	int (*parser_feed)(void *st, const char *data, size_t len, const struct prov_sink *sink);
@@ -50,7 +49,6 @@ struct prov_provider {
 int prov_slot_acquire(const struct prov_provider *pv);
 void prov_slot_release(int fd);
 
-int prov_plan_push_arg(struct prov_plan *plan, const char *arg);
 void prov_plan_release(struct prov_plan *plan);
 
 /* The text reader shared by plain-text outputs: emits deltas as bytes arrive, holding

@@ -218,22 +218,22 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 			  name, type);
 		return NULL;
 	}
-	pv = calloc(1, sizeof(*pv));
-	if (!pv)
-		return NULL;
+	pv = xcalloc(1, sizeof(*pv));
 	/* What runs is the entry with config.json's overrides: check that, not the entry. */
 	pv->conf = json_deep_copy(entry);
-	if (pv->conf && json_is_object(override))
+	if (!pv->conf)
+		abort(); /* jansson's allocation failed */
+	if (json_is_object(override))
 		json_object_update(pv->conf, (json_t *) override);
-	if (pv->conf && !strcmp(type, "command") && (why = check_command(pv->conf))) {
+	if (!strcmp(type, "command") && (why = check_command(pv->conf))) {
 		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
 		provider_free(pv);
 		return NULL;
 	}
-	pv->name = strdup(name);
-	pv->type = strdup(type);
+	pv->name = xstrdup(name);
+	pv->type = xstrdup(type);
 	dn = json_string_value(json_object_get(entry, "displayName"));
-	pv->display_name = strdup(dn ? dn : name);
+	pv->display_name = xstrdup(dn ? dn : name);
 	pv->ops = prov_ops_for_type(type);
 	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
 	pv->network = json_is_true(json_object_get(pv->conf, "network"));
@@ -242,10 +242,6 @@ static struct prov_provider *provider_new(const char *name, const json_t *entry,
 		parse_json_int(json_object_get(pv->conf, "max_concurrent"), 0, 1024, &mc)
 			? 4
 			: (unsigned)mc;
-	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
-		provider_free(pv);
-		return NULL;
-	}
 	return pv;
 }
 
@@ -278,7 +274,7 @@ static const struct prov_model *find_id(const struct prov_registry *reg, const c
 }
 
 /* Add the models of one provider; duplicates keep the first definition. */
-static int add_models(struct prov_registry *reg, struct prov_provider *pv, const json_t *models)
+static void add_models(struct prov_registry *reg, struct prov_provider *pv, const json_t *models)
 {
 	const json_t *m;
 	size_t i;
@@ -307,28 +303,22 @@ static int add_models(struct prov_registry *reg, struct prov_provider *pv, const
 				  id);
 			continue;
 		}
-		nm = realloc(reg->models, (reg->nmodels + 1) * sizeof(*nm));
-		if (!nm)
-			return -ENOMEM;
-		reg->models = nm;
+		reg->models = xreallocarray(reg->models, reg->nmodels + 1, sizeof(*nm));
 		nm = &reg->models[reg->nmodels++];
 		*nm = (struct prov_model){
-			.id = strdup(id),
-			.display_name = dn ? strdup(dn) : NULL,
+			.id = xstrdup(id),
+			.display_name = dn ? xstrdup(dn) : NULL,
 			.provider = pv,
 		};
 		/* Both optional: 0 (unknown) unless a non-negative integer. */
 		(void)parse_json_int(json_object_get(m, "created"), 0, INT64_MAX, &nm->created);
 		(void)parse_json_int(json_object_get(m, "contextWindow"), 0, INT64_MAX,
 				     &nm->context_window);
-		if (!nm->id)
-			return -ENOMEM;
 	}
-	return 0;
 }
 
-static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv,
-		       const json_t *aliases)
+static void add_aliases(struct prov_registry *reg, const struct prov_provider *pv,
+			const json_t *aliases)
 {
 	const char *alias;
 	const json_t *target;
@@ -353,16 +343,11 @@ static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv
 				  alias, pv->name);
 			continue;
 		}
-		na = realloc(reg->aliases, (reg->naliases + 1) * sizeof(*na));
-		if (!na)
-			return -ENOMEM;
-		reg->aliases = na;
-		na[reg->naliases].name = strdup(alias);
-		na[reg->naliases].model = (size_t)(m - reg->models);
-		if (!na[reg->naliases++].name)
-			return -ENOMEM;
+		reg->aliases = xreallocarray(reg->aliases, reg->naliases + 1, sizeof(*na));
+		na = &reg->aliases[reg->naliases++];
+		na->name = xstrdup(alias);
+		na->model = (size_t)(m - reg->models);
 	}
-	return 0;
 }
 
 static bool name_in(const json_t *list, const char *name)
@@ -395,13 +380,11 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 		json_decref(root);
 		return NULL;
 	}
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		goto fail_nomem;
+	reg = xcalloc(1, sizeof(*reg));
 	enabled = json_object_get(config_providers, "enabled");
 	json_object_foreach(providers, name, entry)
 	{
-		struct prov_provider *pv, **np;
+		struct prov_provider *pv;
 
 		if (!json_is_object(entry))
 			continue;
@@ -413,26 +396,14 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 		pv = provider_new(name, entry, json_object_get(config_providers, name));
 		if (!pv)
 			continue;
-		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
-		np = realloc(reg->providers, (reg->nproviders + 1) * sizeof(*np));
-		if (!np) {
-			provider_free(pv);
-			goto fail_nomem;
-		}
-		reg->providers = np;
-		np[reg->nproviders++] = pv;
-		if (add_models(reg, pv, json_object_get(entry, "models")) ||
-		    add_aliases(reg, pv, json_object_get(entry, "aliases")))
-			goto fail_nomem;
+		reg->providers =
+			xreallocarray(reg->providers, reg->nproviders + 1, sizeof(*reg->providers));
+		reg->providers[reg->nproviders++] = pv;
+		add_models(reg, pv, json_object_get(entry, "models"));
+		add_aliases(reg, pv, json_object_get(entry, "aliases"));
 	}
 	json_decref(root);
 	return reg;
-
-fail_nomem:
-	buf_addf(err, "%s: out of memory", path);
-	prov_registry_free(reg);
-	json_decref(root);
-	return NULL;
 }
 
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id)

@@ -32,28 +32,9 @@ int prov_error_status(enum prov_error e)
 	return (size_t)e < ARRAY_SIZE(errors) ? errors[e].status : 500;
 }
 
-int prov_plan_push_arg(struct prov_plan *plan, const char *arg)
-{
-	char **nv;
-
-	if (!arg)
-		return -EINVAL;
-	nv = realloc(plan->argv, (plan->argc + 2) * sizeof(*nv));
-	if (!nv)
-		return -ENOMEM;
-	plan->argv = nv;
-	nv[plan->argc] = strdup(arg);
-	if (!nv[plan->argc])
-		return -ENOMEM;
-	nv[++plan->argc] = NULL;
-	return 0;
-}
-
 void prov_plan_release(struct prov_plan *plan)
 {
-	for (size_t i = 0; i < plan->argc; i++)
-		free(plan->argv[i]);
-	free(plan->argv);
+	strv_release(&plan->argv);
 	buf_release(&plan->stdin_data);
 	sbx_policy_free(plan->policy);
 	memset(plan, 0, sizeof(*plan));
@@ -73,15 +54,9 @@ struct prov_parser *prov_parser_new(const char *type)
 
 	if (!ops)
 		return NULL;
-	ps = calloc(1, sizeof(*ps));
-	if (!ps)
-		return NULL;
+	ps = xcalloc(1, sizeof(*ps));
 	ps->ops = ops;
 	ps->st = ops->parser_new(NULL);
-	if (!ps->st) {
-		free(ps);
-		return NULL;
-	}
 	return ps;
 }
 
@@ -300,7 +275,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	      struct prov_outcome *out)
 {
 	const struct prov_provider *pv = req->model->provider;
-	struct prov_plan plan = { .stdin_data = BUF_INIT };
+	struct prov_plan plan = { .argv = STRV_INIT, .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
 	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
@@ -327,9 +302,10 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	if (rc.slot < 0 && rc.slot != PROV_SLOT_NONE)
 		log_warnx(req->request_id, "provider %s: concurrency slot: %s; running uncapped",
 			  pv->name, strerror(-rc.slot));
+	res = xmalloc(sizeof(*res));
 	plan.policy = sbx_policy_new();
-	res = malloc(sizeof(*res));
-	if (!plan.policy || !res) {
+	if (!plan.policy) {
+		/* sandbox.h still has it return NULL for ENOMEM. */
 		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
 		goto out;
 	}
@@ -349,13 +325,9 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	rc.inner.ctx = &rc;
 	rc.parser.ops = pv->ops;
 	rc.parser.st = pv->ops->parser_new(pv);
-	if (!rc.parser.st) {
-		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
-		goto out;
-	}
 	opt.stdin_data = plan.stdin_data.data;
 	opt.stdin_len = plan.stdin_data.len;
-	sbx_run(plan.policy, (const char *const *)plan.argv, &opt, &cb, res);
+	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
 out:

@@ -39,11 +39,10 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 		ret = -E2BIG;
 		goto out;
 	}
-	if ((ret = prov_plan_push_arg(plan, "--prompt")) ||
-	    (ret = prov_plan_push_arg(plan, prompt.data)) ||
-	    (ret = prov_plan_push_arg(plan, "--output")) ||
-	    (ret = prov_plan_push_arg(plan, "streaming")))
-		goto out;
+	strv_push(&plan->argv, "--prompt");
+	strv_push(&plan->argv, prompt.data);
+	strv_push(&plan->argv, "--output");
+	strv_push(&plan->argv, "streaming");
 	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
 	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
@@ -151,11 +150,10 @@ out:
 
 static void *vibe_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct vibe_parser *vp = calloc(1, sizeof(*vp));
+	struct vibe_parser *vp = xcalloc(1, sizeof(*vp));
 
-	if (vp)
-		prov_lines_init(&vp->pl);
+	(void)pv;
+	prov_lines_init(&vp->pl);
 	return vp;
 }
 
