@@ -43,13 +43,13 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 	if (system.len) {
 		struct buf s = BUF_INIT;
 
-		buf_adds(&s, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
+		buf_adds(&s, pv->system_prompt ? pv->system_prompt : default_system_prompt);
 		buf_adds(&s, "\n\n");
 		buf_add(&s, system.data, system.len);
 		buf_release(&system);
 		system = s;
 	} else {
-		buf_adds(&system, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
+		buf_adds(&system, pv->system_prompt ? pv->system_prompt : default_system_prompt);
 	}
 	{
 		const char *const args[] = { "-p",
@@ -63,15 +63,14 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 					     "--system-prompt",
 					     system.data,
 					     "--tools",
-					     prov_cli_conf_str(pv, "tools", "") };
+					     pv->tools ? pv->tools : "" };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 			strv_push(&plan->argv, args[i]);
 	}
-	prov_cli_set_network(pv, plan);
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
 	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
-	snprintf(num, sizeof(num), "%lld", (long long)prov_cli_conf_int(pv, "max_retries", 2));
+	snprintf(num, sizeof(num), "%lld", (long long)(pv->max_retries >= 0 ? pv->max_retries : 2));
 	if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 				     "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "DISABLE_AUTOUPDATER", "1")) ||
@@ -82,11 +81,10 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 		if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_OUTPUT_TOKENS", num)))
 			goto out;
 	}
-	/* Credentials only as configured: the sandbox environment starts empty, so nothing
-	 * (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in from the worker's own environment. */
-	if ((ret = prov_cli_set_conf_env(pv, plan, out)) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
-		goto out;
+	/* Credentials only as configured (prov_run adds the provider's "env"): the sandbox
+	 * environment starts empty, so nothing (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in
+	 * from the worker's own environment. */
+	ret = prov_cli_bind_credentials(pv, creds, plan, out);
 out:
 	buf_release(&system);
 	return ret;

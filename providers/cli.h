@@ -7,7 +7,7 @@
 #include "providers/internal.h"
 
 /* Find the provider's program and put what to execute at the front of plan->argv:
- * conf "bin" (absolute, or a name looked up on PATH), else the environment variable
+ * pv->bin (absolute, or a name looked up on PATH), else the environment variable
  * env_name (OLP_CLAUDE_BIN, …), else name on PATH. Symlinks are resolved, and the real
  * install directory is bound read-only (an npm package's root: claude's native binary
  * lives in its package, codex's in a platform package). A "#!" script whose interpreter
@@ -26,28 +26,15 @@ int prov_cli_find(const struct prov_provider *pv, const char *env_name, const ch
  * lies under /usr, which every sandbox sees). */
 int prov_cli_bind_install(struct sbx_policy *p, const char *real);
 
-/* Bind credential files into the scratch home. conf "credentials" is a host path
- * ("~/" = the worker's HOME), an array of them, or an object {host path: path inside,
- * relative to the scratch home}; a host path under HOME keeps its place relative to HOME
- * inside. dflt (NULL-terminated) is used when conf has no "credentials". Read-only unless
- * conf "credentials_writable" is true (OAuth clients that refresh tokens). Missing files
- * are skipped. 0, or -EINVAL with out->message set. */
+/* Bind credential files into the scratch home: pv's "credentials" (see struct
+ * prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
+ * left out). A host path with no place given keeps its place relative to HOME inside.
+ * Read-only unless "credentials_writable" (OAuth clients that refresh tokens). Missing
+ * files are skipped when the run starts. 0, or -errno with out->message set. */
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
 			      struct prov_plan *plan, struct prov_outcome *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
-
-/* Set every variable of conf "env" in the child. 0, or -EINVAL with out->message set. */
-int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan,
-			  struct prov_outcome *out);
-
-/* Network for the CLI providers: on unless conf "network" is false. */
-void prov_cli_set_network(const struct prov_provider *pv, struct prov_plan *plan);
-
-/* conf[key] as a string, or dflt. */
-const char *prov_cli_conf_str(const struct prov_provider *pv, const char *key, const char *dflt);
-/* conf[key] as a non-negative integer, or dflt. */
-int64_t prov_cli_conf_int(const struct prov_provider *pv, const char *key, int64_t dflt);
 
 /* Split messages into the system text (system/developer messages, joined by blank lines)
  * and the flattened rest (prov_flatten_messages). Either buffer may be NULL. */

@@ -86,22 +86,12 @@ static void push_config(struct prov_plan *plan, const char *fmt, ...)
 	strv_push_take(&plan->argv, buf_detach(&kv, NULL));
 }
 
-/* A [model_providers.<id>] key goes into a TOML key path: letters, digits, - and _ only. */
-static bool valid_id(const char *id)
-{
-	return *id &&
-	       strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
-		       strlen(id) &&
-	       strlen(id) < 64;
-}
-
 static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
 		      struct prov_plan *plan, struct prov_outcome *out)
 {
 	static const char *const creds[] = { "~/.codex/auth.json", NULL };
-	const json_t *toml = json_object_get(pv->conf, "config_toml");
-	const char *mp = prov_cli_conf_str(pv, "model_provider", NULL);
-	long long retries = prov_cli_conf_int(pv, "max_retries", 1);
+	const char *mp = pv->model_provider;
+	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
 	char real[PATH_MAX], native[PATH_MAX];
 	int ret;
 
@@ -125,11 +115,8 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 			strv_push(&plan->argv, args[i]);
 	}
 	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
-	 * client in seconds. The retry settings belong to a [model_providers.<id>] table. */
-	if (mp && !valid_id(mp)) {
-		ret = -EINVAL;
-		goto bad_conf;
-	}
+	 * client in seconds. The retry settings belong to a [model_providers.<id>] table
+	 * (an id of letters, digits, - and _ only, checked at load). */
 	if (mp) {
 		push_config(plan, "model_provider=\"%s\"", mp);
 		push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries);
@@ -137,28 +124,21 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	}
 	strv_push(&plan->argv, "-");
 	prov_flatten_messages(req->messages, &plan->stdin_data);
-	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
-	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		return ret;
-	if (!toml || json_is_string(toml)) {
-		ret = prov_cli_bind_file(plan,
-					 toml ? json_string_value(toml) : "~/.codex/config.toml",
-					 CODEX_HOME "/config.toml", false);
-		/* The default file may not exist (or HOME may be unknown): then there is none. */
-		if (ret && toml)
-			goto bad_conf;
-	} else if (!json_is_false(toml) && !json_is_null(toml)) {
-		goto bad_conf;
+	if (pv->config_toml_off)
+		return 0;
+	ret = prov_cli_bind_file(plan, pv->config_toml ? pv->config_toml : "~/.codex/config.toml",
+				 CODEX_HOME "/config.toml", false);
+	/* The default file may not exist (or HOME may be unknown): then there is none. */
+	if (ret && pv->config_toml) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: its \"config_toml\" cannot be placed (%s)", pv->name,
+			 strerror(-ret));
+		return ret;
 	}
 	return 0;
-bad_conf:
-	snprintf(out->message, sizeof(out->message),
-		 "provider %s is misconfigured: \"config_toml\" must be a path, and "
-		 "\"model_provider\" a short id",
-		 pv->name);
-	return -EINVAL;
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */

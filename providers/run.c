@@ -60,6 +60,15 @@ struct prov_parser *prov_parser_new(const char *type)
 	return ps;
 }
 
+struct prov_parser *prov_parser_for(const struct prov_provider *pv)
+{
+	struct prov_parser *ps = xcalloc(1, sizeof(*ps));
+
+	ps->ops = pv->ops;
+	ps->st = pv->ops->parser_new(pv);
+	return ps;
+}
+
 int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len,
 		     const struct prov_sink *sink)
 {
@@ -271,6 +280,35 @@ static void on_result(void *ctx, const struct sbx_result *res)
 	}
 }
 
+/* The sandbox policy every provider gets, the provider's own plan, and its "env" on top
+ * (set last: it may replace what the plan set). 0, or -errno after failing out. */
+static int make_plan(const struct prov_provider *pv, const struct prov_request *req,
+		     struct prov_plan *plan, struct prov_outcome *out)
+{
+	int ret;
+
+	plan->policy = sbx_policy_new();
+	if (!plan->policy) {
+		/* sandbox.h still has it return NULL for ENOMEM. */
+		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
+		return -ENOMEM;
+	}
+	sbx_policy_set_network(plan->policy, pv->network);
+	sbx_policy_set_timeout_ms(plan->policy, pv->timeout_ms);
+	sbx_policy_set_limits(plan->policy, &pv->limits);
+	ret = pv->ops->plan(pv, req, plan, out);
+	for (size_t i = 0; !ret && i < pv->env_names.n; i++)
+		ret = sbx_policy_setenv(plan->policy, pv->env_names.v[i], pv->env_values.v[i]);
+	if (ret) {
+		/* A copy: fail() formats into out->message, which must not also be its source. */
+		char why[sizeof(out->message)];
+
+		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
+		fail(out, PROV_ERR_SPAWN_FAILED, "%s", why);
+	}
+	return ret;
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
@@ -280,7 +318,6 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
-	int ret;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
@@ -302,25 +339,9 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	if (rc.slot < 0 && rc.slot != PROV_SLOT_NONE)
 		log_warnx(req->request_id, "provider %s: concurrency slot: %s; running uncapped",
 			  pv->name, strerror(-rc.slot));
+	if (make_plan(pv, req, &plan, out))
+		goto out;
 	res = xmalloc(sizeof(*res));
-	plan.policy = sbx_policy_new();
-	if (!plan.policy) {
-		/* sandbox.h still has it return NULL for ENOMEM. */
-		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
-		goto out;
-	}
-	sbx_policy_set_network(plan.policy, pv->network);
-	sbx_policy_set_timeout_ms(plan.policy, pv->timeout_ms);
-	sbx_policy_set_limits(plan.policy, &pv->limits);
-	ret = pv->ops->plan(pv, req, &plan, out);
-	if (ret) {
-		/* A copy: fail() formats into out->message, which must not also be its source. */
-		char why[sizeof(out->message)];
-
-		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
-		fail(out, PROV_ERR_SPAWN_FAILED, "%s", why);
-		goto out;
-	}
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;
 	rc.parser.ops = pv->ops;

@@ -43,9 +43,7 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 	strv_push(&plan->argv, prompt.data);
 	strv_push(&plan->argv, "--output");
 	strv_push(&plan->argv, "streaming");
-	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
-	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		goto out;
 out:
