@@ -106,7 +106,7 @@ static int conf_count(const json_t *root, const char *key, int64_t dflt, const c
 	return -1;
 }
 
-int olp_config_load(struct olp_config *c, struct buf *err)
+int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 {
 	const char *home = getenv("OLP_HOME"), *s;
 	json_error_t jerr;
@@ -213,7 +213,7 @@ fail:
 	return -1;
 }
 
-void olp_config_release(struct olp_config *c)
+void fcgi_config_release(struct fcgi_config *c)
 {
 	free(c->home);
 	json_decref(c->json);

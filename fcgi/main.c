@@ -17,7 +17,7 @@
 
 extern char **environ;
 
-static struct olp_app app;
+static struct fcgi_app app;
 /* Some platforms need accept() serialised (libfcgi's threaded example does the same);
  * on Linux it also keeps idle threads from all waking for one connection. */
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -49,7 +49,7 @@ static void *serve_thread(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		struct olp_io io = { .fcgx = &req, .hangup_fd = -1 };
+		struct fcgi_io io = { .fcgx = &req, .hangup_fd = -1 };
 		int rc;
 
 		pthread_mutex_lock(&accept_lock);
@@ -75,7 +75,7 @@ static void *serve_thread(void *arg)
 		accept_failing = 0;
 		io.envp = req.envp;
 		io.hangup_fd = req.ipcFd;
-		olp_handle(&app, &io);
+		fcgi_handle(&app, &io);
 		FCGX_Finish_r(&req);
 	}
 	FCGX_Free(&req, 1);
@@ -119,7 +119,7 @@ static int app_init(void)
 	const struct sbx_status *st;
 	int ret;
 
-	if (olp_config_load(&app.cfg, &err)) {
+	if (fcgi_config_load(&app.cfg, &err)) {
 		log_errx(NULL, "configuration: %s", err.data);
 		goto fail;
 	}
@@ -235,10 +235,10 @@ int main(int argc, char **argv)
 	if (FCGX_IsCGI()) {
 		/* Plain CGI: one request from the environment, then exit. The web server's
 		 * SIGTERM (a timeout, a client gone) ends us as it always did. */
-		struct olp_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
+		struct fcgi_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
 
 		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
-		olp_handle(&app, &io);
+		fcgi_handle(&app, &io);
 		return 0;
 	}
 	threads = calloc(app.cfg.threads, sizeof(*threads));
