@@ -878,29 +878,23 @@ static void test_same_id(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	static const struct ts_test tests[] = {
+		{ "route", test_route },
+		{ "parse: every failure is 400 naming the field", test_parse_failures },
+		{ "parse: valid forms", test_parse_valid },
+		{ "parse: fields set", test_parse_fields },
+		{ "parse: body length honoured", test_parse_len },
+		{ "error object", test_error_json },
+		{ "status text", test_status_text },
+		{ "response headers refuse control characters", test_headers },
+		{ "completion meta", test_meta },
+		{ "SSE chunks", test_sse_chunks },
+		{ "SSE chunk with a cut character", test_sse_chunk_invalid_utf8 },
+		{ "SSE usage and DONE", test_sse_usage },
+		{ "completion object", test_completion_json },
+		{ "same id on the chunks of one answer", test_same_id },
+		{ NULL, NULL },
+	};
 
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	s = CU_add_suite("api", NULL, NULL);
-	CU_add_test(s, "route", test_route);
-	CU_add_test(s, "parse: every failure is 400 naming the field", test_parse_failures);
-	CU_add_test(s, "parse: valid forms", test_parse_valid);
-	CU_add_test(s, "parse: fields set", test_parse_fields);
-	CU_add_test(s, "parse: body length honoured", test_parse_len);
-	CU_add_test(s, "error object", test_error_json);
-	CU_add_test(s, "status text", test_status_text);
-	CU_add_test(s, "response headers refuse control characters", test_headers);
-	CU_add_test(s, "completion meta", test_meta);
-	CU_add_test(s, "SSE chunks", test_sse_chunks);
-	CU_add_test(s, "SSE chunk with a cut character", test_sse_chunk_invalid_utf8);
-	CU_add_test(s, "SSE usage and DONE", test_sse_usage);
-	CU_add_test(s, "completion object", test_completion_json);
-	CU_add_test(s, "same id on the chunks of one answer", test_same_id);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return ts_exit_status(ts_cunit_run("api", tests));
 }
