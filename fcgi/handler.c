@@ -405,8 +405,6 @@ struct hop {
 	const struct prov_model *m;
 };
 
-#define MAX_HOPS 8
-
 struct answer {
 	struct req_ctx *rc;
 	const struct fcgi_chat_request *req;
@@ -416,7 +414,7 @@ struct answer {
 	bool answered;	 /* the end of the answer (or its error) was sent */
 	struct buf text; /* non-stream: the whole answer */
 	struct buf out;	 /* encoding scratch */
-	struct hop hops[MAX_HOPS];
+	struct hop hops[FCGI_MAX_HOPS];
 	size_t nhops;
 	size_t cur;	   /* the hop running now */
 	size_t failed;	   /* hops that failed before output and were passed over */
@@ -576,43 +574,24 @@ static const char *provider_error_type(enum prov_error e)
 	}
 }
 
-/* The hops for the requested model: config.json routing.chains["model"] (an ordered list
- * of {provider, model}), else the registry model itself. 0, or -1 after answering 404. */
+/* The hops for the requested model: its routing chain (checked against the registry at
+ * start), else the registry model itself. 0, or -1 after answering 404. */
 static int plan_hops(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
 {
-	const json_t *chain = json_object_get(
-		json_object_get(json_object_get(rc->app->cfg.json, "routing"), "chains"),
-		req->model);
-	const json_t *step;
+	const struct fcgi_chain *chain = fcgi_config_chain(&rc->app->cfg, req->model);
+	const struct prov_model *m;
 	struct fcgi_error e;
-	size_t i;
 
-	if (json_is_array(chain)) {
-		json_array_foreach(chain, i, step)
-		{
-			const char *p = json_string_value(json_object_get(step, "provider"));
-			const char *mid = json_string_value(json_object_get(step, "model"));
-			const struct prov_model *m =
-				mid ? prov_registry_find(rc->app->reg, mid) : NULL;
-
-			if (!m || (p && strcmp(p, prov_provider_name(m->provider)))) {
-				log_warnx(rc->rid,
-					  "routing.chains[%s][%zu]: %s/%s is not in the "
-					  "registry; skipped",
-					  req->model, i, p ? p : "?", mid ? mid : "?");
-				continue;
-			}
-			if (a->nhops < MAX_HOPS)
-				a->hops[a->nhops++].m = m;
-		}
-	} else {
-		const struct prov_model *m = prov_registry_find(rc->app->reg, req->model);
-
-		if (m)
-			a->hops[a->nhops++].m = m;
-	}
-	if (a->nhops)
+	if (chain) {
+		for (a->nhops = 0; a->nhops < chain->nhops; a->nhops++)
+			a->hops[a->nhops].m = chain->hops[a->nhops];
 		return 0;
+	}
+	m = prov_registry_find(rc->app->reg, req->model);
+	if (m) {
+		a->hops[a->nhops++].m = m;
+		return 0;
+	}
 	fcgi_error_set(&e, 404, "model_not_found", "model_not_found", "model",
 		       "The model '%.200s' does not exist", req->model);
 	send_error(rc, &e, NULL);
@@ -752,23 +731,11 @@ static void log_request(struct req_ctx *rc)
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only
  * the owner may call. Others get 401 without a key (403 when anonymous access is on: the
- * anonymous identity is not the owner) and 403 with a non-owner key. */
-static bool owner_only(const struct fcgi_app *app, const char *path)
-{
-	const json_t *list = json_object_get(json_object_get(app->cfg.json, "auth"),
-					     "owner_only_endpoints"),
-		     *v;
-	size_t i;
-
-	json_array_foreach(list, i, v) if (json_is_string(v) &&
-					   !strcmp(json_string_value(v), path)) return true;
-	return false;
-}
-
-/* 0 when the caller may go on to the route; else the answer was sent. */
+ * anonymous identity is not the owner) and 403 with a non-owner key. 0 when the caller
+ * may go on to the route; else the answer was sent. */
 static int check_owner_only(struct req_ctx *rc)
 {
-	if (!owner_only(rc->app, rc->path.data))
+	if (!fcgi_config_owner_only(&rc->app->cfg, rc->path.data))
 		return 0;
 	if (authenticate(rc, true))
 		return -1;

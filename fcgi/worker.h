@@ -11,13 +11,29 @@
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
 
+/* One routing chain (config.json routing.chains, ADR 0007): the registry models tried
+ * in turn for one model name a client asks for. */
+#define FCGI_MAX_HOPS 8
+struct fcgi_chain {
+	char *model;				      /* the name a client asks for */
+	const struct prov_model *hops[FCGI_MAX_HOPS]; /* the registry's */
+	size_t nhops;
+};
+
+/* The worker's configuration: OLP_HOME, config.json and a few environment variables,
+ * checked once at start, every field typed. Requests read these fields, never JSON. */
 struct fcgi_config {
 	char *home;   /* OLP_HOME */
-	json_t *json; /* config.json, or an empty object */
+	char *path;   /* config.json's, named in every message about it */
+	json_t *json; /* config.json, or an empty object: for start-up only (the registry
+			 load, fcgi_config_bind), released by fcgi_config_bind */
 	unsigned threads;
 	size_t max_body;
 	char *route_prefix;
 	bool allow_anonymous;
+	struct strv owner_only;	   /* auth.owner_only_endpoints: paths only the owner may call */
+	struct fcgi_chain *chains; /* routing.chains, once bound to the registry */
+	size_t nchains;
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
@@ -29,9 +45,19 @@ struct fcgi_config {
 	char *registry_path;		    /* the registry actually used */
 };
 
-/* Read OLP_HOME, config.json and the environment. 0, or -1 with the reason in err. */
+/* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with
+ * the reason in err, which names the file and the field ("…/config.json:
+ * server.threads: must be a positive integer"). Release c either way. */
 int fcgi_config_load(struct fcgi_config *c, struct buf *err);
+/* Once the registry is loaded: check routing.chains against it and keep them typed,
+ * then release the JSON. 0, or -1 with err as above ("…/config.json:
+ * routing.chains.fast[1]: unknown model \"x\""). reg must outlive c's chains. */
+int fcgi_config_bind(struct fcgi_config *c, const struct prov_registry *reg, struct buf *err);
 void fcgi_config_release(struct fcgi_config *c);
+/* The chain configured for a model name, or NULL. */
+const struct fcgi_chain *fcgi_config_chain(const struct fcgi_config *c, const char *model);
+/* Whether path (after the route prefix) is in auth.owner_only_endpoints. */
+bool fcgi_config_owner_only(const struct fcgi_config *c, const char *path);
 
 struct fcgi_app {
 	struct fcgi_config cfg;
