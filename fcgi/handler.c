@@ -499,7 +499,8 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 static bool worth_next_hop(enum prov_error e)
 {
 	return e == PROV_ERR_AUTH_MISSING || e == PROV_ERR_SPAWN_FAILED ||
-	       e == PROV_ERR_CONCURRENCY_LIMIT || e == PROV_ERR_PROVIDER_ERROR;
+	       e == PROV_ERR_CONCURRENCY_LIMIT || e == PROV_ERR_PROVIDER_ERROR ||
+	       e == PROV_ERR_PROMPT_REFUSED;
 }
 
 /* The outcome is known: finish the answer (the provider's sandbox may still be being torn
@@ -570,6 +571,7 @@ static const char *provider_error_type(enum prov_error e)
 	case PROV_ERR_SANDBOX: return "sandbox_unavailable";
 	case PROV_ERR_CONCURRENCY_LIMIT: return "rate_limit_error";
 	case PROV_ERR_AUTH_MISSING: return "provider_auth_missing";
+	case PROV_ERR_PROMPT_REFUSED: return "invalid_request_error";
 	default: return "provider_error";
 	}
 }

@@ -1,17 +1,28 @@
-/* The claude provider: Anthropic's Claude Code CLI in print mode, streaming JSON.
+/* The claude provider: Anthropic's Claude Code CLI in print mode, streaming JSON both ways.
  *
- *   claude -p --output-format stream-json --verbose --include-partial-messages
- *          --no-session-persistence --model M --system-prompt S --tools ""   (prompt on stdin)
+ *   claude -p --input-format stream-json --output-format stream-json --verbose
+ *          --include-partial-messages --no-session-persistence --model M --tools ""
+ *
+ *   stdin:  {"type":"control_request","request_id":"olp-init",
+ *            "request":{"subtype":"initialize","systemPrompt":S}}
+ *           {"type":"user","message":{"role":"user","content":P},…}
  *
  *   "providers": { "anthropic": { "bin": "…", "tools": "", "max_retries": 2,
  *       "credentials": "~/.claude/.credentials.json", "credentials_writable": false,
  *       "env": { "ANTHROPIC_BASE_URL": "…", "ANTHROPIC_API_KEY": "…" },
  *       "system_prompt": "…", "network": true } }
  *
+ * The system prompt S goes in the SDK's "initialize" request on stdin, as the Agent SDK
+ * sends it, not in argv (--system-prompt): there a client's prompt above 128 KiB
+ * (MAX_ARG_STRLEN) failed exec with E2BIG, and any was readable in the host's
+ * /proc/<pid>/cmdline. A file for --system-prompt-file would need a bind per request,
+ * which no warm sandbox could match. Nothing of the client's reaches argv.
+ *
  * Output, one JSON object a line (docs/providers.md has real samples): "stream_event"
  * lines wrap the Messages API stream (text_delta pieces are the answer), "assistant"
  * repeats each message whole, and the last line, "result", carries the stop reason, the
- * usage and whether the request failed. */
+ * usage and whether the request failed; the "control_response" to the initialize request
+ * is not read. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -29,45 +40,60 @@ static const char default_system_prompt[] =
 	"the conversation below directly, as a chat assistant would; do not mention tools, "
 	"files or a terminal.";
 
-static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
-		       struct prov_plan *plan, struct prov_outcome *out)
+/* The run's stdin: the initialize request carrying the system prompt (the configured or
+ * built-in one, then the client's system messages), then the rest of the conversation,
+ * flattened, as one user message. */
+static void claude_stdin(const struct prov_provider *pv, const json_t *messages, struct buf *in)
 {
-	static const char *const creds[] = { "~/.claude/.credentials.json", NULL };
-	struct buf system = BUF_INIT;
-	char num[32];
-	int ret;
+	struct buf system = BUF_INIT, prompt = BUF_INIT;
 
-	if ((ret = prov_cli_push_program(pv, "OLP_CLAUDE_BIN", "claude", plan, out)))
-		goto out;
-	prov_cli_split_messages(req->messages, &system, &plan->stdin_data);
+	prov_cli_split_messages(messages, &system, &prompt);
+	buf_adds(in, "{\"type\":\"control_request\",\"request_id\":\"olp-init\","
+		     "\"request\":{\"subtype\":\"initialize\",\"systemPrompt\":");
 	if (system.len) {
 		struct buf s = BUF_INIT;
 
 		buf_adds(&s, pv->system_prompt ? pv->system_prompt : default_system_prompt);
 		buf_adds(&s, "\n\n");
 		buf_add(&s, system.data, system.len);
-		buf_release(&system);
-		system = s;
+		buf_add_json_str(in, s.data, s.len);
+		buf_release(&s);
 	} else {
-		buf_adds(&system, pv->system_prompt ? pv->system_prompt : default_system_prompt);
-	}
-	{
-		const char *const args[] = { "-p",
-					     "--output-format",
-					     "stream-json",
-					     "--verbose",
-					     "--include-partial-messages",
-					     "--no-session-persistence",
-					     "--model",
-					     req->model->id,
-					     "--system-prompt",
-					     system.data,
-					     "--tools",
-					     pv->tools ? pv->tools : "" };
+		const char *dflt = pv->system_prompt ? pv->system_prompt : default_system_prompt;
 
-		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			strv_push(&plan->argv, args[i]);
+		buf_add_json_str(in, dflt, strlen(dflt));
 	}
+	buf_adds(in, "}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":");
+	buf_add_json_str(in, prompt.data, prompt.len);
+	buf_adds(in, "},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n");
+	buf_release(&system);
+	buf_release(&prompt);
+}
+
+static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
+		       struct prov_plan *plan, struct prov_outcome *out)
+{
+	static const char *const creds[] = { "~/.claude/.credentials.json", NULL };
+	const char *const args[] = { "-p",
+				     "--input-format",
+				     "stream-json",
+				     "--output-format",
+				     "stream-json",
+				     "--verbose",
+				     "--include-partial-messages",
+				     "--no-session-persistence",
+				     "--model",
+				     req->model->id,
+				     "--tools",
+				     pv->tools ? pv->tools : "" };
+	char num[32];
+	int ret;
+
+	if ((ret = prov_cli_push_program(pv, "OLP_CLAUDE_BIN", "claude", plan, out)))
+		return ret;
+	for (size_t i = 0; i < ARRAY_SIZE(args); i++)
+		strv_push(&plan->argv, args[i]);
+	claude_stdin(pv, req->messages, &plan->stdin_data);
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
 	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
 	snprintf(num, sizeof(num), "%lld", (long long)(pv->max_retries >= 0 ? pv->max_retries : 2));
@@ -75,19 +101,16 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 				     "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "DISABLE_AUTOUPDATER", "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_RETRIES", num)))
-		goto out;
+		return ret;
 	if (req->max_tokens > 0) {
 		snprintf(num, sizeof(num), "%lld", (long long)req->max_tokens);
 		if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_OUTPUT_TOKENS", num)))
-			goto out;
+			return ret;
 	}
 	/* Credentials only as configured (prov_run adds the provider's "env"): the sandbox
 	 * environment starts empty, so nothing (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in
 	 * from the worker's own environment. */
-	ret = prov_cli_bind_credentials(pv, creds, plan, out);
-out:
-	buf_release(&system);
-	return ret;
+	return prov_cli_bind_credentials(pv, creds, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */

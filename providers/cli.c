@@ -169,6 +169,28 @@ int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, 
 	return prov_cli_bind_install(plan->policy, real);
 }
 
+int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *plan,
+			      const char *opt, const struct buf *text, struct prov_outcome *out)
+{
+	if (text->len > PROV_CLI_MAX_ARG) {
+		snprintf(out->message, sizeof(out->message),
+			 "Provider %s takes a prompt of at most %u KiB (it is passed on a command "
+			 "line); this one is %zu KiB",
+			 pv->name, PROV_CLI_MAX_ARG / 1024, (text->len + 1023) / 1024);
+		return -E2BIG;
+	}
+	if (memchr(text->data, '\0', text->len)) {
+		snprintf(out->message, sizeof(out->message),
+			 "Provider %s cannot take a prompt holding a NUL character (it is passed "
+			 "on a command line)",
+			 pv->name);
+		return -E2BIG;
+	}
+	strv_push(&plan->argv, opt);
+	strv_push(&plan->argv, text->data);
+	return 0;
+}
+
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable)
 {
 	char exp[PATH_MAX];

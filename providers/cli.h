@@ -36,6 +36,19 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const 
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 
+/* The longest argument the kernel passes to a program is MAX_ARG_STRLEN (32 pages,
+ * 128 KiB); the limit here keeps room to spare. */
+#define PROV_CLI_MAX_ARG (120u * 1024u)
+
+/* Push opt, then text as one argument, for a CLI that takes text of the client's (a
+ * prompt) only on its command line: where it has any other way in (stdin, a file), use
+ * that, since argv is readable in the host's /proc/<pid>/cmdline. Text longer than
+ * PROV_CLI_MAX_ARG, or holding a NUL byte (which would cut it short), is refused with
+ * -E2BIG and out->message naming the limit: the client gets a 400 (PROV_ERR_PROMPT_REFUSED),
+ * never an exec that fails. */
+int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *plan,
+			      const char *opt, const struct buf *text, struct prov_outcome *out);
+
 /* Split messages into the system text (system/developer messages, joined by blank lines)
  * and the flattened rest (prov_flatten_messages). Either buffer may be NULL. */
 void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt);

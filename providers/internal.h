@@ -14,7 +14,9 @@ struct prov_plan {
 
 struct provider_ops {
 	const char *type;
-	/* Build the run for req; 0 or -errno (out->message says why). */
+	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
+	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
+	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */
 	int (*plan)(const struct prov_provider *pv, const struct prov_request *req,
 		    struct prov_plan *plan, struct prov_outcome *out);
 	/* Stream parser state for one run; never NULL (allocation failure aborts).

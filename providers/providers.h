@@ -103,6 +103,8 @@ enum prov_error {
 	PROV_ERR_PROVIDER_ERROR, /* the command failed (non-zero exit, error event) */
 	PROV_ERR_SANDBOX,	 /* the sandbox could not start: fail closed */
 	PROV_ERR_CLIENT_GONE,	 /* the sink aborted: nobody is listening any more */
+	PROV_ERR_PROMPT_REFUSED, /* the request cannot be given to this provider (a prompt
+				    longer than its command line takes): the client's to fix */
 };
 
 /* A failure the provider reported in its own output (an upstream 429, "Not logged in"),

@@ -20,6 +20,7 @@ static const struct {
 	[PROV_ERR_PROVIDER_ERROR] = { "PROVIDER_ERROR", 502 },
 	[PROV_ERR_SANDBOX] = { "SANDBOX_UNAVAILABLE", 503 },
 	[PROV_ERR_CLIENT_GONE] = { "CLIENT_GONE", 499 },
+	[PROV_ERR_PROMPT_REFUSED] = { "PROMPT_REFUSED", 400 },
 };
 
 const char *prov_error_code(enum prov_error e)
@@ -304,7 +305,8 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 		char why[sizeof(out->message)];
 
 		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
-		fail(out, PROV_ERR_SPAWN_FAILED, "%s", why);
+		fail(out, ret == -E2BIG ? PROV_ERR_PROMPT_REFUSED : PROV_ERR_SPAWN_FAILED, "%s",
+		     why);
 	}
 	return ret;
 }

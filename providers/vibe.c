@@ -5,10 +5,11 @@
  *   "providers": { "mistral": { "bin": "…", "credentials": ["~/.vibe/.env"],
  *       "env": { "MISTRAL_API_KEY": "…" }, "network": true } }
  *
- * The prompt travels in argv, so it is bounded by the kernel's limit on one argument
- * (MAX_ARG_STRLEN, 128 KiB). The output is read as tolerantly as the Node OLP does: one
- * JSON object a line, the text in "choices[0].delta.content", "text", "content" or
- * "delta"; "type":"stop" or "done":true ends it. Messages of other roles (the system
+ * The prompt travels in argv (vibe takes it nowhere else), so it is bounded
+ * (prov_cli_push_bounded_arg): a longer one is the client's 400. The output is read as
+ * tolerantly as the Node OLP does: one JSON object a line, the text in
+ * "choices[0].delta.content", "text", "content" or "delta"; "type":"stop" or "done":true
+ * ends it. Messages of other roles (the system
  * prompt, the user's own message, tool results) are not the answer. */
 #include <errno.h>
 #include <stdio.h>
@@ -19,9 +20,6 @@
 #include "providers/ndjson.h"
 #include "common/banned.h"
 
-/* Below MAX_ARG_STRLEN (32 pages) with room to spare. */
-#define VIBE_MAX_PROMPT (120u * 1024u)
-
 static int vibe_plan(const struct prov_provider *pv, const struct prov_request *req,
 		     struct prov_plan *plan, struct prov_outcome *out)
 {
@@ -31,24 +29,17 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 
 	if ((ret = prov_cli_push_program(pv, "OLP_VIBE_BIN", "vibe", plan, out)))
 		return ret;
+	/* vibe reads its prompt from its command line only. */
 	prov_flatten_messages(req->messages, &prompt);
-	if (prompt.len > (size_t)VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
-		snprintf(out->message, sizeof(out->message),
-			 "provider %s takes prompts of at most %u KiB", pv->name,
-			 VIBE_MAX_PROMPT / 1024);
-		ret = -E2BIG;
-		goto out;
-	}
-	strv_push(&plan->argv, "--prompt");
-	strv_push(&plan->argv, prompt.data);
+	ret = prov_cli_push_bounded_arg(pv, plan, "--prompt", &prompt, out);
+	buf_release(&prompt);
+	if (ret)
+		return ret;
 	strv_push(&plan->argv, "--output");
 	strv_push(&plan->argv, "streaming");
-	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
-		goto out;
-out:
-	buf_release(&prompt);
-	return ret;
+	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")))
+		return ret;
+	return prov_cli_bind_credentials(pv, creds, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */

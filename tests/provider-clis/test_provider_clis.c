@@ -543,12 +543,14 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	buf_addf(&reg,
 		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/"
 		 "fake-cli.sh\",\"timeout_s\":20,"
-		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\"},"
+		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\","
+		 "\"%s/stdin.txt\":\"stdin.txt\"},"
 		 "\"credentials_writable\":true,"
 		 "\"env\":{\"FAKE_OUTPUT\":\"" SBX_HOME_PATH "/out.ndjson\","
-		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/argv.txt\"%s},"
+		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/argv.txt\","
+		 "\"FAKE_STDIN_OUT\":\"" SBX_HOME_PATH "/stdin.txt\"%s},"
 		 "\"models\":[{\"id\":\"m-1\"}]}}}",
-		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, extra);
+		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, tmpdir, extra);
 	fd = open(path.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
 	CU_ASSERT_EQUAL(write_all(fd, reg.data, reg.len), 0);
@@ -563,55 +565,91 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	return r;
 }
 
-static void run_fake(const char *type, const char *output, const char *extra, struct ts_rec *r,
-		     struct prov_outcome *o, struct buf *argv_env)
+/* An empty file in tmpdir for the stand-in to write into (a writable credentials copy). */
+static void reset_file(const char *name, struct buf *path)
+{
+	int fd;
+
+	buf_reset(path);
+	buf_addf(path, "%s/%s", tmpdir, name);
+	fd = open(path->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+}
+
+/* One prov_run of the stand-in CLI as provider type, printing output. msgs: the request's
+ * messages (NULL: a system and a user message). What the stand-in got: its argv and
+ * environment into argv_env, its stdin into stdin_seen (when not NULL). */
+static void run_fake_msgs(const char *type, const char *output, const char *extra,
+			  const json_t *msgs, struct ts_rec *r, struct prov_outcome *o,
+			  struct buf *argv_env, struct buf *stdin_seen)
 {
 	struct prov_registry *reg = fake_registry(type, output, extra);
-	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "Be brief.",
+	json_t *dflt = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "Be brief.",
 				 "role", "user", "content", "Say hello");
 	struct prov_request req = { .model = prov_registry_find(reg, "m-1"),
 				    .model_name = "m-1",
-				    .messages = msgs,
+				    .messages = msgs ? msgs : dflt,
 				    .max_tokens = 99,
 				    .request_id = "test" };
 	struct prov_sink sink = ts_rec_sink(r);
-	struct buf path = BUF_INIT;
-	int fd;
+	struct buf argv_path = BUF_INIT, stdin_path = BUF_INIT;
 
-	buf_addf(&path, "%s/argv.txt", tmpdir);
-	fd = open(path.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	close(fd);
+	reset_file("argv.txt", &argv_path);
+	reset_file("stdin.txt", &stdin_path);
 	CU_ASSERT_FATAL(req.model != NULL);
 	prov_run(&req, &sink, -1, o);
 	buf_reset(argv_env);
-	buf_read_file(argv_env, path.data, 1 << 20);
-	json_decref(msgs);
+	buf_read_file(argv_env, argv_path.data, 1 << 20);
+	if (stdin_seen) {
+		buf_reset(stdin_seen);
+		buf_read_file(stdin_seen, stdin_path.data, 1 << 20);
+	}
+	json_decref(dflt);
 	prov_registry_free(reg);
-	buf_release(&path);
+	buf_release(&argv_path);
+	buf_release(&stdin_path);
+}
+
+static void run_fake(const char *type, const char *output, const char *extra, struct ts_rec *r,
+		     struct prov_outcome *o, struct buf *argv_env)
+{
+	run_fake_msgs(type, output, extra, NULL, r, o, argv_env, NULL);
 }
 
 static void test_run_claude(void)
 {
-	struct buf argv_env = BUF_INIT;
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
 	struct prov_outcome o;
 	struct ts_rec r;
 	uint64_t t = mono_ms();
 
 	/* The stand-in lingers 5 s after the result line: the run must not wait for it. */
 	ts_rec_init(&r);
-	run_fake("claude", "claude-success.ndjson", ",\"FAKE_SLEEP\":\"5\"", &r, &o, &argv_env);
+	run_fake_msgs("claude", "claude-success.ndjson", ",\"FAKE_SLEEP\":\"5\"", NULL, &r, &o,
+		      &argv_env, &in);
 	CU_ASSERT_EQUAL(o.err, PROV_OK);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
 	CU_ASSERT_STRING_EQUAL(o.finish_reason, "stop");
 	CU_ASSERT(o.usage.present);
 	CU_ASSERT_EQUAL(o.usage.total_tokens, 16);
 	CU_ASSERT(mono_ms() - t < 4000);
-	/* The plan: argv and environment as docs/providers.md says. */
-	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-p\n--output-format\nstream-json\n--verbose\n"
+	/* The plan: argv, stdin and environment as docs/providers.md says; the system
+	 * prompt on stdin, never in argv. */
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-p\n--input-format\nstream-json\n"
+						     "--output-format\nstream-json\n--verbose\n"
 						     "--include-partial-messages\n"
 						     "--no-session-persistence\n--model\nm-1\n"
-						     "--system-prompt\n"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "Be brief.\n--tools\n\n"));
+						     "--tools\n\n"));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "Be brief."));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "--system-prompt"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data,
+				      "{\"type\":\"control_request\",\"request_id\":"
+				      "\"olp-init\",\"request\":{\"subtype\":"
+				      "\"initialize\",\"systemPrompt\":\"You are answering"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "\\n\\nBe brief.\"}}\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "\n{\"type\":\"user\",\"message\":{\"role\":"
+					       "\"user\",\"content\":\"Say hello\"}"));
 	CU_ASSERT_PTR_NOT_NULL(
 		strstr(argv_env.data, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_MAX_RETRIES=2\n"));
@@ -637,6 +675,42 @@ static void test_run_claude(void)
 	CU_ASSERT_EQUAL(o.status, prov_error_status(PROV_ERR_AUTH_MISSING));
 	ts_rec_release(&r);
 	buf_release(&argv_env);
+	buf_release(&in);
+}
+
+/* A system prompt far above what one argument may hold (128 KiB) runs, and none of it is
+ * on the command line, where the host's /proc/<pid>/cmdline would show it. */
+static void test_run_claude_long_system_prompt(void)
+{
+	size_t n = 200 * 1024;
+	char *big = malloc(n + 1);
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
+	struct prov_outcome o;
+	struct ts_rec r;
+	json_t *msgs;
+
+	CU_ASSERT_FATAL(big != NULL);
+	memset(big, 'x', n);
+	memcpy(big, "MARKER-", 7);
+	big[n] = '\0';
+	msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", big, "role", "user",
+			 "content", "Say hello");
+	CU_ASSERT_FATAL(msgs != NULL);
+	ts_rec_init(&r);
+	run_fake_msgs("claude", "claude-success.ndjson", "", msgs, &r, &o, &argv_env, &in);
+	CU_ASSERT_EQUAL(o.err, PROV_OK);
+	if (o.err)
+		fprintf(stderr, "run: %s (%s)\n", o.message, o.stderr_tail);
+	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "MARKER-"));
+	CU_ASSERT(argv_env.len < 8192);
+	CU_ASSERT(in.len > n);
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, big));
+	ts_rec_release(&r);
+	json_decref(msgs);
+	free(big);
+	buf_release(&argv_env);
+	buf_release(&in);
 }
 
 static void test_run_codex(void)
@@ -679,6 +753,36 @@ static void test_run_vibe(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--prompt\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--output\nstreaming\n"));
 	ts_rec_release(&r);
+	buf_release(&argv_env);
+}
+
+/* vibe takes its prompt on its command line only: one above the bound is the client's 400,
+ * naming the limit, and nothing is started. */
+static void test_run_vibe_long_prompt(void)
+{
+	size_t n = 200 * 1024;
+	char *big = malloc(n + 1);
+	struct buf argv_env = BUF_INIT;
+	struct prov_outcome o;
+	struct ts_rec r;
+	json_t *msgs;
+
+	CU_ASSERT_FATAL(big != NULL);
+	memset(big, 'y', n);
+	big[n] = '\0';
+	msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", big);
+	CU_ASSERT_FATAL(msgs != NULL);
+	ts_rec_init(&r);
+	run_fake_msgs("vibe", "vibe-deltas.ndjson", "", msgs, &r, &o, &argv_env, NULL);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_PROMPT_REFUSED);
+	CU_ASSERT_EQUAL(o.status, 400);
+	CU_ASSERT_STRING_EQUAL(prov_error_code(o.err), "PROMPT_REFUSED");
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "at most 120 KiB"));
+	CU_ASSERT_EQUAL(argv_env.len, 0); /* never started */
+	CU_ASSERT_EQUAL(r.nevents, 0);
+	ts_rec_release(&r);
+	json_decref(msgs);
+	free(big);
 	buf_release(&argv_env);
 }
 
@@ -744,7 +848,10 @@ int main(void)
 		{ "every fixture through every parser", test_cross_feed },
 		{ "prov_run claude under the sandbox", test_run_claude },
 		{ "prov_run codex under the sandbox", test_run_codex },
+		{ "prov_run claude with a 200 KiB system prompt",
+		  test_run_claude_long_system_prompt },
 		{ "prov_run vibe under the sandbox", test_run_vibe },
+		{ "prov_run vibe with a prompt above its bound", test_run_vibe_long_prompt },
 		{ "prov_run with a missing program", test_run_missing_bin },
 		{ NULL, NULL },
 	};
