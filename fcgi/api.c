@@ -291,13 +291,13 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	out->root = root;
 	if (!json_is_object(root)) {
 		bad(err, "", "Request body must be a JSON object");
-		goto fail;
+		goto fail_release_req;
 	}
 	v = json_object_get(root, "model");
 	if (!json_is_string(v) || !json_string_length(v) ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
 		bad(err, "model", "model must be a non-empty string");
-		goto fail;
+		goto fail_release_req;
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
@@ -306,29 +306,29 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
 	    check_number_range(root, "top_p", 0, 1, err) || check_stop(root, err))
-		goto fail;
+		goto fail_release_req;
 	v = json_object_get(root, "stream");
 	if (v && !json_is_null(v) && !json_is_boolean(v)) {
 		bad(err, "stream", "stream must be a boolean");
-		goto fail;
+		goto fail_release_req;
 	}
 	out->stream = json_is_true(v);
 	so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {
 		if (!json_is_object(so)) {
 			bad(err, "stream_options", "stream_options must be an object");
-			goto fail;
+			goto fail_release_req;
 		}
 		v = json_object_get(so, "include_usage");
 		if (v && !json_is_null(v) && !json_is_boolean(v)) {
 			bad(err, "stream_options.include_usage",
 			    "stream_options.include_usage must be a boolean");
-			goto fail;
+			goto fail_release_req;
 		}
 		out->include_usage = json_is_true(v);
 	}
 	return 0;
-fail:
+fail_release_req:
 	fcgi_chat_release(out);
 	return -1;
 }

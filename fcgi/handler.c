@@ -48,6 +48,8 @@ const char *fcgi_io_param(struct fcgi_io *io, const char *name)
 		return NULL;
 	if (io->fcgx)
 		return FCGX_GetParam(name, io->envp);
+	/* Plain CGI: the request is the environment. getenv on a serving thread is safe
+	 * because nothing changes the environment once the worker serves (fcgi/main.c). */
 	return getenv(name);
 }
 
@@ -282,7 +284,8 @@ static void handle_health(struct req_ctx *rc)
 	if (authenticate(rc, false))
 		return;
 	buf_adds(&b, "{\"ok\":true,\"version\":\"" OLP_VERSION "\"");
-	/* Infrastructure details are for the owner only (ADR 0014 §3.3). */
+	/* Infrastructure details are for the owner only: the Node OLP's ADR 0014 §3.3 (in
+	 * seed/ beside DESIGN.md), not this tree's docs/adr/0014, which is the per-run uid. */
 	if (is_owner(rc)) {
 		const struct prov_registry *reg = rc->app->reg;
 
@@ -644,20 +647,20 @@ static void handle_chat(struct req_ctx *rc)
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
-		goto out;
+		goto out_answer;
 	if (!is_json_type(fcgi_io_param(rc->io, "CONTENT_TYPE"))) {
 		fail(rc, 415, "unsupported_media_type", NULL,
 		     "Content-Type must be application/json");
-		goto out;
+		goto out_answer;
 	}
 	if (read_body(rc, &body))
-		goto out;
+		goto out_answer;
 	if (fcgi_chat_parse(body.data, body.len, &req, &err)) {
 		send_error(rc, &err, NULL);
-		goto out;
+		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
-		goto out;
+		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	rc->answer = &a;
 	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
@@ -677,9 +680,7 @@ static void handle_chat(struct req_ctx *rc)
 		 * the sandbox's teardown happens after that, off the client's critical path. */
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
 	}
-	if (a.cur)
-		a.cur--;
-out:
+out_answer:
 	fcgi_chat_release(&req);
 	buf_release(&body);
 	rc->answer = NULL;
@@ -765,7 +766,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	if ((route == FCGI_ROUTE_CHAT || route == FCGI_ROUTE_MODELS ||
 	     route == FCGI_ROUTE_HEALTH) &&
 	    check_owner_only(&rc))
-		goto done;
+		goto out_finish;
 	switch (route) {
 	case FCGI_ROUTE_CHAT: handle_chat(&rc); break;
 	case FCGI_ROUTE_MODELS: handle_models(&rc); break;
@@ -783,7 +784,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 		     rc.path.data);
 		break;
 	}
-done:
+out_finish:
 	fcgi_io_finish(io);
 	if (io->stalled) {
 		/* Whatever it was sent, the client did not take it: it was dropped. */

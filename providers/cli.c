@@ -1,5 +1,10 @@
 /* Plan helpers shared by the CLI providers: finding the program, binding its install
- * tree and the credentials it needs. */
+ * tree and the credentials it needs.
+ *
+ * The environment is read here (HOME, PATH, OLP_<TYPE>_BIN) on the serving threads, while
+ * plans are built: getenv is safe there only because nothing calls setenv, putenv or
+ * unsetenv once a worker serves. fcgi/main.c makes the last change before it starts its
+ * threads; keep it that way (a variable a request needs is read at start instead). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -270,7 +275,7 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 	size_t i;
 
 	if (!sys || !rest)
-		goto out;
+		abort(); /* jansson's allocation failed */
 	json_array_foreach(messages, i, m)
 	{
 		const char *role = json_string_value(json_object_get(m, "role"));
@@ -291,7 +296,6 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 		prov_flatten_messages(sys, system);
 	if (prompt)
 		prov_flatten_messages(rest, prompt);
-out:
 	json_decref(sys);
 	json_decref(rest);
 }

@@ -111,7 +111,7 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 		ret = prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
 					prov_upstream_text(st))
 			      ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	choice = json_array_get(json_object_get(o, "choices"), 0);
 	text = json_object_get(json_object_get(choice, "delta"), "content");
@@ -119,16 +119,16 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 		text = json_object_get(json_object_get(choice, "message"), "content");
 	if (json_is_string(text) &&
 	    (ret = prov_emit_delta(cp->pl.sink, json_string_value(text), json_string_length(text))))
-		goto out;
+		goto out_obj;
 	if ((fr = prov_json_str(choice, "finish_reason")) &&
 	    (ret = prov_emit_finish(cp->pl.sink, known_finish(fr))))
-		goto out;
+		goto out_obj;
 	if (json_is_object(json_object_get(o, "usage")) &&
 	    (ret = chunk_usage(cp, json_object_get(o, "usage"))))
-		goto out;
+		goto out_obj;
 	if (!json_is_string(text) && !fr && !json_is_object(json_object_get(o, "usage")))
 		cp->pl.ignored++;
-out:
+out_obj:
 	json_decref(o);
 	return ret;
 }

@@ -329,20 +329,20 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 		     "The sandbox is not available on this host (%s); "
 		     "the request was not run",
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
-		goto out;
+		goto out_run;
 	}
 	rc.slot = prov_slot_acquire(pv);
 	if (rc.slot == -EBUSY) {
 		fail(out, PROV_ERR_CONCURRENCY_LIMIT,
 		     "Provider %s is running its limit of %u requests; retry shortly", pv->name,
 		     pv->max_concurrent);
-		goto out;
+		goto out_run;
 	}
 	if (rc.slot < 0 && rc.slot != PROV_SLOT_NONE)
 		log_warnx(req->request_id, "provider %s: concurrency slot: %s; running uncapped",
 			  pv->name, strerror(-rc.slot));
 	if (make_plan(pv, req, &plan, out))
-		goto out;
+		goto out_run;
 	res = xmalloc(sizeof(*res));
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;
@@ -353,7 +353,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
-out:
+out_run:
 	prov_slot_release(rc.slot);
 	if (!rc.done_sent && sink->done)
 		sink->done(sink->ctx, out);

@@ -100,7 +100,7 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 	}
 	if (role && strcmp(role, "assistant")) {
 		vp->pl.ignored++;
-		goto out;
+		goto out_obj;
 	}
 	err = json_object_get(o, "error");
 	if ((type && !strcmp(type, "error")) ||
@@ -115,24 +115,24 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 		ret = prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
 					prov_upstream_text(st))
 			      ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	if ((text = text_of(o)) &&
 	    (ret = prov_emit_delta(vp->pl.sink, json_string_value(text), json_string_length(text))))
-		goto out;
+		goto out_obj;
 	if (json_is_object(json_object_get(o, "usage")) &&
 	    (ret = on_usage(vp, json_object_get(o, "usage"))))
-		goto out;
+		goto out_obj;
 	if (fr && (ret = prov_emit_finish(vp->pl.sink, !strcmp(fr, "length") ? "length" : "stop")))
-		goto out;
+		goto out_obj;
 	if ((type && (!strcmp(type, "stop") || !strcmp(type, "done"))) ||
 	    json_is_true(json_object_get(o, "done"))) {
 		ret = (fr ? 0 : prov_emit_finish(vp->pl.sink, "stop")) ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	if (!text && !fr)
 		vp->pl.ignored++;
-out:
+out_obj:
 	json_decref(o);
 	return ret;
 }
