@@ -3,7 +3,9 @@
  * A provider is a `const struct provider_ops` table (providers/internal.h): it turns a
  * validated request into a plan (argv, environment, stdin bytes, sandbox needs) and the
  * child's stdout, fed incrementally, into events. The process handling that all providers
- * share (sandbox policy, supervision, outcome mapping) lives once, in run.c.
+ * share (sandbox policy, supervision, outcome mapping) lives once, in run.c. A provider's
+ * settings are checked and typed once, when it is loaded (settings.c): a plan never reads
+ * JSON, so a bad setting is found at start, not by a request.
  * This module knows nothing of FastCGI or HTTP; it speaks the OpenAI chat shapes only as
  * far as messages and finish reasons go. */
 #ifndef OLP_PROVIDERS_H
@@ -46,17 +48,21 @@ int prov_config_check(const json_t *providers, struct buf *err);
  * checked and typed here, once: an entry of an unknown type, or with a bad setting, is
  * skipped with a warning naming the file and the JSON path (a bad "timeout_s",
  * "max_concurrent" or "limits" field only leaves its default, with a warning). Reads
- * both; keeps neither. NULL on failure with the reason in err. */
+ * both; keeps neither. NULL on failure with the reason in err. The caller frees the
+ * registry with prov_registry_free (NULL is fine). */
 struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
 					 struct buf *err);
 void prov_registry_free(struct prov_registry *reg);
-/* Find a model by id or alias; NULL when unknown. */
+/* The models and providers these return, and their strings, belong to the registry:
+ * valid until prov_registry_free, never changed, safe to read from any thread.
+ * Find a model by id or alias; NULL when unknown. */
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id);
 size_t prov_registry_model_count(const struct prov_registry *reg);
 const struct prov_model *prov_registry_model_at(const struct prov_registry *reg, size_t i);
 size_t prov_registry_provider_count(const struct prov_registry *reg);
 const struct prov_provider *prov_registry_provider_at(const struct prov_registry *reg, size_t i);
 
+/* A provider's strings and limits belong to it. */
 const char *prov_provider_name(const struct prov_provider *pv); /* "local", "anthropic" */
 const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
@@ -158,7 +164,7 @@ struct prov_sink {
 
 struct prov_parser;
 /* A parser for a provider type ("command") in its default configuration, or NULL when
- * the type is unknown. */
+ * the type is unknown. The caller frees a parser with prov_parser_free. */
 struct prov_parser *prov_parser_new(const char *type);
 /* A parser for pv's output, configured as pv's runs are (a command provider's "output"
  * mode). pv must outlive it. Never NULL. */
