@@ -179,7 +179,7 @@ int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *
 {
 	if (text->len > PROV_CLI_MAX_ARG) {
 		snprintf(out->message, sizeof(out->message),
-			 "Provider %s takes a prompt of at most %u KiB (it is passed on a command "
+			 "Provider %s takes a prompt of at most %zu KiB (it is passed on a command "
 			 "line); this one is %zu KiB",
 			 pv->name, PROV_CLI_MAX_ARG / 1024, (text->len + 1023) / 1024);
 		return -E2BIG;

@@ -38,7 +38,7 @@ int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *ins
 
 /* The longest argument the kernel passes to a program is MAX_ARG_STRLEN (32 pages,
  * 128 KiB); the limit here keeps room to spare. */
-#define PROV_CLI_MAX_ARG (120u * 1024u)
+#define PROV_CLI_MAX_ARG ((size_t)120 * 1024)
 
 /* Push opt, then text as one argument, for a CLI that takes text of the client's (a
  * prompt) only on its command line: where it has any other way in (stdin, a file), use

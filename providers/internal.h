@@ -46,9 +46,9 @@ struct prov_provider {
 	char *display_name;
 	const struct provider_ops *ops;
 	uint64_t timeout_ms;	  /* "timeout_s" */
-	bool network;		  /* "network": off by default for a command, on for a CLI */
 	struct sbx_limits limits; /* "limits"; 0 in a field: the sandbox's default */
 	unsigned max_concurrent;  /* runs at once across the pool; 0 = no cap */
+	bool network;		  /* "network": off by default for a command, on for a CLI */
 	struct strv env_names;	  /* "env": the variables set in the child ... */
 	struct strv env_values;	  /* ... and their values, in the same order */
 	/* The command provider. */
@@ -56,17 +56,17 @@ struct prov_provider {
 	struct strv ro_paths; /* "ro_paths": absolute paths */
 	enum prov_output output;
 	/* The CLI providers (claude, codex, vibe). */
-	char *bin;		   /* "bin", or NULL: OLP_<TYPE>_BIN, then PATH */
 	bool credentials_set;	   /* "credentials" was given: else the type's defaults */
-	struct strv cred_host;	   /* its host paths (absolute, or "~/" for HOME) ... */
+	bool credentials_writable; /* "credentials_writable" */
+	bool config_toml_off;	   /* codex: "config_toml" false or null: none at all */
+	char *bin;		   /* "bin", or NULL: OLP_<TYPE>_BIN, then PATH */
+	struct strv cred_host;	   /* "credentials": host paths (absolute, or "~/" for HOME) ... */
 	struct strv cred_inside;   /* ... and where each goes in the scratch home ("": its
 				      place relative to HOME) */
-	bool credentials_writable; /* "credentials_writable" */
 	int64_t max_retries;	   /* claude, codex: "max_retries", or -1 for the default */
 	char *system_prompt;	   /* claude: NULL for the built-in one */
 	char *tools;		   /* claude: NULL for none ("") */
-	char *config_toml;	   /* codex: NULL for ~/.codex/config.toml ... */
-	bool config_toml_off;	   /* ... unless "config_toml" is false or null: none */
+	char *config_toml;	   /* codex: NULL for ~/.codex/config.toml */
 	char *model_provider;	   /* codex: a [model_providers.<id>] of config.toml, or NULL */
 };
 

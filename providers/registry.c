@@ -315,7 +315,7 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	enabled = json_object_get(config_providers, "enabled");
 	json_object_foreach(providers, name, entry)
 	{
-		struct prov_provider *pv;
+		struct prov_provider *pv, **np;
 
 		if (!json_is_object(entry)) {
 			log_warnx(NULL, "%s: providers.%.100s: must be an object; skipped", path,
@@ -333,8 +333,9 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 			log_warnx(NULL, "%s; skipped", why.data);
 			continue;
 		}
-		reg->providers =
-			xreallocarray(reg->providers, reg->nproviders + 1, sizeof(*reg->providers));
+		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+		np = xreallocarray(reg->providers, reg->nproviders + 1, sizeof(*np));
+		reg->providers = np;
 		reg->providers[reg->nproviders++] = pv;
 		add_models(reg, pv, json_object_get(entry, "models"), path);
 		add_aliases(reg, pv, json_object_get(entry, "aliases"), path);

@@ -682,7 +682,7 @@ static void test_run_claude(void)
  * on the command line, where the host's /proc/<pid>/cmdline would show it. */
 static void test_run_claude_long_system_prompt(void)
 {
-	size_t n = 200 * 1024;
+	size_t n = (size_t)200 * 1024;
 	char *big = malloc(n + 1);
 	struct buf argv_env = BUF_INIT, in = BUF_INIT;
 	struct prov_outcome o;
@@ -760,7 +760,7 @@ static void test_run_vibe(void)
  * naming the limit, and nothing is started. */
 static void test_run_vibe_long_prompt(void)
 {
-	size_t n = 200 * 1024;
+	size_t n = (size_t)200 * 1024;
 	char *big = malloc(n + 1);
 	struct buf argv_env = BUF_INIT;
 	struct prov_outcome o;
