@@ -187,8 +187,7 @@ static int check_content(const json_t *content, size_t i, struct fcgi_error *err
 	if (!json_is_array(content))
 		return bad(err, param, "%s must be a string, an array of text parts, or null",
 			   param);
-	json_array_foreach(content, j, part)
-	{
+	json_array_foreach(content, j, part) {
 		const json_t *type = json_object_get(part, "type");
 
 		if (!json_is_object(part) || !json_is_string(type) ||
@@ -209,8 +208,7 @@ static int check_messages(const json_t *messages, struct fcgi_error *err)
 
 	if (!json_is_array(messages) || !json_array_size(messages))
 		return bad(err, "messages", "messages must be a non-empty array");
-	json_array_foreach(messages, i, msg)
-	{
+	json_array_foreach(messages, i, msg) {
 		char param[64];
 		const char *role;
 
@@ -260,8 +258,9 @@ static int check_stop(const json_t *root, struct fcgi_error *err)
 		return 0;
 	if (!json_is_array(v))
 		return bad(err, "stop", "stop must be a string or an array of strings");
-	json_array_foreach(v, i, s) if (!json_is_string(s)) return bad(
-		err, "stop", "stop must be a string or an array of strings");
+	json_array_foreach(v, i, s)
+		if (!json_is_string(s))
+			return bad(err, "stop", "stop must be a string or an array of strings");
 	return 0;
 }
 

@@ -176,8 +176,7 @@ static int read_auth(struct fcgi_config *c, struct buf *err)
 	size_t i;
 
 	c->allow_anonymous = json_is_true(json_object_get(auth, "allow_anonymous"));
-	json_array_foreach(json_object_get(auth, "owner_only_endpoints"), i, v)
-	{
+	json_array_foreach(json_object_get(auth, "owner_only_endpoints"), i, v) {
 		/* Matched against the request's path, after the route prefix. */
 		if (!json_is_string(v) || json_string_value(v)[0] != '/')
 			return conf_err(c, err,
@@ -316,8 +315,7 @@ static int bind_chain(struct fcgi_config *c, const struct prov_registry *reg, co
 	c->chains = xreallocarray(c->chains, c->nchains + 1, sizeof(*c->chains));
 	ch = &c->chains[c->nchains++];
 	*ch = (struct fcgi_chain){ .model = xstrdup(name) };
-	json_array_foreach(hops, i, hop)
-	{
+	json_array_foreach(hops, i, hop) {
 		if (bind_hop(c, reg, name, i, hop, ch, err))
 			return -1;
 	}
@@ -331,8 +329,7 @@ int fcgi_config_bind(struct fcgi_config *c, const struct prov_registry *reg, str
 	const char *name;
 	int ret = 0;
 
-	json_object_foreach((json_t *)chains, name, hops)
-	{
+	json_object_foreach((json_t *)chains, name, hops) {
 		if ((ret = bind_chain(c, reg, name, hops, err)))
 			break;
 	}

@@ -229,8 +229,7 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 	 * another id (no partial messages, or claude's non-streaming retry) is new text. */
 	if (cp->streamed_id[0] && (!id || !strcmp(id, cp->streamed_id)))
 		return 0;
-	json_array_foreach(json_object_get(msg, "content"), i, part)
-	{
+	json_array_foreach(json_object_get(msg, "content"), i, part) {
 		const char *pt = prov_json_str(part, "type");
 		const json_t *text = json_object_get(part, "text");
 

@@ -276,8 +276,7 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 
 	if (!sys || !rest)
 		abort(); /* jansson's allocation failed */
-	json_array_foreach(messages, i, m)
-	{
+	json_array_foreach(messages, i, m) {
 		const char *role = json_string_value(json_object_get(m, "role"));
 
 		if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {

@@ -204,8 +204,7 @@ static void add_models(struct prov_registry *reg, struct prov_provider *pv, cons
 	const json_t *m;
 	size_t i;
 
-	json_array_foreach(models, i, m)
-	{
+	json_array_foreach(models, i, m) {
 		const char *id = json_string_value(json_object_get(m, "id"));
 		const char *dn = json_string_value(json_object_get(m, "displayName"));
 		struct prov_model *nm;
@@ -250,8 +249,7 @@ static void add_aliases(struct prov_registry *reg, const struct prov_provider *p
 	const char *alias;
 	const json_t *target;
 
-	json_object_foreach((json_t *)aliases, alias, target)
-	{
+	json_object_foreach((json_t *)aliases, alias, target) {
 		const struct prov_model *m =
 			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
@@ -283,8 +281,9 @@ static bool name_in(const json_t *list, const char *name)
 	const json_t *v;
 	size_t i;
 
-	json_array_foreach(list, i, v) if (json_is_string(v) &&
-					   !strcmp(json_string_value(v), name)) return true;
+	json_array_foreach(list, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), name))
+			return true;
 	return false;
 }
 
@@ -313,8 +312,7 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	}
 	reg = xcalloc(1, sizeof(*reg));
 	enabled = json_object_get(config_providers, "enabled");
-	json_object_foreach(providers, name, entry)
-	{
+	json_object_foreach(providers, name, entry) {
 		struct prov_provider *pv, **np;
 
 		if (!json_is_object(entry)) {

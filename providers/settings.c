@@ -171,8 +171,7 @@ static int read_env(struct reader *r, const char *key, const json_t *v)
 
 	if (!json_is_object(v))
 		return bad(r, key, ": must be an object of variable names to strings");
-	json_object_foreach((json_t *)v, name, val)
-	{
+	json_object_foreach((json_t *)v, name, val) {
 		if (!env_name_ok(name))
 			return bad(r, key, ".%.100s: is not a variable name", name);
 		if (!json_is_string(val) ||
@@ -191,8 +190,7 @@ static int read_argv(struct reader *r, const char *key, const json_t *v)
 
 	if (!json_is_array(v) || !json_array_size(v))
 		return bad(r, key, ": must be a non-empty array of strings");
-	json_array_foreach(v, i, a)
-	{
+	json_array_foreach(v, i, a) {
 		if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a))
 			return bad(r, key, "[%zu]: must be a string", i);
 		if (!i && !is_abs_string(a))
@@ -209,8 +207,7 @@ static int read_ro_paths(struct reader *r, const char *key, const json_t *v)
 
 	if (!json_is_array(v))
 		return bad(r, key, ": must be an array of absolute paths");
-	json_array_foreach(v, i, a)
-	{
+	json_array_foreach(v, i, a) {
 		if (!is_abs_string(a))
 			return bad(r, key, "[%zu]: must be an absolute path", i);
 		strv_push(&r->pv->ro_paths, json_string_value(a));
@@ -281,8 +278,7 @@ static int read_credentials(struct reader *r, const char *key, const json_t *v)
 	if (json_is_string(v))
 		return add_credential(r, key, "", json_string_value(v), NULL);
 	if (json_is_array(v)) {
-		json_array_foreach(v, i, a)
-		{
+		json_array_foreach(v, i, a) {
 			buf_reset(&sub);
 			buf_addf(&sub, "[%zu]", i);
 			ret = json_is_string(a)
@@ -292,8 +288,7 @@ static int read_credentials(struct reader *r, const char *key, const json_t *v)
 				break;
 		}
 	} else if (json_is_object(v)) {
-		json_object_foreach((json_t *)v, host, a)
-		{
+		json_object_foreach((json_t *)v, host, a) {
 			buf_reset(&sub);
 			buf_addf(&sub, ".%.200s", host);
 			ret = json_is_string(a)
@@ -483,15 +478,13 @@ int prov_config_check(const json_t *providers, struct buf *err)
 		buf_adds(err, "providers.enabled: must be an array of provider names");
 		return -EINVAL;
 	}
-	json_array_foreach(enabled, i, v)
-	{
+	json_array_foreach(enabled, i, v) {
 		if (!json_is_string(v)) {
 			buf_addf(err, "providers.enabled[%zu]: must be a provider name", i);
 			return -EINVAL;
 		}
 	}
-	json_object_foreach((json_t *)providers, name, v)
-	{
+	json_object_foreach((json_t *)providers, name, v) {
 		if (strcmp(name, "enabled") && check_override(name, v, err))
 			return -EINVAL;
 	}
