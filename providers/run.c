@@ -289,11 +289,6 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 	int ret;
 
 	plan->policy = sbx_policy_new();
-	if (!plan->policy) {
-		/* sandbox.h still has it return NULL for ENOMEM. */
-		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
-		return -ENOMEM;
-	}
 	sbx_policy_set_network(plan->policy, pv->network);
 	sbx_policy_set_timeout_ms(plan->policy, pv->timeout_ms);
 	sbx_policy_set_limits(plan->policy, &pv->limits);
