@@ -61,8 +61,9 @@ struct auth_store {
 	pthread_mutex_t scan_lock; /* serialises rescans; guards the three fields below */
 	struct auth_file_sig keys_sig;
 	uint64_t last_scan_ns;
-	struct timespec scan_wall; /* CLOCK_REALTIME when the last scan started */
-	atomic_bool stale;	   /* an entry's token changed: rescan on the next miss */
+	struct timespec scan_wall;     /* CLOCK_REALTIME when the last scan started */
+	atomic_bool stale;	       /* an entry's token changed: rescan on the next miss */
+	atomic_uint_fast64_t scan_gen; /* rescans so far: a miss that raced one looks again */
 
 	pthread_mutex_t touch_lock; /* guards everything touch_* */
 	pthread_cond_t touch_cond;
@@ -276,6 +277,7 @@ static void store_rescan_locked(struct auth_store *st, const struct auth_file_si
 	st->keys_sig = *dir_sig;
 	st->last_scan_ns = mono_ns();
 	atomic_store(&st->stale, false);
+	atomic_fetch_add(&st->scan_gen, 1);
 }
 
 /* keys/ was changed so close to the last scan that the scan may have missed the change
@@ -292,18 +294,25 @@ static bool racy(const struct auth_file_sig *sig, const struct timespec *scan)
 }
 
 /* After a miss: rescan when keys/ changed, the index is stale, or the fallback interval
- * has passed. Returns whether it rescanned (worth looking again). */
-static bool store_refresh(struct auth_store *st)
+ * has passed. Returns whether the index is newer than the one the miss was seen in
+ * (gen_seen: scan_gen before that lookup), so worth looking again: rescanned here, or by
+ * another thread meanwhile. Without the second case, two threads missing a new key at
+ * once gave one of them a 401: the other's rescan had made keys/ look unchanged. */
+static bool store_refresh(struct auth_store *st, uint_fast64_t gen_seen)
 {
 	struct auth_file_sig sig;
-	bool done = false;
+	bool done;
 
 	pthread_mutex_lock(&st->scan_lock);
-	keys_dir_sig(st, &sig);
-	if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
-	    racy(&sig, &st->scan_wall) || mono_ns() - st->last_scan_ns >= AUTH_RESCAN_INTERVAL_NS) {
-		store_rescan_locked(st, &sig);
-		done = true;
+	done = atomic_load(&st->scan_gen) != gen_seen;
+	if (!done) {
+		keys_dir_sig(st, &sig);
+		if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
+		    racy(&sig, &st->scan_wall) ||
+		    mono_ns() - st->last_scan_ns >= AUTH_RESCAN_INTERVAL_NS) {
+			store_rescan_locked(st, &sig);
+			done = true;
+		}
 	}
 	pthread_mutex_unlock(&st->scan_lock);
 	return done;
@@ -478,6 +487,7 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 			    struct auth_identity *out)
 {
 	unsigned char hash[AUTH_HASH_BYTES];
+	uint_fast64_t gen;
 	enum lookup res;
 	const char *tok;
 	size_t len;
@@ -497,8 +507,9 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL);
 		return AUTH_OK;
 	}
+	gen = atomic_load(&st->scan_gen);
 	res = store_lookup(st, hash, out);
-	if (res == LOOKUP_MISS && store_refresh(st))
+	if (res == LOOKUP_MISS && store_refresh(st, gen))
 		res = store_lookup(st, hash, out);
 	sodium_memzero(hash, sizeof(hash));
 	if (res == LOOKUP_OK)
