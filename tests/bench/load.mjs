@@ -13,7 +13,8 @@
 //      worker keeps up to 16, more after a burst, so their share varies with the load);
 //   3. wrk -t2 -c64 on GET /health;
 //   4. CONNS clients each looping streaming chat completions (stream: true, read to
-//      [DONE], every tick line checked) for the same time;
+//      [DONE], every tick line checked) for the same time, and how late this process's
+//      own event loop ran (a client starved of CPU measures its own lag, too);
 //   5. waits for the workers to go idle, settles, samples again;
 //   6. prints a report and exits 1 if any request failed, a worker was restarted, or
 //      grew (less what its waiting warm sandboxes hold) in fds, or by more than the
@@ -31,10 +32,13 @@
 //   LOAD_WARM             1: warm sandboxes on (the default config), 0: off (1)
 //   LOAD_RSS_SLACK_KB     allowed RSS growth per worker (16384)
 //   LOAD_SETTLE_MS        pause before the last sample (2000)
+//   LOAD_KEEPALIVE        1: each streaming client keeps its connection (0: a new one
+//                         per request; runStreams says why)
 //   LOAD_JSON             also write the figures to this file
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { cmdline, descendants, fdList, startServer, waitFor } from '../integration/harness.mjs';
@@ -53,6 +57,7 @@ const o = {
   warm: num('LOAD_WARM', 1) !== 0,
   rssSlackKb: num('LOAD_RSS_SLACK_KB', 16384),
   settleMs: num('LOAD_SETTLE_MS', 2000),
+  keepAlive: num('LOAD_KEEPALIVE', 0) !== 0,
 };
 const emitter = env.LOAD_EMITTER;
 if (!emitter || !env.OLP_BIN) {
@@ -242,7 +247,7 @@ function streamOnce(srv, agent) {
     const finish = (r) => {
       if (done) return;
       done = true;
-      resolve({ ms: performance.now() - t0, ttfbMs: ttfb, ...r });
+      resolve({ ms: performance.now() - t0, ttfbMs: ttfb, at: new Date().toISOString(), reused: req.reusedSocket, ...r });
     };
     const req = http.request(
       {
@@ -284,32 +289,46 @@ function streamOnce(srv, agent) {
     );
     // A stream takes ticks × tick_ms; anything far beyond is a hang.
     req.setTimeout(30000 + o.ticks * o.tickMs, () => req.destroy(new Error('no progress for 30 s')));
-    req.on('error', (e) => finish({ ok: false, status: 0, why: `request: ${e.message}` }));
+    req.on('error', (e) =>
+      finish({ ok: false, status: 0, why: `request: ${e.message}`, port: req.socket?.localPort ?? req.socket?._port }),
+    );
     req.end(body);
   });
 }
 
-// CONNS clients, each on its own keep-alive connection, looping until `secs` are up.
+// CONNS clients looping until `secs` are up, each on a connection of its own per request
+// (LOAD_KEEPALIVE=1: one kept-alive connection per client). Why not keep-alive by
+// default: a client starved of CPU for over 5 s (lighttpd's server.max-keep-alive-idle)
+// writes its next request into a connection lighttpd is closing as idle, and sees
+// "socket hang up". That is the client's lag, not the server's error; on the shared
+// 2-core machine (load average 26) Node's event loop stalled that long.
 async function runStreams(srv, secs) {
   const end = Date.now() + secs * 1000;
   const results = [];
   const client = async () => {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const agent = o.keepAlive ? new http.Agent({ keepAlive: true, maxSockets: 1 }) : false;
     while (Date.now() < end) results.push(await streamOnce(srv, agent));
-    agent.destroy();
+    if (agent) agent.destroy();
   };
+  const lag = monitorEventLoopDelay({ resolution: 20 });
+  lag.enable();
   const t0 = performance.now();
   await Promise.all(Array.from({ length: o.conns }, client));
   const elapsed = (performance.now() - t0) / 1000;
+  lag.disable();
   const ms = results.map((r) => r.ms).sort((a, b) => a - b);
   const ttfb = results.filter((r) => r.ok).map((r) => r.ttfbMs).sort((a, b) => a - b);
   const failed = results.filter((r) => !r.ok);
   const byWhy = {};
   for (const f of failed) {
-    const k = f.why.replace(/\d+/g, 'N').slice(0, 120);
+    const k = `${f.why.replace(/\d+/g, 'N').slice(0, 120)}${f.reused ? ' (on a reused connection)' : ''}`;
     byWhy[k] = (byWhy[k] ?? 0) + 1;
   }
   return {
+    // The first few failures as they were, with when they happened.
+    firstFailures: failed
+      .slice(0, 5)
+      .map((f) => `${f.why} (after ${Math.round(f.ms)} ms, at ${f.at}${f.port ? `, client port ${f.port}` : ''})`),
     requests: results.length,
     seconds: elapsed,
     rps: results.length / elapsed,
@@ -317,6 +336,9 @@ async function runStreams(srv, secs) {
     p99: pct(ms, 99),
     ttfbP50: pct(ttfb, 50),
     ttfbP99: pct(ttfb, 99),
+    // How late this process ran its callbacks: a starved client inflates the latencies.
+    lagP99: lag.percentile(99) / 1e6,
+    lagMax: lag.max / 1e6,
     errors: failed.length,
     non200: failed.filter((r) => r.status && r.status !== 200).length,
     byWhy,
@@ -390,7 +412,8 @@ async function main() {
     // Verdicts.
     if (health.errors)
       problems.push(`/health: ${health.errors} errors (non-2xx ${health.non2xx}, socket ${health.socketDetail}, wrk exit ${health.exit})`);
-    if (streams.errors) problems.push(`streams: ${streams.errors} errors: ${JSON.stringify(streams.byWhy)}`);
+    if (streams.errors)
+      problems.push(`streams: ${streams.errors} errors: ${JSON.stringify(streams.byWhy)}; first: ${streams.firstFailures.join('; ')}`);
     const bw = before.workers.map((w) => w.pid).join(',');
     const aw = after.workers.map((w) => w.pid).join(',');
     if (bw !== aw) problems.push(`workers changed (a restart?): ${bw} -> ${aw}`);
@@ -431,6 +454,8 @@ async function main() {
       `streaming completions: ${o.conns} clients x ${o.streamSecs} s, each answer ${o.ticks} lines ${o.tickMs} ms apart`,
       `  requests ${streams.requests}, ${f(streams.rps)} req/s, latency p50 ${f(streams.p50, 0)} ms p99 ${f(streams.p99, 0)} ms, ` +
         `first byte p50 ${f(streams.ttfbP50, 0)} ms p99 ${f(streams.ttfbP99, 0)} ms, errors ${streams.errors} (non-200 ${streams.non200})`,
+      `  ${o.keepAlive ? 'one kept-alive connection per client' : 'a new connection per request'}; ` +
+        `the client's event loop ran late by ${f(streams.lagP99, 0)} ms at p99, ${f(streams.lagMax, 0)} ms at most`,
       'at start:',
       fmtSample(cold),
       'before (after the warm-up):',
