@@ -22,7 +22,7 @@
 /* Client-controlled strings (path, model, …) are cut to this many bytes in the log. */
 #define AUDIT_FIELD_MAX 512
 
-void audit_log_init(struct audit_log *a, char *dir)
+void auth_audit_log_init(struct auth_audit_log *a, char *dir)
 {
 	a->dir = dir;
 	pthread_mutex_init(&a->lock, NULL);
@@ -31,7 +31,7 @@ void audit_log_init(struct audit_log *a, char *dir)
 	atomic_init(&a->failures, 0);
 }
 
-void audit_log_release(struct audit_log *a)
+void auth_audit_log_release(struct auth_audit_log *a)
 {
 	if (a->fd >= 0)
 		close(a->fd);
@@ -91,7 +91,7 @@ static void audit_rotate(int dirfd, const char *day)
 }
 
 /* (Re)open audit.ndjson for today, rotating an earlier day's file first. 0 or -errno. */
-static int audit_open(struct audit_log *a, long today)
+static int audit_open(struct auth_audit_log *a, long today)
 {
 	char today_s[16], file_s[16];
 	char *slash;
@@ -156,7 +156,7 @@ static void audit_format(struct buf *b, const struct audit_record *rec)
 	char ts[AUTH_ISO_MAX];
 	struct buf path = BUF_INIT;
 
-	iso_time_now(ts);
+	auth_iso_time_now(ts);
 	buf_addf(b, "{\"ts\":\"%s\"", ts);
 	add_field(b, "key_id", rec->key_id);
 	add_field(b, "owner_tier", rec->owner_tier);
@@ -176,7 +176,7 @@ static void audit_format(struct buf *b, const struct audit_record *rec)
 	buf_release(&path);
 }
 
-static void audit_failed(struct audit_log *a, const char *rid, int err)
+static void audit_failed(struct auth_audit_log *a, const char *rid, int err)
 {
 	uint64_t n = atomic_fetch_add(&a->failures, 1) + 1;
 
@@ -186,7 +186,7 @@ static void audit_failed(struct audit_log *a, const char *rid, int err)
 			  a->dir, (unsigned long long)n, strerror(err));
 }
 
-void audit_log_write(struct audit_log *a, const struct audit_record *rec)
+void auth_audit_log_write(struct auth_audit_log *a, const struct audit_record *rec)
 {
 	struct buf line = BUF_INIT;
 	long today = (long)(time(NULL) / 86400);

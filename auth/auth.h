@@ -3,7 +3,17 @@
  * The key store is the Node OLP's layout, so an existing OLP home works unchanged:
  *   $OLP_HOME/keys/<id>/manifest.json   (directory 0700, file 0600)
  * Only the SHA-256 hex of a token is ever stored. auth knows nothing of HTTP, providers
- * or sandboxes: the caller hands it header values and gets back an identity. */
+ * or sandboxes: the caller hands it header values and gets back an identity.
+ *
+ * This header is the whole interface: fcgi/, olp-keys, the CUnit suite and the bench use
+ * nothing else. Inside, token.c (tokens, ids, hashes), manifest.c (one key's
+ * manifest.json), store.c (the index a worker checks tokens against, last_used_at),
+ * audit.c and keys.c (what olp-keys does) share internal.h, where every name is auth_*.
+ *
+ * Memory: running out aborts, as everywhere in the tree (common.h); nothing here returns
+ * ENOMEM for an allocation of its own. The one exception is jansson, which reports a
+ * failed allocation by returning NULL: where a manifest is built or rewritten, that
+ * surfaces as -ENOMEM / AUTH_KEY_ERR_SYSTEM with errno ENOMEM. */
 #ifndef OLP_AUTH_H
 #define OLP_AUTH_H
 
@@ -48,8 +58,9 @@ struct auth_store;
 
 /* Open the store under olp_home (keys/ need not exist yet) and index its keys, so that the
  * first request pays no scan. Copies olp_home and what it needs of opt (opt may be NULL:
- * no anonymous access, no env owner). NULL with errno on failure. Invalid manifests are
- * skipped with one log warning each. Does not start threads; auth_touch() starts one. */
+ * no anonymous access, no env owner). NULL with errno EINVAL (olp_home NULL or empty) or
+ * ENOSYS (libsodium cannot start). Invalid manifests are skipped with one log warning
+ * each. Does not start threads; auth_touch() starts one. */
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt);
 /* Write out queued last_used_at updates, join the writer thread, close the audit log and
  * free st (NULL is fine). No other thread may use st during or after the call. */

@@ -1,5 +1,6 @@
-/* auth: private declarations shared by the module's files (never included outside auth/
- * except by its CUnit suite, which tests the manifest parser and token helpers directly). */
+/* auth: private declarations shared by the module's files. Never included outside auth/:
+ * the CUnit suite and the bench go through auth.h like every other caller. Every
+ * non-static name here carries the module prefix (auth_, AUTH_). */
 #ifndef OLP_AUTH_INTERNAL_H
 #define OLP_AUTH_INTERNAL_H
 
@@ -47,23 +48,22 @@ void auth_token_extract(const char *authorization, const char *x_api_key, const 
 
 /* ---- manifest.c: one key's manifest.json --------------------------------------------- */
 /* What the request path needs from a manifest. Owned by whoever holds it. */
-struct key_record {
+struct auth_key_record {
 	char id[AUTH_ID_MAX];
 	unsigned char hash[AUTH_HASH_BYTES];
 	enum auth_tier tier; /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
 	bool revoked;	     /* revoked_at is not null */
 	bool all_providers;
-	char **providers;
-	size_t n_providers;
+	struct strv providers; /* when !all_providers; zeroed is empty */
 };
 
-void key_record_release(struct key_record *r);
+void auth_key_record_release(struct auth_key_record *r);
 /* Deep copy src into dst (dst is overwritten, not released). */
-void key_record_copy(struct key_record *dst, const struct key_record *src);
+void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src);
 
 /* Identity of one version of a file: every atomic rewrite changes the inode, so two
  * equal signatures mean the same contents. A zeroed signature means "no file". */
-struct file_sig {
+struct auth_file_sig {
 	dev_t dev;
 	ino_t ino;
 	off_t size;
@@ -72,20 +72,17 @@ struct file_sig {
 	struct timespec ctime;
 };
 
-void file_sig_from_stat(struct file_sig *s, const struct stat *sb);
-bool file_sig_equal(const struct file_sig *a, const struct file_sig *b);
+void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb);
+bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_sig *b);
 
-/* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
- * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
-int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why);
 /* Read and validate keys_dir/<id>/manifest.json. On 0, *root (may be NULL) holds the JSON
  * (json_decref it), rec is filled and sig describes the file read. -ENOENT when there is
  * no manifest, -EINVAL (with *why) when it is invalid, other -errno on I/O failure. */
-int manifest_load(const char *keys_dir, const char *id, json_t **root, struct key_record *rec,
-		  struct file_sig *sig, const char **why);
+int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
+		       struct auth_key_record *rec, struct auth_file_sig *sig, const char **why);
 /* Write root as dirfd/manifest.json atomically: a 0600 temporary file in the same
  * directory, fsync, rename over, fsync the directory. 0 or -errno. */
-int manifest_write_at(int dirfd, json_t *root);
+int auth_manifest_write_at(int dirfd, json_t *root);
 
 /* Locked read-modify-write of keys_dir/<id>/manifest.json. Takes flock(LOCK_EX) on the
  * key's directory (every writer of ours does, so a revocation and a last_used_at update
@@ -93,15 +90,15 @@ int manifest_write_at(int dirfd, json_t *root);
  * returns 1 to write the changed JSON back, 0 to leave the file alone, or -errno.
  * Returns edit's verdict (0/1) or -errno; -ENOENT when the key does not exist, -EINVAL
  * when its manifest is invalid. */
-int manifest_update(const char *keys_dir, const char *id,
-		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg);
+int auth_manifest_update(const char *keys_dir, const char *id,
+			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
+			 void *arg);
 
 /* Wall-clock time as JavaScript's Date.toISOString() prints it. */
-void iso_time_now(char out[AUTH_ISO_MAX]);
-void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX]);
+void auth_iso_time_now(char out[AUTH_ISO_MAX]);
 
 /* ---- audit.c: $OLP_HOME/logs/audit.ndjson ------------------------------------------- */
-struct audit_log {
+struct auth_audit_log {
 	char *dir;	      /* $OLP_HOME/logs */
 	pthread_mutex_t lock; /* guards fd and day */
 	int fd;		      /* open on audit.ndjson, or -1 */
@@ -110,11 +107,8 @@ struct audit_log {
 };
 
 /* Takes ownership of dir (a heap string). Opens nothing until the first line. */
-void audit_log_init(struct audit_log *a, char *dir);
-void audit_log_release(struct audit_log *a);
-void audit_log_write(struct audit_log *a, const struct audit_record *rec);
-
-/* Join dir and name into out (size n): 0 or -ENAMETOOLONG. */
-int path_join(char *out, size_t n, const char *dir, const char *name);
+void auth_audit_log_init(struct auth_audit_log *a, char *dir);
+void auth_audit_log_release(struct auth_audit_log *a);
+void auth_audit_log_write(struct auth_audit_log *a, const struct audit_record *rec);
 
 #endif

@@ -71,7 +71,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 		snprintf(fix, sizeof(fix), "chmod go-w '%s'", olp_home);
 		return insecure(msg, olp_home, sb.st_mode, fix);
 	}
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	if (lstat(keys, &sb) < 0)
 		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot stat", keys);
@@ -86,7 +86,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (path_join(path, sizeof(path), keys, de->d_name) || lstat(path, &sb) < 0)
+		if (path_join_buf(path, sizeof(path), keys, de->d_name) || lstat(path, &sb) < 0)
 			continue;
 		if (sb.st_mode & 077) {
 			res = insecure(msg, path, sb.st_mode, fix);
@@ -96,7 +96,7 @@ enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *ms
 			continue;
 		snprintf(rel, sizeof(rel), "%s/manifest.json", de->d_name);
 		if (fstatat(dirfd(d), rel, &sb, AT_SYMLINK_NOFOLLOW) == 0 && (sb.st_mode & 077)) {
-			(void)path_join(path, sizeof(path), keys, rel);
+			(void)path_join_buf(path, sizeof(path), keys, rel);
 			res = insecure(msg, path, sb.st_mode, fix);
 		}
 	}
@@ -110,7 +110,7 @@ static bool name_valid(const char *s)
 {
 	size_t n = strlen(s), i;
 
-	if (!n || n > AUTH_NAME_MAX)
+	if (!n || n > AUTH_NAME_MAX || !utf8_valid(s, n))
 		return false;
 	for (i = 0; i < n; i++)
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
@@ -139,7 +139,7 @@ static int mkdir_0700(const char *path)
 /* Whether keys/ holds a valid, unrevoked owner key. */
 static int owner_exists(const char *keys_dir, bool *found)
 {
-	struct key_record rec;
+	struct auth_key_record rec;
 	struct dirent *de;
 	const char *why;
 	DIR *d;
@@ -152,9 +152,9 @@ static int owner_exists(const char *keys_dir, bool *found)
 		if (de->d_name[0] == '.' || !auth_id_valid(de->d_name))
 			continue;
 		memset(&rec, 0, sizeof(rec));
-		if (manifest_load(keys_dir, de->d_name, NULL, &rec, NULL, &why) == 0)
+		if (auth_manifest_load(keys_dir, de->d_name, NULL, &rec, NULL, &why) == 0)
 			*found = rec.tier == AUTH_TIER_OWNER && !rec.revoked;
-		key_record_release(&rec);
+		auth_key_record_release(&rec);
 	}
 	closedir(d);
 	return 0;
@@ -202,7 +202,7 @@ static int key_publish(int keys_fd, const char *id, json_t *m)
 		ret = -errno;
 		goto out_rmdir;
 	}
-	ret = manifest_write_at(dfd, m);
+	ret = auth_manifest_write_at(dfd, m);
 	close(dfd);
 	if (ret)
 		goto out_rmdir;
@@ -245,8 +245,12 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 	if (auth_crypto_init())
 		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
 	if (!spec->name || !name_valid(spec->name)) {
-		msg_set(msg, "a key name is 1 to %d bytes without control characters",
+		msg_set(msg, "a key name is 1 to %d bytes of UTF-8 without control characters",
 			AUTH_NAME_MAX);
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (spec->notes && !utf8_valid(spec->notes, strlen(spec->notes))) {
+		msg_set(msg, "a key's notes are UTF-8 text");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	if (spec->tier != AUTH_TIER_OWNER && spec->tier != AUTH_TIER_GUEST) {
@@ -259,7 +263,7 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
 	}
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	ret = mkdir_0700(olp_home);
 	if (!ret)
@@ -294,7 +298,7 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 			goto out_close;
 		}
 	}
-	iso_time_now(out->created_at);
+	auth_iso_time_now(out->created_at);
 	auth_token_generate(out->token);
 	auth_hash_token(out->token, AUTH_TOKEN_LEN, hash);
 	for (tries = 0; tries < 8; tries++) {
@@ -334,7 +338,7 @@ struct revoke_arg {
 	bool was_revoked;
 };
 
-static int revoke_edit(json_t *root, const struct key_record *rec, void *arg)
+static int revoke_edit(json_t *root, const struct auth_key_record *rec, void *arg)
 {
 	struct revoke_arg *ra = arg;
 
@@ -360,10 +364,10 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
-	iso_time_now(ra.when);
-	ret = manifest_update(keys, id, revoke_edit, &ra);
+	auth_iso_time_now(ra.when);
+	ret = auth_manifest_update(keys, id, revoke_edit, &ra);
 	if (ret == -ENOENT || ret == -EINVAL) {
 		msg_set(msg, "no key %s in %s%s", id, keys,
 			ret == -EINVAL ? " (its manifest is invalid)" : "");
@@ -380,14 +384,7 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 
 static char *dup_str_or_null(json_t *v)
 {
-	char *s;
-
-	if (!json_is_string(v))
-		return NULL;
-	s = strdup(json_string_value(v));
-	if (!s)
-		abort();
-	return s;
+	return json_is_string(v) ? xstrdup(json_string_value(v)) : NULL;
 }
 
 static int cmp_info(const void *a, const void *b)
@@ -434,13 +431,13 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
-	if (path_join(keys, sizeof(keys), olp_home, "keys"))
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	d = opendir(keys);
 	if (!d)
 		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot read", keys);
 	while ((de = readdir(d))) {
-		struct key_record rec = { 0 };
+		struct auth_key_record rec = { 0 };
 		struct auth_key_info *k;
 		json_t *root = NULL;
 		const char *why = NULL;
@@ -449,7 +446,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		if (de->d_name[0] == '.')
 			continue;
 		ret = auth_id_valid(de->d_name)
-			      ? manifest_load(keys, de->d_name, &root, &rec, NULL, &why)
+			      ? auth_manifest_load(keys, de->d_name, &root, &rec, NULL, &why)
 			      : -ENOENT;
 		if (ret) {
 			if (ret != -ENOENT) {
@@ -461,9 +458,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		}
 		if (out->n == cap) {
 			cap = cap ? 2 * cap : 16;
-			out->keys = realloc(out->keys, cap * sizeof(*out->keys));
-			if (!out->keys)
-				abort();
+			out->keys = xreallocarray(out->keys, cap, sizeof(*out->keys));
 		}
 		k = &out->keys[out->n++];
 		memset(k, 0, sizeof(*k));
@@ -472,15 +467,13 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		k->tier = rec.tier;
 		k->revoked = rec.revoked;
 		k->all_providers = rec.all_providers;
-		k->providers = steal_pointer(&rec.providers);
-		k->n_providers = rec.n_providers;
-		rec.n_providers = 0;
+		k->providers = strv_detach(&rec.providers, &k->n_providers);
 		k->created_at = dup_str_or_null(json_object_get(root, "created_at"));
 		k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
 		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
 		k->notes = dup_str_or_null(json_object_get(root, "notes"));
 		json_decref(root);
-		key_record_release(&rec);
+		auth_key_record_release(&rec);
 	}
 	closedir(d);
 	if (out->n)

@@ -10,42 +10,22 @@
 #include "auth/internal.h"
 #include "common/banned.h"
 
-void key_record_release(struct key_record *r)
+void auth_key_record_release(struct auth_key_record *r)
 {
-	size_t i;
-
-	for (i = 0; i < r->n_providers; i++)
-		free(r->providers[i]);
-	free(r->providers);
-	r->providers = NULL;
-	r->n_providers = 0;
+	strv_release(&r->providers);
 }
 
-static char *xstrdup(const char *s)
-{
-	char *p = strdup(s);
-
-	if (!p)
-		abort(); /* as struct buf: a worker can do nothing useful without memory */
-	return p;
-}
-
-void key_record_copy(struct key_record *dst, const struct key_record *src)
+void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src)
 {
 	size_t i;
 
 	*dst = *src;
-	dst->providers = NULL;
-	if (!src->n_providers)
-		return;
-	dst->providers = calloc(src->n_providers, sizeof(*dst->providers));
-	if (!dst->providers)
-		abort();
-	for (i = 0; i < src->n_providers; i++)
-		dst->providers[i] = xstrdup(src->providers[i]);
+	strv_init(&dst->providers);
+	for (i = 0; i < src->providers.n; i++)
+		strv_push(&dst->providers, src->providers.v[i]);
 }
 
-void file_sig_from_stat(struct file_sig *s, const struct stat *sb)
+void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)
 {
 	memset(s, 0, sizeof(*s));
 	s->dev = sb->st_dev;
@@ -56,21 +36,14 @@ void file_sig_from_stat(struct file_sig *s, const struct stat *sb)
 	s->ctime = sb->st_ctim;
 }
 
-bool file_sig_equal(const struct file_sig *a, const struct file_sig *b)
+bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_sig *b)
 {
 	return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->nlink == b->nlink &&
 	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
 	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
-int path_join(char *out, size_t n, const char *dir, const char *name)
-{
-	int len = snprintf(out, n, "%s/%s", dir, name);
-
-	return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
-}
-
-void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
+static void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
 {
 	long ms = ts->tv_nsec / 1000000;
 	struct tm tm;
@@ -86,7 +59,7 @@ void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
 	out[n] = '\0';
 }
 
-void iso_time_now(char out[AUTH_ISO_MAX])
+void auth_iso_time_now(char out[AUTH_ISO_MAX])
 {
 	struct timespec ts;
 
@@ -95,7 +68,7 @@ void iso_time_now(char out[AUTH_ISO_MAX])
 }
 
 /* providers_enabled: "*" or an array of non-empty strings. */
-static int parse_providers(json_t *v, struct key_record *rec, const char **why)
+static int parse_providers(json_t *v, struct auth_key_record *rec, const char **why)
 {
 	size_t i, n;
 
@@ -117,51 +90,47 @@ static int parse_providers(json_t *v, struct key_record *rec, const char **why)
 		}
 	}
 	rec->all_providers = false;
-	rec->n_providers = 0;
-	if (!n)
-		return 0;
-	rec->providers = calloc(n, sizeof(*rec->providers));
-	if (!rec->providers)
-		abort();
 	for (i = 0; i < n; i++)
-		rec->providers[rec->n_providers++] =
-			xstrdup(json_string_value(json_array_get(v, i)));
+		strv_push(&rec->providers, json_string_value(json_array_get(v, i)));
 	return 0;
 }
 
-int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, const char **why)
+/* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
+ * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
+static int manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
+			  const char **why)
 {
-	struct key_record tmp = { 0 };
+	struct auth_key_record tmp = { 0 };
 	json_t *v;
 	const char *s;
 	int ret = -EINVAL;
 
 	if (!json_is_object(root)) {
 		*why = "not a JSON object";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "schema_version");
 	if (!json_is_integer(v) || json_integer_value(v) != 1) {
 		*why = "schema_version is not 1";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "id");
 	if (!json_is_string(v) || strcmp(json_string_value(v), dir_id) != 0 ||
 	    !auth_id_valid(dir_id)) {
 		*why = "id does not match its directory";
-		goto out;
+		goto out_release_tmp;
 	}
 	snprintf(tmp.id, sizeof(tmp.id), "%s", dir_id);
 	/* Absent means sha256, the only algorithm the Node OLP ever wrote. */
 	v = json_object_get(root, "token_hash_algo");
 	if (v && !(json_is_string(v) && strcmp(json_string_value(v), "sha256") == 0)) {
 		*why = "token_hash_algo is not sha256";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "token_hash");
 	if (!json_is_string(v) || auth_hash_from_hex(json_string_value(v), tmp.hash) != 0) {
 		*why = "token_hash is not 64 hex digits";
-		goto out;
+		goto out_release_tmp;
 	}
 	v = json_object_get(root, "owner_tier");
 	s = json_is_string(v) ? json_string_value(v) : "";
@@ -171,7 +140,7 @@ int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, con
 		tmp.tier = AUTH_TIER_GUEST;
 	} else {
 		*why = "owner_tier is neither \"owner\" nor \"guest\"";
-		goto out;
+		goto out_release_tmp;
 	}
 	/* Fail closed: anything but null (or absent) in revoked_at means revoked. */
 	v = json_object_get(root, "revoked_at");
@@ -179,18 +148,17 @@ int manifest_check(json_t *root, const char *dir_id, struct key_record *rec, con
 	v = json_object_get(root, "name");
 	if (v && !json_is_string(v) && !json_is_null(v)) {
 		*why = "name is not a string";
-		goto out;
+		goto out_release_tmp;
 	}
 	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
 	if (ret)
-		goto out;
+		goto out_release_tmp;
 	if (rec) {
 		*rec = tmp;
-		tmp.providers = NULL;
-		tmp.n_providers = 0;
+		strv_init(&tmp.providers); /* moved to rec */
 	}
-out:
-	key_record_release(&tmp);
+out_release_tmp:
+	auth_key_record_release(&tmp);
 	return ret;
 }
 
@@ -212,7 +180,8 @@ static int read_fd(int fd, struct buf *b)
 
 /* Read and validate dirfd/manifest.json, the manifest of key dir_id. */
 static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
-			    struct key_record *rec, struct file_sig *sig, const char **why)
+			    struct auth_key_record *rec, struct auth_file_sig *sig,
+			    const char **why)
 {
 	struct buf text = BUF_INIT;
 	struct stat sb;
@@ -234,7 +203,7 @@ static int manifest_load_at(int dirfd, const char *dir_id, json_t **root_out,
 		goto out_close;
 	}
 	if (sig)
-		file_sig_from_stat(sig, &sb);
+		auth_file_sig_from_stat(sig, &sb);
 	ret = read_fd(fd, &text);
 	if (ret == -EFBIG) {
 		*why = "manifest.json is too large";
@@ -265,14 +234,14 @@ static int open_key_dir(const char *keys_dir, const char *id)
 
 	if (!auth_id_valid(id))
 		return -ENOENT;
-	if (path_join(path, sizeof(path), keys_dir, id))
+	if (path_join_buf(path, sizeof(path), keys_dir, id))
 		return -ENAMETOOLONG;
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	return fd < 0 ? -errno : fd;
 }
 
-int manifest_load(const char *keys_dir, const char *id, json_t **root, struct key_record *rec,
-		  struct file_sig *sig, const char **why)
+int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
+		       struct auth_key_record *rec, struct auth_file_sig *sig, const char **why)
 {
 	int dirfd, ret;
 
@@ -285,7 +254,7 @@ int manifest_load(const char *keys_dir, const char *id, json_t **root, struct ke
 	return ret;
 }
 
-int manifest_write_at(int dirfd, json_t *root)
+int auth_manifest_write_at(int dirfd, json_t *root)
 {
 	char tmp[64], rnd[9];
 	char *text;
@@ -324,10 +293,11 @@ out_free:
 	return ret;
 }
 
-int manifest_update(const char *keys_dir, const char *id,
-		    int (*edit)(json_t *root, const struct key_record *rec, void *arg), void *arg)
+int auth_manifest_update(const char *keys_dir, const char *id,
+			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
+			 void *arg)
 {
-	struct key_record rec = { 0 };
+	struct auth_key_record rec = { 0 };
 	json_t *root = NULL;
 	const char *why;
 	int dirfd, ret;
@@ -348,14 +318,14 @@ int manifest_update(const char *keys_dir, const char *id,
 		goto out_close; /* closing the fd drops the lock */
 	ret = edit(root, &rec, arg);
 	if (ret == 1) {
-		int w = manifest_write_at(dirfd, root);
+		int w = auth_manifest_write_at(dirfd, root);
 
 		if (w)
 			ret = w;
 	}
 out_close:
 	json_decref(root);
-	key_record_release(&rec);
+	auth_key_record_release(&rec);
 	close(dirfd);
 	return ret;
 }

@@ -196,9 +196,9 @@ static char *resolve_home(const struct opts *o)
 	struct buf b = BUF_INIT;
 
 	if (o->olp_home)
-		return strdup(o->olp_home);
+		return xstrdup(o->olp_home);
 	if (env && *env)
-		return strdup(env);
+		return xstrdup(env);
 	if (!home || !*home) {
 		pw = getpwuid(getuid());
 		home = pw ? pw->pw_dir : NULL;
@@ -220,40 +220,22 @@ static void print_json(json_t *v)
 	json_decref(v);
 }
 
-/* Split a,b,c into *list (n entries) pointing into one heap copy of s, which *list[0]
- * points at: free((*list)[0]) then free(*list). -EINVAL on an empty name. */
-static int split_providers(const char *s, char ***list, size_t *n)
+/* Append the names of the comma-separated list s to v: -EINVAL on an empty name. */
+static int split_providers(const char *s, struct strv *v)
 {
-	char *copy = strdup(s), *p, *comma;
-	size_t cap = 0;
+	const char *comma;
 
-	*list = NULL;
-	*n = 0;
-	if (!copy)
-		return -ENOMEM;
-	for (p = copy;; p = comma + 1) {
-		comma = strchr(p, ',');
-		if (comma)
-			*comma = '\0';
-		if (!*p) {
-			free(copy);
-			free(*list);
-			*list = NULL;
-			*n = 0;
+	for (;; s = comma + 1) {
+		size_t len;
+
+		comma = strchr(s, ',');
+		len = comma ? (size_t)(comma - s) : strlen(s);
+		if (!len)
 			return -EINVAL;
-		}
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 4;
-			*list = realloc(*list, cap * sizeof(**list));
-			if (!*list)
-				abort();
-		}
-		(*list)[(*n)++] = p;
+		strv_push_take(v, xstrndup(s, len));
 		if (!comma)
-			break;
+			return 0;
 	}
-	/* The strings live in copy, which the first element points at. */
-	return 0;
 }
 
 static int cmd_keygen(const struct opts *o, const char *home)
@@ -264,8 +246,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	struct auth_new_key key;
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
-	char **prov = NULL;
-	size_t n_prov = 0;
+	struct strv prov = STRV_INIT;
 	int rc = EXIT_FAILURE;
 
 	if (!o->owner && !o->name)
@@ -284,19 +265,17 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	/* The Node OLP names its owner key "owner"; --name overrides. */
 	spec.name = o->name ? o->name : "owner";
 	if (o->providers && strcmp(o->providers, "*") != 0) {
-		int ret = split_providers(o->providers, &prov, &n_prov);
-
-		if (ret == -EINVAL)
+		if (split_providers(o->providers, &prov)) {
+			strv_release(&prov);
 			return usage_error("--providers is a comma-separated list of names");
-		if (ret)
-			return fail("out of memory");
-		spec.providers = (const char *const *)prov;
-		spec.n_providers = n_prov;
+		}
+		spec.providers = (const char *const *)prov.v;
+		spec.n_providers = prov.n;
 	}
 	r = auth_key_create(home, &spec, &key, &msg);
 	if (r) {
 		rc = fail("keygen: %s", msg.len ? msg.data : auth_key_strerror(r));
-		goto out;
+		goto out_free;
 	}
 	if (o->json) {
 		print_json(json_pack("{s:s, s:s, s:s, s:s}", "id", key.id, "name", spec.name,
@@ -315,10 +294,8 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	else
 		rc = EXIT_SUCCESS;
 	auth_new_key_wipe(&key);
-out:
-	if (prov)
-		free(prov[0]);
-	free(prov);
+out_free:
+	strv_release(&prov);
 	buf_release(&msg);
 	return rc;
 }

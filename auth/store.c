@@ -29,8 +29,8 @@
 #define AUTH_TOUCH_QUEUE_MAX 4096
 
 struct key_entry {
-	struct key_record rec;	     /* rec.id is the directory name, even when !valid */
-	struct file_sig sig;	     /* of the manifest.json the record came from; zero: none */
+	struct auth_key_record rec;  /* rec.id is the directory name, even when !valid */
+	struct auth_file_sig sig;    /* of the manifest.json the record came from; zero: none */
 	bool valid;		     /* rec came from a valid manifest */
 	_Atomic uint64_t touched_ns; /* mono_ns() of the last queued last_used_at write */
 };
@@ -59,7 +59,7 @@ struct auth_store {
 	struct key_index *idx;
 
 	pthread_mutex_t scan_lock; /* serialises rescans; guards the three fields below */
-	struct file_sig keys_sig;
+	struct auth_file_sig keys_sig;
 	uint64_t last_scan_ns;
 	struct timespec scan_wall; /* CLOCK_REALTIME when the last scan started */
 	atomic_bool stale;	   /* an entry's token changed: rescan on the next miss */
@@ -71,7 +71,7 @@ struct auth_store {
 	struct touch_req *touch_q;
 	size_t touch_n, touch_cap;
 
-	struct audit_log audit;
+	struct auth_audit_log audit;
 };
 
 /* ---- the index --------------------------------------------------------------------- */
@@ -83,7 +83,7 @@ static void index_free(struct key_index *idx)
 	if (!idx)
 		return;
 	for (i = 0; i < idx->n; i++)
-		key_record_release(&idx->v[i].rec);
+		auth_key_record_release(&idx->v[i].rec);
 	free(idx->v);
 	free(idx->by_hash);
 	free(idx);
@@ -149,9 +149,7 @@ static void index_finish(struct key_index *idx)
 	if (idx->n)
 		qsort(idx->v, idx->n, sizeof(*idx->v), cmp_entry_id);
 	/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
-	idx->by_hash = calloc(idx->n ? idx->n : 1, sizeof(*idx->by_hash));
-	if (!idx->by_hash)
-		abort();
+	idx->by_hash = xcalloc(idx->n, sizeof(*idx->by_hash));
 	for (i = 0; i < idx->n; i++)
 		if (idx->v[i].valid)
 			idx->by_hash[n++] = &idx->v[i];
@@ -188,14 +186,13 @@ static struct key_index *index_scan(struct auth_store *st)
 	size_t cap = 0;
 	DIR *d;
 
-	idx = calloc(1, sizeof(*idx));
-	if (!idx)
-		abort();
+	idx = xcalloc(1, sizeof(*idx));
 	d = opendir(st->keys_dir);
 	if (!d) {
 		if (errno != ENOENT)
 			log_warn(NULL, "auth: cannot read %s", st->keys_dir);
-		goto out_finish;
+		index_finish(idx); /* an empty index: nothing was taken that needs release */
+		return idx;
 	}
 	pthread_rwlock_rdlock(&st->idx_lock);
 	old = st->idx;
@@ -221,16 +218,14 @@ static struct key_index *index_scan(struct auth_store *st)
 			continue; /* not a key directory (yet): nothing to say */
 		if (idx->n == cap) {
 			cap = cap ? 2 * cap : 64;
-			idx->v = realloc(idx->v, cap * sizeof(*idx->v));
-			if (!idx->v)
-				abort();
+			idx->v = xreallocarray(idx->v, cap, sizeof(*idx->v));
 		}
 		e = &idx->v[idx->n];
 		memset(e, 0, sizeof(*e));
 		prev = index_find_id(old, de->d_name);
-		file_sig_from_stat(&e->sig, &sb);
-		if (prev && file_sig_equal(&prev->sig, &e->sig)) {
-			key_record_copy(&e->rec, &prev->rec);
+		auth_file_sig_from_stat(&e->sig, &sb);
+		if (prev && auth_file_sig_equal(&prev->sig, &e->sig)) {
+			auth_key_record_copy(&e->rec, &prev->rec);
 			e->valid = prev->valid;
 			atomic_store(&e->touched_ns, atomic_load(&prev->touched_ns));
 			idx->n++;
@@ -238,7 +233,7 @@ static struct key_index *index_scan(struct auth_store *st)
 		}
 		if (prev)
 			atomic_store(&e->touched_ns, atomic_load(&prev->touched_ns));
-		ret = manifest_load(st->keys_dir, de->d_name, NULL, &e->rec, &e->sig, &why);
+		ret = auth_manifest_load(st->keys_dir, de->d_name, NULL, &e->rec, &e->sig, &why);
 		if (ret == -ENOENT)
 			continue; /* removed while we looked */
 		if (ret) {
@@ -252,23 +247,22 @@ static struct key_index *index_scan(struct auth_store *st)
 	}
 	pthread_rwlock_unlock(&st->idx_lock);
 	closedir(d);
-out_finish:
 	index_finish(idx);
 	return idx;
 }
 
 /* Stat keys/ itself: adding or removing a key directory changes its mtime and link count. */
-static void keys_dir_sig(const struct auth_store *st, struct file_sig *sig)
+static void keys_dir_sig(const struct auth_store *st, struct auth_file_sig *sig)
 {
 	struct stat sb;
 
 	memset(sig, 0, sizeof(*sig));
 	if (stat(st->keys_dir, &sb) == 0)
-		file_sig_from_stat(sig, &sb);
+		auth_file_sig_from_stat(sig, &sb);
 }
 
 /* Rescan and publish (caller holds scan_lock). */
-static void store_rescan_locked(struct auth_store *st, const struct file_sig *dir_sig)
+static void store_rescan_locked(struct auth_store *st, const struct auth_file_sig *dir_sig)
 {
 	struct key_index *fresh, *old;
 
@@ -288,7 +282,7 @@ static void store_rescan_locked(struct auth_store *st, const struct file_sig *di
  * while its timestamp (the file system's coarse clock) still looks the same: a key added
  * by renaming a finished directory into place changes neither keys/'s link count nor its
  * size. Like git's "racily clean" index entries: look again. */
-static bool racy(const struct file_sig *sig, const struct timespec *scan)
+static bool racy(const struct auth_file_sig *sig, const struct timespec *scan)
 {
 	int64_t m = (int64_t)sig->mtime.tv_sec * 1000000000 + sig->mtime.tv_nsec;
 	int64_t c = (int64_t)sig->ctime.tv_sec * 1000000000 + sig->ctime.tv_nsec;
@@ -301,12 +295,12 @@ static bool racy(const struct file_sig *sig, const struct timespec *scan)
  * has passed. Returns whether it rescanned (worth looking again). */
 static bool store_refresh(struct auth_store *st)
 {
-	struct file_sig sig;
+	struct auth_file_sig sig;
 	bool done = false;
 
 	pthread_mutex_lock(&st->scan_lock);
 	keys_dir_sig(st, &sig);
-	if (!file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
+	if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
 	    racy(&sig, &st->scan_wall) || mono_ns() - st->last_scan_ns >= AUTH_RESCAN_INTERVAL_NS) {
 		store_rescan_locked(st, &sig);
 		done = true;
@@ -317,31 +311,27 @@ static bool store_refresh(struct auth_store *st)
 
 /* ---- identities -------------------------------------------------------------------- */
 
+/* providers (may be NULL) is copied; out->providers stays NULL when all or empty. */
 static void identity_fill(struct auth_identity *out, const char *id, enum auth_tier tier, bool all,
-			  char *const *providers, size_t n)
+			  const struct strv *providers)
 {
+	struct strv copy = STRV_INIT;
 	size_t i;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->key_id, sizeof(out->key_id), "%s", id);
 	out->tier = tier;
 	out->all_providers = all;
-	if (all || !n)
+	if (all || !providers || !providers->n)
 		return;
-	out->providers = calloc(n, sizeof(*out->providers));
-	if (!out->providers)
-		abort();
-	for (i = 0; i < n; i++) {
-		out->providers[i] = strdup(providers[i]);
-		if (!out->providers[i])
-			abort();
-	}
-	out->n_providers = n;
+	for (i = 0; i < providers->n; i++)
+		strv_push(&copy, providers->v[i]);
+	out->providers = strv_detach(&copy, &out->n_providers);
 }
 
-static void identity_from_record(struct auth_identity *out, const struct key_record *r)
+static void identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
 {
-	identity_fill(out, r->id, r->tier, r->all_providers, r->providers, r->n_providers);
+	identity_fill(out, r->id, r->tier, r->all_providers, &r->providers);
 }
 
 void auth_identity_release(struct auth_identity *id)
@@ -412,14 +402,14 @@ enum lookup { LOOKUP_MISS, LOOKUP_OK, LOOKUP_REFUSED };
 static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash[AUTH_HASH_BYTES],
 				 const char *id, struct auth_identity *out)
 {
-	struct key_record rec = { 0 };
-	struct file_sig sig = { 0 };
+	struct auth_key_record rec = { 0 };
+	struct auth_file_sig sig = { 0 };
 	struct key_entry *e;
 	const char *why = NULL;
 	enum lookup res = LOOKUP_REFUSED;
 	int ret;
 
-	ret = manifest_load(st->keys_dir, id, NULL, &rec, &sig, &why);
+	ret = auth_manifest_load(st->keys_dir, id, NULL, &rec, &sig, &why);
 	if (ret == -EINVAL)
 		warn_invalid(st->keys_dir, id, why);
 	else if (ret && ret != -ENOENT)
@@ -429,7 +419,7 @@ static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash
 	if (!e || strcmp(e->rec.id, id) != 0)
 		goto out_unlock; /* the index moved on meanwhile; refuse this once */
 	if (ret == 0 && sodium_memcmp(rec.hash, hash, AUTH_HASH_BYTES) == 0) {
-		key_record_release(&e->rec);
+		auth_key_record_release(&e->rec);
 		e->rec = rec;
 		memset(&rec, 0, sizeof(rec));
 		e->sig = sig;
@@ -448,7 +438,7 @@ static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash
 		atomic_store(&st->stale, true);
 out_unlock:
 	pthread_rwlock_unlock(&st->idx_lock);
-	key_record_release(&rec);
+	auth_key_record_release(&rec);
 	return res;
 }
 
@@ -456,7 +446,7 @@ static enum lookup store_lookup(struct auth_store *st, const unsigned char hash[
 				struct auth_identity *out)
 {
 	char path[4096], id[AUTH_ID_MAX];
-	struct file_sig sig = { 0 };
+	struct auth_file_sig sig = { 0 };
 	struct key_entry *e;
 	struct stat sb;
 	enum lookup res;
@@ -470,8 +460,8 @@ static enum lookup store_lookup(struct auth_store *st, const unsigned char hash[
 	snprintf(id, sizeof(id), "%s", e->rec.id);
 	snprintf(path, sizeof(path), "%s/%s/manifest.json", st->keys_dir, id);
 	if (lstat(path, &sb) == 0)
-		file_sig_from_stat(&sig, &sb);
-	if (file_sig_equal(&sig, &e->sig)) {
+		auth_file_sig_from_stat(&sig, &sb);
+	if (auth_file_sig_equal(&sig, &e->sig)) {
 		res = LOOKUP_REFUSED;
 		if (e->valid && !e->rec.revoked) {
 			identity_from_record(out, &e->rec);
@@ -497,14 +487,14 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 	if (!tok) {
 		if (!st->allow_anonymous)
 			return AUTH_ERR_REQUIRED;
-		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, true, NULL, 0);
+		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, true, NULL);
 		return AUTH_OK;
 	}
 	if (len > AUTH_TOKEN_MAX)
 		return AUTH_ERR_INVALID;
 	auth_hash_token(tok, len, hash);
 	if (st->have_env_owner && sodium_memcmp(hash, st->env_hash, AUTH_HASH_BYTES) == 0) {
-		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL, 0);
+		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL);
 		return AUTH_OK;
 	}
 	res = store_lookup(st, hash, out);
@@ -519,7 +509,7 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 
 /* ---- last_used_at, off the request path ---------------------------------------------- */
 
-static int touch_edit(json_t *root, const struct key_record *rec, void *arg)
+static int touch_edit(json_t *root, const struct auth_key_record *rec, void *arg)
 {
 	const char *when = arg;
 
@@ -550,7 +540,8 @@ static void *touch_main(void *arg)
 		st->touch_n = st->touch_cap = 0;
 		pthread_mutex_unlock(&st->touch_lock);
 		for (i = 0; i < n; i++) {
-			int ret = manifest_update(st->keys_dir, q[i].id, touch_edit, q[i].when);
+			int ret =
+				auth_manifest_update(st->keys_dir, q[i].id, touch_edit, q[i].when);
 
 			if (ret < 0 && ret != -ENOENT)
 				log_warnx(NULL, "auth: cannot record last use of key %s: %s",
@@ -587,13 +578,11 @@ static void touch_enqueue(struct auth_store *st, const char *id)
 	}
 	if (st->touch_n == st->touch_cap) {
 		st->touch_cap = st->touch_cap ? 2 * st->touch_cap : 16;
-		st->touch_q = realloc(st->touch_q, st->touch_cap * sizeof(*st->touch_q));
-		if (!st->touch_q)
-			abort();
+		st->touch_q = xreallocarray(st->touch_q, st->touch_cap, sizeof(*st->touch_q));
 	}
 	r = &st->touch_q[st->touch_n++];
 	snprintf(r->id, sizeof(r->id), "%s", id);
-	iso_time_now(r->when);
+	auth_iso_time_now(r->when);
 	pthread_cond_signal(&st->touch_cond);
 out_unlock:
 	pthread_mutex_unlock(&st->touch_lock);
@@ -624,18 +613,10 @@ void auth_touch(struct auth_store *st, const struct auth_identity *id)
 
 /* ---- lifecycle --------------------------------------------------------------------- */
 
-static char *path_dup(const char *dir, const char *name)
-{
-	struct buf b = BUF_INIT;
-
-	buf_addf(&b, "%s/%s", dir, name);
-	return buf_detach(&b, NULL);
-}
-
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt)
 {
 	struct auth_store *st;
-	struct file_sig sig;
+	struct auth_file_sig sig;
 	struct stat sb;
 	int ret;
 
@@ -648,16 +629,9 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 		errno = -ret;
 		return NULL;
 	}
-	st = calloc(1, sizeof(*st));
-	if (!st)
-		return NULL;
-	st->olp_home = strdup(olp_home);
-	if (!st->olp_home) {
-		free(st);
-		errno = ENOMEM;
-		return NULL;
-	}
-	st->keys_dir = path_dup(olp_home, "keys");
+	st = xcalloc(1, sizeof(*st));
+	st->olp_home = xstrdup(olp_home);
+	st->keys_dir = path_join(olp_home, "keys");
 	if (opt) {
 		st->allow_anonymous = opt->allow_anonymous;
 		/* Only the hash is kept: the token itself never lives in our memory. */
@@ -672,7 +646,7 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 	pthread_mutex_init(&st->touch_lock, NULL);
 	pthread_cond_init(&st->touch_cond, NULL);
 	atomic_init(&st->stale, false);
-	audit_log_init(&st->audit, path_dup(olp_home, "logs"));
+	auth_audit_log_init(&st->audit, path_join(olp_home, "logs"));
 
 	if (stat(st->keys_dir, &sb) == 0 && (sb.st_mode & 077))
 		log_warnx(NULL, "auth: %s is accessible to group or others; run: chmod -R go= %s",
@@ -697,7 +671,7 @@ void auth_store_free(struct auth_store *st)
 	if (st->touch_started)
 		pthread_join(st->touch_thread, NULL);
 	free(st->touch_q);
-	audit_log_release(&st->audit);
+	auth_audit_log_release(&st->audit);
 	index_free(st->idx);
 	pthread_cond_destroy(&st->touch_cond);
 	pthread_mutex_destroy(&st->touch_lock);
@@ -714,7 +688,7 @@ void auth_store_free(struct auth_store *st)
 void auth_audit(struct auth_store *st, const struct audit_record *rec)
 {
 	if (st && rec)
-		audit_log_write(&st->audit, rec);
+		auth_audit_log_write(&st->audit, rec);
 }
 
 uint64_t auth_audit_failures(const struct auth_store *st)

@@ -21,5 +21,19 @@
 #define strtok(x, y) BANNED(strtok)
 #undef gets
 #define gets(x) BANNED(gets)
+/* The worker is threaded: these share static state between threads (use gmtime_r,
+ * localtime_r, strtok_r's absence: parse by hand, mkstemp/mkdtemp). */
+#undef gmtime
+#define gmtime(t) BANNED(gmtime)
+#undef localtime
+#define localtime(t) BANNED(localtime)
+#undef ctime
+#define ctime(t) BANNED(ctime)
+#undef asctime
+#define asctime(t) BANNED(asctime)
+#undef strtok_r
+#define strtok_r(s, d, p) BANNED(strtok_r)
+#undef mktemp
+#define mktemp(t) BANNED(mktemp)
 
 #endif

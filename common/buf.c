@@ -30,6 +30,7 @@ void buf_grow(struct buf *b, size_t extra)
 	size_t need;
 	char *p;
 
+	/* No buffer can be that large: the same policy as out of memory. */
 	if (extra > SIZE_MAX - b->len - 1)
 		abort();
 	need = b->len + extra + 1;
@@ -39,9 +40,7 @@ void buf_grow(struct buf *b, size_t extra)
 		need = 64;
 	if (need < b->cap + b->cap / 2)
 		need = b->cap + b->cap / 2;
-	p = b->cap ? realloc(b->data, need) : malloc(need);
-	if (!p)
-		abort();
+	p = xrealloc(b->cap ? b->data : NULL, need);
 	if (!b->cap)
 		p[0] = '\0';
 	b->data = p;

@@ -1,9 +1,19 @@
-/* common: the few helpers every module shares — a growable byte buffer, JSON-lines
- * logging, and small fd/time utilities. Nothing here knows of HTTP, keys or providers. */
+/* common: the few helpers every module shares — a growable byte buffer, allocation that
+ * aborts and a string vector, JSON-lines logging, and small fd/path/time utilities.
+ * Nothing here knows of HTTP, keys or providers.
+ *
+ * Names: each family is named after what it works on — buf_ (struct buf), strv_ (struct
+ * strv), x (the allocators), log_ (stderr lines), path_, parse_, mono_ (the monotonic
+ * clock), write_/wait_ (a descriptor) — and every function's contract is here; the CUnit
+ * suite (tests/common) checks each through this header.
+ *
+ * Out of memory: allocation failure aborts, everywhere in the tree (see xmalloc below), so
+ * no function here returns -ENOMEM. */
 #ifndef OLP_COMMON_H
 #define OLP_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,11 +36,13 @@ struct buf {
 	{                                             \
 		.data = buf_empty, .len = 0, .cap = 0 \
 	}
+/* The shared empty string of every unallocated buffer: never written (cap == 0 guards it). */
 extern char buf_empty[];
 
 void buf_init(struct buf *b);
 void buf_release(struct buf *b);
-/* Make room for at least extra more bytes (plus the terminating NUL). */
+/* Make room for at least extra more bytes (plus the terminating NUL). A size past SIZE_MAX
+ * aborts, as running out of memory does. */
 void buf_grow(struct buf *b, size_t extra);
 void buf_add(struct buf *b, const void *data, size_t len);
 void buf_adds(struct buf *b, const char *s);
@@ -48,10 +60,60 @@ static inline char *buf_tail(struct buf *b)
 	return b->data + b->len;
 }
 void buf_commit(struct buf *b, size_t n);
-/* One read(2) of up to hint bytes appended to b: returns bytes read, 0 at EOF, -errno. */
+/* One read(2) of up to hint bytes (hint > 0) appended to b, retried on EINTR: returns bytes
+ * read, 0 at EOF, -errno. */
 ssize_t buf_read_once(struct buf *b, int fd, size_t hint);
-/* Read the whole file at path (at most max bytes): 0, or -errno (-EFBIG when larger). */
+/* Append the whole file at path (at most max bytes) to b: 0, or -errno (-EFBIG when
+ * larger). On failure b may hold part of the file after its old contents. */
 int buf_read_file(struct buf *b, const char *path, size_t max);
+
+/* ---- memory and string vectors ----------------------------------------------------
+ * One out-of-memory policy for the whole tree: allocation failure aborts, as struct buf
+ * does (a worker can answer nothing useful without memory, and a half-built request is
+ * worse than a restarted worker). So nothing returns -ENOMEM; code that used to check
+ * for it calls these instead. A size of 0 still gives a distinct pointer to free(). */
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+/* realloc to nmemb * size bytes, aborting on overflow as on failure. */
+void *xreallocarray(void *p, size_t nmemb, size_t size);
+char *xstrdup(const char *s);
+/* A copy of at most the first n bytes of s, NUL-terminated. */
+char *xstrndup(const char *s, size_t n);
+
+/* struct strv: a growable vector of owned C strings, for argv, envp and lists.
+ * Invariants (after STRV_INIT / strv_init and until strv_release):
+ *  - v->v is NULL while v->n == 0 and nothing was pushed; after the first push it is
+ *    NULL-terminated (v->v[v->n] == NULL), so it can be passed to execve as is;
+ *  - every element is a heap copy owned by the vector. */
+struct strv {
+	char **v;
+	size_t n;
+	size_t cap;
+};
+
+#define STRV_INIT                           \
+	{                                   \
+		.v = NULL, .n = 0, .cap = 0 \
+	}
+
+/* Same as STRV_INIT; a zeroed struct strv is initialised too. */
+void strv_init(struct strv *v);
+/* Free every element and the array; v is left initialised and empty. */
+void strv_release(struct strv *v);
+/* Append a copy of s. */
+void strv_push(struct strv *v, const char *s);
+void strv_pushf(struct strv *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append s itself: the vector takes ownership of it. */
+void strv_push_take(struct strv *v, char *s);
+/* For an environment vector ("NAME=value"): replace NAME's entry, or append one.
+ * -EINVAL when name is empty or holds '='. */
+int strv_setenv(struct strv *v, const char *name, const char *value);
+/* The index of the first element equal to s, or -1. */
+ssize_t strv_find(const struct strv *v, const char *s);
+/* Hand the NULL-terminated array to the caller (free each element, then the array);
+ * v is left initialised and empty. Never NULL: an empty vector gives { NULL }. */
+char **strv_detach(struct strv *v, size_t *n);
 
 /* ---- logging ------------------------------------------------------------------------
  * One JSON object per line on stderr (lighttpd puts a FastCGI worker's stderr in its
@@ -59,6 +121,9 @@ int buf_read_file(struct buf *b, const char *path, size_t max);
  * Never pass a key, a token, a hash or prompt text to these. */
 enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERROR };
 
+/* Set once at start-up, before any thread logs (neither is synchronised). Lines below min
+ * are dropped (default: info). name goes in every line's "prog" (default "olp") and is
+ * borrowed: it must outlive all logging. */
 void log_set_level(enum log_level min);
 void log_set_program(const char *name);
 void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fmt, ...)
@@ -79,6 +144,9 @@ void log_event(const char *event, const char *rid, const char *fields);
  * Append s (len bytes, UTF-8) to b as a JSON string literal, quotes included. Invalid
  * UTF-8 becomes U+FFFD so that the output is always valid JSON. */
 void buf_add_json_str(struct buf *b, const char *s, size_t len);
+/* Whether s (len bytes) is valid UTF-8: no overlong forms, surrogates or values past
+ * U+10FFFF (what jansson accepts in a string). */
+bool utf8_valid(const char *s, size_t len);
 
 /* ---- small utilities ------------------------------------------------------------- */
 /* Monotonic clock in nanoseconds / milliseconds. */
@@ -87,7 +155,8 @@ static inline uint64_t mono_ms(void)
 {
 	return mono_ns() / 1000000u;
 }
-/* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno. */
+/* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno (-EAGAIN when fd is
+ * non-blocking and full: use write_all_until for that). */
 int write_all(int fd, const void *buf, size_t len);
 /* Write all of buf to fd, waiting for the reader no later than deadline_ms (mono_ms();
  * 0 = no limit): 0; -ETIMEDOUT when the reader had not taken it all by then (part of it
@@ -99,8 +168,15 @@ int write_all_until(int fd, const void *buf, size_t len, uint64_t deadline_ms);
 /* Wait until fd can take more bytes (POLLOUT), or has failed (the next write says how),
  * no later than deadline_ms (0 = no limit): 0, -ETIMEDOUT or -errno. */
 int wait_writable(int fd, uint64_t deadline_ms);
-/* Free-floating secure random hex id of n random bytes into out (2n+1 bytes). */
+/* nbytes random bytes from getrandom(2) as 2 * nbytes lowercase hex digits and a NUL in
+ * out (2 * nbytes + 1 bytes), for names no one can guess. At most 64 bytes: a larger
+ * nbytes is cut to 64. Aborts when getrandom(2) fails: there is no safe fallback. */
 void random_hex(char *out, size_t nbytes);
+/* "dir/name" in a new string (free() it). Nothing is normalised: "a/" and "b" give "a//b". */
+char *path_join(const char *dir, const char *name);
+/* "dir/name" into out (n bytes): 0, or -ENAMETOOLONG when it does not fit (out then holds
+ * a cut copy, or nothing when n is 0: never use it). */
+int path_join_buf(char *out, size_t n, const char *dir, const char *name);
 /* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 
@@ -116,7 +192,9 @@ int parse_json_int(const struct json_t *v, int64_t min, int64_t max, int64_t *ou
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Cleanup helpers for locals (bubblewrap utils.h style). */
+/* Cleanup helpers for locals (bubblewrap utils.h style): an auto_free local is free()d
+ * when it goes out of scope; steal_pointer(&p) returns p and leaves NULL behind, for
+ * when ownership moves out of the function. */
 static inline void free_ptr(void *p)
 {
 	free(*(void **)p);

@@ -135,6 +135,20 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 	return len;
 }
 
+bool utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n;
+
+	while (i < len) {
+		n = utf8_seq_len(p + i, len - i);
+		if (!n)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
 void buf_add_json_str(struct buf *b, const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -296,4 +310,19 @@ int parse_u64(const char *s, uint64_t *out)
 	}
 	*out = v;
 	return 0;
+}
+
+char *path_join(const char *dir, const char *name)
+{
+	struct buf b = BUF_INIT;
+
+	buf_addf(&b, "%s/%s", dir, name);
+	return buf_detach(&b, NULL);
+}
+
+int path_join_buf(char *out, size_t n, const char *dir, const char *name)
+{
+	int len = snprintf(out, n, "%s/%s", dir, name);
+
+	return len < 0 || (size_t)len >= n ? -ENAMETOOLONG : 0;
 }

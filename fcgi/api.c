@@ -9,8 +9,8 @@
 #include "fcgi/fcgi.h"
 #include "common/banned.h"
 
-void api_error_set(struct api_error *e, int status, const char *type, const char *code,
-		   const char *param, const char *fmt, ...)
+void fcgi_error_set(struct fcgi_error *e, int status, const char *type, const char *code,
+		    const char *param, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -23,7 +23,7 @@ void api_error_set(struct api_error *e, int status, const char *type, const char
 	va_end(ap);
 }
 
-void api_error_json(const struct api_error *e, struct buf *out)
+void fcgi_error_json(const struct fcgi_error *e, struct buf *out)
 {
 	buf_adds(out, "{\"error\":{\"message\":");
 	buf_add_json_str(out, e->message, strlen(e->message));
@@ -42,7 +42,7 @@ void api_error_json(const struct api_error *e, struct buf *out)
 	buf_adds(out, "}}");
 }
 
-const char *api_status_text(int status)
+const char *fcgi_status_text(int status)
 {
 	switch (status) {
 	case 200: return "200 OK";
@@ -72,7 +72,7 @@ static bool is_tchar(unsigned char c)
 	       (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-int api_header_add(struct buf *h, const char *name, const char *value)
+int fcgi_header_add(struct buf *h, const char *name, const char *value)
 {
 	size_t i;
 
@@ -94,7 +94,7 @@ int api_header_add(struct buf *h, const char *name, const char *value)
 	return 0;
 }
 
-int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
+int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 {
 	struct buf v = BUF_INIT;
 	va_list ap;
@@ -104,7 +104,7 @@ int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 	buf_vaddf(&v, fmt, ap);
 	va_end(ap);
 	/* A value with a NUL inside would pass the check cut short: refuse it whole. */
-	ret = strlen(v.data) == v.len ? api_header_add(h, name, v.data) : -EINVAL;
+	ret = strlen(v.data) == v.len ? fcgi_header_add(h, name, v.data) : -EINVAL;
 	buf_release(&v);
 	return ret;
 }
@@ -114,15 +114,15 @@ int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 static const struct {
 	const char *path;
 	const char *method;
-	enum api_route route;
+	enum fcgi_route route;
 } routes[] = {
-	{ "/v1/chat/completions", "POST", ROUTE_CHAT },
-	{ "/v1/models", "GET", ROUTE_MODELS },
-	{ "/health", "GET", ROUTE_HEALTH },
+	{ "/v1/chat/completions", "POST", FCGI_ROUTE_CHAT },
+	{ "/v1/models", "GET", FCGI_ROUTE_MODELS },
+	{ "/health", "GET", FCGI_ROUTE_HEALTH },
 };
 
-enum api_route api_route(const char *method, const char *uri, const char *path_info,
-			 const char *prefix, struct buf *pathbuf, const char **allow)
+enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
+				 const char *prefix, struct buf *pathbuf, const char **allow)
 {
 	const char *src = uri && *uri ? uri : path_info ? path_info : "";
 	size_t plen = prefix ? strlen(prefix) : 0;
@@ -148,9 +148,9 @@ enum api_route api_route(const char *method, const char *uri, const char *path_i
 		if (method && !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))
 			return routes[i].route;
 		*allow = routes[i].method;
-		return ROUTE_BAD_METHOD;
+		return FCGI_ROUTE_BAD_METHOD;
 	}
-	return ROUTE_NOT_FOUND;
+	return FCGI_ROUTE_NOT_FOUND;
 }
 
 /* ---- validation ------------------------------------------------------------------------ */
@@ -159,9 +159,9 @@ static const char *const roles[] = {
 	"system", "developer", "user", "assistant", "tool", "function"
 };
 
-static int bad(struct api_error *err, const char *param, const char *fmt, ...)
+static int bad(struct fcgi_error *err, const char *param, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-static int bad(struct api_error *err, const char *param, const char *fmt, ...)
+static int bad(struct fcgi_error *err, const char *param, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -175,7 +175,7 @@ static int bad(struct api_error *err, const char *param, const char *fmt, ...)
 	return -1;
 }
 
-static int check_content(const json_t *content, size_t i, struct api_error *err)
+static int check_content(const json_t *content, size_t i, struct fcgi_error *err)
 {
 	char param[64];
 	const json_t *part;
@@ -187,8 +187,7 @@ static int check_content(const json_t *content, size_t i, struct api_error *err)
 	if (!json_is_array(content))
 		return bad(err, param, "%s must be a string, an array of text parts, or null",
 			   param);
-	json_array_foreach(content, j, part)
-	{
+	json_array_foreach(content, j, part) {
 		const json_t *type = json_object_get(part, "type");
 
 		if (!json_is_object(part) || !json_is_string(type) ||
@@ -202,15 +201,14 @@ static int check_content(const json_t *content, size_t i, struct api_error *err)
 	return 0;
 }
 
-static int check_messages(const json_t *messages, struct api_error *err)
+static int check_messages(const json_t *messages, struct fcgi_error *err)
 {
 	const json_t *msg;
 	size_t i, r;
 
 	if (!json_is_array(messages) || !json_array_size(messages))
 		return bad(err, "messages", "messages must be a non-empty array");
-	json_array_foreach(messages, i, msg)
-	{
+	json_array_foreach(messages, i, msg) {
 		char param[64];
 		const char *role;
 
@@ -238,7 +236,7 @@ static int check_messages(const json_t *messages, struct api_error *err)
 }
 
 static int check_number_range(const json_t *root, const char *name, double lo, double hi,
-			      struct api_error *err)
+			      struct fcgi_error *err)
 {
 	const json_t *v = json_object_get(root, name);
 	double d;
@@ -251,7 +249,7 @@ static int check_number_range(const json_t *root, const char *name, double lo, d
 	return 0;
 }
 
-static int check_stop(const json_t *root, struct api_error *err)
+static int check_stop(const json_t *root, struct fcgi_error *err)
 {
 	const json_t *v = json_object_get(root, "stop"), *s;
 	size_t i;
@@ -260,13 +258,14 @@ static int check_stop(const json_t *root, struct api_error *err)
 		return 0;
 	if (!json_is_array(v))
 		return bad(err, "stop", "stop must be a string or an array of strings");
-	json_array_foreach(v, i, s) if (!json_is_string(s)) return bad(
-		err, "stop", "stop must be a string or an array of strings");
+	json_array_foreach(v, i, s)
+		if (!json_is_string(s))
+			return bad(err, "stop", "stop must be a string or an array of strings");
 	return 0;
 }
 
 static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
-			    struct api_error *err)
+			    struct fcgi_error *err)
 {
 	const json_t *v = json_object_get(root, name);
 
@@ -277,7 +276,8 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 	return 0;
 }
 
-int api_parse_chat(const char *body, size_t len, struct chat_request *out, struct api_error *err)
+int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
+		    struct fcgi_error *err)
 {
 	json_error_t jerr;
 	json_t *root, *v, *so;
@@ -290,13 +290,13 @@ int api_parse_chat(const char *body, size_t len, struct chat_request *out, struc
 	out->root = root;
 	if (!json_is_object(root)) {
 		bad(err, "", "Request body must be a JSON object");
-		goto fail;
+		goto fail_release_req;
 	}
 	v = json_object_get(root, "model");
 	if (!json_is_string(v) || !json_string_length(v) ||
 	    strlen(json_string_value(v)) != json_string_length(v)) {
 		bad(err, "model", "model must be a non-empty string");
-		goto fail;
+		goto fail_release_req;
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
@@ -305,34 +305,34 @@ int api_parse_chat(const char *body, size_t len, struct chat_request *out, struc
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
 	    check_number_range(root, "top_p", 0, 1, err) || check_stop(root, err))
-		goto fail;
+		goto fail_release_req;
 	v = json_object_get(root, "stream");
 	if (v && !json_is_null(v) && !json_is_boolean(v)) {
 		bad(err, "stream", "stream must be a boolean");
-		goto fail;
+		goto fail_release_req;
 	}
 	out->stream = json_is_true(v);
 	so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {
 		if (!json_is_object(so)) {
 			bad(err, "stream_options", "stream_options must be an object");
-			goto fail;
+			goto fail_release_req;
 		}
 		v = json_object_get(so, "include_usage");
 		if (v && !json_is_null(v) && !json_is_boolean(v)) {
 			bad(err, "stream_options.include_usage",
 			    "stream_options.include_usage must be a boolean");
-			goto fail;
+			goto fail_release_req;
 		}
 		out->include_usage = json_is_true(v);
 	}
 	return 0;
-fail:
-	chat_request_release(out);
+fail_release_req:
+	fcgi_chat_release(out);
 	return -1;
 }
 
-void chat_request_release(struct chat_request *req)
+void fcgi_chat_release(struct fcgi_chat_request *req)
 {
 	json_decref(req->root);
 	memset(req, 0, sizeof(*req));
@@ -340,7 +340,7 @@ void chat_request_release(struct chat_request *req)
 
 /* ---- answers --------------------------------------------------------------------------- */
 
-void completion_meta_init(struct completion_meta *m, const char *model)
+void fcgi_completion_init(struct fcgi_completion *m, const char *model)
 {
 	char hex[25];
 
@@ -350,14 +350,14 @@ void completion_meta_init(struct completion_meta *m, const char *model)
 	m->model = model;
 }
 
-static void meta_head(struct buf *out, const struct completion_meta *m, const char *object)
+static void meta_head(struct buf *out, const struct fcgi_completion *m, const char *object)
 {
 	buf_addf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", m->id, object,
 		 (long long)m->created);
 	buf_add_json_str(out, m->model, strlen(m->model));
 }
 
-void api_usage_json(struct buf *out, const struct prov_usage *u)
+void fcgi_usage_json(struct buf *out, const struct prov_usage *u)
 {
 	if (!u || !u->present) {
 		buf_adds(out, "null");
@@ -370,8 +370,8 @@ void api_usage_json(struct buf *out, const struct prov_usage *u)
 		 (long long)u->total_tokens, (long long)u->cached_tokens);
 }
 
-void api_sse_chunk(struct buf *out, const struct completion_meta *m, const char *role,
-		   const char *content, size_t len, const char *finish_reason)
+void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char *role,
+		    const char *content, size_t len, const char *finish_reason)
 {
 	buf_adds(out, "data: ");
 	meta_head(out, m, "chat.completion.chunk");
@@ -392,22 +392,22 @@ void api_sse_chunk(struct buf *out, const struct completion_meta *m, const char 
 	buf_adds(out, "}]}\n\n");
 }
 
-void api_sse_usage(struct buf *out, const struct completion_meta *m, const struct prov_usage *u)
+void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u)
 {
 	buf_adds(out, "data: ");
 	meta_head(out, m, "chat.completion.chunk");
 	buf_adds(out, ",\"choices\":[],\"usage\":");
-	api_usage_json(out, u);
+	fcgi_usage_json(out, u);
 	buf_adds(out, "}\n\n");
 }
 
-void api_sse_done(struct buf *out)
+void fcgi_sse_done(struct buf *out)
 {
 	buf_adds(out, "data: [DONE]\n\n");
 }
 
-void api_completion_json(struct buf *out, const struct completion_meta *m, const char *content,
-			 size_t len, const char *finish_reason, const struct prov_usage *u)
+void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
+			  size_t len, const char *finish_reason, const struct prov_usage *u)
 {
 	meta_head(out, m, "chat.completion");
 	buf_adds(out,
@@ -418,7 +418,7 @@ void api_completion_json(struct buf *out, const struct completion_meta *m, const
 	buf_adds(out, "}]");
 	if (u && u->present) {
 		buf_adds(out, ",\"usage\":");
-		api_usage_json(out, u);
+		fcgi_usage_json(out, u);
 	}
 	buf_addch(out, '}');
 }

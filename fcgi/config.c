@@ -1,5 +1,6 @@
 /* Configuration: OLP_HOME, $OLP_HOME/config.json and a few environment overrides. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,14 +15,6 @@
 #ifndef OLP_DEFAULT_REGISTRY
 #define OLP_DEFAULT_REGISTRY "/usr/share/olp/models-registry.json"
 #endif
-
-static char *path_join(const char *a, const char *b)
-{
-	struct buf p = BUF_INIT;
-
-	buf_addf(&p, "%s/%s", a, b);
-	return buf_detach(&p, NULL);
-}
 
 static bool file_exists(const char *path)
 {
@@ -44,9 +37,25 @@ static const char *conf_str(const json_t *root, const char *section, const char 
 	return json_string_value(json_object_get(json_object_get(root, section), key));
 }
 
+/* A message about config.json: "<file>: " and then fmt, which starts with the JSON path
+ * of the field. Returns -1. */
+static int conf_err(const struct fcgi_config *c, struct buf *err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int conf_err(const struct fcgi_config *c, struct buf *err, const char *fmt, ...)
+{
+	va_list ap;
+
+	buf_addf(err, "%s: ", c->path);
+	va_start(ap, fmt);
+	buf_vaddf(err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
 /* The shape of config.json, checked once at start: a section is an object when present,
  * a setting has its type. A worker that would otherwise run on a default the operator did
- * not choose (a typo, "threads": "8") refuses to start, naming the file and the field. */
+ * not choose (a typo, "threads": "8") refuses to start, naming the file and the field.
+ * What a setting may hold beyond its type is checked where it is read. */
 static const struct {
 	const char *section, *key;
 	json_type type; /* JSON_OBJECT for a section (key NULL) */
@@ -81,10 +90,10 @@ static const char *type_name(json_type t)
 	}
 }
 
-static int check_shape(const json_t *root, const char *path, struct buf *err)
+static int check_shape(const struct fcgi_config *c, struct buf *err)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(conf_shape); i++) {
-		const json_t *sec = json_object_get(root, conf_shape[i].section);
+		const json_t *sec = json_object_get(c->json, conf_shape[i].section);
 		const json_t *v = conf_shape[i].key ? json_object_get(sec, conf_shape[i].key) : sec;
 		json_type want = conf_shape[i].type, t;
 
@@ -93,137 +102,263 @@ static int check_shape(const json_t *root, const char *path, struct buf *err)
 		t = json_typeof(v);
 		if (t == want || (want == JSON_TRUE && t == JSON_FALSE))
 			continue;
-		buf_addf(err, "%s: %s%s%s must be %s", path, conf_shape[i].section,
-			 conf_shape[i].key ? "." : "", conf_shape[i].key ? conf_shape[i].key : "",
-			 type_name(want));
-		return -1;
+		return conf_err(c, err, "%s%s%s: must be %s", conf_shape[i].section,
+				conf_shape[i].key ? "." : "",
+				conf_shape[i].key ? conf_shape[i].key : "", type_name(want));
 	}
 	return 0;
 }
 
 /* server.<key>: absent (dflt), or a positive integer. */
-static int conf_count(const json_t *root, const char *key, int64_t dflt, const char *path,
-		      int64_t *out, struct buf *err)
+static int conf_count(const struct fcgi_config *c, const char *key, int64_t dflt, int64_t *out,
+		      struct buf *err)
 {
-	const json_t *v = json_object_get(json_object_get(root, "server"), key);
+	const json_t *v = json_object_get(json_object_get(c->json, "server"), key);
 
 	*out = dflt;
 	if (!v || !parse_json_int(v, 1, INT64_MAX, out))
 		return 0;
-	buf_addf(err, "%s: server.%s must be a positive integer", path, key);
-	return -1;
+	return conf_err(c, err, "server.%s: must be a positive integer", key);
 }
 
-int olp_config_load(struct olp_config *c, struct buf *err)
+/* OLP_HOME, and config.json in it (an empty object when there is none). */
+static int load_file(struct fcgi_config *c, struct buf *err)
 {
 	const char *home = getenv("OLP_HOME"), *s;
 	json_error_t jerr;
-	char *path;
-	int64_t n, m;
-	uint64_t u;
 
-	memset(c, 0, sizeof(*c));
 	if (home && *home) {
-		c->home = strdup(home);
+		c->home = xstrdup(home);
 	} else if ((s = getenv("HOME")) && *s) {
 		c->home = path_join(s, ".olp");
 	} else {
 		buf_adds(err, "OLP_HOME is not set and there is no HOME to default to");
 		return -1;
 	}
-	path = path_join(c->home, "config.json");
-	if (!path) {
-		buf_adds(err, "out of memory");
+	c->path = path_join(c->home, "config.json");
+	if (!file_exists(c->path)) {
+		c->json = json_object();
+		return 0;
+	}
+	c->json = json_load_file(c->path, JSON_REJECT_DUPLICATES, &jerr);
+	if (!c->json) {
+		buf_addf(err, "%s:%d: %s", c->path, jerr.line, jerr.text);
 		return -1;
 	}
-	if (file_exists(path)) {
-		c->json = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-		if (!c->json || !json_is_object(c->json)) {
-			buf_addf(err, "%s:%d: %s", path, jerr.line,
-				 c->json ? "must be a JSON object" : jerr.text);
-			goto fail;
-		}
-	} else {
-		c->json = json_object();
-	}
-	if (check_shape(c->json, path, err) || conf_count(c->json, "threads", 16, path, &n, err) ||
-	    conf_count(c->json, "max_body_bytes", (int64_t)5 * 1024 * 1024, path, &m, err))
-		goto fail;
+	if (!json_is_object(c->json))
+		return conf_err(c, err, "must be a JSON object");
+	return 0;
+}
+
+static int read_server(struct fcgi_config *c, struct buf *err)
+{
+	int64_t threads, max_body;
+	const char *s;
+	uint64_t u;
+
+	if (conf_count(c, "threads", 16, &threads, err) ||
+	    conf_count(c, "max_body_bytes", (int64_t)5 * 1024 * 1024, &max_body, err))
+		return -1;
 	/* Capped before it narrows: OLP_THREADS=4294967296 must not become 0 threads. */
-	u = env_u64("OLP_THREADS", (uint64_t)n);
+	u = env_u64("OLP_THREADS", (uint64_t)threads);
 	c->threads = u > 256 ? 256 : (unsigned)u;
-	c->max_body = (size_t)m;
+	c->max_body = (size_t)max_body;
 	s = getenv("OLP_ROUTE_PREFIX");
 	if (!s)
 		s = conf_str(c->json, "server", "route_prefix");
-	c->route_prefix = strdup(s ? s : "");
-	c->allow_anonymous =
-		json_is_true(json_object_get(json_object_get(c->json, "auth"), "allow_anonymous"));
+	c->route_prefix = xstrdup(s ? s : "");
+	return 0;
+}
 
-	s = conf_str(c->json, "sandbox", "mode");
-	if (s && !strcmp(s, "off")) {
-		c->sandbox_mode = SBX_MODE_OFF;
-	} else if (s && strcmp(s, "bwrap") && strcmp(s, "on")) {
-		buf_addf(err, "%s: sandbox.mode must be \"bwrap\" or \"off\", not \"%s\"", path, s);
-		goto fail;
+static int read_auth(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *auth = json_object_get(c->json, "auth"), *v;
+	size_t i;
+
+	c->allow_anonymous = json_is_true(json_object_get(auth, "allow_anonymous"));
+	json_array_foreach(json_object_get(auth, "owner_only_endpoints"), i, v) {
+		/* Matched against the request's path, after the route prefix. */
+		if (!json_is_string(v) || json_string_value(v)[0] != '/')
+			return conf_err(c, err,
+					"auth.owner_only_endpoints[%zu]: must be a path such as "
+					"\"/v1/models\"",
+					i);
+		strv_push(&c->owner_only, json_string_value(v));
 	}
+	return 0;
+}
+
+/* s is NULL (the setting is absent) or one of the NULL-terminated choices. */
+static bool one_of(const char *s, const char *const choices[])
+{
+	for (size_t i = 0; s && choices[i]; i++)
+		if (!strcmp(s, choices[i]))
+			return true;
+	return !s;
+}
+
+static int read_sandbox(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *sbx = json_object_get(c->json, "sandbox");
+	const char *mode = conf_str(c->json, "sandbox", "mode");
+	const char *cgroup = conf_str(c->json, "sandbox", "cgroup");
+	const char *ident = conf_str(c->json, "sandbox", "identity"), *s;
+
+	if (!one_of(mode, (const char *const[]){ "bwrap", "on", "off", NULL }))
+		return conf_err(c, err,
+				"sandbox.mode: must be \"bwrap\" or \"off\", not \"%.100s\"", mode);
+	/* Resource control: a delegated cgroup v2 per run ("auto"), rlimits only ("off"), or
+	 * a cgroup the operator prepared (docs/sandbox.md). */
+	if (cgroup && !one_of(cgroup, (const char *const[]){ "auto", "off", NULL }) &&
+	    cgroup[0] != '/')
+		return conf_err(
+			c, err,
+			"sandbox.cgroup: must be \"auto\", \"off\" or an absolute path, not "
+			"\"%.100s\"",
+			cgroup);
+	/* Whose uid a run is (ADR 0014): its own ("per_run"), or the worker's ("shared", an
+	 * explicit and loudly reported weakening). */
+	if (!one_of(ident, (const char *const[]){ "per_run", "shared", NULL }))
+		return conf_err(
+			c, err,
+			"sandbox.identity: must be \"per_run\" or \"shared\", not \"%.100s\"",
+			ident);
+	c->sandbox_mode = mode && !strcmp(mode, "off") ? SBX_MODE_OFF : SBX_MODE_BWRAP;
+	c->sandbox_cgroup = xstrdup(cgroup ? cgroup : "auto");
+	c->sandbox_identity =
+		ident && !strcmp(ident, "shared") ? SBX_IDENTITY_SHARED : SBX_IDENTITY_PER_RUN;
 	s = conf_str(c->json, "sandbox", "runtime_dir");
-	c->runtime_dir = s ? strdup(s) : path_join(c->home, "run");
+	c->runtime_dir = s ? xstrdup(s) : path_join(c->home, "run");
 	s = conf_str(c->json, "sandbox", "bwrap");
 	if (!s)
 		s = getenv("OLP_BWRAP");
-	c->bwrap = strdup(s ? s : "/usr/bin/bwrap");
-	/* Resource control: a delegated cgroup v2 per run ("auto"), rlimits only ("off"), or
-	 * a cgroup the operator prepared (docs/sandbox.md). */
-	s = conf_str(c->json, "sandbox", "cgroup");
-	if (s && strcmp(s, "auto") && strcmp(s, "off") && s[0] != '/') {
-		buf_addf(err,
-			 "%s: sandbox.cgroup must be \"auto\", \"off\" or an absolute path, not "
-			 "\"%s\"",
-			 path, s);
-		goto fail;
-	}
-	c->sandbox_cgroup = strdup(s ? s : "auto");
+	c->bwrap = xstrdup(s ? s : "/usr/bin/bwrap");
 	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
-	c->sandbox_warm =
-		!json_is_false(json_object_get(json_object_get(c->json, "sandbox"), "warm"));
+	c->sandbox_warm = !json_is_false(json_object_get(sbx, "warm"));
 	s = getenv("OLP_SANDBOX_EXEC");
-	c->sandbox_exec = strdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);
-	/* Whose uid a run is (ADR 0013): its own ("per_run"), or the worker's ("shared", an
-	 * explicit and loudly reported weakening). */
-	s = conf_str(c->json, "sandbox", "identity");
-	if (s && strcmp(s, "per_run") && strcmp(s, "shared")) {
-		buf_addf(err, "%s: sandbox.identity must be \"per_run\" or \"shared\", not \"%s\"",
-			 path, s);
-		goto fail;
-	}
-	c->sandbox_identity =
-		s && !strcmp(s, "shared") ? SBX_IDENTITY_SHARED : SBX_IDENTITY_PER_RUN;
+	c->sandbox_exec = xstrdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);
 	s = conf_str(c->json, "sandbox", "uid_range");
-	c->sandbox_uid_range = s ? strdup(s) : NULL;
+	c->sandbox_uid_range = s ? xstrdup(s) : NULL;
+	return 0;
+}
 
+int fcgi_config_load(struct fcgi_config *c, struct buf *err)
+{
+	struct buf why = BUF_INIT;
+	const char *s;
+
+	memset(c, 0, sizeof(*c));
+	strv_init(&c->owner_only);
+	if (load_file(c, err) || check_shape(c, err))
+		return -1;
+	/* The providers' settings, whose meaning providers/ knows. */
+	if (prov_config_check(json_object_get(c->json, "providers"), &why)) {
+		conf_err(c, err, "%s", why.data);
+		buf_release(&why);
+		return -1;
+	}
+	if (read_server(c, err) || read_auth(c, err) || read_sandbox(c, err))
+		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");
 	if (!file_exists(c->registry_path)) {
 		free(c->registry_path);
 		s = getenv("OLP_REGISTRY");
-		c->registry_path = strdup(s && *s ? s : OLP_DEFAULT_REGISTRY);
+		c->registry_path = xstrdup(s && *s ? s : OLP_DEFAULT_REGISTRY);
 	}
-	if (!c->home || !c->route_prefix || !c->runtime_dir || !c->bwrap || !c->registry_path ||
-	    !c->sandbox_cgroup) {
-		buf_adds(err, "out of memory");
-		goto fail;
-	}
-	free(path);
 	return 0;
-fail:
-	free(path);
-	return -1;
 }
 
-void olp_config_release(struct olp_config *c)
+/* One hop of routing.chains.<name>: {"model": id or alias, "provider": optional, and then
+ * the model's own}. */
+static int bind_hop(const struct fcgi_config *c, const struct prov_registry *reg, const char *name,
+		    size_t i, const json_t *hop, struct fcgi_chain *ch, struct buf *err)
 {
+	const json_t *p = json_object_get(hop, "provider");
+	const char *model = json_string_value(json_object_get(hop, "model"));
+	const struct prov_model *m;
+
+	if (!json_is_object(hop) || !model)
+		return conf_err(c, err,
+				"routing.chains.%.100s[%zu]: must be an object {\"provider\": …, "
+				"\"model\": …}",
+				name, i);
+	if (p && !json_is_string(p))
+		return conf_err(c, err, "routing.chains.%.100s[%zu].provider: must be a string",
+				name, i);
+	m = prov_registry_find(reg, model);
+	if (!m)
+		return conf_err(c, err,
+				"routing.chains.%.100s[%zu]: unknown model \"%.200s\" (not in %s, "
+				"or its provider is not served)",
+				name, i, model, c->registry_path);
+	if (p && strcmp(json_string_value(p), prov_provider_name(m->provider)))
+		return conf_err(
+			c, err,
+			"routing.chains.%.100s[%zu]: model \"%.200s\" is served by provider "
+			"\"%s\", not \"%.100s\"",
+			name, i, model, prov_provider_name(m->provider), json_string_value(p));
+	ch->hops[ch->nhops++] = m;
+	return 0;
+}
+
+static int bind_chain(struct fcgi_config *c, const struct prov_registry *reg, const char *name,
+		      const json_t *hops, struct buf *err)
+{
+	struct fcgi_chain *ch;
+	const json_t *hop;
+	size_t i;
+
+	if (!json_is_array(hops) || !json_array_size(hops) || json_array_size(hops) > FCGI_MAX_HOPS)
+		return conf_err(c, err, "routing.chains.%.100s: must be an array of 1 to %d hops",
+				name, FCGI_MAX_HOPS);
+	c->chains = xreallocarray(c->chains, c->nchains + 1, sizeof(*c->chains));
+	ch = &c->chains[c->nchains++];
+	*ch = (struct fcgi_chain){ .model = xstrdup(name) };
+	json_array_foreach(hops, i, hop) {
+		if (bind_hop(c, reg, name, i, hop, ch, err))
+			return -1;
+	}
+	return 0;
+}
+
+int fcgi_config_bind(struct fcgi_config *c, const struct prov_registry *reg, struct buf *err)
+{
+	const json_t *chains = json_object_get(json_object_get(c->json, "routing"), "chains");
+	const json_t *hops;
+	const char *name;
+	int ret = 0;
+
+	json_object_foreach((json_t *)chains, name, hops) {
+		if ((ret = bind_chain(c, reg, name, hops, err)))
+			break;
+	}
+	json_decref(c->json);
+	c->json = NULL;
+	return ret;
+}
+
+const struct fcgi_chain *fcgi_config_chain(const struct fcgi_config *c, const char *model)
+{
+	for (size_t i = 0; i < c->nchains; i++)
+		if (!strcmp(c->chains[i].model, model))
+			return &c->chains[i];
+	return NULL;
+}
+
+bool fcgi_config_owner_only(const struct fcgi_config *c, const char *path)
+{
+	return strv_find(&c->owner_only, path) >= 0;
+}
+
+void fcgi_config_release(struct fcgi_config *c)
+{
+	for (size_t i = 0; i < c->nchains; i++)
+		free(c->chains[i].model);
+	free(c->chains);
+	strv_release(&c->owner_only);
 	free(c->home);
+	free(c->path);
 	json_decref(c->json);
 	free(c->route_prefix);
 	free(c->runtime_dir);

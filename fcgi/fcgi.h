@@ -1,7 +1,12 @@
 /* fcgi: the OpenAI HTTP surface of olp-fcgi — routing, request validation, and the JSON
  * and server-sent-event encodings of answers and errors. The worker (main.c, handler.c)
  * uses these; they are public so that tests and the fuzzer drive them directly. Nothing
- * here does I/O. */
+ * here does I/O.
+ *
+ * Names: everything fcgi/ exports, here or in its private worker.h, starts with fcgi_
+ * (FCGI_ for constants), after the module's folder, as sbx_ and prov_ do after theirs.
+ * libfcgi's own names are FCGX_ (its API) and FCGI_ + a FastCGI record or role name (the
+ * specification's constants): none of ours is either. */
 #ifndef OLP_FCGI_H
 #define OLP_FCGI_H
 
@@ -13,7 +18,7 @@
 #include "providers/providers.h"
 
 /* An error answer: {"error":{"message","type","param","code"}} with an HTTP status. */
-struct api_error {
+struct fcgi_error {
 	int status;
 	const char *type; /* static string */
 	const char *code; /* static string or NULL */
@@ -21,12 +26,12 @@ struct api_error {
 	char message[512];
 };
 
-void api_error_set(struct api_error *e, int status, const char *type, const char *code,
-		   const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void fcgi_error_set(struct fcgi_error *e, int status, const char *type, const char *code,
+		    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Append the error object (JSON) to out. */
-void api_error_json(const struct api_error *e, struct buf *out);
+void fcgi_error_json(const struct fcgi_error *e, struct buf *out);
 /* "200 OK", "404 Not Found", … for a Status: header. */
-const char *api_status_text(int status);
+const char *fcgi_status_text(int status);
 
 /* ---- response headers ------------------------------------------------------------------
  * Every header line of a response is appended through these, so that no value taken from
@@ -35,28 +40,28 @@ const char *api_status_text(int status);
  * name must be an HTTP token (RFC 9110); value may hold visible ASCII, spaces and tabs
  * only (no CR, LF, NUL or other control character, nothing from 0x7f up). Appends
  * "name: value\r\n" to h and returns 0, or returns -EINVAL and leaves h as it was. */
-int api_header_add(struct buf *h, const char *name, const char *value);
-int api_header_addf(struct buf *h, const char *name, const char *fmt, ...)
+int fcgi_header_add(struct buf *h, const char *name, const char *value);
+int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* ---- routing --------------------------------------------------------------------------- */
-enum api_route {
-	ROUTE_CHAT,	 /* POST /v1/chat/completions */
-	ROUTE_MODELS,	 /* GET /v1/models */
-	ROUTE_HEALTH,	 /* GET /health */
-	ROUTE_NOT_FOUND, /* 404 */
-	ROUTE_BAD_METHOD /* 405; *allow says which method the path takes */
+enum fcgi_route {
+	FCGI_ROUTE_CHAT,      /* POST /v1/chat/completions */
+	FCGI_ROUTE_MODELS,    /* GET /v1/models */
+	FCGI_ROUTE_HEALTH,    /* GET /health */
+	FCGI_ROUTE_NOT_FOUND, /* 404 */
+	FCGI_ROUTE_BAD_METHOD /* 405; *allow says which method the path takes */
 };
 
 /* Route a request by method and path. uri is REQUEST_URI (query string ignored; NULL
  * falls back to path_info); prefix ("" or e.g. "/api", from OLP_ROUTE_PREFIX or config)
  * is stripped first, so a ScriptAlias mount and a root mount both work. *path receives the
  * path the route was matched on (a pointer into a static or into uri's copy in pathbuf). */
-enum api_route api_route(const char *method, const char *uri, const char *path_info,
-			 const char *prefix, struct buf *pathbuf, const char **allow);
+enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
+				 const char *prefix, struct buf *pathbuf, const char **allow);
 
 /* ---- chat requests ----------------------------------------------------------------------- */
-struct chat_request {
+struct fcgi_chat_request {
 	json_t *root; /* the parsed body; owns everything below */
 	const char *model;
 	const json_t *messages;
@@ -66,33 +71,34 @@ struct chat_request {
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release
- * with chat_request_release), -1 with err filled (status 400, type invalid_request_error,
+ * with fcgi_chat_release), -1 with err filled (status 400, type invalid_request_error,
  * param naming the field). */
-int api_parse_chat(const char *body, size_t len, struct chat_request *out, struct api_error *err);
-void chat_request_release(struct chat_request *req);
+int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
+		    struct fcgi_error *err);
+void fcgi_chat_release(struct fcgi_chat_request *req);
 
 /* ---- answers --------------------------------------------------------------------------- */
 /* The identity of one completion: the same id and created on every chunk. */
-struct completion_meta {
+struct fcgi_completion {
 	char id[48]; /* "chatcmpl-…" */
 	int64_t created;
 	const char *model; /* as the client asked */
 };
-void completion_meta_init(struct completion_meta *m, const char *model);
+void fcgi_completion_init(struct fcgi_completion *m, const char *model);
 
 /* Append "data: {chunk}\n\n" for one streamed chunk. role (or NULL) goes on the first
  * chunk only; content (or NULL) is the delta text; finish_reason (or NULL) closes the
  * choice. */
-void api_sse_chunk(struct buf *out, const struct completion_meta *m, const char *role,
-		   const char *content, size_t len, const char *finish_reason);
+void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char *role,
+		    const char *content, size_t len, const char *finish_reason);
 /* The usage chunk (choices empty) sent when stream_options.include_usage is set; usage
  * is null when the provider did not report it. */
-void api_sse_usage(struct buf *out, const struct completion_meta *m, const struct prov_usage *u);
-void api_sse_done(struct buf *out);
+void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u);
+void fcgi_sse_done(struct buf *out);
 /* A whole chat.completion object. */
-void api_completion_json(struct buf *out, const struct completion_meta *m, const char *content,
-			 size_t len, const char *finish_reason, const struct prov_usage *u);
+void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
+			  size_t len, const char *finish_reason, const struct prov_usage *u);
 /* The OpenAI usage object (or null). */
-void api_usage_json(struct buf *out, const struct prov_usage *u);
+void fcgi_usage_json(struct buf *out, const struct prov_usage *u);
 
 #endif

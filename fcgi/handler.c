@@ -24,10 +24,10 @@
 #define ANSWER_WRITE_MS 30000
 
 struct req_ctx {
-	struct olp_app *app;
-	struct olp_io *io;
+	struct fcgi_app *app;
+	struct fcgi_io *io;
 	char rid[17];
-	const char *method; /* points into method_buf: the params die with io_finish */
+	const char *method; /* points into method_buf: the params die with fcgi_io_finish */
 	char method_buf[16];
 	struct buf path;
 	uint64_t t0;
@@ -42,16 +42,18 @@ struct req_ctx {
 
 /* ---- I/O ------------------------------------------------------------------------------- */
 
-const char *io_param(struct olp_io *io, const char *name)
+const char *fcgi_io_param(struct fcgi_io *io, const char *name)
 {
 	if (io->finished)
 		return NULL;
 	if (io->fcgx)
 		return FCGX_GetParam(name, io->envp);
+	/* Plain CGI: the request is the environment. getenv on a serving thread is safe
+	 * because nothing changes the environment once the worker serves (fcgi/main.c). */
 	return getenv(name);
 }
 
-ssize_t io_read(struct olp_io *io, char *dst, size_t n)
+ssize_t fcgi_io_read(struct fcgi_io *io, char *dst, size_t n)
 {
 	if (n > (1 << 20))
 		n = 1 << 20;
@@ -69,7 +71,7 @@ ssize_t io_read(struct olp_io *io, char *dst, size_t n)
 	}
 }
 
-void io_set_deadline(struct olp_io *io, uint64_t deadline_ms)
+void fcgi_io_set_deadline(struct fcgi_io *io, uint64_t deadline_ms)
 {
 	io->deadline = deadline_ms;
 }
@@ -83,7 +85,7 @@ void io_set_deadline(struct olp_io *io, uint64_t deadline_ms)
  * writes with a blocking write(2) that waits for the web server to read, past any
  * deadline. Its own stdout stream stays empty, so that FCGX_Finish_r still writes the end
  * of the stream and of the request after ours. 0 or -errno (-ETIMEDOUT: the deadline). */
-static int fcgx_write(struct olp_io *io, const char *data, size_t len)
+static int fcgx_write(struct fcgi_io *io, const char *data, size_t len)
 {
 	struct buf rec = BUF_INIT;
 	int id = io->fcgx->requestId, ret = 0;
@@ -104,7 +106,7 @@ static int fcgx_write(struct olp_io *io, const char *data, size_t len)
 	return ret;
 }
 
-int io_write(struct olp_io *io, const char *data, size_t len)
+int fcgi_io_write(struct fcgi_io *io, const char *data, size_t len)
 {
 	int ret;
 
@@ -123,7 +125,7 @@ int io_write(struct olp_io *io, const char *data, size_t len)
 	return 0;
 }
 
-void io_finish(struct olp_io *io)
+void fcgi_io_finish(struct fcgi_io *io)
 {
 	if (io->finished)
 		return;
@@ -158,11 +160,11 @@ struct hdr {
 	const char *value;
 };
 
-/* Append one header through api_header_add; one it refuses (a control character in a
+/* Append one header through fcgi_header_add; one it refuses (a control character in a
  * value: header injection) is left out and logged, and the answer goes on without it. */
 static void add_header(struct req_ctx *rc, struct buf *h, const char *name, const char *value)
 {
-	if (api_header_add(h, name, value))
+	if (fcgi_header_add(h, name, value))
 		log_warnx(rc->rid,
 			  "response header %.64s left out: its value holds a control "
 			  "character",
@@ -174,7 +176,7 @@ static void send_head(struct req_ctx *rc, int status, const char *ctype, const s
 	struct buf h = BUF_INIT;
 
 	rc->status = status;
-	add_header(rc, &h, "Status", api_status_text(status));
+	add_header(rc, &h, "Status", fcgi_status_text(status));
 	add_header(rc, &h, "Content-Type", ctype);
 	add_header(rc, &h, "X-Request-Id", rc->rid);
 	if (rc->answer)
@@ -182,7 +184,7 @@ static void send_head(struct req_ctx *rc, int status, const char *ctype, const s
 	for (; extra && extra->name; extra++)
 		add_header(rc, &h, extra->name, extra->value);
 	buf_adds(&h, "\r\n");
-	io_write(rc->io, h.data, h.len);
+	fcgi_io_write(rc->io, h.data, h.len);
 	buf_release(&h);
 }
 
@@ -190,14 +192,14 @@ static void send_json(struct req_ctx *rc, int status, const struct buf *body,
 		      const struct hdr *extra)
 {
 	send_head(rc, status, "application/json", extra);
-	io_write(rc->io, body->data, body->len);
+	fcgi_io_write(rc->io, body->data, body->len);
 }
 
-static void send_error(struct req_ctx *rc, const struct api_error *e, const struct hdr *extra)
+static void send_error(struct req_ctx *rc, const struct fcgi_error *e, const struct hdr *extra)
 {
 	struct buf b = BUF_INIT;
 
-	api_error_json(e, &b);
+	fcgi_error_json(e, &b);
 	rc->error_code = e->code ? e->code : e->type;
 	send_json(rc, e->status, &b, extra);
 	buf_release(&b);
@@ -208,7 +210,7 @@ static void fail(struct req_ctx *rc, int status, const char *type, const char *c
 static void fail(struct req_ctx *rc, int status, const char *type, const char *code,
 		 const char *fmt, ...)
 {
-	struct api_error e = { .status = status, .type = type, .code = code };
+	struct fcgi_error e = { .status = status, .type = type, .code = code };
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -223,8 +225,8 @@ static void fail(struct req_ctx *rc, int status, const char *type, const char *c
  * identity, as /health allows). Returns 0 to go on. */
 static int authenticate(struct req_ctx *rc, bool required)
 {
-	const char *authz = io_param(rc->io, "HTTP_AUTHORIZATION");
-	const char *xkey = io_param(rc->io, "HTTP_X_API_KEY");
+	const char *authz = fcgi_io_param(rc->io, "HTTP_AUTHORIZATION");
+	const char *xkey = fcgi_io_param(rc->io, "HTTP_X_API_KEY");
 	enum auth_result r;
 
 	if (rc->have_id)
@@ -282,7 +284,8 @@ static void handle_health(struct req_ctx *rc)
 	if (authenticate(rc, false))
 		return;
 	buf_adds(&b, "{\"ok\":true,\"version\":\"" OLP_VERSION "\"");
-	/* Infrastructure details are for the owner only (ADR 0014 §3.3). */
+	/* Infrastructure details are for the owner only: the Node OLP's ADR 0014 §3.3 (in
+	 * seed/ beside DESIGN.md), not this tree's docs/adr/0014, which is the per-run uid. */
 	if (is_owner(rc)) {
 		const struct prov_registry *reg = rc->app->reg;
 
@@ -369,7 +372,7 @@ static bool is_json_type(const char *ct)
  * while reading (a body may come without a length). 0, or -1 after answering. */
 static int read_body(struct req_ctx *rc, struct buf *body)
 {
-	const char *cl = io_param(rc->io, "CONTENT_LENGTH");
+	const char *cl = fcgi_io_param(rc->io, "CONTENT_LENGTH");
 	size_t max = rc->app->cfg.max_body;
 	uint64_t declared = 0;
 
@@ -382,7 +385,7 @@ static int read_body(struct req_ctx *rc, struct buf *body)
 		ssize_t n;
 
 		buf_grow(body, 65536);
-		n = io_read(rc->io, buf_tail(body), 65536);
+		n = fcgi_io_read(rc->io, buf_tail(body), 65536);
 		if (n < 0) {
 			fail(rc, 400, "invalid_request_error", NULL,
 			     "Could not read the request body");
@@ -405,18 +408,16 @@ struct hop {
 	const struct prov_model *m;
 };
 
-#define MAX_HOPS 8
-
 struct answer {
 	struct req_ctx *rc;
-	const struct chat_request *req;
-	struct completion_meta meta;
+	const struct fcgi_chat_request *req;
+	struct fcgi_completion meta;
 	bool started;	 /* stream: head and first chunk sent */
 	bool too_large;	 /* non-stream: answer over MAX_BUFFERED_ANSWER */
 	bool answered;	 /* the end of the answer (or its error) was sent */
 	struct buf text; /* non-stream: the whole answer */
 	struct buf out;	 /* encoding scratch */
-	struct hop hops[MAX_HOPS];
+	struct hop hops[FCGI_MAX_HOPS];
 	size_t nhops;
 	size_t cur;	   /* the hop running now */
 	size_t failed;	   /* hops that failed before output and were passed over */
@@ -449,11 +450,11 @@ static int answer_emit(void *ctx, const struct prov_event *ev)
 	buf_reset(&a->out);
 	if (!a->started) {
 		stream_start(a);
-		api_sse_chunk(&a->out, &a->meta, "assistant", ev->text, ev->len, NULL);
+		fcgi_sse_chunk(&a->out, &a->meta, "assistant", ev->text, ev->len, NULL);
 	} else {
-		api_sse_chunk(&a->out, &a->meta, NULL, ev->text, ev->len, NULL);
+		fcgi_sse_chunk(&a->out, &a->meta, NULL, ev->text, ev->len, NULL);
 	}
-	return io_write(a->rc->io, a->out.data, a->out.len);
+	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
 }
 
 static void finish_stream(struct answer *a, const struct prov_outcome *o)
@@ -461,15 +462,15 @@ static void finish_stream(struct answer *a, const struct prov_outcome *o)
 	buf_reset(&a->out);
 	if (!a->started) {
 		stream_start(a);
-		api_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
+		fcgi_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
 	}
 	/* An error after output cannot change the status any more: the stream ends with a
 	 * final chunk saying so, and [DONE]. */
-	api_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
+	fcgi_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
 	if (a->req->include_usage)
-		api_sse_usage(&a->out, &a->meta, &o->usage);
-	api_sse_done(&a->out);
-	io_write(a->rc->io, a->out.data, a->out.len);
+		fcgi_sse_usage(&a->out, &a->meta, &o->usage);
+	fcgi_sse_done(&a->out);
+	fcgi_io_write(a->rc->io, a->out.data, a->out.len);
 }
 
 static const char *provider_error_type(enum prov_error e);
@@ -501,7 +502,8 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 static bool worth_next_hop(enum prov_error e)
 {
 	return e == PROV_ERR_AUTH_MISSING || e == PROV_ERR_SPAWN_FAILED ||
-	       e == PROV_ERR_CONCURRENCY_LIMIT || e == PROV_ERR_PROVIDER_ERROR;
+	       e == PROV_ERR_CONCURRENCY_LIMIT || e == PROV_ERR_PROVIDER_ERROR ||
+	       e == PROV_ERR_PROMPT_REFUSED;
 }
 
 /* The outcome is known: finish the answer (the provider's sandbox may still be being torn
@@ -537,7 +539,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	}
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
-	io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
+	fcgi_io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
 	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
@@ -557,12 +559,12 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		finish_stream(a, o);
 	} else {
 		buf_reset(&a->out);
-		api_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
-				    &o->usage);
+		fcgi_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
+				     &o->usage);
 		send_json(rc, 200, &a->out, NULL);
 	}
 	/* The answer is complete: the client need not wait for the sandbox's teardown. */
-	io_finish(rc->io);
+	fcgi_io_finish(rc->io);
 }
 
 static const char *provider_error_type(enum prov_error e)
@@ -572,55 +574,38 @@ static const char *provider_error_type(enum prov_error e)
 	case PROV_ERR_SANDBOX: return "sandbox_unavailable";
 	case PROV_ERR_CONCURRENCY_LIMIT: return "rate_limit_error";
 	case PROV_ERR_AUTH_MISSING: return "provider_auth_missing";
+	case PROV_ERR_PROMPT_REFUSED: return "invalid_request_error";
 	default: return "provider_error";
 	}
 }
 
-/* The hops for the requested model: config.json routing.chains["model"] (an ordered list
- * of {provider, model}), else the registry model itself. 0, or -1 after answering 404. */
-static int plan_hops(struct req_ctx *rc, const struct chat_request *req, struct answer *a)
+/* The hops for the requested model: its routing chain (checked against the registry at
+ * start), else the registry model itself. 0, or -1 after answering 404. */
+static int plan_hops(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
 {
-	const json_t *chain = json_object_get(
-		json_object_get(json_object_get(rc->app->cfg.json, "routing"), "chains"),
-		req->model);
-	const json_t *step;
-	struct api_error e;
-	size_t i;
+	const struct fcgi_chain *chain = fcgi_config_chain(&rc->app->cfg, req->model);
+	const struct prov_model *m;
+	struct fcgi_error e;
 
-	if (json_is_array(chain)) {
-		json_array_foreach(chain, i, step)
-		{
-			const char *p = json_string_value(json_object_get(step, "provider"));
-			const char *mid = json_string_value(json_object_get(step, "model"));
-			const struct prov_model *m =
-				mid ? prov_registry_find(rc->app->reg, mid) : NULL;
-
-			if (!m || (p && strcmp(p, prov_provider_name(m->provider)))) {
-				log_warnx(rc->rid,
-					  "routing.chains[%s][%zu]: %s/%s is not in the "
-					  "registry; skipped",
-					  req->model, i, p ? p : "?", mid ? mid : "?");
-				continue;
-			}
-			if (a->nhops < MAX_HOPS)
-				a->hops[a->nhops++].m = m;
-		}
-	} else {
-		const struct prov_model *m = prov_registry_find(rc->app->reg, req->model);
-
-		if (m)
-			a->hops[a->nhops++].m = m;
-	}
-	if (a->nhops)
+	if (chain) {
+		for (a->nhops = 0; a->nhops < chain->nhops; a->nhops++)
+			a->hops[a->nhops].m = chain->hops[a->nhops];
 		return 0;
-	api_error_set(&e, 404, "model_not_found", "model_not_found", "model",
-		      "The model '%.200s' does not exist", req->model);
+	}
+	m = prov_registry_find(rc->app->reg, req->model);
+	if (m) {
+		a->hops[a->nhops++].m = m;
+		return 0;
+	}
+	fcgi_error_set(&e, 404, "model_not_found", "model_not_found", "model",
+		       "The model '%.200s' does not exist", req->model);
 	send_error(rc, &e, NULL);
 	return -1;
 }
 
 /* Keep the hops this key may use. 0, or -1 after answering 403 when none is left. */
-static int check_hop_access(struct req_ctx *rc, const struct chat_request *req, struct answer *a)
+static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *req,
+			    struct answer *a)
 {
 	struct buf wanted = BUF_INIT, mine = BUF_INIT;
 	size_t i, n = 0;
@@ -651,8 +636,8 @@ static int check_hop_access(struct req_ctx *rc, const struct chat_request *req, 
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
-	struct chat_request req;
-	struct api_error err;
+	struct fcgi_chat_request req;
+	struct fcgi_error err;
 	struct answer a = {
 		.rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT, .detail = BUF_INIT
 	};
@@ -662,21 +647,21 @@ static void handle_chat(struct req_ctx *rc)
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
-		goto out;
-	if (!is_json_type(io_param(rc->io, "CONTENT_TYPE"))) {
+		goto out_answer;
+	if (!is_json_type(fcgi_io_param(rc->io, "CONTENT_TYPE"))) {
 		fail(rc, 415, "unsupported_media_type", NULL,
 		     "Content-Type must be application/json");
-		goto out;
+		goto out_answer;
 	}
 	if (read_body(rc, &body))
-		goto out;
-	if (api_parse_chat(body.data, body.len, &req, &err)) {
+		goto out_answer;
+	if (fcgi_chat_parse(body.data, body.len, &req, &err)) {
 		send_error(rc, &err, NULL);
-		goto out;
+		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
-		goto out;
-	completion_meta_init(&a.meta, req.model);
+		goto out_answer;
+	fcgi_completion_init(&a.meta, req.model);
 	rc->answer = &a;
 	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
 		const struct prov_model *m = a.hops[a.cur].m;
@@ -690,15 +675,13 @@ static void handle_chat(struct req_ctx *rc)
 					      .request_id = rc->rid };
 		/* The run's output must be taken by the end of the run: a write that waits
 		 * for the client cannot outlast the run's timeout (see prov_sink). */
-		io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
+		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
 	}
-	if (a.cur)
-		a.cur--;
-out:
-	chat_request_release(&req);
+out_answer:
+	fcgi_chat_release(&req);
 	buf_release(&body);
 	rc->answer = NULL;
 	buf_release(&a.text);
@@ -751,23 +734,11 @@ static void log_request(struct req_ctx *rc)
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only
  * the owner may call. Others get 401 without a key (403 when anonymous access is on: the
- * anonymous identity is not the owner) and 403 with a non-owner key. */
-static bool owner_only(const struct olp_app *app, const char *path)
-{
-	const json_t *list = json_object_get(json_object_get(app->cfg.json, "auth"),
-					     "owner_only_endpoints"),
-		     *v;
-	size_t i;
-
-	json_array_foreach(list, i, v) if (json_is_string(v) &&
-					   !strcmp(json_string_value(v), path)) return true;
-	return false;
-}
-
-/* 0 when the caller may go on to the route; else the answer was sent. */
+ * anonymous identity is not the owner) and 403 with a non-owner key. 0 when the caller
+ * may go on to the route; else the answer was sent. */
 static int check_owner_only(struct req_ctx *rc)
 {
-	if (!owner_only(rc->app, rc->path.data))
+	if (!fcgi_config_owner_only(&rc->app->cfg, rc->path.data))
 		return 0;
 	if (authenticate(rc, true))
 		return -1;
@@ -778,41 +749,43 @@ static int check_owner_only(struct req_ctx *rc)
 	return -1;
 }
 
-void olp_handle(struct olp_app *app, struct olp_io *io)
+void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 {
 	struct req_ctx rc = { .app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms() };
 	const char *allow = NULL;
-	enum api_route route;
+	enum fcgi_route route;
 
 	random_hex(rc.rid, 8);
-	io_set_deadline(io, rc.t0 + ANSWER_WRITE_MS);
+	fcgi_io_set_deadline(io, rc.t0 + ANSWER_WRITE_MS);
 	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
-		 io_param(io, "REQUEST_METHOD") ? io_param(io, "REQUEST_METHOD") : "GET");
+		 fcgi_io_param(io, "REQUEST_METHOD") ? fcgi_io_param(io, "REQUEST_METHOD") : "GET");
 	rc.method = rc.method_buf;
-	route = api_route(rc.method, io_param(io, "REQUEST_URI"), io_param(io, "PATH_INFO"),
-			  app->cfg.route_prefix, &rc.path, &allow);
-	if ((route == ROUTE_CHAT || route == ROUTE_MODELS || route == ROUTE_HEALTH) &&
+	route = fcgi_route_match(rc.method, fcgi_io_param(io, "REQUEST_URI"),
+				 fcgi_io_param(io, "PATH_INFO"), app->cfg.route_prefix, &rc.path,
+				 &allow);
+	if ((route == FCGI_ROUTE_CHAT || route == FCGI_ROUTE_MODELS ||
+	     route == FCGI_ROUTE_HEALTH) &&
 	    check_owner_only(&rc))
-		goto done;
+		goto out_finish;
 	switch (route) {
-	case ROUTE_CHAT: handle_chat(&rc); break;
-	case ROUTE_MODELS: handle_models(&rc); break;
-	case ROUTE_HEALTH: handle_health(&rc); break;
-	case ROUTE_BAD_METHOD: {
-		struct api_error e;
+	case FCGI_ROUTE_CHAT: handle_chat(&rc); break;
+	case FCGI_ROUTE_MODELS: handle_models(&rc); break;
+	case FCGI_ROUTE_HEALTH: handle_health(&rc); break;
+	case FCGI_ROUTE_BAD_METHOD: {
+		struct fcgi_error e;
 
-		api_error_set(&e, 405, "method_not_allowed", NULL, NULL,
-			      "Method %.16s not allowed on %.200s", rc.method, rc.path.data);
+		fcgi_error_set(&e, 405, "method_not_allowed", NULL, NULL,
+			       "Method %.16s not allowed on %.200s", rc.method, rc.path.data);
 		send_error(&rc, &e, (const struct hdr[]){ { "Allow", allow }, { 0 } });
 		break;
 	}
-	case ROUTE_NOT_FOUND:
+	case FCGI_ROUTE_NOT_FOUND:
 		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method,
 		     rc.path.data);
 		break;
 	}
-done:
-	io_finish(io);
+out_finish:
+	fcgi_io_finish(io);
 	if (io->stalled) {
 		/* Whatever it was sent, the client did not take it: it was dropped. */
 		log_warnx(rc.rid, "the client stopped reading; dropped after %llu ms",

@@ -17,7 +17,7 @@
 
 extern char **environ;
 
-static struct olp_app app;
+static struct fcgi_app app;
 /* Some platforms need accept() serialised (libfcgi's threaded example does the same);
  * on Linux it also keeps idle threads from all waking for one connection. */
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -49,7 +49,7 @@ static void *serve_thread(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		struct olp_io io = { .fcgx = &req, .hangup_fd = -1 };
+		struct fcgi_io io = { .fcgx = &req, .hangup_fd = -1 };
 		int rc;
 
 		pthread_mutex_lock(&accept_lock);
@@ -75,7 +75,7 @@ static void *serve_thread(void *arg)
 		accept_failing = 0;
 		io.envp = req.envp;
 		io.hangup_fd = req.ipcFd;
-		olp_handle(&app, &io);
+		fcgi_handle(&app, &io);
 		FCGX_Finish_r(&req);
 	}
 	FCGX_Free(&req, 1);
@@ -111,54 +111,39 @@ static void set_log_level(void)
 		log_set_level(LOG_LVL_ERROR);
 }
 
-static int app_init(void)
+/* config.json, the registry, and the chains that name the registry's models: everything
+ * a request reads, checked before anything starts. 0, or -1 after saying why. */
+static int load_config(void)
 {
 	struct buf err = BUF_INIT;
-	struct sbx_global_config sc;
-	struct auth_options ao;
-	const struct sbx_status *st;
-	int ret;
+	int ret = -1;
 
-	if (olp_config_load(&app.cfg, &err)) {
+	if (fcgi_config_load(&app.cfg, &err)) {
 		log_errx(NULL, "configuration: %s", err.data);
-		goto fail;
+		goto out_err;
 	}
-	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
-					 .bwrap_path = app.cfg.bwrap,
-					 .runtime_dir = app.cfg.runtime_dir,
-					 .exec_stub = app.cfg.sandbox_exec,
-					 .warm = app.cfg.sandbox_warm,
-					 .identity = app.cfg.sandbox_identity,
-					 .uid_range = app.cfg.sandbox_uid_range,
-					 .cgroup = app.cfg.sandbox_cgroup };
-	ret = sbx_global_init(&sc);
-	if (ret) {
-		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));
-		goto fail;
-	}
-	/* The concurrency slots live beside the scratch dirs: one place for the whole pool. */
-	ret = prov_set_state_dir(app.cfg.runtime_dir);
-	if (ret)
-		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
-			  app.cfg.runtime_dir, strerror(-ret));
 	app.reg = prov_registry_load(app.cfg.registry_path,
 				     json_object_get(app.cfg.json, "providers"), &err);
 	if (!app.reg) {
 		log_errx(NULL, "models registry: %s", err.data);
-		goto fail;
+		goto out_err;
 	}
-	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
-				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
-	app.auth = auth_store_open(app.cfg.home, &ao);
-	if (!app.auth) {
-		log_err(NULL, "key store in %s", app.cfg.home);
-		goto fail;
+	if (fcgi_config_bind(&app.cfg, app.reg, &err)) {
+		log_errx(NULL, "configuration: %s", err.data);
+		goto out_err;
 	}
-	/* The token must not linger where a later child or a core dump could see it. */
-	unsetenv("OLP_OWNER_TOKEN");
-	/* Probe the sandbox now rather than on the first request, and say loudly when
-	 * requests will be refused or run without isolation. */
-	st = sbx_status_get();
+	ret = 0;
+out_err:
+	buf_release(&err);
+	return ret;
+}
+
+/* Say loudly when requests will be refused or run without isolation. */
+static void report_ready(void)
+{
+	/* Probes the sandbox now rather than on the first request. */
+	const struct sbx_status *st = sbx_status_get();
+
 	if (app.cfg.sandbox_mode == SBX_MODE_OFF)
 		log_warnx(NULL, "SANDBOX OFF: %s", st->message);
 	else if (!st->available)
@@ -172,11 +157,48 @@ static int app_init(void)
 		 OLP_VERSION, prov_registry_model_count(app.reg), app.cfg.registry_path,
 		 app.cfg.threads, st->active ? "active" : "INACTIVE", st->cgroup, st->cgroup_detail,
 		 st->identity, st->identity_detail);
-	buf_release(&err);
+}
+
+static int app_init(void)
+{
+	struct sbx_global_config sc;
+	struct auth_options ao;
+	int ret;
+
+	if (load_config())
+		return -1;
+	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
+					 .bwrap_path = app.cfg.bwrap,
+					 .runtime_dir = app.cfg.runtime_dir,
+					 .exec_stub = app.cfg.sandbox_exec,
+					 .warm = app.cfg.sandbox_warm,
+					 .identity = app.cfg.sandbox_identity,
+					 .uid_range = app.cfg.sandbox_uid_range,
+					 .cgroup = app.cfg.sandbox_cgroup };
+	ret = sbx_global_init(&sc);
+	if (ret) {
+		log_errx(NULL, "sandbox runtime dir %s: %s", app.cfg.runtime_dir, strerror(-ret));
+		return -1;
+	}
+	/* The concurrency slots live beside the scratch dirs: one place for the whole pool. */
+	ret = prov_set_state_dir(app.cfg.runtime_dir);
+	if (ret)
+		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
+			  app.cfg.runtime_dir, strerror(-ret));
+	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
+				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
+	app.auth = auth_store_open(app.cfg.home, &ao);
+	if (!app.auth) {
+		log_err(NULL, "key store in %s", app.cfg.home);
+		return -1;
+	}
+	/* The token must not linger where a later child or a core dump could see it. This is
+	 * the last change to the environment: the serving threads start after it and read
+	 * it with getenv (providers/cli.c, CGI mode), which is safe only while nothing calls
+	 * setenv, putenv or unsetenv. */
+	unsetenv("OLP_OWNER_TOKEN");
+	report_ready();
 	return 0;
-fail:
-	buf_release(&err);
-	return -1;
 }
 
 int main(int argc, char **argv)
@@ -235,15 +257,13 @@ int main(int argc, char **argv)
 	if (FCGX_IsCGI()) {
 		/* Plain CGI: one request from the environment, then exit. The web server's
 		 * SIGTERM (a timeout, a client gone) ends us as it always did. */
-		struct olp_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
+		struct fcgi_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
 
 		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
-		olp_handle(&app, &io);
+		fcgi_handle(&app, &io);
 		return 0;
 	}
-	threads = calloc(app.cfg.threads, sizeof(*threads));
-	if (!threads)
-		return 1;
+	threads = xcalloc(app.cfg.threads, sizeof(*threads));
 	for (i = 0; i < app.cfg.threads; i++)
 		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
 			started++;

@@ -11,13 +11,29 @@
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
 
-struct olp_config {
+/* One routing chain (config.json routing.chains, ADR 0007): the registry models tried
+ * in turn for one model name a client asks for. */
+#define FCGI_MAX_HOPS 8
+struct fcgi_chain {
+	char *model;				      /* the name a client asks for */
+	const struct prov_model *hops[FCGI_MAX_HOPS]; /* the registry's */
+	size_t nhops;
+};
+
+/* The worker's configuration: OLP_HOME, config.json and a few environment variables,
+ * checked once at start, every field typed. Requests read these fields, never JSON. */
+struct fcgi_config {
 	char *home;   /* OLP_HOME */
-	json_t *json; /* config.json, or an empty object */
+	char *path;   /* config.json's, named in every message about it */
+	json_t *json; /* config.json, or an empty object: for start-up only (the registry
+			 load, fcgi_config_bind), released by fcgi_config_bind */
 	unsigned threads;
 	size_t max_body;
 	char *route_prefix;
 	bool allow_anonymous;
+	struct strv owner_only;	   /* auth.owner_only_endpoints: paths only the owner may call */
+	struct fcgi_chain *chains; /* routing.chains, once bound to the registry */
+	size_t nchains;
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
@@ -29,49 +45,59 @@ struct olp_config {
 	char *registry_path;		    /* the registry actually used */
 };
 
-/* Read OLP_HOME, config.json and the environment. 0, or -1 with the reason in err. */
-int olp_config_load(struct olp_config *c, struct buf *err);
-void olp_config_release(struct olp_config *c);
+/* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with
+ * the reason in err, which names the file and the field ("…/config.json:
+ * server.threads: must be a positive integer"). Release c either way. */
+int fcgi_config_load(struct fcgi_config *c, struct buf *err);
+/* Once the registry is loaded: check routing.chains against it and keep them typed,
+ * then release the JSON. 0, or -1 with err as above ("…/config.json:
+ * routing.chains.fast[1]: unknown model \"x\""). reg must outlive c's chains. */
+int fcgi_config_bind(struct fcgi_config *c, const struct prov_registry *reg, struct buf *err);
+void fcgi_config_release(struct fcgi_config *c);
+/* The chain configured for a model name, or NULL. */
+const struct fcgi_chain *fcgi_config_chain(const struct fcgi_config *c, const char *model);
+/* Whether path (after the route prefix) is in auth.owner_only_endpoints. */
+bool fcgi_config_owner_only(const struct fcgi_config *c, const char *path);
 
-struct olp_app {
-	struct olp_config cfg;
+struct fcgi_app {
+	struct fcgi_config cfg;
 	struct prov_registry *reg;
 	struct auth_store *auth;
 };
 
 /* One request's I/O: FastCGI streams, or stdin/stdout/environ in plain CGI mode.
  *
- * Every byte of the answer goes out through io_write and io_finish, and neither waits
+ * Every byte of the answer goes out through fcgi_io_write and fcgi_io_finish, and neither waits
  * for the web server past the request's write deadline: a client that stops reading
  * (its web server stops reading from us once its buffers are full) cannot hold the
  * thread, nor a provider run whose output it is, past that deadline. It is then dropped:
  * the connection to the web server is cut without the end of the request, so the web
  * server aborts the response rather than finishing it. */
-struct olp_io {
+struct fcgi_io {
 	FCGX_Request *fcgx; /* NULL in CGI mode */
 	char **envp;
 	int hangup_fd;	   /* the web server connection (POLLRDHUP = it went away), or -1 */
 	uint64_t deadline; /* mono_ms() by which writes must be taken (0: none) */
 	bool failed;	   /* a write failed: the client is gone (or dropped) */
 	bool stalled;	   /* ... because it stopped reading: the deadline passed */
-	bool finished;	   /* io_finish ran: the answer is complete, nothing more is sent */
+	bool finished;	   /* fcgi_io_finish ran: the answer is complete, nothing more is sent */
 };
 
-const char *io_param(struct olp_io *io, const char *name);
+const char *fcgi_io_param(struct fcgi_io *io, const char *name);
 /* Read up to n bytes of the request body: bytes read, 0 at the end, -1 on error. */
-ssize_t io_read(struct olp_io *io, char *dst, size_t n);
+ssize_t fcgi_io_read(struct fcgi_io *io, char *dst, size_t n);
 /* The deadline of the writes from now on (mono_ms(); 0: none). */
-void io_set_deadline(struct olp_io *io, uint64_t deadline_ms);
+void fcgi_io_set_deadline(struct fcgi_io *io, uint64_t deadline_ms);
 /* Write and push to the web server now (no buffering): 0, or -1 once the client is gone
  * or was dropped for not taking it by the deadline. */
-int io_write(struct olp_io *io, const char *data, size_t len);
+int fcgi_io_write(struct fcgi_io *io, const char *data, size_t len);
 
 /* The answer is complete: end the FastCGI request now (the web server closes the HTTP
  * response), though the thread may still have cleanup to do; or, after a failed write or
  * when even the end cannot be sent by the deadline, drop the client. Idempotent. After
- * it, io_param and io_write must not be used. */
-void io_finish(struct olp_io *io);
+ * it, fcgi_io_param and fcgi_io_write must not be used. */
+void fcgi_io_finish(struct fcgi_io *io);
 
-void olp_handle(struct olp_app *app, struct olp_io *io);
+void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io);
 
 #endif

@@ -1,17 +1,28 @@
-/* The claude provider: Anthropic's Claude Code CLI in print mode, streaming JSON.
+/* The claude provider: Anthropic's Claude Code CLI in print mode, streaming JSON both ways.
  *
- *   claude -p --output-format stream-json --verbose --include-partial-messages
- *          --no-session-persistence --model M --system-prompt S --tools ""   (prompt on stdin)
+ *   claude -p --input-format stream-json --output-format stream-json --verbose
+ *          --include-partial-messages --no-session-persistence --model M --tools ""
+ *
+ *   stdin:  {"type":"control_request","request_id":"olp-init",
+ *            "request":{"subtype":"initialize","systemPrompt":S}}
+ *           {"type":"user","message":{"role":"user","content":P},…}
  *
  *   "providers": { "anthropic": { "bin": "…", "tools": "", "max_retries": 2,
  *       "credentials": "~/.claude/.credentials.json", "credentials_writable": false,
  *       "env": { "ANTHROPIC_BASE_URL": "…", "ANTHROPIC_API_KEY": "…" },
  *       "system_prompt": "…", "network": true } }
  *
+ * The system prompt S goes in the SDK's "initialize" request on stdin, as the Agent SDK
+ * sends it, not in argv (--system-prompt): there a client's prompt above 128 KiB
+ * (MAX_ARG_STRLEN) failed exec with E2BIG, and any was readable in the host's
+ * /proc/<pid>/cmdline. A file for --system-prompt-file would need a bind per request,
+ * which no warm sandbox could match. Nothing of the client's reaches argv.
+ *
  * Output, one JSON object a line (docs/providers.md has real samples): "stream_event"
  * lines wrap the Messages API stream (text_delta pieces are the answer), "assistant"
  * repeats each message whole, and the last line, "result", carries the stop reason, the
- * usage and whether the request failed. */
+ * usage and whether the request failed; the "control_response" to the initialize request
+ * is not read. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -29,68 +40,77 @@ static const char default_system_prompt[] =
 	"the conversation below directly, as a chat assistant would; do not mention tools, "
 	"files or a terminal.";
 
+/* The run's stdin: the initialize request carrying the system prompt (the configured or
+ * built-in one, then the client's system messages), then the rest of the conversation,
+ * flattened, as one user message. */
+static void claude_stdin(const struct prov_provider *pv, const json_t *messages, struct buf *in)
+{
+	struct buf system = BUF_INIT, prompt = BUF_INIT;
+
+	prov_cli_split_messages(messages, &system, &prompt);
+	buf_adds(in, "{\"type\":\"control_request\",\"request_id\":\"olp-init\","
+		     "\"request\":{\"subtype\":\"initialize\",\"systemPrompt\":");
+	if (system.len) {
+		struct buf s = BUF_INIT;
+
+		buf_adds(&s, pv->system_prompt ? pv->system_prompt : default_system_prompt);
+		buf_adds(&s, "\n\n");
+		buf_add(&s, system.data, system.len);
+		buf_add_json_str(in, s.data, s.len);
+		buf_release(&s);
+	} else {
+		const char *dflt = pv->system_prompt ? pv->system_prompt : default_system_prompt;
+
+		buf_add_json_str(in, dflt, strlen(dflt));
+	}
+	buf_adds(in, "}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":");
+	buf_add_json_str(in, prompt.data, prompt.len);
+	buf_adds(in, "},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n");
+	buf_release(&system);
+	buf_release(&prompt);
+}
+
 static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
 		       struct prov_plan *plan, struct prov_outcome *out)
 {
 	static const char *const creds[] = { "~/.claude/.credentials.json", NULL };
-	struct buf system = BUF_INIT;
+	const char *const args[] = { "-p",
+				     "--input-format",
+				     "stream-json",
+				     "--output-format",
+				     "stream-json",
+				     "--verbose",
+				     "--include-partial-messages",
+				     "--no-session-persistence",
+				     "--model",
+				     req->model->id,
+				     "--tools",
+				     pv->tools ? pv->tools : "" };
 	char num[32];
 	int ret;
 
 	if ((ret = prov_cli_push_program(pv, "OLP_CLAUDE_BIN", "claude", plan, out)))
-		goto out;
-	prov_cli_split_messages(req->messages, &system, &plan->stdin_data);
-	if (system.len) {
-		struct buf s = BUF_INIT;
-
-		buf_adds(&s, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
-		buf_adds(&s, "\n\n");
-		buf_add(&s, system.data, system.len);
-		buf_release(&system);
-		system = s;
-	} else {
-		buf_adds(&system, prov_cli_conf_str(pv, "system_prompt", default_system_prompt));
-	}
-	{
-		const char *const args[] = { "-p",
-					     "--output-format",
-					     "stream-json",
-					     "--verbose",
-					     "--include-partial-messages",
-					     "--no-session-persistence",
-					     "--model",
-					     req->model->id,
-					     "--system-prompt",
-					     system.data,
-					     "--tools",
-					     prov_cli_conf_str(pv, "tools", "") };
-
-		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			if ((ret = prov_plan_push_arg(plan, args[i])))
-				goto out;
-	}
-	prov_cli_set_network(pv, plan);
+		return ret;
+	for (size_t i = 0; i < ARRAY_SIZE(args); i++)
+		strv_push(&plan->argv, args[i]);
+	claude_stdin(pv, req->messages, &plan->stdin_data);
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
 	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
-	snprintf(num, sizeof(num), "%lld", (long long)prov_cli_conf_int(pv, "max_retries", 2));
+	snprintf(num, sizeof(num), "%lld", (long long)(pv->max_retries >= 0 ? pv->max_retries : 2));
 	if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
 				     "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "DISABLE_AUTOUPDATER", "1")) ||
 	    (ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_RETRIES", num)))
-		goto out;
+		return ret;
 	if (req->max_tokens > 0) {
 		snprintf(num, sizeof(num), "%lld", (long long)req->max_tokens);
 		if ((ret = sbx_policy_setenv(plan->policy, "CLAUDE_CODE_MAX_OUTPUT_TOKENS", num)))
-			goto out;
+			return ret;
 	}
-	/* Credentials only as configured: the sandbox environment starts empty, so nothing
-	 * (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in from the worker's own environment. */
-	if ((ret = prov_cli_set_conf_env(pv, plan, out)) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
-		goto out;
-out:
-	buf_release(&system);
-	return ret;
+	/* Credentials only as configured (prov_run adds the provider's "env"): the sandbox
+	 * environment starts empty, so nothing (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in
+	 * from the worker's own environment. */
+	return prov_cli_bind_credentials(pv, creds, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -209,8 +229,7 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 	 * another id (no partial messages, or claude's non-streaming retry) is new text. */
 	if (cp->streamed_id[0] && (!id || !strcmp(id, cp->streamed_id)))
 		return 0;
-	json_array_foreach(json_object_get(msg, "content"), i, part)
-	{
+	json_array_foreach(json_object_get(msg, "content"), i, part) {
 		const char *pt = prov_json_str(part, "type");
 		const json_t *text = json_object_get(part, "text");
 
@@ -306,13 +325,11 @@ static int claude_line(void *ctx, const char *line, size_t len)
 
 static void *claude_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct claude_parser *cp = calloc(1, sizeof(*cp));
+	struct claude_parser *cp = xcalloc(1, sizeof(*cp));
 
-	if (cp) {
-		prov_lines_init(&cp->pl);
-		buf_init(&cp->sent);
-	}
+	(void)pv;
+	prov_lines_init(&cp->pl);
+	buf_init(&cp->sent);
 	return cp;
 }
 

@@ -1,5 +1,10 @@
 /* Plan helpers shared by the CLI providers: finding the program, binding its install
- * tree and the credentials it needs, the environment from the provider's conf. */
+ * tree and the credentials it needs.
+ *
+ * The environment is read here (HOME, PATH, OLP_<TYPE>_BIN) on the serving threads, while
+ * plans are built: getenv is safe there only because nothing calls setenv, putenv or
+ * unsetenv once a worker serves. fcgi/main.c makes the last change before it starts its
+ * threads; keep it that way (a variable a request needs is read at start instead). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,25 +17,6 @@
 
 #include "providers/cli.h"
 #include "common/banned.h"
-
-const char *prov_cli_conf_str(const struct prov_provider *pv, const char *key, const char *dflt)
-{
-	const char *s = json_string_value(json_object_get(pv->conf, key));
-
-	return s ? s : dflt;
-}
-
-int64_t prov_cli_conf_int(const struct prov_provider *pv, const char *key, int64_t dflt)
-{
-	int64_t v;
-
-	return parse_json_int(json_object_get(pv->conf, key), 0, INT64_MAX, &v) ? dflt : v;
-}
-
-void prov_cli_set_network(const struct prov_provider *pv, struct prov_plan *plan)
-{
-	sbx_policy_set_network(plan->policy, !json_is_false(json_object_get(pv->conf, "network")));
-}
 
 /* The worker's home, for "~/" in configured paths. */
 static const char *host_home(char *tmp, size_t tmpsz)
@@ -107,11 +93,10 @@ static int resolve(const char *what, char *real)
 int prov_cli_find(const struct prov_provider *pv, const char *env_name, const char *name,
 		  char *real)
 {
-	const char *conf_bin = prov_cli_conf_str(pv, "bin", NULL);
 	const char *env_bin = env_name ? getenv(env_name) : NULL;
 
-	if (conf_bin && *conf_bin)
-		return resolve(conf_bin, real);
+	if (pv->bin)
+		return resolve(pv->bin, real);
 	if (env_bin && *env_bin)
 		return resolve(env_bin, real);
 	return path_lookup(name, real);
@@ -174,20 +159,41 @@ int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, 
 	if (prov_cli_find(pv, env_name, name, real)) {
 		snprintf(out->message, sizeof(out->message),
 			 "provider %s: program \"%s\" not found (set providers.%s.bin or %s)",
-			 pv->name, prov_cli_conf_str(pv, "bin", name), pv->name, env_name);
+			 pv->name, pv->bin ? pv->bin : name, pv->name, env_name);
 		return -ENOENT;
 	}
 	shebang_interp(real, interp, sizeof(interp));
 	/* A script whose interpreter the sandbox cannot see at the path the "#!" line names
 	 * (node under ~/.nvm, say) runs through the interpreter's real path instead. */
 	if (interp[0] && (resolve(interp, interp_real) == 0) && strncmp(interp_real, "/usr/", 5)) {
-		if ((ret = prov_plan_push_arg(plan, interp_real)) ||
-		    (ret = prov_cli_bind_install(plan->policy, interp_real)))
+		strv_push(&plan->argv, interp_real);
+		if ((ret = prov_cli_bind_install(plan->policy, interp_real)))
 			return ret;
 	}
-	if ((ret = prov_plan_push_arg(plan, real)))
-		return ret;
+	strv_push(&plan->argv, real);
 	return prov_cli_bind_install(plan->policy, real);
+}
+
+int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *plan,
+			      const char *opt, const struct buf *text, struct prov_outcome *out)
+{
+	if (text->len > PROV_CLI_MAX_ARG) {
+		snprintf(out->message, sizeof(out->message),
+			 "Provider %s takes a prompt of at most %zu KiB (it is passed on a command "
+			 "line); this one is %zu KiB",
+			 pv->name, PROV_CLI_MAX_ARG / 1024, (text->len + 1023) / 1024);
+		return -E2BIG;
+	}
+	if (memchr(text->data, '\0', text->len)) {
+		snprintf(out->message, sizeof(out->message),
+			 "Provider %s cannot take a prompt holding a NUL character (it is passed "
+			 "on a command line)",
+			 pv->name);
+		return -E2BIG;
+	}
+	strv_push(&plan->argv, opt);
+	strv_push(&plan->argv, text->data);
+	return 0;
 }
 
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable)
@@ -239,68 +245,28 @@ static int bind_one_credential(struct prov_plan *plan, const char *host, const c
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
 			      struct prov_plan *plan, struct prov_outcome *out)
 {
-	const json_t *cred = json_object_get(pv->conf, "credentials"), *v;
-	bool writable = json_is_true(json_object_get(pv->conf, "credentials_writable"));
-	const char *key;
+	bool writable = pv->credentials_writable;
 	size_t i;
 	int ret = 0;
 
-	if (!cred) {
+	if (!pv->credentials_set) {
 		for (i = 0; !ret && dflt && dflt[i]; i++)
 			ret = bind_one_credential(plan, dflt[i], NULL, writable);
 		/* A default outside HOME (no HOME at all) is simply not there. */
 		return ret == -EINVAL || ret == -ENOENT ? 0 : ret;
 	}
-	if (json_is_string(cred)) {
-		ret = bind_one_credential(plan, json_string_value(cred), NULL, writable);
-	} else if (json_is_array(cred)) {
-		json_array_foreach(cred, i, v) if (!ret) ret =
-			json_is_string(v)
-				? bind_one_credential(plan, json_string_value(v), NULL, writable)
-				: -EINVAL;
-	} else if (json_is_object(cred)) {
-		json_object_foreach((json_t *)cred, key, v) if (!ret) ret =
-			json_is_string(v)
-				? bind_one_credential(plan, key, json_string_value(v), writable)
-				: -EINVAL;
-	} else if (!json_is_null(cred) && !json_is_false(cred)) {
-		ret = -EINVAL;
+	for (i = 0; !ret && i < pv->cred_host.n; i++) {
+		const char *inside = pv->cred_inside.v[i];
+
+		ret = bind_one_credential(plan, pv->cred_host.v[i], inside[0] ? inside : NULL,
+					  writable);
 	}
 	if (ret)
 		snprintf(out->message, sizeof(out->message),
-			 "provider %s is misconfigured: \"credentials\" must be paths under HOME, "
-			 "or "
-			 "an object {host path: path inside the home}",
-			 pv->name);
+			 "provider %s: credentials file %s: %s (a path given without its place "
+			 "inside must lie under HOME)",
+			 pv->name, pv->cred_host.v[i - 1], strerror(-ret));
 	return ret;
-}
-
-int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan,
-			  struct prov_outcome *out)
-{
-	const json_t *env = json_object_get(pv->conf, "env"), *v;
-	const char *key;
-	int ret;
-
-	if (env && !json_is_object(env))
-		goto bad;
-	json_object_foreach((json_t *)env, key, v)
-	{
-		if (!json_is_string(v))
-			goto bad;
-		ret = sbx_policy_setenv(plan->policy, key, json_string_value(v));
-		if (ret == -ENOMEM)
-			return ret;
-		if (ret)
-			goto bad;
-	}
-	return 0;
-bad:
-	snprintf(out->message, sizeof(out->message),
-		 "provider %s is misconfigured: \"env\" must be an object of variable names to "
-		 "strings",
-		 pv->name);
-	return -EINVAL;
 }
 
 void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt)
@@ -309,9 +275,8 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 	size_t i;
 
 	if (!sys || !rest)
-		goto out;
-	json_array_foreach(messages, i, m)
-	{
+		abort(); /* jansson's allocation failed */
+	json_array_foreach(messages, i, m) {
 		const char *role = json_string_value(json_object_get(m, "role"));
 
 		if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {
@@ -330,7 +295,6 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 		prov_flatten_messages(sys, system);
 	if (prompt)
 		prov_flatten_messages(rest, prompt);
-out:
 	json_decref(sys);
 	json_decref(rest);
 }

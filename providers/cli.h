@@ -7,12 +7,13 @@
 #include "providers/internal.h"
 
 /* Find the provider's program and put what to execute at the front of plan->argv:
- * conf "bin" (absolute, or a name looked up on PATH), else the environment variable
+ * pv->bin (absolute, or a name looked up on PATH), else the environment variable
  * env_name (OLP_CLAUDE_BIN, …), else name on PATH. Symlinks are resolved, and the real
  * install directory is bound read-only (an npm package's root: claude's native binary
  * lives in its package, codex's in a platform package). A "#!" script whose interpreter
  * lies outside /usr is run through that interpreter by its real path, which is bound too.
- * On failure out->message says what was looked for; returns -ENOENT or -ENOMEM. */
+ * On failure out->message says what was looked for; returns -ENOENT, or the sandbox
+ * policy's -errno. */
 int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, const char *name,
 			  struct prov_plan *plan, struct prov_outcome *out);
 
@@ -25,28 +26,28 @@ int prov_cli_find(const struct prov_provider *pv, const char *env_name, const ch
  * lies under /usr, which every sandbox sees). */
 int prov_cli_bind_install(struct sbx_policy *p, const char *real);
 
-/* Bind credential files into the scratch home. conf "credentials" is a host path
- * ("~/" = the worker's HOME), an array of them, or an object {host path: path inside,
- * relative to the scratch home}; a host path under HOME keeps its place relative to HOME
- * inside. dflt (NULL-terminated) is used when conf has no "credentials". Read-only unless
- * conf "credentials_writable" is true (OAuth clients that refresh tokens). Missing files
- * are skipped. 0, or -EINVAL with out->message set. */
+/* Bind credential files into the scratch home: pv's "credentials" (see struct
+ * prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
+ * left out). A host path with no place given keeps its place relative to HOME inside.
+ * Read-only unless "credentials_writable" (OAuth clients that refresh tokens). Missing
+ * files are skipped when the run starts. 0, or -errno with out->message set. */
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
 			      struct prov_plan *plan, struct prov_outcome *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 
-/* Set every variable of conf "env" in the child. 0, or -EINVAL with out->message set. */
-int prov_cli_set_conf_env(const struct prov_provider *pv, struct prov_plan *plan,
-			  struct prov_outcome *out);
+/* The longest argument the kernel passes to a program is MAX_ARG_STRLEN (32 pages,
+ * 128 KiB); the limit here keeps room to spare. */
+#define PROV_CLI_MAX_ARG ((size_t)120 * 1024)
 
-/* Network for the CLI providers: on unless conf "network" is false. */
-void prov_cli_set_network(const struct prov_provider *pv, struct prov_plan *plan);
-
-/* conf[key] as a string, or dflt. */
-const char *prov_cli_conf_str(const struct prov_provider *pv, const char *key, const char *dflt);
-/* conf[key] as a non-negative integer, or dflt. */
-int64_t prov_cli_conf_int(const struct prov_provider *pv, const char *key, int64_t dflt);
+/* Push opt, then text as one argument, for a CLI that takes text of the client's (a
+ * prompt) only on its command line: where it has any other way in (stdin, a file), use
+ * that, since argv is readable in the host's /proc/<pid>/cmdline. Text longer than
+ * PROV_CLI_MAX_ARG, or holding a NUL byte (which would cut it short), is refused with
+ * -E2BIG and out->message naming the limit: the client gets a 400 (PROV_ERR_PROMPT_REFUSED),
+ * never an exec that fails. */
+int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *plan,
+			      const char *opt, const struct buf *text, struct prov_outcome *out);
 
 /* Split messages into the system text (system/developer messages, joined by blank lines)
  * and the flattened rest (prov_flatten_messages). Either buffer may be NULL. */

@@ -72,44 +72,32 @@ static bool codex_native(const char *real, char *native)
 }
 
 /* One "-c key=value" override; value is TOML. */
-static int push_config(struct prov_plan *plan, const char *fmt, ...)
+static void push_config(struct prov_plan *plan, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-static int push_config(struct prov_plan *plan, const char *fmt, ...)
+static void push_config(struct prov_plan *plan, const char *fmt, ...)
 {
 	struct buf kv = BUF_INIT;
 	va_list ap;
-	int ret;
 
 	va_start(ap, fmt);
 	buf_vaddf(&kv, fmt, ap);
 	va_end(ap);
-	ret = prov_plan_push_arg(plan, "-c") ?: prov_plan_push_arg(plan, kv.data);
-	buf_release(&kv);
-	return ret;
-}
-
-/* A [model_providers.<id>] key goes into a TOML key path: letters, digits, - and _ only. */
-static bool valid_id(const char *id)
-{
-	return *id &&
-	       strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
-		       strlen(id) &&
-	       strlen(id) < 64;
+	strv_push(&plan->argv, "-c");
+	strv_push_take(&plan->argv, buf_detach(&kv, NULL));
 }
 
 static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
 		      struct prov_plan *plan, struct prov_outcome *out)
 {
 	static const char *const creds[] = { "~/.codex/auth.json", NULL };
-	const json_t *toml = json_object_get(pv->conf, "config_toml");
-	const char *mp = prov_cli_conf_str(pv, "model_provider", NULL);
-	long long retries = prov_cli_conf_int(pv, "max_retries", 1);
+	const char *mp = pv->model_provider;
+	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
 	char real[PATH_MAX], native[PATH_MAX];
 	int ret;
 
 	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
-		if ((ret = prov_plan_push_arg(plan, native)) ||
-		    (ret = prov_cli_bind_install(plan->policy, native)))
+		strv_push(&plan->argv, native);
+		if ((ret = prov_cli_bind_install(plan->policy, native)))
 			return ret;
 	} else if ((ret = prov_cli_push_program(pv, "OLP_CODEX_BIN", "codex", plan, out))) {
 		return ret;
@@ -124,48 +112,33 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 					     req->model->id };
 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			if ((ret = prov_plan_push_arg(plan, args[i])))
-				return ret;
+			strv_push(&plan->argv, args[i]);
 	}
 	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
-	 * client in seconds. The retry settings belong to a [model_providers.<id>] table. */
-	if (mp && !valid_id(mp)) {
-		ret = -EINVAL;
-		goto bad_conf;
+	 * client in seconds. The retry settings belong to a [model_providers.<id>] table
+	 * (an id of letters, digits, - and _ only, checked at load). */
+	if (mp) {
+		push_config(plan, "model_provider=\"%s\"", mp);
+		push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries);
+		push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries);
 	}
-	if (mp &&
-	    ((ret = push_config(plan, "model_provider=\"%s\"", mp)) ||
-	     (ret = push_config(plan, "model_providers.%s.request_max_retries=%lld", mp,
-				retries)) ||
-	     (ret = push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries))))
-		return ret;
-	if ((ret = prov_plan_push_arg(plan, "-")))
-		return ret;
+	strv_push(&plan->argv, "-");
 	prov_flatten_messages(req->messages, &plan->stdin_data);
-	prov_cli_set_network(pv, plan);
 	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
-	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		return ret;
-	if (!toml || json_is_string(toml)) {
-		ret = prov_cli_bind_file(plan,
-					 toml ? json_string_value(toml) : "~/.codex/config.toml",
-					 CODEX_HOME "/config.toml", false);
-		/* The default file may not exist (or HOME may be unknown): then there is none. */
-		if (ret && (toml || ret == -ENOMEM))
-			goto bad_conf;
-	} else if (!json_is_false(toml) && !json_is_null(toml)) {
-		goto bad_conf;
+	if (pv->config_toml_off)
+		return 0;
+	ret = prov_cli_bind_file(plan, pv->config_toml ? pv->config_toml : "~/.codex/config.toml",
+				 CODEX_HOME "/config.toml", false);
+	/* The default file may not exist (or HOME may be unknown): then there is none. */
+	if (ret && pv->config_toml) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: its \"config_toml\" cannot be placed (%s)", pv->name,
+			 strerror(-ret));
+		return ret;
 	}
 	return 0;
-bad_conf:
-	if (ret == -ENOMEM)
-		return ret;
-	snprintf(out->message, sizeof(out->message),
-		 "provider %s is misconfigured: \"config_toml\" must be a path, and "
-		 "\"model_provider\" a short id",
-		 pv->name);
-	return -EINVAL;
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -265,11 +238,10 @@ static int codex_line(void *ctx, const char *line, size_t len)
 
 static void *codex_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct codex_parser *xp = calloc(1, sizeof(*xp));
+	struct codex_parser *xp = xcalloc(1, sizeof(*xp));
 
-	if (xp)
-		prov_lines_init(&xp->pl);
+	(void)pv;
+	prov_lines_init(&xp->pl);
 	return xp;
 }
 

@@ -24,26 +24,6 @@
 #include "providers/ndjson.h"
 #include "common/banned.h"
 
-enum command_output { COMMAND_OUT_TEXT, COMMAND_OUT_SSE, COMMAND_OUT_NDJSON };
-
-/* 0 and the mode, or -EINVAL for a value this build does not know. */
-static int output_mode(const json_t *conf, enum command_output *mode)
-{
-	const json_t *v = json_object_get(conf, "output");
-	const char *s = json_string_value(v);
-
-	*mode = COMMAND_OUT_TEXT;
-	if (!v || json_is_null(v) || (s && !strcmp(s, "text")))
-		return 0;
-	if (s && !strcmp(s, "sse"))
-		*mode = COMMAND_OUT_SSE;
-	else if (s && !strcmp(s, "ndjson"))
-		*mode = COMMAND_OUT_NDJSON;
-	else
-		return -EINVAL;
-	return 0;
-}
-
 static bool under_usr(const char *path)
 {
 	char real[PATH_MAX];
@@ -54,46 +34,31 @@ static bool under_usr(const char *path)
 static int command_plan(const struct prov_provider *pv, const struct prov_request *req,
 			struct prov_plan *plan, struct prov_outcome *out)
 {
-	const json_t *argv = json_object_get(pv->conf, "argv"), *v;
-	const char *exe, *key;
-	enum command_output mode;
-	size_t i;
-	int ret;
+	const char *exe = pv->argv.v[0];
+	int ret = 0;
 
-	if ((ret = output_mode(pv->conf, &mode))) {
-		snprintf(out->message, sizeof(out->message),
-			 "provider %s is misconfigured (\"output\" is text, sse or ndjson)",
-			 pv->name);
-		return ret;
-	}
-	json_array_foreach(argv, i, v)
-	{
-		if ((ret = prov_plan_push_arg(plan, json_string_value(v))))
-			return ret;
-	}
-	exe = plan->argv[0];
+	for (size_t i = 0; i < pv->argv.n; i++)
+		strv_push(&plan->argv, pv->argv.v[i]);
 	/* The program itself must be visible inside the sandbox; /usr (and /bin, a link
 	 * into it on merged-/usr systems) already is. */
-	if (!under_usr(exe) && (ret = sbx_policy_add_ro(plan->policy, exe)))
-		goto fail;
-	json_array_foreach(
-		json_object_get(pv->conf, "ro_paths"), i,
-		v) if ((ret = sbx_policy_add_ro(plan->policy, json_string_value(v)))) goto fail;
-	json_object_foreach((json_t *)json_object_get(pv->conf, "env"), key,
-			    v) if ((ret = sbx_policy_setenv(plan->policy, key,
-							    json_string_value(v)))) goto fail;
+	if (!under_usr(exe))
+		ret = sbx_policy_add_ro(plan->policy, exe);
+	for (size_t i = 0; !ret && i < pv->ro_paths.n; i++)
+		ret = sbx_policy_add_ro(plan->policy, pv->ro_paths.v[i]);
+	if (ret) {
+		snprintf(out->message, sizeof(out->message), "provider %s: %s", pv->name,
+			 strerror(-ret));
+		return ret;
+	}
 	prov_flatten_messages(req->messages, &plan->stdin_data);
 	return 0;
-fail:
-	snprintf(out->message, sizeof(out->message), "provider %s is misconfigured", pv->name);
-	return ret;
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
 
 struct command_parser {
-	enum command_output mode;
-	struct prov_text_reader text; /* COMMAND_OUT_TEXT */
+	enum prov_output mode;
+	struct prov_text_reader text; /* PROV_OUTPUT_TEXT */
 	struct prov_lines pl;	      /* the line modes */
 };
 
@@ -146,7 +111,7 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 		ret = prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
 					prov_upstream_text(st))
 			      ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	choice = json_array_get(json_object_get(o, "choices"), 0);
 	text = json_object_get(json_object_get(choice, "delta"), "content");
@@ -154,16 +119,16 @@ static int chunk(struct command_parser *cp, const char *line, size_t len)
 		text = json_object_get(json_object_get(choice, "message"), "content");
 	if (json_is_string(text) &&
 	    (ret = prov_emit_delta(cp->pl.sink, json_string_value(text), json_string_length(text))))
-		goto out;
+		goto out_obj;
 	if ((fr = prov_json_str(choice, "finish_reason")) &&
 	    (ret = prov_emit_finish(cp->pl.sink, known_finish(fr))))
-		goto out;
+		goto out_obj;
 	if (json_is_object(json_object_get(o, "usage")) &&
 	    (ret = chunk_usage(cp, json_object_get(o, "usage"))))
-		goto out;
+		goto out_obj;
 	if (!json_is_string(text) && !fr && !json_is_object(json_object_get(o, "usage")))
 		cp->pl.ignored++;
-out:
+out_obj:
 	json_decref(o);
 	return ret;
 }
@@ -203,14 +168,10 @@ static int ndjson_line(void *ctx, const char *line, size_t len)
 
 static void *command_parser_new(const struct prov_provider *pv)
 {
-	struct command_parser *cp = calloc(1, sizeof(*cp));
+	struct command_parser *cp = xcalloc(1, sizeof(*cp));
 
-	if (!cp)
-		return NULL;
-	/* The plan has refused an unknown mode already; here it is text, sse or ndjson. */
-	if (!pv || output_mode(pv->conf, &cp->mode))
-		cp->mode = COMMAND_OUT_TEXT;
-	if (cp->mode != COMMAND_OUT_TEXT)
+	cp->mode = pv ? pv->output : PROV_OUTPUT_TEXT;
+	if (cp->mode != PROV_OUTPUT_TEXT)
 		prov_lines_init(&cp->pl);
 	return cp;
 }
@@ -220,9 +181,9 @@ static int command_feed(void *st, const char *data, size_t len, const struct pro
 	struct command_parser *cp = st;
 
 	switch (cp->mode) {
-	case COMMAND_OUT_SSE: return prov_lines_feed(&cp->pl, data, len, sink, sse_line, cp);
-	case COMMAND_OUT_NDJSON: return prov_lines_feed(&cp->pl, data, len, sink, ndjson_line, cp);
-	case COMMAND_OUT_TEXT: break;
+	case PROV_OUTPUT_SSE: return prov_lines_feed(&cp->pl, data, len, sink, sse_line, cp);
+	case PROV_OUTPUT_NDJSON: return prov_lines_feed(&cp->pl, data, len, sink, ndjson_line, cp);
+	case PROV_OUTPUT_TEXT: break;
 	}
 	return prov_text_feed(&cp->text, data, len, sink);
 }
@@ -232,9 +193,9 @@ static int command_finish(void *st, const struct prov_sink *sink)
 	struct command_parser *cp = st;
 
 	switch (cp->mode) {
-	case COMMAND_OUT_SSE: return prov_lines_finish(&cp->pl, sink, sse_line, cp);
-	case COMMAND_OUT_NDJSON: return prov_lines_finish(&cp->pl, sink, ndjson_line, cp);
-	case COMMAND_OUT_TEXT: break;
+	case PROV_OUTPUT_SSE: return prov_lines_finish(&cp->pl, sink, sse_line, cp);
+	case PROV_OUTPUT_NDJSON: return prov_lines_finish(&cp->pl, sink, ndjson_line, cp);
+	case PROV_OUTPUT_TEXT: break;
 	}
 	return prov_text_finish(&cp->text, sink);
 }
@@ -245,7 +206,7 @@ static void command_parser_free(void *st)
 
 	if (!cp)
 		return;
-	if (cp->mode != COMMAND_OUT_TEXT)
+	if (cp->mode != PROV_OUTPUT_TEXT)
 		prov_lines_release(&cp->pl);
 	free(cp);
 }

@@ -1,5 +1,6 @@
 /* The NDJSON line framer and the JSON helpers the line-based parsers share. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "providers/providers.h"
@@ -200,11 +201,14 @@ void prov_lines_release(struct prov_lines *pl)
 /* A line too long to frame ends the answer with an error the client can act on. */
 static int overlong(struct prov_lines *pl, const struct prov_sink *sink)
 {
+	char msg[96];
 	int ret;
 
 	pl->done = true;
-	ret = prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, 0,
-				"the provider wrote an output line longer than the limit (8 MiB)");
+	snprintf(msg, sizeof(msg),
+		 "the provider wrote an output line longer than the limit (%zu MiB)",
+		 pl->nj.max_line >> 20);
+	ret = prov_emit_failure(sink, PROV_ERR_PROVIDER_ERROR, 0, msg);
 	return ret < 0 ? ret : 1;
 }
 

@@ -15,9 +15,8 @@
 #include "common/common.h"
 #include "providers/providers.h"
 
-/* Default bound on one line. claude repeats the whole answer in its "assistant" and
- * "result" lines, JSON-escaped: 8 MiB is far above any real answer. */
-#define PROV_NDJSON_MAX_LINE ((size_t)8 << 20)
+/* Default bound on one line (see providers.h). */
+#define PROV_NDJSON_MAX_LINE PROV_MAX_OUTPUT_LINE
 
 /* Called once per complete line; returns 0 to go on, non-zero to stop the feed (that value
  * is returned by prov_ndjson_feed). */

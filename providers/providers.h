@@ -3,7 +3,9 @@
  * A provider is a `const struct provider_ops` table (providers/internal.h): it turns a
  * validated request into a plan (argv, environment, stdin bytes, sandbox needs) and the
  * child's stdout, fed incrementally, into events. The process handling that all providers
- * share (sandbox policy, supervision, outcome mapping) lives once, in run.c.
+ * share (sandbox policy, supervision, outcome mapping) lives once, in run.c. A provider's
+ * settings are checked and typed once, when it is loaded (settings.c): a plan never reads
+ * JSON, so a bad setting is found at start, not by a request.
  * This module knows nothing of FastCGI or HTTP; it speaks the OpenAI chat shapes only as
  * far as messages and finish reasons go. */
 #ifndef OLP_PROVIDERS_H
@@ -32,26 +34,52 @@ struct prov_model {
 
 struct prov_registry;
 
+/* Check config.json's "providers" object (NULL: there is none) once, at start: "enabled"
+ * is an array of provider names; every other member is an object of one provider's
+ * overrides whose settings (README, docs/providers.md) have their types. Unknown keys are
+ * left alone. 0, or -EINVAL with err set to "providers.<name>.<key>…: <what it must
+ * be>" (the caller adds the file's name). */
+int prov_config_check(const json_t *providers, struct buf *err);
+
 /* Load a models registry (Node OLP format plus "command" providers) from path.
- * config_providers is config.json's "providers" object (or NULL): per-provider overrides
- * such as timeout_s. Entries of unknown or not yet supported types are skipped with a
- * warning. NULL on failure with the reason in err. */
+ * config_providers is config.json's "providers" object (or NULL): "enabled" and
+ * per-provider overrides, which replace the entry's settings of the same name; it must
+ * pass prov_config_check, else NULL with that check's message in err. Every setting is
+ * checked and typed here, once: an entry of an unknown type, or with a bad setting, is
+ * skipped with a warning naming the file and the JSON path (a bad "timeout_s",
+ * "max_concurrent" or "limits" field only leaves its default, with a warning). Reads
+ * both; keeps neither. NULL on failure with the reason in err. The caller frees the
+ * registry with prov_registry_free (NULL is fine). */
 struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
 					 struct buf *err);
 void prov_registry_free(struct prov_registry *reg);
-/* Find a model by id or alias; NULL when unknown. */
+/* The models and providers these return, and their strings, belong to the registry:
+ * valid until prov_registry_free, never changed, safe to read from any thread.
+ * Find a model by id or alias; NULL when unknown. */
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id);
 size_t prov_registry_model_count(const struct prov_registry *reg);
 const struct prov_model *prov_registry_model_at(const struct prov_registry *reg, size_t i);
 size_t prov_registry_provider_count(const struct prov_registry *reg);
 const struct prov_provider *prov_registry_provider_at(const struct prov_registry *reg, size_t i);
 
+/* A provider's strings and limits belong to it. */
 const char *prov_provider_name(const struct prov_provider *pv); /* "local", "anthropic" */
 const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
+
+/* One provider without a registry, for tests, fuzzing and tools: entry is what
+ * models-registry.json holds under providers.<name> ("models" and "aliases" are not
+ * read), checked as prov_registry_load checks it. Copies what it keeps of name and entry;
+ * the caller keeps both. NULL with errno EINVAL and the reason in err when the entry
+ * would be skipped. The caller frees the provider with prov_provider_free. */
+struct prov_provider *prov_provider_from_json(const char *name, const json_t *entry,
+					      struct buf *err);
+/* Free a provider from prov_provider_from_json (never one of a registry's); NULL is
+ * fine. */
+void prov_provider_free(struct prov_provider *pv);
 
 /* ---- requests and events ------------------------------------------------------------ */
 
@@ -81,6 +109,8 @@ enum prov_error {
 	PROV_ERR_PROVIDER_ERROR, /* the command failed (non-zero exit, error event) */
 	PROV_ERR_SANDBOX,	 /* the sandbox could not start: fail closed */
 	PROV_ERR_CLIENT_GONE,	 /* the sink aborted: nobody is listening any more */
+	PROV_ERR_PROMPT_REFUSED, /* the request cannot be given to this provider (a prompt
+				    longer than its command line takes): the client's to fix */
 };
 
 /* A failure the provider reported in its own output (an upstream 429, "Not logged in"),
@@ -125,9 +155,20 @@ struct prov_sink {
 };
 
 /* ---- parsers (a provider's stdout → events), exposed for tests and fuzzing ------------ */
+/* The longest line a line-based output (claude, codex, vibe, a command's sse or ndjson)
+ * may have: claude repeats the whole answer in its "assistant" and "result" lines,
+ * JSON-escaped, and this is far above any real answer. A longer line ends the answer
+ * with a provider error: a client that never sends "\n" must not make a worker buffer its
+ * whole output. */
+#define PROV_MAX_OUTPUT_LINE ((size_t)8 << 20)
+
 struct prov_parser;
-/* A parser for a provider type ("command"), or NULL when the type is unknown. */
+/* A parser for a provider type ("command") in its default configuration, or NULL when
+ * the type is unknown. The caller frees a parser with prov_parser_free. */
 struct prov_parser *prov_parser_new(const char *type);
+/* A parser for pv's output, configured as pv's runs are (a command provider's "output"
+ * mode). pv must outlive it. Never NULL. */
+struct prov_parser *prov_parser_for(const struct prov_provider *pv);
 /* Feed the next bytes of stdout; events go to sink. Returns the sink's < 0 value when it
  * aborted; > 0 when the answer is complete (e.g. claude's "result" line): the rest of the
  * output is not needed and the caller may end the run now (prov_run does, which saves

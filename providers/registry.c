@@ -87,165 +87,84 @@ static bool valid_provider_name(const char *s)
 	return valid_name(s, MAX_PROVIDER_NAME, "._-");
 }
 
-static bool is_abs_string(const json_t *v)
-{
-	return json_is_string(v) && json_string_value(v)[0] == '/';
-}
-
-/* Check what a command provider entry must hold; the plan trusts it afterwards. */
-static const char *check_command(const json_t *e)
-{
-	const json_t *argv = json_object_get(e, "argv"), *v, *env, *ro;
-	const char *k;
-	size_t i;
-
-	if (!json_is_array(argv) || !json_array_size(argv))
-		return "\"argv\" must be a non-empty array of strings";
-	if (!is_abs_string(json_array_get(argv, 0)))
-		return "argv[0] must be an absolute path";
-	json_array_foreach(
-		argv, i,
-		v) if (!json_is_string(v)) return "\"argv\" must be a non-empty array of strings";
-	ro = json_object_get(e, "ro_paths");
-	if (ro && !json_is_array(ro))
-		return "\"ro_paths\" must be an array of absolute paths";
-	json_array_foreach(
-		ro, i,
-		v) if (!is_abs_string(v)) return "\"ro_paths\" must be an array of absolute paths";
-	env = json_object_get(e, "env");
-	if (env && !json_is_object(env))
-		return "\"env\" must be an object of strings";
-	json_object_foreach(
-		(json_t *)env, k,
-		v) if (!json_is_string(v)) return "\"env\" must be an object of strings";
-	return NULL;
-}
-
-static void provider_free(struct prov_provider *pv)
+void prov_provider_free(struct prov_provider *pv)
 {
 	if (!pv)
 		return;
+	prov_settings_release(pv);
 	free(pv->name);
 	free(pv->type);
 	free(pv->display_name);
-	json_decref(pv->conf);
 	free(pv);
 }
 
-static uint64_t seconds_to_ms(const json_t *v, uint64_t dflt)
-{
-	double s;
-
-	if (!json_is_number(v))
-		return dflt;
-	s = json_number_value(v);
-	if (!(s > 0) || s > 86400.0 * 7)
-		return dflt;
-	/* 0 would mean "no limit" to the sandbox: the smallest limit is 1 ms. */
-	return s * 1000.0 < 1.0 ? 1 : (uint64_t)(s * 1000.0);
-}
-
-/* "limits": {"memory_mb": 2048, "pids": 256, "cpu_pct": 100, "nofile": 4096, "fsize_mb": 1024,
- * "cpu_s": 600, "as_mb": 8192, "nproc": 256, "disk_mb": 1024}: each optional, an integer
- * from 1 to MAX_LIMIT; a bad one is ignored with a warning (the default holds). MAX_LIMIT
- * is far above any host and keeps the sandbox's conversions (MB to bytes, percent to
- * microseconds) from wrapping around to a small limit. */
-#define MAX_LIMIT ((int64_t)1 << 40)
-
-static void read_limits(const char *name, const json_t *j, struct sbx_limits *l)
-{
-	static const struct {
-		const char *key;
-		size_t off;
-	} fields[] = {
-		{ "memory_mb", offsetof(struct sbx_limits, memory_mb) },
-		{ "pids", offsetof(struct sbx_limits, pids) },
-		{ "cpu_pct", offsetof(struct sbx_limits, cpu_pct) },
-		{ "nofile", offsetof(struct sbx_limits, nofile) },
-		{ "fsize_mb", offsetof(struct sbx_limits, fsize_mb) },
-		{ "cpu_s", offsetof(struct sbx_limits, cpu_s) },
-		{ "as_mb", offsetof(struct sbx_limits, as_mb) },
-		{ "nproc", offsetof(struct sbx_limits, nproc) },
-		{ "disk_mb", offsetof(struct sbx_limits, disk_mb) },
-	};
-
-	memset(l, 0, sizeof(*l));
-	if (!json_is_object(j))
-		return;
-	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
-		const json_t *v = json_object_get(j, fields[i].key);
-		int64_t n;
-
-		if (!v)
-			continue;
-		if (parse_json_int(v, 1, MAX_LIMIT, &n)) {
-			log_warnx(NULL,
-				  "registry: provider %s: limits.%s must be an integer from 1 to "
-				  "%lld; the default holds",
-				  name, fields[i].key, (long long)MAX_LIMIT);
-			continue;
-		}
-		*(uint64_t *)((char *)l + fields[i].off) = (uint64_t)n;
-	}
-}
-
+/* Build provider name from its registry entry merged with config.json's override (or
+ * NULL). path names the entry's file in messages, or is NULL. NULL, with what is wrong in
+ * err, when the entry cannot be run. */
 static struct prov_provider *provider_new(const char *name, const json_t *entry,
-					  const json_t *override)
+					  const json_t *override, const char *path, struct buf *err)
 {
-	struct prov_provider *pv;
 	const char *type = json_string_value(json_object_get(entry, "type"));
-	const char *why, *dn;
-	int64_t mc;
+	const char *dn = json_string_value(json_object_get(entry, "displayName"));
+	struct buf where = BUF_INIT;
+	struct prov_provider *pv = NULL;
+	json_t *conf;
 
+	if (path)
+		buf_addf(&where, "%s: ", path);
 	if (!valid_provider_name(name)) {
-		log_warnx(NULL,
-			  "registry: provider name \"%.100s\" is not 1-%d characters of "
-			  "[A-Za-z0-9._-] starting with a letter or digit; skipped",
-			  name, MAX_PROVIDER_NAME);
-		return NULL;
+		buf_addf(err,
+			 "%sprovider name \"%.100s\" is not 1-%d characters of [A-Za-z0-9._-] "
+			 "starting with a letter or digit",
+			 where.data, name, MAX_PROVIDER_NAME);
+		goto out_where;
 	}
+	buf_addf(&where, "providers.%s", name);
 	if (!type)
 		type = default_type(name, entry);
 	if (!type) {
-		log_warnx(NULL, "registry: provider %s has no \"type\" and no \"argv\"; skipped",
-			  name);
-		return NULL;
+		buf_addf(err, "%s: no \"type\" and no \"argv\"", where.data);
+		goto out_where;
 	}
 	if (!prov_ops_for_type(type)) {
-		log_warnx(NULL,
-			  "registry: provider %s has type \"%s\", which this build does not "
-			  "run yet; skipped",
-			  name, type);
-		return NULL;
+		buf_addf(err, "%s.type: \"%.100s\" is a type this build does not run yet",
+			 where.data, type);
+		goto out_where;
 	}
-	pv = calloc(1, sizeof(*pv));
-	if (!pv)
-		return NULL;
-	/* What runs is the entry with config.json's overrides: check that, not the entry. */
-	pv->conf = json_deep_copy(entry);
-	if (pv->conf && json_is_object(override))
-		json_object_update(pv->conf, (json_t *) override);
-	if (pv->conf && !strcmp(type, "command") && (why = check_command(pv->conf))) {
-		log_warnx(NULL, "registry: provider %s: %s; skipped", name, why);
-		provider_free(pv);
-		return NULL;
-	}
-	pv->name = strdup(name);
-	pv->type = strdup(type);
-	dn = json_string_value(json_object_get(entry, "displayName"));
-	pv->display_name = strdup(dn ? dn : name);
+	pv = xcalloc(1, sizeof(*pv));
+	pv->name = xstrdup(name);
+	pv->type = xstrdup(type);
+	pv->display_name = xstrdup(dn ? dn : name);
 	pv->ops = prov_ops_for_type(type);
-	pv->timeout_ms = seconds_to_ms(json_object_get(pv->conf, "timeout_s"), 600000);
-	pv->network = json_is_true(json_object_get(pv->conf, "network"));
-	read_limits(name, json_object_get(pv->conf, "limits"), &pv->limits);
-	pv->max_concurrent =
-		parse_json_int(json_object_get(pv->conf, "max_concurrent"), 0, 1024, &mc)
-			? 4
-			: (unsigned)mc;
-	if (!pv->name || !pv->type || !pv->display_name || !pv->conf) {
-		provider_free(pv);
+	/* What runs is the entry with config.json's overrides: read that, not the entry. */
+	conf = json_deep_copy(entry);
+	if (!conf)
+		abort(); /* jansson's allocation failed */
+	if (json_is_object(override))
+		json_object_update(conf, (json_t *) override);
+	if (prov_settings_read(pv, conf, where.data, false, err)) {
+		prov_provider_free(pv);
+		pv = NULL;
+	}
+	json_decref(conf);
+out_where:
+	buf_release(&where);
+	return pv;
+}
+
+struct prov_provider *prov_provider_from_json(const char *name, const json_t *entry,
+					      struct buf *err)
+{
+	struct prov_provider *pv;
+
+	if (!json_is_object(entry)) {
+		buf_addf(err, "providers.%.100s: must be an object", name);
+		errno = EINVAL;
 		return NULL;
 	}
+	pv = provider_new(name, entry, NULL, NULL, err);
+	if (!pv)
+		errno = EINVAL;
 	return pv;
 }
 
@@ -262,7 +181,7 @@ void prov_registry_free(struct prov_registry *reg)
 	for (i = 0; i < reg->naliases; i++)
 		free(reg->aliases[i].name);
 	for (i = 0; i < reg->nproviders; i++)
-		provider_free(reg->providers[i]);
+		prov_provider_free(reg->providers[i]);
 	free(reg->models);
 	free(reg->aliases);
 	free(reg->providers);
@@ -277,92 +196,84 @@ static const struct prov_model *find_id(const struct prov_registry *reg, const c
 	return NULL;
 }
 
-/* Add the models of one provider; duplicates keep the first definition. */
-static int add_models(struct prov_registry *reg, struct prov_provider *pv, const json_t *models)
+/* Add the models of one provider; duplicates keep the first definition. path: the
+ * registry's, for messages. */
+static void add_models(struct prov_registry *reg, struct prov_provider *pv, const json_t *models,
+		       const char *path)
 {
 	const json_t *m;
 	size_t i;
 
-	json_array_foreach(models, i, m)
-	{
+	json_array_foreach(models, i, m) {
 		const char *id = json_string_value(json_object_get(m, "id"));
 		const char *dn = json_string_value(json_object_get(m, "displayName"));
 		struct prov_model *nm;
 
 		if (!id || !*id) {
-			log_warnx(NULL, "registry: provider %s: a model without \"id\"; skipped",
-				  pv->name);
+			log_warnx(NULL, "%s: providers.%s.models[%zu]: no \"id\"; skipped", path,
+				  pv->name, i);
 			continue;
 		}
 		if (!valid_model_id(id)) {
 			log_warnx(NULL,
-				  "registry: provider %s: model id \"%.150s\" is not 1-%d "
+				  "%s: providers.%s.models[%zu]: model id \"%.150s\" is not 1-%d "
 				  "characters of [A-Za-z0-9._:/@-] starting with a letter or "
 				  "digit; skipped",
-				  pv->name, id, MAX_MODEL_ID);
+				  path, pv->name, i, id, MAX_MODEL_ID);
 			continue;
 		}
 		if (find_id(reg, id)) {
-			log_warnx(NULL, "registry: model %s defined twice; the first one is used",
-				  id);
+			log_warnx(NULL,
+				  "%s: providers.%s.models[%zu]: model %s defined twice; the first "
+				  "one is used",
+				  path, pv->name, i, id);
 			continue;
 		}
-		nm = realloc(reg->models, (reg->nmodels + 1) * sizeof(*nm));
-		if (!nm)
-			return -ENOMEM;
-		reg->models = nm;
+		reg->models = xreallocarray(reg->models, reg->nmodels + 1, sizeof(*nm));
 		nm = &reg->models[reg->nmodels++];
 		*nm = (struct prov_model){
-			.id = strdup(id),
-			.display_name = dn ? strdup(dn) : NULL,
+			.id = xstrdup(id),
+			.display_name = dn ? xstrdup(dn) : NULL,
 			.provider = pv,
 		};
 		/* Both optional: 0 (unknown) unless a non-negative integer. */
 		(void)parse_json_int(json_object_get(m, "created"), 0, INT64_MAX, &nm->created);
 		(void)parse_json_int(json_object_get(m, "contextWindow"), 0, INT64_MAX,
 				     &nm->context_window);
-		if (!nm->id)
-			return -ENOMEM;
 	}
-	return 0;
 }
 
-static int add_aliases(struct prov_registry *reg, const struct prov_provider *pv,
-		       const json_t *aliases)
+static void add_aliases(struct prov_registry *reg, const struct prov_provider *pv,
+			const json_t *aliases, const char *path)
 {
 	const char *alias;
 	const json_t *target;
 
-	json_object_foreach((json_t *)aliases, alias, target)
-	{
+	json_object_foreach((json_t *)aliases, alias, target) {
 		const struct prov_model *m =
 			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
 
 		if (!valid_model_id(alias)) {
 			log_warnx(NULL,
-				  "registry: provider %s: alias \"%.150s\" is not 1-%d characters "
-				  "of [A-Za-z0-9._:/@-] starting with a letter or digit; skipped",
-				  pv->name, alias, MAX_MODEL_ID);
+				  "%s: providers.%s.aliases: alias \"%.150s\" is not 1-%d "
+				  "characters of [A-Za-z0-9._:/@-] starting with a letter or "
+				  "digit; skipped",
+				  path, pv->name, alias, MAX_MODEL_ID);
 			continue;
 		}
 		if (!m || m->provider != pv) {
 			log_warnx(NULL,
-				  "registry: alias %s of provider %s names no model of it; "
+				  "%s: providers.%s.aliases.%s: names no model of this provider; "
 				  "skipped",
-				  alias, pv->name);
+				  path, pv->name, alias);
 			continue;
 		}
-		na = realloc(reg->aliases, (reg->naliases + 1) * sizeof(*na));
-		if (!na)
-			return -ENOMEM;
-		reg->aliases = na;
-		na[reg->naliases].name = strdup(alias);
-		na[reg->naliases].model = (size_t)(m - reg->models);
-		if (!na[reg->naliases++].name)
-			return -ENOMEM;
+		reg->aliases = xreallocarray(reg->aliases, reg->naliases + 1, sizeof(*na));
+		na = &reg->aliases[reg->naliases++];
+		na->name = xstrdup(alias);
+		na->model = (size_t)(m - reg->models);
 	}
-	return 0;
 }
 
 static bool name_in(const json_t *list, const char *name)
@@ -370,20 +281,24 @@ static bool name_in(const json_t *list, const char *name)
 	const json_t *v;
 	size_t i;
 
-	json_array_foreach(list, i, v) if (json_is_string(v) &&
-					   !strcmp(json_string_value(v), name)) return true;
+	json_array_foreach(list, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), name))
+			return true;
 	return false;
 }
 
 struct prov_registry *prov_registry_load(const char *path, const json_t *config_providers,
 					 struct buf *err)
 {
+	struct buf why = BUF_INIT;
 	struct prov_registry *reg;
 	json_error_t jerr;
 	json_t *root, *providers, *entry;
 	const json_t *enabled;
 	const char *name;
 
+	if (prov_config_check(config_providers, err))
+		return NULL;
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		buf_addf(err, "%s:%d: %s", path, jerr.line, jerr.text);
@@ -395,44 +310,37 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 		json_decref(root);
 		return NULL;
 	}
-	reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		goto fail_nomem;
+	reg = xcalloc(1, sizeof(*reg));
 	enabled = json_object_get(config_providers, "enabled");
-	json_object_foreach(providers, name, entry)
-	{
+	json_object_foreach(providers, name, entry) {
 		struct prov_provider *pv, **np;
 
-		if (!json_is_object(entry))
+		if (!json_is_object(entry)) {
+			log_warnx(NULL, "%s: providers.%.100s: must be an object; skipped", path,
+				  name);
 			continue;
+		}
 		if (json_is_array(enabled) && !name_in(enabled, name)) {
-			log_info(NULL, "registry: provider %s is not in providers.enabled; skipped",
+			log_info(NULL, "%s: provider %s is not in providers.enabled; skipped", path,
 				 name);
 			continue;
 		}
-		pv = provider_new(name, entry, json_object_get(config_providers, name));
-		if (!pv)
+		buf_reset(&why);
+		pv = provider_new(name, entry, json_object_get(config_providers, name), path, &why);
+		if (!pv) {
+			log_warnx(NULL, "%s; skipped", why.data);
 			continue;
-		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
-		np = realloc(reg->providers, (reg->nproviders + 1) * sizeof(*np));
-		if (!np) {
-			provider_free(pv);
-			goto fail_nomem;
 		}
+		/* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers */
+		np = xreallocarray(reg->providers, reg->nproviders + 1, sizeof(*np));
 		reg->providers = np;
-		np[reg->nproviders++] = pv;
-		if (add_models(reg, pv, json_object_get(entry, "models")) ||
-		    add_aliases(reg, pv, json_object_get(entry, "aliases")))
-			goto fail_nomem;
+		reg->providers[reg->nproviders++] = pv;
+		add_models(reg, pv, json_object_get(entry, "models"), path);
+		add_aliases(reg, pv, json_object_get(entry, "aliases"), path);
 	}
+	buf_release(&why);
 	json_decref(root);
 	return reg;
-
-fail_nomem:
-	buf_addf(err, "%s: out of memory", path);
-	prov_registry_free(reg);
-	json_decref(root);
-	return NULL;
 }
 
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id)

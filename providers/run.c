@@ -20,6 +20,7 @@ static const struct {
 	[PROV_ERR_PROVIDER_ERROR] = { "PROVIDER_ERROR", 502 },
 	[PROV_ERR_SANDBOX] = { "SANDBOX_UNAVAILABLE", 503 },
 	[PROV_ERR_CLIENT_GONE] = { "CLIENT_GONE", 499 },
+	[PROV_ERR_PROMPT_REFUSED] = { "PROMPT_REFUSED", 400 },
 };
 
 const char *prov_error_code(enum prov_error e)
@@ -32,28 +33,9 @@ int prov_error_status(enum prov_error e)
 	return (size_t)e < ARRAY_SIZE(errors) ? errors[e].status : 500;
 }
 
-int prov_plan_push_arg(struct prov_plan *plan, const char *arg)
-{
-	char **nv;
-
-	if (!arg)
-		return -EINVAL;
-	nv = realloc(plan->argv, (plan->argc + 2) * sizeof(*nv));
-	if (!nv)
-		return -ENOMEM;
-	plan->argv = nv;
-	nv[plan->argc] = strdup(arg);
-	if (!nv[plan->argc])
-		return -ENOMEM;
-	nv[++plan->argc] = NULL;
-	return 0;
-}
-
 void prov_plan_release(struct prov_plan *plan)
 {
-	for (size_t i = 0; i < plan->argc; i++)
-		free(plan->argv[i]);
-	free(plan->argv);
+	strv_release(&plan->argv);
 	buf_release(&plan->stdin_data);
 	sbx_policy_free(plan->policy);
 	memset(plan, 0, sizeof(*plan));
@@ -73,15 +55,18 @@ struct prov_parser *prov_parser_new(const char *type)
 
 	if (!ops)
 		return NULL;
-	ps = calloc(1, sizeof(*ps));
-	if (!ps)
-		return NULL;
+	ps = xcalloc(1, sizeof(*ps));
 	ps->ops = ops;
 	ps->st = ops->parser_new(NULL);
-	if (!ps->st) {
-		free(ps);
-		return NULL;
-	}
+	return ps;
+}
+
+struct prov_parser *prov_parser_for(const struct prov_provider *pv)
+{
+	struct prov_parser *ps = xcalloc(1, sizeof(*ps));
+
+	ps->ops = pv->ops;
+	ps->st = pv->ops->parser_new(pv);
 	return ps;
 }
 
@@ -211,14 +196,14 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 	switch (res->end) {
 	case SBX_END_EXITED:
-		if (res->sandbox_failed && !res->exec_failed) {
+		if (res->failure == SBX_FAIL_EXEC) {
+			fail(out, PROV_ERR_SPAWN_FAILED,
+			     "Provider %s: its command could not be started", pv->name);
+		} else if (res->failure != SBX_FAIL_NONE) { /* the sandbox's own */
 			fail(out, PROV_ERR_SANDBOX,
 			     "The sandbox for provider %s could not start; "
 			     "the request was not run",
 			     pv->name);
-		} else if (res->sandbox_failed) {
-			fail(out, PROV_ERR_SPAWN_FAILED,
-			     "Provider %s: its command could not be started", pv->name);
 		} else if (res->exit_status) {
 			fail(out, PROV_ERR_PROVIDER_ERROR, "Provider %s failed (exit status %d)",
 			     pv->name, res->exit_status);
@@ -296,16 +281,40 @@ static void on_result(void *ctx, const struct sbx_result *res)
 	}
 }
 
+/* The sandbox policy every provider gets, the provider's own plan, and its "env" on top
+ * (set last: it may replace what the plan set). 0, or -errno after failing out. */
+static int make_plan(const struct prov_provider *pv, const struct prov_request *req,
+		     struct prov_plan *plan, struct prov_outcome *out)
+{
+	int ret;
+
+	plan->policy = sbx_policy_new();
+	sbx_policy_set_network(plan->policy, pv->network);
+	sbx_policy_set_timeout_ms(plan->policy, pv->timeout_ms);
+	sbx_policy_set_limits(plan->policy, &pv->limits);
+	ret = pv->ops->plan(pv, req, plan, out);
+	for (size_t i = 0; !ret && i < pv->env_names.n; i++)
+		ret = sbx_policy_setenv(plan->policy, pv->env_names.v[i], pv->env_values.v[i]);
+	if (ret) {
+		/* A copy: fail() formats into out->message, which must not also be its source. */
+		char why[sizeof(out->message)];
+
+		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
+		fail(out, ret == -E2BIG ? PROV_ERR_PROMPT_REFUSED : PROV_ERR_SPAWN_FAILED, "%s",
+		     why);
+	}
+	return ret;
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
 	const struct prov_provider *pv = req->model->provider;
-	struct prov_plan plan = { .stdin_data = BUF_INIT };
+	struct prov_plan plan = { .argv = STRV_INIT, .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
-	struct sbx_run_options opt = { .hangup_fd = hangup_fd };
+	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
 	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
 	struct sbx_result *res = NULL;
-	int ret;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
@@ -315,50 +324,31 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 		     "The sandbox is not available on this host (%s); "
 		     "the request was not run",
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
-		goto out;
+		goto out_run;
 	}
 	rc.slot = prov_slot_acquire(pv);
 	if (rc.slot == -EBUSY) {
 		fail(out, PROV_ERR_CONCURRENCY_LIMIT,
 		     "Provider %s is running its limit of %u requests; retry shortly", pv->name,
 		     pv->max_concurrent);
-		goto out;
+		goto out_run;
 	}
 	if (rc.slot < 0 && rc.slot != PROV_SLOT_NONE)
 		log_warnx(req->request_id, "provider %s: concurrency slot: %s; running uncapped",
 			  pv->name, strerror(-rc.slot));
-	plan.policy = sbx_policy_new();
-	res = malloc(sizeof(*res));
-	if (!plan.policy || !res) {
-		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
-		goto out;
-	}
-	sbx_policy_set_network(plan.policy, pv->network);
-	sbx_policy_set_timeout_ms(plan.policy, pv->timeout_ms);
-	sbx_policy_set_limits(plan.policy, &pv->limits);
-	ret = pv->ops->plan(pv, req, &plan, out);
-	if (ret) {
-		/* A copy: fail() formats into out->message, which must not also be its source. */
-		char why[sizeof(out->message)];
-
-		snprintf(why, sizeof(why), "%s", out->message[0] ? out->message : strerror(-ret));
-		fail(out, PROV_ERR_SPAWN_FAILED, "%s", why);
-		goto out;
-	}
+	if (make_plan(pv, req, &plan, out))
+		goto out_run;
+	res = xmalloc(sizeof(*res));
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;
 	rc.parser.ops = pv->ops;
 	rc.parser.st = pv->ops->parser_new(pv);
-	if (!rc.parser.st) {
-		fail(out, PROV_ERR_SPAWN_FAILED, "out of memory");
-		goto out;
-	}
 	opt.stdin_data = plan.stdin_data.data;
 	opt.stdin_len = plan.stdin_data.len;
-	sbx_run(plan.policy, (const char *const *)plan.argv, &opt, &cb, res);
+	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
-out:
+out_run:
 	prov_slot_release(rc.slot);
 	if (!rc.done_sent && sink->done)
 		sink->done(sink->ctx, out);

@@ -28,8 +28,8 @@ int prov_set_state_dir(const char *dir)
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	free(slot_dir);
-	slot_dir = strdup(path);
-	return slot_dir ? 0 : -ENOMEM;
+	slot_dir = xstrdup(path);
+	return 0;
 }
 
 int prov_slot_acquire(const struct prov_provider *pv)

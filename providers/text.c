@@ -101,8 +101,7 @@ static void content_text(const json_t *content, struct buf *out)
 	}
 	if (!json_is_array(content))
 		return;
-	json_array_foreach(content, i, part)
-	{
+	json_array_foreach(content, i, part) {
 		const json_t *text = json_object_get(part, "text");
 
 		if (json_is_string(part))
@@ -122,8 +121,7 @@ void prov_flatten_messages(const json_t *messages, struct buf *out)
 	const json_t *msg;
 	size_t i;
 
-	json_array_foreach(messages, i, msg)
-	{
+	json_array_foreach(messages, i, msg) {
 		const char *role = json_string_value(json_object_get(msg, "role"));
 
 		buf_reset(&text);

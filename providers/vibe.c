@@ -5,10 +5,11 @@
  *   "providers": { "mistral": { "bin": "…", "credentials": ["~/.vibe/.env"],
  *       "env": { "MISTRAL_API_KEY": "…" }, "network": true } }
  *
- * The prompt travels in argv, so it is bounded by the kernel's limit on one argument
- * (MAX_ARG_STRLEN, 128 KiB). The output is read as tolerantly as the Node OLP does: one
- * JSON object a line, the text in "choices[0].delta.content", "text", "content" or
- * "delta"; "type":"stop" or "done":true ends it. Messages of other roles (the system
+ * The prompt travels in argv (vibe takes it nowhere else), so it is bounded
+ * (prov_cli_push_bounded_arg): a longer one is the client's 400. The output is read as
+ * tolerantly as the Node OLP does: one JSON object a line, the text in
+ * "choices[0].delta.content", "text", "content" or "delta"; "type":"stop" or "done":true
+ * ends it. Messages of other roles (the system
  * prompt, the user's own message, tool results) are not the answer. */
 #include <errno.h>
 #include <stdio.h>
@@ -19,9 +20,6 @@
 #include "providers/ndjson.h"
 #include "common/banned.h"
 
-/* Below MAX_ARG_STRLEN (32 pages) with room to spare. */
-#define VIBE_MAX_PROMPT (120u * 1024u)
-
 static int vibe_plan(const struct prov_provider *pv, const struct prov_request *req,
 		     struct prov_plan *plan, struct prov_outcome *out)
 {
@@ -31,27 +29,17 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 
 	if ((ret = prov_cli_push_program(pv, "OLP_VIBE_BIN", "vibe", plan, out)))
 		return ret;
+	/* vibe reads its prompt from its command line only. */
 	prov_flatten_messages(req->messages, &prompt);
-	if (prompt.len > (size_t)VIBE_MAX_PROMPT || memchr(prompt.data, '\0', prompt.len)) {
-		snprintf(out->message, sizeof(out->message),
-			 "provider %s takes prompts of at most %u KiB", pv->name,
-			 VIBE_MAX_PROMPT / 1024);
-		ret = -E2BIG;
-		goto out;
-	}
-	if ((ret = prov_plan_push_arg(plan, "--prompt")) ||
-	    (ret = prov_plan_push_arg(plan, prompt.data)) ||
-	    (ret = prov_plan_push_arg(plan, "--output")) ||
-	    (ret = prov_plan_push_arg(plan, "streaming")))
-		goto out;
-	prov_cli_set_network(pv, plan);
-	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")) ||
-	    (ret = prov_cli_set_conf_env(pv, plan, out)) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
-		goto out;
-out:
+	ret = prov_cli_push_bounded_arg(pv, plan, "--prompt", &prompt, out);
 	buf_release(&prompt);
-	return ret;
+	if (ret)
+		return ret;
+	strv_push(&plan->argv, "--output");
+	strv_push(&plan->argv, "streaming");
+	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")))
+		return ret;
+	return prov_cli_bind_credentials(pv, creds, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -112,7 +100,7 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 	}
 	if (role && strcmp(role, "assistant")) {
 		vp->pl.ignored++;
-		goto out;
+		goto out_obj;
 	}
 	err = json_object_get(o, "error");
 	if ((type && !strcmp(type, "error")) ||
@@ -127,35 +115,34 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 		ret = prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
 					prov_upstream_text(st))
 			      ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	if ((text = text_of(o)) &&
 	    (ret = prov_emit_delta(vp->pl.sink, json_string_value(text), json_string_length(text))))
-		goto out;
+		goto out_obj;
 	if (json_is_object(json_object_get(o, "usage")) &&
 	    (ret = on_usage(vp, json_object_get(o, "usage"))))
-		goto out;
+		goto out_obj;
 	if (fr && (ret = prov_emit_finish(vp->pl.sink, !strcmp(fr, "length") ? "length" : "stop")))
-		goto out;
+		goto out_obj;
 	if ((type && (!strcmp(type, "stop") || !strcmp(type, "done"))) ||
 	    json_is_true(json_object_get(o, "done"))) {
 		ret = (fr ? 0 : prov_emit_finish(vp->pl.sink, "stop")) ?: 1;
-		goto out;
+		goto out_obj;
 	}
 	if (!text && !fr)
 		vp->pl.ignored++;
-out:
+out_obj:
 	json_decref(o);
 	return ret;
 }
 
 static void *vibe_parser_new(const struct prov_provider *pv)
 {
-	(void)pv;
-	struct vibe_parser *vp = calloc(1, sizeof(*vp));
+	struct vibe_parser *vp = xcalloc(1, sizeof(*vp));
 
-	if (vp)
-		prov_lines_init(&vp->pl);
+	(void)pv;
+	prov_lines_init(&vp->pl);
 	return vp;
 }
 

@@ -247,10 +247,10 @@ static int evacuate(int dfd)
 			if (ret == -ESRCH)
 				ret = 0;
 			if (ret)
-				goto out;
+				goto out_close_leaf;
 		}
 	}
-out:
+out_close_leaf:
 	close(leaf);
 	return ret;
 }
@@ -311,20 +311,20 @@ static int probe_move(void)
 	procs = dfd < 0 ? -1 : openat(dfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
 	if (procs < 0) {
 		ret = -errno;
-		goto out;
+		goto out_remove_probe;
 	}
 	pid = fork();
 	if (pid == 0)
 		_exit(write(procs, "0", 1) == 1 ? 0 : (errno & 0x7f) ?: 1);
 	if (pid < 0) {
 		ret = -errno;
-		goto out;
+		goto out_remove_probe;
 	}
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		ret = WIFEXITED(st) ? -WEXITSTATUS(st) : -EIO;
-out:
+out_remove_probe:
 	if (procs >= 0)
 		close(procs);
 	if (dfd >= 0)
@@ -360,7 +360,7 @@ static void kill_procs(int dfd)
 
 /* Remove the run cgroup `name` of the base: kill what is left in it, wait (bounded) until
  * it is empty, rmdir. */
-static void remove_run(const char *name)
+static void remove_run(const char *name, const char *rid)
 {
 	int dfd = sbx_open_dir_beneath(sbx_g.cg_fd, name);
 	char events[256];
@@ -376,7 +376,7 @@ static void remove_run(const char *name)
 	}
 	close(dfd);
 	if (unlinkat(sbx_g.cg_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		log_warn(NULL, "sandbox: cannot remove cgroup %s", name);
+		log_warn(rid, "sandbox: cannot remove cgroup %s", name);
 }
 
 /* Run cgroups left by a process that no longer exists (a worker killed mid-run). */
@@ -406,9 +406,80 @@ static void sweep_stale(void)
 		if (end == s || pid <= 0 || pid > INT_MAX || pid == (long)getpid() ||
 		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		remove_run(de->d_name);
+		remove_run(de->d_name, NULL);
 	}
 	closedir(d);
+}
+
+/* The setting is one we can act on: NULL, "auto", or an absolute path. */
+static bool setting_usable(const char *setting)
+{
+	if (setting && !strcmp(setting, "off")) {
+		set_reason("sandbox.cgroup is \"off\" in config.json");
+		return false;
+	}
+	if (setting && *setting && setting[0] != '/' && strcmp(setting, "auto")) {
+		set_reason("sandbox.cgroup must be \"auto\", \"off\" or an absolute path");
+		return false;
+	}
+	return true;
+}
+
+/* The path of the base (see the top of this file) into path: the setting's, or the cgroup
+ * we run in (rel, below the mount mnt; a leaf CG_WORKERS is left for its parent). *own:
+ * the base is the cgroup we run in. 0, or -1 with the reason set. */
+static int base_path(const char *setting, const char *mnt, char *rel, size_t rel_size, char *path,
+		     size_t n, bool *own)
+{
+	size_t rl = strlen(rel), wl = strlen("/" CG_WORKERS);
+
+	if (setting && setting[0] == '/') {
+		if ((size_t)snprintf(path, n, "%s", setting) >= n) {
+			set_reason("sandbox.cgroup is longer than PATH_MAX");
+			return -1;
+		}
+		*own = !strncmp(path, mnt, strlen(mnt)) &&
+		       !strcmp(path + strlen(mnt), !strcmp(rel, "/") ? "" : rel);
+		return 0;
+	}
+	/* Born in the leaf a worker before us moved the pool into (the web server lives there
+	 * now): the base is its parent, evacuated already. */
+	if (rl > wl && !strcmp(rel + rl - wl, "/" CG_WORKERS)) {
+		rel[rl - wl] = '\0';
+		if (!rel[0])
+			snprintf(rel, rel_size, "/");
+	}
+	if ((size_t)snprintf(path, n, "%s%s", mnt, !strcmp(rel, "/") ? "" : rel) >= n) {
+		set_reason("the path of this process's cgroup is longer than PATH_MAX");
+		return -1;
+	}
+	*own = true;
+	return 0;
+}
+
+/* At the root of the hierarchy (a container or a VM without a cgroup manager), keep our
+ * runs together below "olp" rather than among the host's own cgroups; the root is exempt
+ * from the no-internal-process rule. *fd and path become olp's. 0, or -1 with the reason
+ * set (*fd is still the root's). */
+static int base_below_root(int *fd, char *path, size_t n)
+{
+	size_t len = strlen(path);
+	int ret, sub;
+
+	if (len + sizeof("/olp") > n) {
+		set_reason("cgroup %s/olp: the path is longer than PATH_MAX", path);
+		return -1;
+	}
+	ret = enable_controllers(*fd, false);
+	if (ret < 0 || (mkdirat(*fd, "olp", 0755) < 0 && errno != EEXIST) ||
+	    (sub = sbx_open_dir_beneath(*fd, "olp")) < 0) {
+		set_reason("cannot prepare %s/olp: %s", path, strerror(ret < 0 ? -ret : errno));
+		return -1;
+	}
+	close(*fd);
+	*fd = sub;
+	memcpy(path + len, "/olp", sizeof("/olp"));
+	return 0;
 }
 
 void sbx_cgroup_init(const char *setting)
@@ -419,14 +490,8 @@ void sbx_cgroup_init(const char *setting)
 
 	sbx_g.cg_fd = -1;
 	sbx_g.cg_controllers = 0;
-	if (setting && !strcmp(setting, "off")) {
-		set_reason("sandbox.cgroup is \"off\" in config.json");
+	if (!setting_usable(setting))
 		return;
-	}
-	if (setting && *setting && setting[0] != '/' && strcmp(setting, "auto")) {
-		set_reason("sandbox.cgroup must be \"auto\", \"off\" or an absolute path");
-		return;
-	}
 	if (find_mount(mnt, sizeof(mnt))) {
 		set_reason("no cgroup v2 hierarchy is mounted");
 		return;
@@ -435,89 +500,50 @@ void sbx_cgroup_init(const char *setting)
 		set_reason("this process is in no cgroup v2 cgroup it can see");
 		return;
 	}
-	if (setting && setting[0] == '/') {
-		if ((size_t)snprintf(path, sizeof(path), "%s", setting) >= sizeof(path)) {
-			set_reason("sandbox.cgroup is longer than PATH_MAX");
-			return;
-		}
-		own = !strncmp(path, mnt, strlen(mnt)) &&
-		      !strcmp(path + strlen(mnt), !strcmp(rel, "/") ? "" : rel);
-	} else {
-		size_t rl = strlen(rel), wl = strlen("/" CG_WORKERS);
-
-		/* Born in the leaf a worker before us moved the pool into (the web server
-		 * lives there now): the base is its parent, evacuated already. */
-		if (rl > wl && !strcmp(rel + rl - wl, "/" CG_WORKERS)) {
-			rel[rl - wl] = '\0';
-			if (!rel[0])
-				snprintf(rel, sizeof(rel), "/");
-		}
-		if ((size_t)snprintf(path, sizeof(path), "%s%s", mnt,
-				     !strcmp(rel, "/") ? "" : rel) >= sizeof(path)) {
-			set_reason("the path of this process's cgroup is longer than PATH_MAX");
-			return;
-		}
-		own = true;
-	}
+	if (base_path(setting, mnt, rel, sizeof(rel), path, sizeof(path), &own))
+		return;
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
 		set_reason("cannot open cgroup %s: %s", path, strerror(errno));
 		return;
 	}
+	/* A cgroup the operator named is theirs to give; our own must have been given. */
 	if (!(setting && setting[0] == '/') && !delegated(fd, rel)) {
 		set_reason("cgroup %s was not delegated to this process (uid %ld); see "
 			   "docs/sandbox.md, \"Resource control\"",
 			   path, (long)geteuid());
-		goto fail;
+		goto fail_close_base;
 	}
 	sbx_g.cg_controllers = offered(fd, ctl, sizeof(ctl));
 	if ((sbx_g.cg_controllers & (SBX_CG_MEMORY | SBX_CG_PIDS)) !=
 	    (SBX_CG_MEMORY | SBX_CG_PIDS)) {
 		set_reason("cgroup %s does not offer the memory and pids controllers (%s)", path,
 			   ctl[0] ? ctl : "none; a cgroup v1/v2 hybrid keeps them in v1");
-		goto fail;
+		goto fail_close_base;
 	}
-	/* At the root of the hierarchy (a container or a VM without a cgroup manager), keep
-	 * our runs together below "olp" rather than among the host's own cgroups; the root
-	 * is exempt from the no-internal-process rule. */
 	if (!strcmp(rel, "/") && own) {
-		size_t len = strlen(path);
-		int sub;
-
-		if (len + sizeof("/olp") > sizeof(path)) {
-			set_reason("cgroup %s/olp: the path is longer than PATH_MAX", path);
-			goto fail;
-		}
-		ret = enable_controllers(fd, false);
-		if (ret < 0 || (mkdirat(fd, "olp", 0755) < 0 && errno != EEXIST) ||
-		    (sub = sbx_open_dir_beneath(fd, "olp")) < 0) {
-			set_reason("cannot prepare %s/olp: %s", path,
-				   strerror(ret < 0 ? -ret : errno));
-			goto fail;
-		}
-		close(fd);
-		fd = sub;
+		if (base_below_root(&fd, path, sizeof(path)))
+			goto fail_close_base;
 		own = false;
-		memcpy(path + len, "/olp", sizeof("/olp"));
 	}
 	ret = enable_controllers(fd, own);
 	if (ret < 0) {
 		set_reason("cannot enable controllers in %s/cgroup.subtree_control: %s", path,
 			   strerror(-ret));
-		goto fail;
+		goto fail_close_base;
 	}
 	sbx_g.cg_fd = fd;
-	sbx_g.cg_path = strdup(path);
-	if (!sbx_g.cg_path || probe_move() < 0) {
+	sbx_g.cg_path = xstrdup(path);
+	if (probe_move() < 0) {
 		set_reason("cannot move a process into a cgroup below %s", path);
-		goto fail;
+		goto fail_release; /* the base is sbx_g's now */
 	}
 	sweep_stale();
 	set_reason("%s", path);
 	return;
-fail:
-	if (fd >= 0 && fd != sbx_g.cg_fd)
-		close(fd);
+fail_close_base:
+	close(fd);
+fail_release:
 	sbx_cgroup_release();
 }
 
@@ -531,7 +557,8 @@ void sbx_cgroup_release(void)
 	sbx_g.cg_controllers = 0;
 }
 
-int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l)
+int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l,
+		      const char *rid)
 {
 	char v[64];
 	int ret;
@@ -553,7 +580,7 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 	cg->dir_fd = sbx_open_dir_beneath(sbx_g.cg_fd, cg->name);
 	if (cg->dir_fd < 0) {
 		ret = -errno;
-		goto fail;
+		goto fail_remove_cgroup;
 	}
 	if (sbx_g.cg_controllers & SBX_CG_MEMORY) {
 		snprintf(v, sizeof(v), "%llu",
@@ -561,7 +588,7 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 				 << 20);
 		ret = write_at(cg->dir_fd, "memory.max", v);
 		if (ret)
-			goto fail;
+			goto fail_remove_cgroup;
 		/* Without swap accounting the file is absent: nothing to limit then. */
 		(void)write_at(cg->dir_fd, "memory.swap.max", "0");
 		/* An OOM kill takes the whole run, not one process of a half-working client. */
@@ -572,7 +599,7 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 			 (unsigned long long)sbx_or_default(l->pids, SBX_DEFAULT_PIDS));
 		ret = write_at(cg->dir_fd, "pids.max", v);
 		if (ret)
-			goto fail;
+			goto fail_remove_cgroup;
 	}
 	if (sbx_g.cg_controllers & SBX_CG_CPU) {
 		snprintf(v, sizeof(v), "%llu 100000",
@@ -580,16 +607,16 @@ int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct 
 				 1000);
 		ret = write_at(cg->dir_fd, "cpu.max", v);
 		if (ret)
-			goto fail;
+			goto fail_remove_cgroup;
 	}
 	cg->procs_fd = openat(cg->dir_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
 	if (cg->procs_fd < 0) {
 		ret = -errno;
-		goto fail;
+		goto fail_remove_cgroup;
 	}
 	return 0;
-fail:
-	sbx_cgroup_remove(cg);
+fail_remove_cgroup:
+	sbx_cgroup_remove(cg, rid);
 	return ret;
 }
 
@@ -599,7 +626,7 @@ void sbx_cgroup_kill(struct sbx_cgroup *cg)
 		kill_procs(cg->dir_fd);
 }
 
-void sbx_cgroup_remove(struct sbx_cgroup *cg)
+void sbx_cgroup_remove(struct sbx_cgroup *cg, const char *rid)
 {
 	if (cg->procs_fd >= 0)
 		close(cg->procs_fd);
@@ -607,6 +634,6 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg)
 		close(cg->dir_fd);
 	cg->procs_fd = cg->dir_fd = -1;
 	if (cg->name[0] && sbx_g.cg_fd >= 0)
-		remove_run(cg->name);
+		remove_run(cg->name, rid);
 	cg->name[0] = '\0';
 }

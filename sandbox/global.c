@@ -22,12 +22,9 @@ static const char *const root_entries[] = {
 	"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 };
 
-static int scan_root_layout(void)
+static void scan_root_layout(void)
 {
-	size_t i;
-	int ret = 0;
-
-	for (i = 0; i < ARRAY_SIZE(root_entries) && !ret; i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(root_entries); i++) {
 		char target[PATH_MAX];
 		struct stat st;
 		ssize_t n;
@@ -39,13 +36,12 @@ static int scan_root_layout(void)
 			if (n <= 0)
 				continue;
 			target[n] = '\0';
-			ret = sbx_strv_push(&sbx_g.root_links, target)
-				      ?: sbx_strv_push(&sbx_g.root_links, root_entries[i]);
+			strv_push(&sbx_g.root_links, target);
+			strv_push(&sbx_g.root_links, root_entries[i]);
 		} else if (S_ISDIR(st.st_mode)) {
-			ret = sbx_strv_push(&sbx_g.root_dirs, root_entries[i]);
+			strv_push(&sbx_g.root_dirs, root_entries[i]);
 		}
 	}
-	return ret;
 }
 
 static int mkdir_p(const char *path, mode_t mode)
@@ -75,28 +71,26 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	int ret = 0;
 
 	sbx_global_release();
+	if (!cfg->runtime_dir || cfg->runtime_dir[0] != '/')
+		return -EINVAL;
 	sbx_g.mode = cfg->mode;
-	sbx_g.bwrap_path = strdup(cfg->bwrap_path ? cfg->bwrap_path : "/usr/bin/bwrap");
-	sbx_g.runtime_dir = cfg->runtime_dir ? strdup(cfg->runtime_dir) : NULL;
+	sbx_g.bwrap_path = xstrdup(cfg->bwrap_path ? cfg->bwrap_path : "/usr/bin/bwrap");
+	sbx_g.runtime_dir = xstrdup(cfg->runtime_dir);
 	stub = cfg->exec_stub ? cfg->exec_stub : getenv("OLP_SANDBOX_EXEC");
-	sbx_g.exec_stub = strdup(stub && *stub ? stub : SBX_DEFAULT_EXEC_STUB);
+	sbx_g.exec_stub = xstrdup(stub && *stub ? stub : SBX_DEFAULT_EXEC_STUB);
 	sbx_g.warm = cfg->warm;
-	if (!sbx_g.bwrap_path || !sbx_g.runtime_dir || !sbx_g.exec_stub) {
-		ret = sbx_g.runtime_dir || !cfg->runtime_dir ? -EINVAL : -ENOMEM;
-		goto fail;
-	}
-	if (sbx_g.runtime_dir[0] != '/' || (ret = mkdir_p(sbx_g.runtime_dir, 0700)))
-		goto fail_inval;
+	ret = mkdir_p(sbx_g.runtime_dir, 0700);
+	if (ret)
+		goto fail_release;
 	sbx_g.runtime_fd = open(sbx_g.runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (sbx_g.runtime_fd < 0) {
 		ret = -errno;
-		goto fail;
+		goto fail_release;
 	}
 	/* Scratch dirs hold one tenant's files: nobody else on the host may look in. */
 	if (fstat(sbx_g.runtime_fd, &st) == 0 && (st.st_mode & 077))
 		fchmod(sbx_g.runtime_fd, st.st_mode & 0700);
-	if ((ret = scan_root_layout()))
-		goto fail;
+	scan_root_layout();
 	/* A dead reader must surface as EPIPE, not kill the worker; children are reaped by
 	 * the thread that started them, so SIGCHLD must not be ignored. */
 	sigaction(SIGPIPE, NULL, &sa);
@@ -110,10 +104,7 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	sbx_ident_init(cfg->identity, cfg->uid_range);
 	return 0;
 
-fail_inval:
-	if (!ret)
-		ret = -EINVAL;
-fail:
+fail_release:
 	sbx_global_release();
 	return ret;
 }
@@ -126,8 +117,8 @@ void sbx_global_release(void)
 	free(sbx_g.runtime_dir);
 	if (sbx_g.runtime_fd >= 0)
 		close(sbx_g.runtime_fd);
-	sbx_strv_clear(&sbx_g.root_links);
-	sbx_strv_clear(&sbx_g.root_dirs);
+	strv_release(&sbx_g.root_links);
+	strv_release(&sbx_g.root_dirs);
 	sbx_cgroup_release();
 	sbx_ident_release_all();
 	sbx_g = (struct sbx_global){ .runtime_fd = -1, .cg_fd = -1 };
@@ -190,8 +181,6 @@ static void status_compute(void)
 	    missing(sbx_g.exec_stub, "olp-sandbox-exec", "Set OLP_SANDBOX_EXEC"))
 		return;
 	p = sbx_policy_new();
-	if (!p)
-		return;
 	sbx_policy_set_timeout_ms(p, 10000);
 	/* bwrap --version, run as a plain child. */
 	p->wrap = SBX_WRAP_NEVER;

@@ -8,12 +8,12 @@
  *
  * How a run gets its uid. For each slot of the range the worker makes one user namespace
  * ("U1") whose map is
- *	0    -> the worker's own uid/gid   (bwrap's set-up runs as this, as it always did)
- *	1000 -> the slot's host uid/gid    (the command runs as this)
+ *	0       -> the worker's own uid/gid (bwrap's set-up runs as this, as it always did)
+ *	SBX_UID -> the slot's host uid/gid  (the command runs as this)
  * with no user namespace allowed below it (user.max_user_namespaces = 0 inside). The
  * spawned child joins U1 (setns) just before it execs bwrap, which then builds the sandbox
  * as U1's root with the worker's access to the host's files; olp-sandbox-exec, the first
- * program inside, gives the home to uid 1000, switches to it (setresuid drops every
+ * program inside, gives the home to SBX_UID, switches to it (setresuid drops every
  * capability) and execs the command. U1 is kept per slot for the life of the process.
  *
  * Who may write U1's map: a root worker itself (it keeps CAP_SETUID, CAP_SETGID and
@@ -445,7 +445,7 @@ static int userns_create(unsigned int slot)
 }
 
 /* The cached U1 of slot, made on first use; borrowed (do not close). fd or -errno. */
-static int userns_get(unsigned int slot)
+static int userns_get(unsigned int slot, const char *rid)
 {
 	int fd = -1;
 
@@ -466,13 +466,13 @@ static int userns_get(unsigned int slot)
 	} else {
 		/* Never reached in practice (a slot per concurrent run): keep it working,
 		 * at the cost of a leaked fd per run. */
-		log_warnx(NULL, "sandbox: more than %d uid slots in use by one process", CACHE_MAX);
+		log_warnx(rid, "sandbox: more than %d uid slots in use by one process", CACHE_MAX);
 	}
 	pthread_mutex_unlock(&cache.lock);
 	return fd;
 }
 
-int sbx_ident_acquire(struct sbx_ident *id)
+int sbx_ident_acquire(struct sbx_ident *id, const char *rid)
 {
 	unsigned int n = sbx_g.id_count, start = 0, slot = 0, tries, cached[CACHE_MAX];
 	size_t nc = 0;
@@ -503,7 +503,7 @@ int sbx_ident_acquire(struct sbx_ident *id)
 	}
 	if (lock < 0)
 		return -EAGAIN;
-	id->userns_fd = userns_get(slot);
+	id->userns_fd = userns_get(slot, rid);
 	if (id->userns_fd < 0) {
 		int ret = id->userns_fd;
 

@@ -4,21 +4,18 @@
 
 #include <sys/stat.h>
 
+#include "common/common.h"
 #include "sandbox/sandbox.h"
-
-struct sbx_strv {
-	char **v; /* NULL-terminated */
-	size_t n;
-};
+#include "sandbox/stub.h"
 
 struct sbx_policy {
 	bool network;
 	uint64_t timeout_ms;
-	struct sbx_strv ro;	 /* host paths bound read-only */
-	struct sbx_strv rw;	 /* host paths bound read-write */
-	struct sbx_strv env;	 /* "NAME=value", last one wins */
-	struct sbx_strv bind_ro; /* pairs: host path, path inside */
-	struct sbx_strv bind_rw; /* pairs: host path, path inside */
+	struct strv ro;	     /* host paths bound read-only */
+	struct strv rw;	     /* host paths bound read-write */
+	struct strv env;     /* "NAME=value", one per name */
+	struct strv bind_ro; /* pairs: host path, path inside */
+	struct strv bind_rw; /* pairs: host path, path inside */
 	bool allow_unix;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
@@ -39,20 +36,14 @@ struct sbx_global {
 	uid_t uid_base;		 /* slot i runs as uid_base + i, gid_base + i */
 	gid_t gid_base;
 	unsigned int id_count;
-	struct sbx_strv root_links;  /* pairs: "target", "/name" for the merged-/usr links */
-	struct sbx_strv root_dirs;   /* top-level lib dirs that are real directories */
+	struct strv root_links;	     /* pairs: "target", "/name" for the merged-/usr links */
+	struct strv root_dirs;	     /* top-level lib dirs that are real directories */
 	int cg_fd;		     /* the delegated cgroup v2 runs are made in, or -1 */
 	char *cg_path;		     /* its path, or NULL */
 	unsigned int cg_controllers; /* SBX_CG_* offered there */
 	char cg_reason[512];	     /* cg_path, or why no cgroup is used */
 };
 extern struct sbx_global sbx_g;
-
-int sbx_strv_push(struct sbx_strv *sv, const char *s);
-int sbx_strv_pushf(struct sbx_strv *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sbx_strv_clear(struct sbx_strv *sv);
-/* Set NAME=value in a "NAME=value" vector, replacing an existing NAME. */
-int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value);
 
 /* A limit's value: v, or dflt when v is 0 (the policy's "use the default"). */
 static inline uint64_t sbx_or_default(uint64_t v, uint64_t dflt)
@@ -70,8 +61,6 @@ int sbx_data_fd(const char *text);
 
 /* Where the scratch home appears inside the sandbox. */
 #define SBX_HOME SBX_HOME_PATH
-#define SBX_UID 1000
-#define SBX_GID 1000
 #define SBX_HOSTNAME "olp"
 
 /* Scratch directories: <runtime_dir>/<pid>-<seq>-<random>/home. */
@@ -83,8 +72,8 @@ struct sbx_scratch {
 };
 int sbx_scratch_create(struct sbx_scratch *s);
 /* Remove the whole scratch tree without following symlinks. Call only when no process of
- * the run is left. */
-void sbx_scratch_remove(struct sbx_scratch *s);
+ * the run is left. rid: the request id its log lines name, or NULL. */
+void sbx_scratch_remove(struct sbx_scratch *s, const char *rid);
 void sbx_scratch_sweep_stale(void);
 /* openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) of a directory below dfd: fd or -1/errno. */
 int sbx_open_dir_beneath(int dfd, const char *name);
@@ -107,12 +96,14 @@ struct sbx_cgroup {
 	int procs_fd;
 };
 /* Make the run's cgroup with l's limits (nothing, and 0, without a usable cgroup). 0 or
- * -errno; on error nothing is left. */
-int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l);
+ * -errno; on error nothing is left. rid (here and below): the request id log lines name,
+ * or NULL. */
+int sbx_cgroup_create(struct sbx_cgroup *cg, const char *run_name, const struct sbx_limits *l,
+		      const char *rid);
 /* SIGKILL every process in it (cgroup.kill). */
 void sbx_cgroup_kill(struct sbx_cgroup *cg);
 /* Kill what is left, wait until it is empty (bounded), remove it. */
-void sbx_cgroup_remove(struct sbx_cgroup *cg);
+void sbx_cgroup_remove(struct sbx_cgroup *cg, const char *rid);
 
 /* Descriptor numbers bwrap finds its inputs at, in the child. */
 #define SBX_FD_STATUS 3	 /* --json-status-fd */
@@ -121,10 +112,12 @@ void sbx_cgroup_remove(struct sbx_cgroup *cg);
 #define SBX_FD_GROUP 6	 /* --file -> /etc/group */
 #define SBX_FD_ETC0 7	 /* --file -> the /etc files, SBX_ETC_FILES of them */
 #define SBX_ETC_FILES 6
-#define SBX_FD_SYNC 13	/* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
-#define SBX_FD_FILE0 14 /* --file: files the policy binds */
+#define SBX_FD_SYNC 13 /* --sync-fd: the uid slot's lock (SBX_FD_ETC0 + SBX_ETC_FILES) */
+/* SBX_FD_REPORT 14 (stub.h): olp-sandbox-exec's failure report */
+#define SBX_FD_FILE0 15 /* --file: files the policy binds */
 _Static_assert(SBX_FD_SYNC == SBX_FD_ETC0 + SBX_ETC_FILES, "fd slots");
-_Static_assert(SBX_FD_FILE0 == SBX_FD_SYNC + 1, "fd slots");
+_Static_assert(SBX_FD_REPORT == SBX_FD_SYNC + 1, "fd slots");
+_Static_assert(SBX_FD_FILE0 == SBX_FD_REPORT + 1, "fd slots");
 #define SBX_MAX_FILES 16
 #define SBX_FD_COUNT (SBX_FD_FILE0 + SBX_MAX_FILES)
 
@@ -146,7 +139,7 @@ struct sbx_ident {
 };
 /* Take a free uid slot and its user namespace (nothing in mode shared). 0, -EAGAIN when
  * every slot is taken, -EPERM when runs cannot get a uid here, or -errno. */
-int sbx_ident_acquire(struct sbx_ident *id);
+int sbx_ident_acquire(struct sbx_ident *id, const char *rid);
 void sbx_ident_release(struct sbx_ident *id);
 
 /* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */
@@ -167,8 +160,8 @@ struct sbx_inputs {
 	size_t nbinds;
 	struct sbx_bind_plan *binds; /* nbinds: bind_ro pairs, then bind_rw pairs */
 };
-/* Decide how each bind goes (stat only). *out is malloc'd (free it); 0 or -errno
- * (-E2BIG: more than SBX_MAX_FILES files). */
+/* Decide how each bind goes (stat only). *out is malloc'd (free it); 0, or -E2BIG when
+ * more than SBX_MAX_FILES files are bound. */
 int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_t *n);
 
 /* Open the /etc files the sandbox gets copies of (fds[i] = -1 when absent, or when
@@ -178,10 +171,10 @@ unsigned int sbx_etc_open(int fds[SBX_ETC_FILES]);
 /* The same bits, from the files' presence only (to key warm sandboxes). */
 unsigned int sbx_etc_mask(void);
 
-/* Build bwrap's argv for one run (argv[0] = bwrap path), with its inputs at SBX_FD_*.
- * argv NULL: a warm sandbox, whose stub waits for its command. */
-int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
-			 const char *const argv[], struct sbx_strv *out);
+/* Append bwrap's argv for one run to out (argv[0] = bwrap path), with its inputs at
+ * SBX_FD_*. argv NULL: a warm sandbox, whose stub waits for its command. */
+void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
+			  const char *const argv[], struct strv *out);
 /* Stop every warm sandbox of this process (spawn.c). */
 void sbx_warm_release_all(void);
 
@@ -193,7 +186,7 @@ int sbx_seccomp_fd(bool allow_unix);
 int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
-/* The child's environment for mode off (and the --setenv list for bwrap). */
-int sbx_build_envp(const struct sbx_policy *p, struct sbx_strv *out);
+/* Append the child's environment for mode off to out (bwrap gets it as --setenv). */
+void sbx_build_envp(const struct sbx_policy *p, struct strv *out);
 
 #endif

@@ -2,30 +2,33 @@
  *
  *   olp-sandbox-exec --run NAME [--drop NPROC --chown DIR] [-- COMMAND ARGS...]
  *
- * bwrap starts it with only fds 0-2, once the sandbox is built.
+ * bwrap starts it with fds 0-2 and the worker's report pipe at SBX_FD_REPORT (stub.h),
+ * once the sandbox is built.
  *
  * --drop: the run has a host uid of its own (ADR 0014). bwrap ran in the run's user
  * namespace as its root and left us CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_SETPCAP.
  * We give DIR (the home bwrap made, and the credential copies in it) to the sandbox user,
  * set the run's process budget (RLIMIT_NPROC counts the processes of a real uid, so it is
- * set for the uid the run becomes), and become uid and gid 1000 with no supplementary
- * group, which drops every capability for good. Any step that fails ends the run: the
- * command never runs with more than that.
+ * set for the uid the run becomes), and become the sandbox user (SBX_UID, SBX_GID) with no
+ * supplementary group, which drops every capability for good. Any step that fails ends the
+ * run: the command never runs with more than that.
  *
  * Without "--" this is a warm sandbox, started ahead of a request: after the steps above
- * it waits on stdin for the command it is to become:
- *     "OLPX" u32 argc, then argc × (u32 length, bytes)      (lengths little-endian)
- * It reads exactly that much — the rest of stdin (the prompt) is the command's. Then, as
+ * it waits on stdin for the launch message (stub.h) naming the command it is to become. It
+ * reads exactly that much — the rest of stdin (the prompt) is the command's. Then, as
  * with "--", it execs the command in place: same pid, same sandbox, same environment.
  *
- * A failure is said on stderr ("olp-sandbox-exec: …", which the worker recognises as the
- * sandbox's, not the command's) with exit 127; 126 when no launch message came (the
- * worker went away). --run only names the run's scratch dir in our command line, for the
- * worker's sweep of what a dead worker left (scratch.c). */
+ * A step that fails is reported to the worker as {stage, errno} on SBX_FD_REPORT (stub.h),
+ * which is close-on-exec here: the command never holds it, and nothing on it means the
+ * command was exec'd. The failure is also said on stderr ("olp-sandbox-exec: …") for the
+ * logs; the worker never reads that text. Exit 127 then; 126 when no launch message came
+ * (the worker went away). --run only names the run's scratch dir in our command line, for
+ * the worker's sweep of what a dead worker left (scratch.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,15 +40,36 @@
 #include <linux/capability.h>
 #include <unistd.h>
 
+#include "sandbox/stub.h"
+
+/* Bounds of a launch message: what no command line of a provider comes near. */
 #define MAX_ARGS 4096
 #define MAX_BYTES (8u << 20)
-#define SANDBOX_ID 1000 /* the sandbox user (sandbox/internal.h SBX_UID, SBX_GID) */
 #define CHOWN_MAX_DEPTH 16
 
-static void __attribute__((noreturn)) fail(const char *what)
+static int report_fd = -1; /* the worker's report pipe, or -1 */
+
+/* End the run before the command: tell the worker which step failed and why, say it on
+ * stderr for the logs, exit 127. */
+static void __attribute__((noreturn))
+fail(enum sbx_stub_stage stage, const char *what, const char *detail)
 {
-	fprintf(stderr, "olp-sandbox-exec: %s: %s\n", what, strerror(errno));
+	struct sbx_stub_report r = { .stage = stage, .err = errno };
+
+	if (report_fd >= 0)
+		(void)!write(report_fd, &r, sizeof(r));
+	fprintf(stderr, "olp-sandbox-exec: %s%s%s: %s\n", what, detail ? " " : "",
+		detail ? detail : "", strerror(r.err));
 	exit(127);
+}
+
+/* Take the report descriptor the worker gave us, if it did, close-on-exec so that the
+ * command never holds it (it could report a failure of its own making). Run by hand, the
+ * stub has none and only says its failures on stderr. */
+static void take_report_fd(void)
+{
+	if (fcntl(SBX_FD_REPORT, F_SETFD, FD_CLOEXEC) == 0)
+		report_fd = SBX_FD_REPORT;
 }
 
 static int read_exact(void *dst, size_t n)
@@ -82,23 +106,25 @@ static char **read_launch(void)
 	char magic[4], **argv;
 	uint32_t argc, i, len, total = 0;
 
-	if (read_exact(magic, 4) || memcmp(magic, "OLPX", 4) != 0 || read_u32(&argc) || !argc ||
-	    argc > MAX_ARGS)
+	if (read_exact(magic, 4) || memcmp(magic, SBX_LAUNCH_MAGIC, 4) != 0 || read_u32(&argc) ||
+	    !argc || argc > MAX_ARGS)
 		return NULL;
+	/* No allocator that aborts here (common.h's is not linked in): a failure ends this
+	 * run only, as "not launched". */
 	argv = calloc(argc + 1, sizeof(*argv));
 	if (!argv)
 		return NULL;
 	for (i = 0; i < argc; i++) {
 		if (read_u32(&len) || len > MAX_BYTES - total)
-			goto out_free;
+			goto out_free_argv;
 		total += len;
 		argv[i] = malloc(len + 1);
 		if (!argv[i] || read_exact(argv[i], len))
-			goto out_free;
+			goto out_free_argv;
 		argv[i][len] = '\0';
 	}
 	return argv;
-out_free:
+out_free_argv:
 	for (i = 0; argv[i]; i++)
 		free(argv[i]);
 	free(argv);
@@ -144,7 +170,7 @@ static int chown_tree(int dfd, dev_t dev, int depth)
 				break;
 			}
 		}
-		if (fchownat(dirfd(d), de->d_name, SANDBOX_ID, SANDBOX_ID, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fchownat(dirfd(d), de->d_name, SBX_UID, SBX_GID, AT_SYMLINK_NOFOLLOW) < 0)
 			ret = -1;
 	}
 	closedir(d);
@@ -166,62 +192,68 @@ static void drop(const char *nproc_s, const char *home)
 	rl.rlim_cur = rl.rlim_max = strtoull(nproc_s, &end, 10);
 	if (errno || *end || !rl.rlim_cur) {
 		errno = EINVAL;
-		fail("--drop");
+		fail(SBX_STUB_ARGS, "--drop", nproc_s);
 	}
 	if (home) {
 		dfd = open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (dfd < 0 || fstat(dfd, &st) < 0 || chown_tree(dup(dfd), st.st_dev, 0) < 0 ||
-		    fchown(dfd, SANDBOX_ID, SANDBOX_ID) < 0)
-			fail("chown home");
+		    fchown(dfd, SBX_UID, SBX_GID) < 0)
+			fail(SBX_STUB_CHOWN, "chown home", NULL);
 		close(dfd);
 	}
 	/* The bounding set (bwrap leaves it alone in a namespace it did not make): nothing
 	 * can ever be regained through an exec either. */
 	for (int c = 0; c < 64; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
-			fail("bounding set");
+			fail(SBX_STUB_CAPBSET, "bounding set", NULL);
 	if (setgroups(0, NULL) < 0)
-		fail("setgroups");
-	if (setresgid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) < 0)
-		fail("setresgid");
+		fail(SBX_STUB_SETGROUPS, "setgroups", NULL);
+	if (setresgid(SBX_GID, SBX_GID, SBX_GID) < 0)
+		fail(SBX_STUB_SETGID, "setresgid", NULL);
 	if (setrlimit(RLIMIT_NPROC, &rl) < 0)
-		fail("rlimit nproc");
-	if (setresuid(SANDBOX_ID, SANDBOX_ID, SANDBOX_ID) < 0)
-		fail("setresuid");
+		fail(SBX_STUB_NPROC, "rlimit nproc", NULL);
+	if (setresuid(SBX_UID, SBX_UID, SBX_UID) < 0)
+		fail(SBX_STUB_SETUID, "setresuid", NULL);
 	/* No capability is left to pass on, not even as inheritable. */
 	if (syscall(SYS_capset,
 		    &(struct __user_cap_header_struct){ _LINUX_CAPABILITY_VERSION_3, 0 },
 		    (struct __user_cap_data_struct[2]){ { 0 }, { 0 } }) < 0)
-		fail("capset");
+		fail(SBX_STUB_CAPSET, "capset", NULL);
 	/* Verify rather than trust: the uid changed everywhere, and there is no way back. */
-	if (getresuid(&r, &e, &s) < 0 || r != SANDBOX_ID || e != SANDBOX_ID || s != SANDBOX_ID ||
+	if (getresuid(&r, &e, &s) < 0 || r != SBX_UID || e != SBX_UID || s != SBX_UID ||
 	    setuid(0) == 0) {
 		errno = EPERM;
-		fail("drop");
+		fail(SBX_STUB_VERIFY, "drop", NULL);
 	}
 }
 
 int main(int argc, char **argv)
 {
 	extern char **environ;
-	const char *nproc = NULL, *home = NULL;
+	const char *nproc = NULL, *home = NULL, *bad = NULL;
 	char **cmd = NULL;
-	int i;
 
-	for (i = 1; i < argc; i++) {
+	for (int i = 1; i < argc && !bad; i++) {
+		bool has_value = i + 1 < argc;
+
 		if (!strcmp(argv[i], "--")) {
 			cmd = argv + i + 1;
 			break;
-		} else if (!strcmp(argv[i], "--run") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "--run") && has_value) {
 			i++;
-		} else if (!strcmp(argv[i], "--drop") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "--drop") && has_value) {
 			nproc = argv[++i];
-		} else if (!strcmp(argv[i], "--chown") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "--chown") && has_value) {
 			home = argv[++i];
 		} else {
-			errno = EINVAL;
-			fail(argv[i]);
+			bad = argv[i];
 		}
+	}
+	/* First the report descriptor, so that every failure after it is reported. */
+	take_report_fd();
+	if (bad) {
+		errno = EINVAL;
+		fail(SBX_STUB_ARGS, bad, NULL);
 	}
 	if (nproc)
 		drop(nproc, home);
@@ -232,10 +264,9 @@ int main(int argc, char **argv)
 	}
 	if (!cmd[0]) {
 		errno = EINVAL;
-		fail("no command");
+		fail(SBX_STUB_ARGS, "no command", NULL);
 	}
 	execve(cmd[0], cmd, environ);
 	/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): not freed, the process ends here */
-	fprintf(stderr, "olp-sandbox-exec: execve %s: %s\n", cmd[0], strerror(errno));
-	return 127;
+	fail(SBX_STUB_EXEC, "execve", cmd[0]);
 }

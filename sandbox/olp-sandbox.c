@@ -224,18 +224,101 @@ static const char *cgroup_mode(const struct sbx_status *st, char *detail, size_t
 	return layout;
 }
 
-static int doctor(bool json)
+/* A real sandboxed run of the default policy shows the filter loaded inside. */
+static void check_seccomp(const struct sbx_status *st, struct check *c)
 {
-	struct check c[7];
-	const struct sbx_status *st = sbx_status_get();
 	struct sbx_policy *p = sbx_policy_new();
 	struct buf out = BUF_INIT;
 	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
 	struct sbx_result res;
-	const char *cg;
+
+	*c = (struct check){ .name = "seccomp" };
+	c->ok = st->available &&
+		sbx_run(p,
+			(const char *const[]){ "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status",
+					       NULL },
+			NULL, &cb, &res) == 0 &&
+		strstr(out.data, "Seccomp:\t2");
+	snprintf(c->detail, sizeof(c->detail), "%s",
+		 c->ok ? "filter loaded (Seccomp: 2 inside)"
+		       : "filter not seen inside the sandbox");
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+/* Known blockers of user namespaces, each with its fix. */
+static void check_apparmor(const struct sbx_status *st, struct check *c)
+{
 	long v;
-	size_t i, n = 0;
-	bool all = true;
+
+	*c = (struct check){ .name = "apparmor_userns", .ok = true };
+	if (read_int_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", &v) == 0 && v) {
+		c->ok = st->available;
+		snprintf(c->detail, sizeof(c->detail),
+			 "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu): allow bwrap "
+			 "with an "
+			 "AppArmor profile (apt-get install apparmor-profiles; see "
+			 "docs/sandbox.md) or "
+			 "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0");
+	} else {
+		snprintf(c->detail, sizeof(c->detail), "no AppArmor user-namespace restriction");
+	}
+}
+
+static void check_max_userns(const struct sbx_status *st, struct check *c)
+{
+	long v;
+
+	*c = (struct check){ .name = "max_user_namespaces", .ok = true };
+	if (read_int_file("/proc/sys/user/max_user_namespaces", &v) == 0 && v == 0) {
+		c->ok = false;
+		snprintf(c->detail, sizeof(c->detail),
+			 "user.max_user_namespaces=0: sysctl -w user.max_user_namespaces=10000");
+	} else if (read_int_file("/proc/sys/kernel/unprivileged_userns_clone", &v) == 0 && v == 0) {
+		c->ok = st->available;
+		snprintf(c->detail, sizeof(c->detail),
+			 "kernel.unprivileged_userns_clone=0: sysctl -w "
+			 "kernel.unprivileged_userns_clone=1");
+	} else {
+		snprintf(c->detail, sizeof(c->detail), "user namespaces enabled");
+	}
+}
+
+static void print_json(const struct check *c, size_t n, bool all, const struct sbx_status *st,
+		       const char *cg)
+{
+	struct buf j = BUF_INIT;
+
+	buf_addf(&j,
+		 "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\","
+		 "\"identity\":\"%s\",\"checks\":[",
+		 all ? "true" : "false", st->mode, cg, st->cgroup, st->identity);
+	for (size_t i = 0; i < n; i++) {
+		buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "", c[i].name,
+			 c[i].ok ? "true" : "false");
+		buf_add_json_str(&j, c[i].detail, strlen(c[i].detail));
+		buf_addch(&j, '}');
+	}
+	buf_adds(&j, "]}\n");
+	(void)fputs(j.data, stdout);
+	buf_release(&j);
+}
+
+static void print_text(const struct check *c, size_t n, bool all)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%-20s %-4s %s\n", c[i].name, c[i].ok ? "ok" : "FAIL", c[i].detail);
+	printf("%s\n", all ? "sandbox: usable"
+			   : "sandbox: NOT usable (provider requests would fail with 503)");
+}
+
+static int doctor(bool json)
+{
+	const struct sbx_status *st = sbx_status_get();
+	struct check c[7];
+	const char *cg;
+	size_t n = 0;
+	bool all = st->available;
 
 	c[n] = (struct check){ .name = "bwrap", .ok = st->bwrap_version != NULL };
 	snprintf(c[n].detail, sizeof(c[n].detail), "%s %s", st->bwrap_path,
@@ -247,19 +330,7 @@ static int doctor(bool json)
 		 : st->message ? st->message
 			       : "failed");
 	n++;
-	c[n] = (struct check){ .name = "seccomp", .ok = false };
-	if (st->available && p &&
-	    sbx_run(p,
-		    (const char *const[]){ "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status",
-					   NULL },
-		    NULL, &cb, &res) == 0 &&
-	    strstr(out.data, "Seccomp:\t2")) {
-		c[n].ok = true;
-		snprintf(c[n].detail, sizeof(c[n].detail), "filter loaded (Seccomp: 2 inside)");
-	} else {
-		snprintf(c[n].detail, sizeof(c[n].detail), "filter not seen inside the sandbox");
-	}
-	n++;
+	check_seccomp(st, &c[n++]);
 	/* Whose uid the runs are (ADR 0014): their own, or why not. */
 	c[n] = (struct check){ .name = "identity", .ok = strcmp(st->identity, "unavailable") != 0 };
 	snprintf(c[n].detail, sizeof(c[n].detail), "%s: %s", st->identity, st->identity_detail);
@@ -267,63 +338,14 @@ static int doctor(bool json)
 	c[n] = (struct check){ .name = "cgroup", .ok = true };
 	cg = cgroup_mode(st, c[n].detail, sizeof(c[n].detail));
 	n++;
-	/* Known blockers, each with its fix. */
-	c[n] = (struct check){ .name = "apparmor_userns", .ok = true };
-	if (read_int_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", &v) == 0 && v) {
-		c[n].ok = st->available;
-		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu): allow bwrap "
-			 "with an "
-			 "AppArmor profile (apt-get install apparmor-profiles; see "
-			 "docs/sandbox.md) or "
-			 "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0");
-	} else {
-		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "no AppArmor user-namespace restriction");
-	}
-	n++;
-	c[n] = (struct check){ .name = "max_user_namespaces", .ok = true };
-	if (read_int_file("/proc/sys/user/max_user_namespaces", &v) == 0 && v == 0) {
-		c[n].ok = false;
-		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "user.max_user_namespaces=0: sysctl -w user.max_user_namespaces=10000");
-	} else if (read_int_file("/proc/sys/kernel/unprivileged_userns_clone", &v) == 0 && v == 0) {
-		c[n].ok = st->available;
-		snprintf(c[n].detail, sizeof(c[n].detail),
-			 "kernel.unprivileged_userns_clone=0: sysctl -w "
-			 "kernel.unprivileged_userns_clone=1");
-	} else {
-		snprintf(c[n].detail, sizeof(c[n].detail), "user namespaces enabled");
-	}
-	n++;
-
-	for (i = 0; i < n; i++)
+	check_apparmor(st, &c[n++]);
+	check_max_userns(st, &c[n++]);
+	for (size_t i = 0; i < n; i++)
 		all = all && c[i].ok;
-	all = all && st->available;
-	if (json) {
-		struct buf j = BUF_INIT;
-
-		buf_addf(&j,
-			 "{\"ok\":%s,\"mode\":\"%s\",\"cgroup_mode\":\"%s\",\"limits\":\"%s\","
-			 "\"identity\":\"%s\",\"checks\":[",
-			 all ? "true" : "false", st->mode, cg, st->cgroup, st->identity);
-		for (i = 0; i < n; i++) {
-			buf_addf(&j, "%s{\"name\":\"%s\",\"ok\":%s,\"detail\":", i ? "," : "",
-				 c[i].name, c[i].ok ? "true" : "false");
-			buf_add_json_str(&j, c[i].detail, strlen(c[i].detail));
-			buf_addch(&j, '}');
-		}
-		buf_adds(&j, "]}\n");
-		(void)fputs(j.data, stdout);
-		buf_release(&j);
-	} else {
-		for (i = 0; i < n; i++)
-			printf("%-20s %-4s %s\n", c[i].name, c[i].ok ? "ok" : "FAIL", c[i].detail);
-		printf("%s\n", all ? "sandbox: usable"
-				   : "sandbox: NOT usable (provider requests would fail with 503)");
-	}
-	buf_release(&out);
-	sbx_policy_free(p);
+	if (json)
+		print_json(c, n, all, st, cg);
+	else
+		print_text(c, n, all);
 	return all ? 0 : 1;
 }
 
@@ -332,131 +354,149 @@ static void policy_freep(struct sbx_policy **p)
 	sbx_policy_free(*p);
 }
 
-int main(int argc, char **argv)
-{
-	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
-	struct sbx_run_options opt = { .pass_stdin = true, .pass_stderr = true, .hangup_fd = -1 };
-	struct sbx_callbacks cb = { .on_stdout = to_stdout, .on_result = answer_now };
-	struct sbx_result res;
-	/* Freed on every way out, so that a sanitizer build exits clean. */
-	struct sbx_policy *p __attribute__((cleanup(policy_freep))) = NULL;
-	char runtime[PATH_MAX], *real, auto_free *exe = NULL;
-	const char *profile = "command";
-	struct sbx_limits limits = { 0 };
-	bool net = false, do_doctor = false, json = false;
-	double timeout = 0;
-	uint64_t *lim;
-	int i, ret, first_cmd = -1;
+/* The command line. */
+struct options {
+	struct sbx_global_config cfg;
+	struct sbx_limits limits;
+	const char *profile;
+	char runtime[PATH_MAX];
+	double timeout; /* seconds, 0 = none */
+	bool net, doctor, json;
+	int first_cmd; /* argv index of COMMAND, or -1 */
+};
 
-	log_set_program("olp-sandbox");
-	/* The same lockdown as the worker's, so the policy is exactly the server's. */
-	if (sbx_lockdown_self() < 0) {
-		perror("olp-sandbox: cannot drop privileges");
-		return 125;
+/* --ro PATH, --rw PATH: the real path, bound. 0 or the exit status. */
+static int add_path(struct sbx_policy *p, const char *opt, const char *path)
+{
+	char *real = realpath(path, NULL);
+	int ret;
+
+	if (!real) {
+		fprintf(stderr, "olp-sandbox: %s: %s\n", path, strerror(errno));
+		return 2;
 	}
-	default_runtime_dir(runtime, sizeof(runtime));
-	p = sbx_policy_new();
-	if (!p)
-		return 125;
-	for (i = 1; i < argc; i++) {
+	ret = !strcmp(opt, "--ro") ? sbx_policy_add_ro(p, real) : sbx_policy_add_rw(p, real);
+	free(real);
+	return ret ? 2 : 0;
+}
+
+/* An option that takes a value, argv[i] with its value v: 0 or the exit status. */
+static int value_option(struct options *o, struct sbx_policy *p, const char *a, const char *v)
+{
+	uint64_t *lim = limit_field(&o->limits, a);
+	char *end;
+
+	if (!strcmp(a, "--ro") || !strcmp(a, "--rw"))
+		return add_path(p, a, v);
+	if (lim) {
+		if (parse_u64(v, lim) || !*lim) {
+			fprintf(stderr, "olp-sandbox: %s takes a positive number\n", a);
+			return 2;
+		}
+	} else if (!strcmp(a, "--profile")) {
+		o->profile = v;
+	} else if (!strcmp(a, "--timeout")) {
+		o->timeout = strtod(v, &end);
+		if (*end || o->timeout < 0) {
+			fprintf(stderr, "olp-sandbox: --timeout takes seconds\n");
+			return 2;
+		}
+	} else if (!strcmp(a, "--cgroup")) {
+		o->cfg.cgroup = v;
+	} else if (!strcmp(a, "--identity")) {
+		if (strcmp(v, "per_run") && strcmp(v, "shared")) {
+			fprintf(stderr, "olp-sandbox: --identity is per_run or shared\n");
+			return 2;
+		}
+		o->cfg.identity = !strcmp(v, "shared") ? SBX_IDENTITY_SHARED : SBX_IDENTITY_PER_RUN;
+	} else if (!strcmp(a, "--uid-range")) {
+		o->cfg.uid_range = v;
+	} else if (!strcmp(a, "--runtime-dir")) {
+		snprintf(o->runtime, sizeof(o->runtime), "%s", v);
+	} else {
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
+/* The options before "--": -1 to go on, else the exit status (--help, a usage error). */
+static int parse_options(struct options *o, struct sbx_policy *p, int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
+		int ret;
 
 		if (!strcmp(a, "--")) {
-			first_cmd = i + 1;
+			o->first_cmd = i + 1;
 			break;
 		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
 		} else if (!strcmp(a, "--doctor")) {
-			do_doctor = true;
+			o->doctor = true;
 		} else if (!strcmp(a, "--json")) {
-			json = true;
+			o->json = true;
 		} else if (!strcmp(a, "--net")) {
-			net = true;
-		} else if ((!strcmp(a, "--ro") || !strcmp(a, "--rw")) && i + 1 < argc) {
-			real = realpath(argv[i + 1], NULL);
-			if (!real) {
-				fprintf(stderr, "olp-sandbox: %s: %s\n", argv[i + 1],
-					strerror(errno));
-				return 2;
-			}
-			ret = !strcmp(a, "--ro") ? sbx_policy_add_ro(p, real)
-						 : sbx_policy_add_rw(p, real);
-			free(real);
-			if (ret)
-				return 2;
-			i++;
-		} else if (!strcmp(a, "--profile") && i + 1 < argc) {
-			profile = argv[++i];
-		} else if (!strcmp(a, "--timeout") && i + 1 < argc) {
-			char *end;
-
-			timeout = strtod(argv[++i], &end);
-			if (*end || timeout < 0) {
-				fprintf(stderr, "olp-sandbox: --timeout takes seconds\n");
-				return 2;
-			}
-		} else if ((lim = limit_field(&limits, a)) && i + 1 < argc) {
-			if (parse_u64(argv[i + 1], lim) || !*lim) {
-				fprintf(stderr, "olp-sandbox: %s takes a positive number\n", a);
-				return 2;
-			}
-			i++;
-		} else if (!strcmp(a, "--cgroup") && i + 1 < argc) {
-			cfg.cgroup = argv[++i];
-		} else if (!strcmp(a, "--identity") && i + 1 < argc) {
-			i++;
-			if (strcmp(argv[i], "per_run") && strcmp(argv[i], "shared")) {
-				fprintf(stderr, "olp-sandbox: --identity is per_run or shared\n");
-				return 2;
-			}
-			cfg.identity = !strcmp(argv[i], "shared") ? SBX_IDENTITY_SHARED
-								  : SBX_IDENTITY_PER_RUN;
-		} else if (!strcmp(a, "--uid-range") && i + 1 < argc) {
-			cfg.uid_range = argv[++i];
-		} else if (!strcmp(a, "--runtime-dir") && i + 1 < argc) {
-			snprintf(runtime, sizeof(runtime), "%s", argv[++i]);
+			o->net = true;
+		} else if (i + 1 < argc) {
+			if ((ret = value_option(o, p, a, argv[++i])))
+				return ret;
 		} else {
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (sbx_policy_apply_profile(p, profile)) {
-		fprintf(stderr, "olp-sandbox: unknown profile %s (command, cli)\n", profile);
+	return -1;
+}
+
+/* The policy and the process-wide settings the options give: -1 to go on, else the exit
+ * status. */
+static int apply_options(struct options *o, struct sbx_policy *p)
+{
+	int ret;
+
+	if (sbx_policy_apply_profile(p, o->profile)) {
+		fprintf(stderr, "olp-sandbox: unknown profile %s (command, cli)\n", o->profile);
 		return 2;
 	}
-	if (net)
+	if (o->net)
 		sbx_policy_set_network(p, true);
-	sbx_policy_set_limits(p, &limits);
-	if (timeout > 0)
-		sbx_policy_set_timeout_ms(p, (uint64_t)(timeout * 1000));
-	cfg.runtime_dir = runtime;
-	ret = sbx_global_init(&cfg);
+	sbx_policy_set_limits(p, &o->limits);
+	if (o->timeout > 0)
+		sbx_policy_set_timeout_ms(p, (uint64_t)(o->timeout * 1000));
+	o->cfg.runtime_dir = o->runtime;
+	ret = sbx_global_init(&o->cfg);
 	if (ret) {
-		fprintf(stderr, "olp-sandbox: runtime dir %s: %s\n", runtime, strerror(-ret));
+		fprintf(stderr, "olp-sandbox: runtime dir %s: %s\n", o->runtime, strerror(-ret));
 		return 125;
 	}
-	if (do_doctor)
-		return doctor(json);
-	if (first_cmd < 0 || first_cmd >= argc) {
-		usage(stderr);
-		return 2;
-	}
-	exe = resolve(argv[first_cmd]);
+	return -1;
+}
+
+/* Run COMMAND (argv[first]...) under p: our exit status. */
+static int run_command(struct sbx_policy *p, char **argv, int first)
+{
+	struct sbx_run_options opt = { .pass_stdin = true, .pass_stderr = true, .hangup_fd = -1 };
+	struct sbx_callbacks cb = { .on_stdout = to_stdout, .on_result = answer_now };
+	struct sbx_result res;
+	char auto_free *exe = resolve(argv[first]);
+	int ret;
+
 	if (!exe) {
-		fprintf(stderr, "olp-sandbox: %s: command not found\n", argv[first_cmd]);
+		fprintf(stderr, "olp-sandbox: %s: command not found\n", argv[first]);
 		return 127;
 	}
 	/* As for command providers: the program itself is visible, read-only. */
 	if (strncmp(exe, "/usr/", 5))
 		sbx_policy_add_ro(p, exe);
-	argv[first_cmd] = exe;
+	argv[first] = exe;
 	if ((ret = catch_stops())) {
 		fprintf(stderr, "olp-sandbox: signals: %s\n", strerror(-ret));
 		return 125;
 	}
 	opt.hangup_fd = stop_pipe[0];
-	ret = sbx_run(p, (const char *const *)argv + first_cmd, &opt, &cb, &res);
+	ret = sbx_run(p, (const char *const *)argv + first, &opt, &cb, &res);
 	sbx_global_release();
 	if (ret) {
 		fprintf(stderr, "olp-sandbox: cannot start: %s (%s)\n", strerror(-ret),
@@ -467,4 +507,32 @@ int main(int argc, char **argv)
 	if (answered)
 		return 0;
 	return exit_code(&res);
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = { .cfg = { .mode = SBX_MODE_BWRAP },
+			     .profile = "command",
+			     .first_cmd = -1 };
+	/* Freed on every way out, so that a sanitizer build exits clean. */
+	struct sbx_policy *p __attribute__((cleanup(policy_freep))) = NULL;
+	int ret;
+
+	log_set_program("olp-sandbox");
+	/* The same lockdown as the worker's, so the policy is exactly the server's. */
+	if (sbx_lockdown_self() < 0) {
+		perror("olp-sandbox: cannot drop privileges");
+		return 125;
+	}
+	default_runtime_dir(o.runtime, sizeof(o.runtime));
+	p = sbx_policy_new();
+	if ((ret = parse_options(&o, p, argc, argv)) >= 0 || (ret = apply_options(&o, p)) >= 0)
+		return ret;
+	if (o.doctor)
+		return doctor(o.json);
+	if (o.first_cmd < 0 || o.first_cmd >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	return run_command(p, argv, o.first_cmd);
 }

@@ -14,62 +14,23 @@
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
-int sbx_strv_push(struct sbx_strv *sv, const char *s)
-{
-	char **nv;
-	char *dup = strdup(s);
-
-	if (!dup)
-		return -ENOMEM;
-	nv = realloc(sv->v, (sv->n + 2) * sizeof(*nv));
-	if (!nv) {
-		free(dup);
-		return -ENOMEM;
-	}
-	nv[sv->n++] = dup;
-	nv[sv->n] = NULL;
-	sv->v = nv;
-	return 0;
-}
-
-int sbx_strv_pushf(struct sbx_strv *sv, const char *fmt, ...)
-{
-	struct buf b = BUF_INIT;
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	buf_vaddf(&b, fmt, ap);
-	va_end(ap);
-	ret = sbx_strv_push(sv, b.data);
-	buf_release(&b);
-	return ret;
-}
-
-void sbx_strv_clear(struct sbx_strv *sv)
-{
-	size_t i;
-
-	for (i = 0; i < sv->n; i++)
-		free(sv->v[i]);
-	free(sv->v);
-	sv->v = NULL;
-	sv->n = 0;
-}
+/* The baseline environment: the rest of the host's never reaches the command. */
+static const struct {
+	const char *name, *value;
+} base_env[] = {
+	{ "PATH", "/usr/local/bin:/usr/bin:/bin" },
+	{ "HOME", SBX_HOME },
+	{ "LANG", "C.UTF-8" },
+	{ "TMPDIR", "/tmp" },
+	{ "USER", "olp" },
+};
 
 struct sbx_policy *sbx_policy_new(void)
 {
-	struct sbx_policy *p = calloc(1, sizeof(*p));
+	struct sbx_policy *p = xcalloc(1, sizeof(*p));
 
-	if (!p)
-		return NULL;
-	if (sbx_policy_setenv(p, "PATH", "/usr/local/bin:/usr/bin:/bin") ||
-	    sbx_policy_setenv(p, "HOME", SBX_HOME) || sbx_policy_setenv(p, "LANG", "C.UTF-8") ||
-	    sbx_policy_setenv(p, "TMPDIR", "/tmp") || sbx_policy_setenv(p, "USER", "olp")) {
-		sbx_policy_free(p);
-		errno = ENOMEM;
-		return NULL;
-	}
+	for (size_t i = 0; i < ARRAY_SIZE(base_env); i++)
+		(void)strv_setenv(&p->env, base_env[i].name, base_env[i].value);
 	return p;
 }
 
@@ -77,11 +38,11 @@ void sbx_policy_free(struct sbx_policy *p)
 {
 	if (!p)
 		return;
-	sbx_strv_clear(&p->ro);
-	sbx_strv_clear(&p->rw);
-	sbx_strv_clear(&p->env);
-	sbx_strv_clear(&p->bind_ro);
-	sbx_strv_clear(&p->bind_rw);
+	strv_release(&p->ro);
+	strv_release(&p->rw);
+	strv_release(&p->env);
+	strv_release(&p->bind_ro);
+	strv_release(&p->bind_rw);
 	free(p);
 }
 
@@ -134,12 +95,18 @@ static int check_abs(const char *path)
 
 int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path)
 {
-	return check_abs(host_path) ?: sbx_strv_push(&p->ro, host_path);
+	if (check_abs(host_path))
+		return -EINVAL;
+	strv_push(&p->ro, host_path);
+	return 0;
 }
 
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path)
 {
-	return check_abs(host_path) ?: sbx_strv_push(&p->rw, host_path);
+	if (check_abs(host_path))
+		return -EINVAL;
+	strv_push(&p->rw, host_path);
+	return 0;
 }
 
 /* A path inside must say where it lands without relying on how ".." resolves there. */
@@ -154,72 +121,37 @@ static bool has_dotdot(const char *path)
 int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
 			bool writable)
 {
-	struct sbx_strv *sv = writable ? &p->bind_rw : &p->bind_ro;
-	int ret;
+	struct strv *sv = writable ? &p->bind_rw : &p->bind_ro;
 
 	if (check_abs(host_path) || check_abs(inside) || has_dotdot(inside) || !strcmp(inside, "/"))
 		return -EINVAL;
-	if ((ret = sbx_strv_push(sv, host_path)))
-		return ret;
-	if ((ret = sbx_strv_push(sv, inside))) {
-		/* Keep the vector in pairs. */
-		free(sv->v[--sv->n]);
-		sv->v[sv->n] = NULL;
-	}
-	return ret;
-}
-
-int sbx_strv_setenv(struct sbx_strv *sv, const char *name, const char *value)
-{
-	size_t i, nlen = strlen(name);
-	struct buf b = BUF_INIT;
-
-	if (!nlen || strchr(name, '='))
-		return -EINVAL;
-	buf_addf(&b, "%s=%s", name, value);
-	for (i = 0; i < sv->n; i++) {
-		if (!strncmp(sv->v[i], name, nlen) && sv->v[i][nlen] == '=') {
-			free(sv->v[i]);
-			sv->v[i] = buf_detach(&b, NULL);
-			return 0;
-		}
-	}
-	i = (size_t)sbx_strv_push(sv, b.data);
-	buf_release(&b);
-	return (int)i;
+	strv_push(sv, host_path);
+	strv_push(sv, inside);
+	return 0;
 }
 
 int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value)
 {
-	return sbx_strv_setenv(&p->env, name, value);
+	return strv_setenv(&p->env, name, value);
 }
 
-int sbx_build_envp(const struct sbx_policy *p, struct sbx_strv *out)
+void sbx_build_envp(const struct sbx_policy *p, struct strv *out)
 {
-	size_t i;
-	int ret;
-
-	for (i = 0; i < p->env.n; i++) {
-		ret = sbx_strv_push(out, p->env.v[i]);
-		if (ret)
-			return ret;
-	}
-	return 0;
+	for (size_t i = 0; i < p->env.n; i++)
+		strv_push(out, p->env.v[i]);
 }
 
-static int push_all(struct sbx_strv *out, ...)
+static void push_all(struct strv *out, ...)
 {
 	va_list ap;
 	const char *s;
-	int ret = 0;
 
 	va_start(ap, out);
 	/* A clang-analyzer 14 false positive: ap is initialized by va_start just above. */
 	/* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized) */
-	while (!ret && (s = va_arg(ap, const char *)))
-		ret = sbx_strv_push(out, s);
+	while ((s = va_arg(ap, const char *)))
+		strv_push(out, s);
 	va_end(ap);
-	return ret;
 }
 
 static bool path_exists(const char *path)
@@ -287,89 +219,73 @@ unsigned int sbx_etc_mask(void)
 }
 
 /* Namespaces, identity and capabilities. */
-static int argv_namespaces(const struct sbx_policy *p, struct sbx_strv *out)
+static void argv_namespaces(const struct sbx_policy *p, struct strv *out)
 {
-	int ret;
-
-	ret = push_all(out, sbx_g.bwrap_path,
-		       /* New namespaces of every kind: the child sees no host process, IPC
-			* object, hostname or cgroup. */
-		       "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
-		       "--hostname", SBX_HOSTNAME,
-		       /* The tree dies with us and cannot reach our terminal (TIOCSTI). */
-		       "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		       /* The environment is rebuilt from the policy alone. */
-		       "--clearenv", NULL);
-	if (ret)
-		return ret;
+	push_all(out, sbx_g.bwrap_path,
+		 /* New namespaces of every kind: the child sees no host process, IPC object,
+		  * hostname or cgroup. */
+		 "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+		 "--hostname", SBX_HOSTNAME,
+		 /* The tree dies with us and cannot reach our terminal (TIOCSTI). */
+		 "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		 /* The environment is rebuilt from the policy alone. */
+		 "--clearenv", NULL);
 	if (sbx_g.ident == SBX_IDENTITY_PER_RUN) {
 		/* bwrap runs in the run's user namespace (joined before its exec, ident.c),
-		 * as its root. The stub keeps just what it needs to hand the home to uid 1000,
-		 * empty the bounding set and become uid 1000, which drops every capability. Nested user namespaces are
-		 * refused there (user.max_user_namespaces = 0), as --disable-userns would. */
-		ret = push_all(out, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-			       "--cap-add", "CAP_CHOWN", "--cap-add", "CAP_SETPCAP", NULL);
+		 * as its root. The stub keeps just what it needs to hand the home to the
+		 * sandbox user, empty the bounding set and become that user, which drops every
+		 * capability. Nested user namespaces are refused there
+		 * (user.max_user_namespaces = 0), as --disable-userns would. */
+		push_all(out, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
+			 "CAP_CHOWN", "--cap-add", "CAP_SETPCAP", NULL);
 	} else {
-		/* Mode shared: a user namespace of bwrap's own, uid 1000 mapped onto the
-		 * worker's; no nested one (the kernel's most exposed surface from inside). */
-		ret = push_all(out, "--unshare-user", "--uid", SBX_STR(SBX_UID), "--gid",
-			       SBX_STR(SBX_GID), NULL);
-		if (!ret)
-			ret = sbx_strv_push(out, "--disable-userns");
+		/* Mode shared: a user namespace of bwrap's own, the sandbox user mapped onto
+		 * the worker's; no nested one (the kernel's most exposed surface from inside). */
+		push_all(out, "--unshare-user", "--uid", SBX_STR(SBX_UID), "--gid",
+			 SBX_STR(SBX_GID), "--disable-userns", NULL);
 	}
-	if (!ret && !p->network)
-		ret = sbx_strv_push(out, "--unshare-net");
-	for (size_t i = 0; !ret && i < p->env.n; i++) {
+	if (!p->network)
+		strv_push(out, "--unshare-net");
+	for (size_t i = 0; i < p->env.n; i++) {
 		const char *kv = p->env.v[i], *eq = strchr(kv, '=');
-		char name[256];
-		size_t nl = (size_t)(eq - kv);
 
-		if (nl >= sizeof(name))
-			return -EINVAL;
-		memcpy(name, kv, nl);
-		name[nl] = '\0';
-		ret = push_all(out, "--setenv", name, eq + 1, NULL);
+		strv_push(out, "--setenv");
+		strv_push_take(out, xstrndup(kv, (size_t)(eq - kv)));
+		strv_push(out, eq + 1);
 	}
-	return ret;
 }
 
 /* An allowlisted root: /usr read-only and the links into it, copies of a few /etc files,
  * nothing else of the host's file system unless the policy names it. */
-static int argv_root(unsigned int etc_mask, struct sbx_strv *out)
+static void argv_root(unsigned int etc_mask, struct strv *out)
 {
 	char link[PATH_MAX];
 	size_t i;
-	int ret;
 
-	if ((ret = push_all(out, "--ro-bind", "/usr", "/usr", NULL)))
-		return ret;
-	for (i = 0; !ret && i + 1 < sbx_g.root_links.n; i += 2)
-		ret = push_all(out, "--symlink", sbx_g.root_links.v[i], sbx_g.root_links.v[i + 1],
-			       NULL);
-	for (i = 0; !ret && i < sbx_g.root_dirs.n; i++)
-		ret = push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i], NULL);
-	for (i = 0; !ret && i < SBX_ETC_FILES; i++) {
-		char fd[16];
-
-		snprintf(fd, sizeof(fd), "%d", SBX_FD_ETC0 + (int)i);
-		if (etc_mask & (1u << i))
-			ret = push_all(out, "--perms", "0644", "--file", fd, etc_files[i], NULL);
+	push_all(out, "--ro-bind", "/usr", "/usr", NULL);
+	for (i = 0; i + 1 < sbx_g.root_links.n; i += 2)
+		push_all(out, "--symlink", sbx_g.root_links.v[i], sbx_g.root_links.v[i + 1], NULL);
+	for (i = 0; i < sbx_g.root_dirs.n; i++)
+		push_all(out, "--ro-bind", sbx_g.root_dirs.v[i], sbx_g.root_dirs.v[i], NULL);
+	for (i = 0; i < SBX_ETC_FILES; i++) {
+		if (!(etc_mask & (1u << i)))
+			continue;
+		push_all(out, "--perms", "0644", "--file", NULL);
+		strv_pushf(out, "%d", SBX_FD_ETC0 + (int)i);
+		strv_push(out, etc_files[i]);
 	}
-	if (!ret && localtime_link(link, sizeof(link)))
-		ret = push_all(out, "--symlink", link, etc_files[ETC_LOCALTIME], NULL);
-	for (i = 0; !ret && i < ARRAY_SIZE(etc_dirs); i++)
+	if (localtime_link(link, sizeof(link)))
+		push_all(out, "--symlink", link, etc_files[ETC_LOCALTIME], NULL);
+	for (i = 0; i < ARRAY_SIZE(etc_dirs); i++)
 		if (path_exists(etc_dirs[i]))
-			ret = push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL);
+			push_all(out, "--ro-bind", etc_dirs[i], etc_dirs[i], NULL);
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
-	if (!ret)
-		ret = push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD),
-			       "/etc/passwd", "--perms", "0644", "--file", SBX_STR(SBX_FD_GROUP),
-			       "/etc/group", NULL);
-	return ret;
+	push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD), "/etc/passwd", "--perms",
+		 "0644", "--file", SBX_STR(SBX_FD_GROUP), "/etc/group", NULL);
 }
 
 /* /proc, /dev and the run's writable space. */
-static int argv_scratch(const struct sbx_policy *p, struct sbx_strv *out)
+static void argv_scratch(const struct sbx_policy *p, struct strv *out)
 {
 	uint64_t disk = sbx_or_default(p->limits.disk_mb, SBX_DEFAULT_DISK_MB) << 20;
 	char home_size[32], tmp_size[32];
@@ -379,128 +295,123 @@ static int argv_scratch(const struct sbx_policy *p, struct sbx_strv *out)
 	 * for /tmp. /dev/shm has its own 64 MiB. */
 	snprintf(tmp_size, sizeof(tmp_size), "%llu", (unsigned long long)(disk / 4));
 	snprintf(home_size, sizeof(home_size), "%llu", (unsigned long long)(disk - disk / 4));
-	return push_all(out, "--proc", "/proc",
-			/* The host's kernel knobs (core_pattern runs a program as host root),
-			 * whoever the run is: read-only. bwrap covers them only when it could
-			 * write them itself. */
-			"--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try",
-			"/proc/sysrq-trigger", "/proc/sysrq-trigger",
-			/* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made
-			 * read-only at the end, like the root. */
-			"--dev", "/dev", "--perms", "01777", "--size", "67108864", "--tmpfs",
-			"/dev/shm", "--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp",
-			"--perms", "0755", "--dir", "/home", "--perms", "0700", "--size", home_size,
-			"--tmpfs", SBX_HOME, "--chdir", SBX_HOME, NULL);
+	push_all(out, "--proc", "/proc",
+		 /* The host's kernel knobs (core_pattern runs a program as host root), whoever
+		  * the run is: read-only. bwrap covers them only when it could write them
+		  * itself. */
+		 "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
+		 "/proc/sysrq-trigger",
+		 /* /dev/shm gets a size-limited tmpfs of its own: /dev itself is made read-only
+		  * at the end, like the root. */
+		 "--dev", "/dev", "--perms", "01777", "--size", "67108864", "--tmpfs", "/dev/shm",
+		 "--perms", "01777", "--size", tmp_size, "--tmpfs", "/tmp", "--perms", "0755",
+		 "--dir", "/home", "--perms", "0700", "--size", home_size, "--tmpfs", SBX_HOME,
+		 "--chdir", SBX_HOME, NULL);
 }
 
 /* bwrap 0.8.0 makes the missing parents of a bind's destination 0700, owned by bwrap's
  * uid: the command, another uid, could not reach what is bound there. Make them 0755
  * first (--dir leaves an existing directory as it is). Each once: seen collects them. */
-static int push_parents(struct sbx_strv *out, struct sbx_strv *seen, const char *dest)
+static void push_parents(struct strv *out, struct strv *seen, const char *dest)
 {
-	char dir[PATH_MAX];
-	int ret = 0;
+	for (const char *c = strchr(dest + 1, '/'); c; c = strchr(c + 1, '/')) {
+		char *dir = xstrndup(dest, (size_t)(c - dest));
 
-	if (strlen(dest) >= sizeof(dir))
-		return -ENAMETOOLONG;
-	for (const char *c = strchr(dest + 1, '/'); !ret && c; c = strchr(c + 1, '/')) {
-		size_t i;
-
-		memcpy(dir, dest, (size_t)(c - dest));
-		dir[c - dest] = '\0';
-		for (i = 0; i < seen->n && strcmp(seen->v[i], dir) != 0; i++)
-			;
-		if (i == seen->n)
-			ret = sbx_strv_push(seen, dir)
-				      ?: push_all(out, "--perms", "0755", "--dir", dir, NULL);
+		if (strv_find(seen, dir) >= 0) {
+			free(dir);
+			continue;
+		}
+		push_all(out, "--perms", "0755", "--dir", dir, NULL);
+		strv_push_take(seen, dir);
 	}
-	return ret;
 }
 
-static int push_bind(struct sbx_strv *out, struct sbx_strv *seen, const char *how, const char *src,
-		     const char *dest)
+static void push_bind(struct strv *out, struct strv *seen, const char *how, const char *src,
+		      const char *dest)
 {
-	return push_parents(out, seen, dest) ?: push_all(out, how, src, dest, NULL);
+	push_parents(out, seen, dest);
+	push_all(out, how, src, dest, NULL);
+}
+
+/* One bind of the policy, as its plan says it reaches the sandbox. */
+static void push_planned_bind(struct strv *out, struct strv *seen, const struct sbx_inputs *in,
+			      const struct sbx_bind_plan *b, bool writable, const char *host,
+			      const char *inside)
+{
+	switch (b->how) {
+	case SBX_BIND_SKIP: break;
+	case SBX_BIND_PATH:
+		push_bind(out, seen, writable ? "--bind" : "--ro-bind", host, inside);
+		break;
+	case SBX_BIND_FILE:
+		push_all(out, "--perms", "0600", "--file", NULL);
+		strv_pushf(out, "%d", SBX_FD_FILE0 + b->file);
+		strv_push(out, inside);
+		break;
+	case SBX_BIND_COPY:
+		strv_push(out, "--bind");
+		strv_pushf(out, "%s/copy-%d", in->scratch->path, b->file);
+		strv_push(out, inside);
+		break;
+	}
 }
 
 /* The policy's own paths; after the home, so that a bind may land inside it. */
-static int argv_binds(const struct sbx_policy *p, const struct sbx_inputs *in, struct sbx_strv *out)
+static void argv_binds(const struct sbx_policy *p, const struct sbx_inputs *in, struct strv *out)
 {
-	size_t i, k = 0, nro = p->bind_ro.n / 2;
-	struct sbx_strv seen = { 0 };
-	int ret;
+	size_t i, nro = p->bind_ro.n / 2;
+	struct strv seen = STRV_INIT;
 
 	/* The home's parents exist already: nothing inside it needs the world's access. */
-	ret = sbx_strv_push(&seen, "/home") ?: sbx_strv_push(&seen, SBX_HOME);
-	for (i = 0; !ret && i < p->ro.n; i++)
+	strv_push(&seen, "/home");
+	strv_push(&seen, SBX_HOME);
+	for (i = 0; i < p->ro.n; i++)
 		if (path_exists(p->ro.v[i]))
-			ret = push_bind(out, &seen, "--ro-bind", p->ro.v[i], p->ro.v[i]);
-	for (i = 0; !ret && i < p->rw.n; i++)
+			push_bind(out, &seen, "--ro-bind", p->ro.v[i], p->ro.v[i]);
+	for (i = 0; i < p->rw.n; i++)
 		if (path_exists(p->rw.v[i]))
-			ret = push_bind(out, &seen, "--bind", p->rw.v[i], p->rw.v[i]);
+			push_bind(out, &seen, "--bind", p->rw.v[i], p->rw.v[i]);
 	/* The stub: the first program of the sandbox. */
-	if (!ret)
-		ret = push_bind(out, &seen, "--ro-bind", sbx_g.exec_stub, sbx_g.exec_stub);
-	for (k = 0; !ret && k < in->nbinds; k++) {
-		const struct sbx_bind_plan *b = &in->binds[k];
-		const struct sbx_strv *sv = k < nro ? &p->bind_ro : &p->bind_rw;
-		const char *host = sv->v[2 * (k < nro ? k : k - nro)];
-		const char *inside = sv->v[2 * (k < nro ? k : k - nro) + 1];
-		char num[16];
+	push_bind(out, &seen, "--ro-bind", sbx_g.exec_stub, sbx_g.exec_stub);
+	for (size_t k = 0; k < in->nbinds; k++) {
+		bool rw = k >= nro;
+		const struct strv *sv = rw ? &p->bind_rw : &p->bind_ro;
+		size_t j = 2 * (rw ? k - nro : k);
 
-		switch (b->how) {
-		case SBX_BIND_SKIP: break;
-		case SBX_BIND_PATH:
-			ret = push_bind(out, &seen, k < nro ? "--ro-bind" : "--bind", host, inside);
-			break;
-		case SBX_BIND_FILE:
-			snprintf(num, sizeof(num), "%d", SBX_FD_FILE0 + b->file);
-			ret = push_all(out, "--perms", "0600", "--file", num, inside, NULL);
-			break;
-		case SBX_BIND_COPY:
-			ret = sbx_strv_push(out, "--bind") ?:
-				sbx_strv_pushf(out, "%s/copy-%d", in->scratch->path, b->file) ?:
-				push_all(out, inside, NULL);
-			break;
-		}
+		push_planned_bind(out, &seen, in, &in->binds[k], rw, sv->v[j], sv->v[j + 1]);
 	}
-	sbx_strv_clear(&seen);
-	return ret;
+	strv_release(&seen);
 }
 
-int sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
-			 const char *const argv[], struct sbx_strv *out)
+void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
+			  const char *const argv[], struct strv *out)
 {
-	bool per_run = sbx_g.ident == SBX_IDENTITY_PER_RUN;
-	char nproc[24];
-	int ret;
-
-	ret = argv_namespaces(p, out) ?: argv_root(in->etc_mask, out) ?: argv_scratch(p, out)
-		?: argv_binds(p, in, out);
+	argv_namespaces(p, out);
+	argv_root(in->etc_mask, out);
+	argv_scratch(p, out);
+	argv_binds(p, in, out);
 	/* bwrap's own root and /dev are tmpfs without a size limit: read-only, or a child
 	 * could fill the host's memory there. Not recursive: the mounts below them keep their
 	 * own modes. */
-	if (!ret)
-		ret = push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
-			       SBX_STR(SBX_FD_SECCOMP), "--json-status-fd", SBX_STR(SBX_FD_STATUS),
-			       NULL);
+	push_all(out, "--remount-ro", "/dev", "--remount-ro", "/", "--seccomp",
+		 SBX_STR(SBX_FD_SECCOMP), "--json-status-fd", SBX_STR(SBX_FD_STATUS), NULL);
 	/* The sandbox's init keeps the uid slot taken until the run's last process is gone. */
-	if (!ret && in->sync)
-		ret = push_all(out, "--sync-fd", SBX_STR(SBX_FD_SYNC), NULL);
+	if (in->sync)
+		push_all(out, "--sync-fd", SBX_STR(SBX_FD_SYNC), NULL);
 	/* The stub's command line names the scratch dir: what is left of a dead worker's
 	 * run is found by it (scratch.c). */
-	if (!ret)
-		ret = push_all(out, "--", sbx_g.exec_stub, "--run", in->scratch->name, NULL);
-	snprintf(nproc, sizeof(nproc), "%llu",
-		 (unsigned long long)sbx_or_default(p->limits.nproc, SBX_DEFAULT_PIDS));
-	if (!ret && per_run)
-		ret = push_all(out, "--drop", nproc, "--chown", SBX_HOME, NULL);
-	if (!ret && argv) {
-		ret = sbx_strv_push(out, "--");
-		for (size_t i = 0; !ret && argv[i]; i++)
-			ret = sbx_strv_push(out, argv[i]);
+	push_all(out, "--", sbx_g.exec_stub, "--run", in->scratch->name, NULL);
+	if (sbx_g.ident == SBX_IDENTITY_PER_RUN) {
+		strv_push(out, "--drop");
+		strv_pushf(out, "%llu",
+			   (unsigned long long)sbx_or_default(p->limits.nproc, SBX_DEFAULT_PIDS));
+		push_all(out, "--chown", SBX_HOME, NULL);
 	}
-	return ret;
+	if (argv) {
+		strv_push(out, "--");
+		for (size_t i = 0; argv[i]; i++)
+			strv_push(out, argv[i]);
+	}
 }
 
 int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_t *n)
@@ -513,9 +424,7 @@ int sbx_plan_binds(const struct sbx_policy *p, struct sbx_bind_plan **out, size_
 	*n = 0;
 	if (!nro && !nrw)
 		return 0;
-	b = calloc(nro + nrw, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
+	b = xcalloc(nro + nrw, sizeof(*b));
 	for (size_t k = 0; k < nro + nrw; k++) {
 		const char *host = k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)];
 

@@ -95,13 +95,15 @@ struct sbx_policy;
 /* A baseline policy: read-only /usr and its symlinks, fresh /proc with /proc/sys
  * read-only, minimal /dev, size-limited tmpfs /tmp and scratch HOME (also the working
  * directory), all namespaces unshared (net too), the run's own host uid, clearenv +
- * PATH/HOME/LANG/TMPDIR, die-with-parent, new session. NULL on ENOMEM. */
+ * PATH/HOME/LANG/TMPDIR/USER, die-with-parent, new session. Never NULL: allocation
+ * failure aborts, as everywhere (common.h). Free it with sbx_policy_free. */
 struct sbx_policy *sbx_policy_new(void);
 void sbx_policy_free(struct sbx_policy *p);
 void sbx_policy_set_network(struct sbx_policy *p, bool on);
 /* Bind host_path read-only (or read-write) at the same path inside. Copies the string.
  * A path that does not exist on the host is skipped at spawn time. The command runs as
- * its own uid: it reads (writes) only what the file modes give "others". */
+ * its own uid: it reads (writes) only what the file modes give "others". 0, or -EINVAL
+ * when host_path is not absolute. */
 int sbx_policy_add_ro(struct sbx_policy *p, const char *host_path);
 int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
 /* Bind host_path at a different path inside (e.g. a credentials file at
@@ -113,10 +115,11 @@ int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
  * (writable), the copy replaces host_path when the run ends, atomically, if it changed.
  * A directory is bound as it is (see sbx_policy_add_ro). In mode off there is no mount
  * namespace and binds are ignored (the child sees the host's files at their own paths).
- * 0 or -EINVAL / -ENOMEM. */
+ * 0, or -EINVAL when a path breaks the rules above. */
 int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
 			bool writable);
-/* Set one variable of the child's (otherwise empty) environment. Copies both. */
+/* Set one variable of the child's (otherwise empty) environment. Copies both. 0, or
+ * -EINVAL when name is empty or holds '='. */
 int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value);
 /* Wall-clock limit for the whole run; 0 = none. */
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms);
@@ -169,25 +172,44 @@ struct sbx_callbacks {
 };
 
 enum sbx_end {
-	SBX_END_EXITED = 0,  /* the command exited; see exit_status */
+	SBX_END_EXITED = 0,  /* the command exited; see exit_status (and failure: bwrap or
+				olp-sandbox-exec may have ended it before the command ran) */
 	SBX_END_SIGNALED,    /* killed by a signal it did not get from us; see term_signal */
 	SBX_END_TIMEOUT,     /* the wall-clock limit was reached */
 	SBX_END_ABORTED,     /* a callback or the hangup fd asked to stop */
 	SBX_END_STOPPED,     /* a callback said it has everything (> 0) */
-	SBX_END_SPAWN_FAILED /* nothing ran; see spawn_stage and spawn_errno */
+	SBX_END_SPAWN_FAILED /* nothing ran; see failure, spawn_stage and spawn_errno */
+};
+
+/* Why the command never ran, when it did not. Learnt from what bwrap and the sandbox's
+ * first program report on descriptors of their own, never from what anything printed: a
+ * command cannot pass its own failure off as the sandbox's, and rewording a message
+ * changes nothing (docs/adr/0016-typed-run-outcomes.md). */
+enum sbx_failure {
+	SBX_FAIL_NONE = 0, /* the command was started: end and exit_status say how it went */
+	SBX_FAIL_SPAWN,	   /* the worker could not start the run: its descriptors, memory,
+			      processes, scratch dir, cgroup, uid slot, or bwrap itself (end is
+			      SBX_END_SPAWN_FAILED) */
+	SBX_FAIL_SETUP,	   /* bwrap could not build the sandbox or start its first program, or
+			      that program was started wrongly (end SBX_END_EXITED; bwrap says
+			      why on stderr only) */
+	SBX_FAIL_IDENTITY, /* the sandbox's first program could not make the run its own uid
+			      (end SBX_END_EXITED, exit_status 127) */
+	SBX_FAIL_EXEC,	   /* the command itself could not be executed: ENOENT, EACCES, E2BIG
+			      ... (end SBX_END_EXITED, exit_status 127; without bwrap, mode
+			      off, end SBX_END_SPAWN_FAILED) */
 };
 
 struct sbx_result {
 	enum sbx_end end;
 	int exit_status;
 	int term_signal;
-	const char *spawn_stage; /* static string naming the failed step, or NULL */
-	int spawn_errno;
-	bool sandbox_failed;	/* the sandbox could not be built or entered (bwrap's or
-				    olp-sandbox-exec's own message on stderr, no byte of
-				    output) */
-	bool exec_failed;	/* ... because the command itself could not be exec'd */
-	char stderr_tail[2048]; /* last bytes of the child's stderr, NUL-terminated; never
+	enum sbx_failure failure;
+	const char *spawn_stage; /* when failure is set: the step that failed, a static string
+				    ("pipe", "identity", "bwrap", "setresuid", "execve"...) */
+	int spawn_errno;	 /* ... and its errno; 0 when unknown (bwrap says why on stderr
+				    only) */
+	char stderr_tail[2048];	 /* last bytes of the child's stderr, NUL-terminated; never
 				    sent to clients, logged only cut */
 	size_t stdout_bytes;
 	uint64_t duration_ms;
@@ -198,8 +220,10 @@ struct sbx_run_options {
 	bool pass_stderr;	/* the child writes our own fd 2; stderr_tail stays empty */
 	const void *stdin_data; /* written to the child's stdin, then stdin is closed */
 	size_t stdin_len;
-	int hangup_fd; /* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
+	int hangup_fd;		/* >= 0: abort when its peer hangs up (POLLRDHUP), e.g. the
 				   FastCGI connection; -1 = none */
+	const char *request_id; /* named by every log line of the run (borrowed for the
+				   call); NULL = none */
 };
 
 /* Run argv[0] (an absolute path) with argv under policy p. Blocks until the run is over,
@@ -209,6 +233,61 @@ struct sbx_run_options {
 int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
 	    const struct sbx_callbacks *cb, struct sbx_result *res);
 
+/* Static names for logs: "exited", "timeout"...; "setup", "exec"... ("none" for
+ * SBX_FAIL_NONE). */
+/* For benchmarks (tests/bench/bwrap-policy.c): the calling process becomes bwrap running
+ * argv (argv[0] absolute) under p, with the command line, descriptors, rlimits and user
+ * namespace sbx_run gives it, and none of the run around it: no supervising process, no
+ * pipes (the command gets our fds 0-2), no scratch dir (the home is bwrap's tmpfs; a
+ * writable file bind, which needs one, is refused), no cgroup, no teardown. p and argv
+ * are only read. Call after sbx_global_init. Returns -errno when the run cannot be
+ * prepared; once the process starts becoming bwrap, a failed step ends it (status 127). */
+int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[]);
+
 const char *sbx_end_name(enum sbx_end e);
+const char *sbx_failure_str(enum sbx_failure f);
+
+/* ---- a run's own network namespace (netns.c; issue 12, ADR 0015) -----------------------
+ * A network namespace with only `lo` (up: 127.0.0.1 and ::1), and a TCP socket listening
+ * on 127.0.0.1:port inside it. The worker's forwarder (egress/) accepts on that socket;
+ * the run is put in the namespace, so the one thing it can reach is the forwarder: no
+ * host loopback service, no route anywhere (a connect to 169.254.169.254, 10.0.0.1 or
+ * 192.0.2.1 fails with ENETUNREACH), no host sockets in /proc/net.
+ *
+ * Who may join it. setns(CLONE_NEWNET) needs CAP_SYS_ADMIN in the user namespace that
+ * owns the network namespace and in the caller's own. So the namespace is made inside
+ * the run's user namespace: pass the per-slot user namespace of ident.c (U1, whose root
+ * is the worker's uid) as userns_fd. The spawned child, which already joins U1 before it
+ * execs bwrap (spawn.c), then joins this namespace right after (it is U1's root, it holds
+ * CAP_SYS_ADMIN over both), and bwrap runs without --unshare-net: the whole sandbox lives
+ * in it. Order in the child: setns(U1, CLONE_NEWUSER), then setns(netns_fd, CLONE_NEWNET).
+ * userns_fd -1: the namespace belongs to the caller's user namespace; that only works for
+ * a process with CAP_SYS_ADMIN (root before sbx_lockdown_self: tests, tools), and only a
+ * process with CAP_SYS_ADMIN there may join it.
+ *
+ * The worker's own namespaces never change: a short-lived helper process (started as
+ * posix_spawn starts its child, every signal blocked, system calls only) joins userns_fd,
+ * unshares the network namespace, brings `lo` up, binds, listens, and passes both
+ * descriptors back (SCM_RIGHTS). The calling thread waits for it (about 1 ms). Safe to
+ * call from any thread, many at once. The namespace lives as long as either descriptor
+ * (or a process in it) does. */
+struct sbx_netns {
+	int listen_fd; /* listening on 127.0.0.1:port in the namespace (close-on-exec); take it
+			  (set it to -1) to hand it to egr_start() */
+	int netns_fd;  /* the namespace, for setns(fd, CLONE_NEWNET) (close-on-exec) */
+	uint16_t port; /* the port bound */
+};
+#define SBX_NETNS_INIT                                     \
+	{                                                  \
+		.listen_fd = -1, .netns_fd = -1, .port = 0 \
+	}
+
+/* Make the namespace and its listener. port 0: the kernel picks one; any fixed port is
+ * free, the namespace being new, so every run may use the same one. userns_fd is borrowed
+ * (see above). 0, or -errno (ns is then SBX_NETNS_INIT): -EPERM when namespaces cannot be
+ * made here; -EINVAL when userns_fd is not a user namespace this process may join. */
+int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port);
+/* Close whatever ns still holds; ns is left SBX_NETNS_INIT. */
+void sbx_netns_release(struct sbx_netns *ns);
 
 #endif

@@ -71,18 +71,18 @@ int sbx_scratch_create(struct sbx_scratch *s)
 	}
 	if (mkdirat(dfd, "home", 0700) < 0) {
 		ret = -errno;
-		goto out_close;
+		goto out_close_dir;
 	}
 	s->home_fd = sbx_open_dir_beneath(dfd, "home");
 	if (s->home_fd < 0) {
 		ret = -errno;
 		unlinkat(dfd, "home", AT_REMOVEDIR);
-		goto out_close;
+		goto out_close_dir;
 	}
 	close(dfd);
 	return 0;
 
-out_close:
+out_close_dir:
 	close(dfd);
 out_rmdir:
 	unlinkat(sbx_g.runtime_fd, s->name, AT_REMOVEDIR);
@@ -132,7 +132,7 @@ static int remove_tree_at(int dfd, int depth)
 	return ret;
 }
 
-static void remove_named(const char *name)
+static void remove_named(const char *name, const char *rid)
 {
 	int dfd, ret;
 
@@ -141,31 +141,31 @@ static void remove_named(const char *name)
 		/* Not a directory of ours (a link planted in its place): remove the entry
 		 * itself, never what it points to. */
 		if (unlinkat(sbx_g.runtime_fd, name, 0) < 0)
-			log_warn(NULL, "sandbox: cannot remove %s", name);
+			log_warn(rid, "sandbox: cannot remove %s", name);
 		return;
 	}
 	if (dfd < 0) {
 		if (errno != ENOENT)
-			log_warn(NULL, "sandbox: cannot open scratch dir %s", name);
+			log_warn(rid, "sandbox: cannot open scratch dir %s", name);
 		return;
 	}
 	fchmod(dfd, 0700);
 	ret = remove_tree_at(dfd, 0);
 	if (ret)
-		log_warnx(NULL, "sandbox: scratch dir %s not fully removed: %s", name,
+		log_warnx(rid, "sandbox: scratch dir %s not fully removed: %s", name,
 			  strerror(-ret));
 	if (unlinkat(sbx_g.runtime_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		log_warn(NULL, "sandbox: cannot remove scratch dir %s", name);
+		log_warn(rid, "sandbox: cannot remove scratch dir %s", name);
 }
 
-void sbx_scratch_remove(struct sbx_scratch *s)
+void sbx_scratch_remove(struct sbx_scratch *s, const char *rid)
 {
 	if (s->home_fd >= 0) {
 		close(s->home_fd);
 		s->home_fd = -1;
 	}
 	if (s->name[0])
-		remove_named(s->name);
+		remove_named(s->name, rid);
 	s->name[0] = '\0';
 }
 
@@ -256,7 +256,7 @@ void sbx_scratch_sweep_stale(void)
 		if (pid == (long)getpid() || pid_running(pid))
 			continue;
 		kill_stranded(de->d_name);
-		remove_named(de->d_name);
+		remove_named(de->d_name, NULL);
 	}
 	closedir(d);
 }

@@ -204,29 +204,29 @@ int sbx_seccomp_export(bool allow_unix, void **out, size_t *len)
 	if (!ret)
 		ret = build(ctx, allow_unix);
 	if (ret)
-		goto out;
+		goto out_release_filter;
 	fd = memfd_create("olp-seccomp-export", MFD_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
-		goto out;
+		goto out_release_filter;
 	}
 	ret = seccomp_export_bpf(ctx, fd);
 	if (ret)
-		goto out;
+		goto out_release_filter;
 	size = lseek(fd, 0, SEEK_END);
-	*out = size > 0 ? malloc((size_t)size) : NULL;
-	if (!*out) {
-		ret = -ENOMEM;
-		goto out;
+	if (size <= 0) {
+		ret = size < 0 ? -errno : -EIO;
+		goto out_release_filter;
 	}
+	*out = xmalloc((size_t)size);
 	if (pread(fd, *out, (size_t)size, 0) != size) {
 		free(*out);
 		*out = NULL;
 		ret = -EIO;
-		goto out;
+		goto out_release_filter;
 	}
 	*len = (size_t)size;
-out:
+out_release_filter:
 	if (fd >= 0)
 		close(fd);
 	seccomp_release(ctx);
@@ -253,9 +253,7 @@ static bool embedded(bool allow_unix, struct prog *pg)
 	    v->micro != SBX_BPF_LIBSECCOMP_MICRO)
 		return false;
 	pg->len = allow_unix ? sizeof(sbx_bpf_allow_unix) : sizeof(sbx_bpf_deny_unix);
-	pg->bpf = malloc(pg->len);
-	if (!pg->bpf)
-		return false;
+	pg->bpf = xmalloc(pg->len);
 	memcpy(pg->bpf, allow_unix ? sbx_bpf_allow_unix : sbx_bpf_deny_unix, pg->len);
 	return true;
 }

@@ -6,10 +6,13 @@
  * Nothing in that pipe once vfork() returns means exec succeeded (git's run-command.c
  * waits for EOF to learn the same after fork()).
  *
- * The parent then polls the child's stdout and stderr, feeds its stdin, watches a pidfd
- * for its exit, a wall-clock deadline, and optionally a hangup fd (the FastCGI
- * connection). Any way the run ends, the whole tree is killed and reaped before the
- * scratch directory is removed. */
+ * The parent then supervises the run (one state machine, see "supervision" below): it
+ * polls the child's stdout and stderr, feeds its stdin, watches a pidfd for its exit,
+ * bwrap's status fd, a wall-clock deadline, and optionally a hangup fd (the FastCGI
+ * connection). Whether the command ran at all is learnt from bwrap's status and from
+ * olp-sandbox-exec's own report, never from what they print (learn_failure). Any way the
+ * run ends, the whole tree is killed and reaped before the scratch directory is
+ * removed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -73,10 +76,11 @@ struct child_plan {
 	char *const *envp;
 	int fds[SBX_FD_COUNT]; /* fds[i] becomes fd i in the child */
 	int nfds;
-	struct rlimit rl[5]; /* applied in rl_res order */
-	int cwd_fd;	     /* fchdir here, or -1 */
-	int cgroup_fd;	     /* the run cgroup's cgroup.procs, or -1 */
-	int userns_fd;	     /* the run's user namespace to join before exec, or -1 */
+	struct rlimit rl[5];  /* applied in rl_res order */
+	int cwd_fd;	      /* fchdir here, or -1 */
+	int cgroup_fd;	      /* the run cgroup's cgroup.procs, or -1 */
+	int userns_fd;	      /* the run's user namespace to join before exec, or -1 */
+	bool exec_is_command; /* path is the command itself (mode off), not bwrap */
 	int report_fd;
 	pid_t parent;
 };
@@ -186,9 +190,9 @@ struct run {
 	pid_t pid;
 	int pidfd;
 	int in_fd, out_fd, err_fd, status_fd;
+	int report_fd;	   /* olp-sandbox-exec's failure report (stub.h), or -1 */
 	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
 	struct buf status; /* bytes read from --json-status-fd */
-	size_t err_keep;   /* stderr tail bookkeeping */
 	bool reaped;
 	int wstatus;
 	bool exit_known; /* bwrap reported the command's exit code */
@@ -237,7 +241,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r->pid < 0) {
 		res->spawn_stage = "fork";
-		goto out_close;
+		goto out_close_pipe;
 	}
 	close_fd(&rp[1]);
 	do
@@ -248,10 +252,12 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 		res->spawn_stage = rep.stage > 0 && rep.stage < (int)ARRAY_SIZE(stage_names)
 					   ? stage_names[rep.stage]
 					   : "child";
+		res->failure = rep.stage == STAGE_EXEC && plan->exec_is_command ? SBX_FAIL_EXEC
+										: SBX_FAIL_SPAWN;
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		r->pid = -1;
-		goto out_close;
+		goto out_close_pipe;
 	}
 	r->pidfd = pidfd_open(r->pid, 0);
 	if (r->pidfd < 0) {
@@ -263,7 +269,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 			;
 		r->pid = -1;
 	}
-out_close:
+out_close_pipe:
 	close_fd(&rp[0]);
 	close_fd(&rp[1]);
 	return ret;
@@ -373,6 +379,45 @@ static void wait_ns_gone(struct run *r)
 	}
 }
 
+/* ---- supervision ------------------------------------------------------------------------
+ * One state machine:
+ *
+ *   RUNNING ──bwrap reports the command's exit code──▶ COLLECTING ──▶ DONE
+ *      │                                       (what is in the pipes, at most 1 s)
+ *      ├──deadline, hangup, on_stdout ≠ 0──▶ DRAINING ──EOF on both pipes, reaped──▶ DONE
+ *      │                       (tree killed; output read and dropped; 1 s once reaped)
+ *      ├──EOF on both pipes and the process reaped──▶ DONE
+ *      │   (reaped with a pipe still held, no pid namespace: 1 s more, then DONE)
+ *      └──poll fails──▶ DONE
+ *
+ * How we ended a run is decided in one place, sv_end(), for the first reason that comes;
+ * a run we did not end ended by itself. sv_finish() then fills sbx_result, once: the exit
+ * status or signal, and whether the command ran at all (learn_failure). */
+
+#define SV_DRAIN_MS 1000 /* reading what is left after the end, at most */
+
+enum sv_state {
+	SV_RUNNING,    /* stdin fed, output handed on, the end awaited */
+	SV_COLLECTING, /* the command exited: take what is in the pipes, then stop */
+	SV_DRAINING,   /* ended by us: the tree is killed, what is left is read and dropped */
+	SV_DONE,
+};
+
+struct supervisor {
+	struct run *r;
+	const char *rid; /* the request id log lines name, or NULL */
+	const struct sbx_callbacks *cb;
+	struct sbx_result *res;
+	struct buf chunk;
+	const char *in_data; /* stdin still to write */
+	size_t in_left;
+	int hup_fd;
+	uint64_t start, deadline; /* deadline 0: none */
+	uint64_t drain_until;	  /* once the process is reaped: stop reading then */
+	enum sv_state state;
+	enum sbx_end end; /* SBX_END_EXITED unless sv_end decided otherwise */
+};
+
 enum { PF_OUT, PF_ERR, PF_IN, PF_PID, PF_STATUS, PF_HUP, PF_N };
 
 static bool readable(int fd)
@@ -422,158 +467,260 @@ static bool read_out(struct run *r, struct buf *chunk, const struct sbx_callback
 	return true;
 }
 
-static int supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
-		     const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
+/* bwrap's status fd: the sandbox's init, then the command's exit code. */
+static void read_status(struct run *r)
 {
-	const char *in_data = opt ? opt->stdin_data : NULL;
-	size_t in_left = opt && in_data ? opt->stdin_len : 0;
-	int hup_fd = opt ? opt->hangup_fd : -1;
-	uint64_t start = mono_ms(), deadline = p->timeout_ms ? start + p->timeout_ms : 0;
-	uint64_t drain_until = 0;
-	struct buf chunk = BUF_INIT;
-	enum sbx_end end = SBX_END_EXITED;
-	bool ending = false;
+	ssize_t s = buf_read_once(&r->status, r->status_fd, 512);
 
-	if (!in_left)
-		close_fd(&r->in_fd);
-	for (;;) {
-		struct pollfd pfd[PF_N];
-		int timeout = -1, n, i;
-		uint64_t now = mono_ms();
+	if (s <= 0 && s != -EAGAIN)
+		close_fd(&r->status_fd);
+	else
+		parse_status(r);
+}
 
-		if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known))
-			break;
-		if (r->exit_known && !ending) {
-			/* bwrap has the command's exit code, so everything the command wrote is
-			 * in the pipes (a write returns only once the pipe holds it): take what
-			 * is there and stop. Waiting for EOF would wait for the sandbox's
-			 * processes to exit, a millisecond or more; whatever the command left
-			 * running is killed, and the sandbox ends with the command, as bwrap's
-			 * own pid 1 does. */
-			uint64_t until = now + 1000;
+/* End the run now, for reason end, unless it is ending already: the first reason is the
+ * one. The tree is killed (in COLLECTING it was already); what it wrote meanwhile is read
+ * and dropped. */
+static void sv_end(struct supervisor *s, enum sbx_end end)
+{
+	if (s->state != SV_RUNNING && s->state != SV_COLLECTING)
+		return;
+	if (s->state == SV_RUNNING)
+		kill_tree(s->r);
+	s->end = end;
+	s->state = SV_DRAINING;
+}
 
-			/* Killed first, so that a child left writing cannot keep the pipe full for
-			 * ever; what is in the pipes stays there to be read. */
-			kill_tree(r);
-			while (r->err_fd >= 0 && readable(r->err_fd) && mono_ms() < until)
-				read_err(r, &chunk, res);
-			while (r->out_fd >= 0 && readable(r->out_fd) && !ending &&
-			       mono_ms() < until)
-				ending = read_out(r, &chunk, cb, res, &end);
-			close_fd(&r->err_fd);
-			close_fd(&r->out_fd);
-			break;
-		}
-		if (r->reaped && !drain_until) {
-			/* The command is gone but something it started still holds a pipe
-			 * (only possible without bwrap's pid namespace): kill the group and
-			 * drain briefly. */
-			kill(-r->pid, SIGKILL);
-			drain_until = now + 1000;
-		}
-		if (drain_until && now >= drain_until)
-			break;
-		if (!ending && deadline && now >= deadline) {
-			end = SBX_END_TIMEOUT;
-			ending = true;
-			kill_tree(r);
-		}
-		for (i = 0; i < PF_N; i++) {
-			pfd[i].fd = -1;
-			pfd[i].events = 0;
-			pfd[i].revents = 0;
-		}
-		pfd[PF_OUT].fd = r->out_fd;
-		pfd[PF_OUT].events = POLLIN;
-		pfd[PF_ERR].fd = r->err_fd;
-		pfd[PF_ERR].events = POLLIN;
-		pfd[PF_IN].fd = r->in_fd;
-		pfd[PF_IN].events = POLLOUT;
-		pfd[PF_PID].fd = r->reaped ? -1 : r->pidfd;
-		pfd[PF_PID].events = POLLIN;
-		pfd[PF_STATUS].fd = r->status_fd;
-		pfd[PF_STATUS].events = POLLIN;
-		pfd[PF_HUP].fd = ending ? -1 : hup_fd;
-		pfd[PF_HUP].events = POLLRDHUP;
-		if (deadline && !ending)
-			timeout = (int)(deadline - now);
-		if (drain_until)
-			timeout = (int)(drain_until - now);
-		n = poll(pfd, PF_N, timeout);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			log_err(NULL, "sandbox: poll");
-			end = SBX_END_ABORTED;
-			kill_tree(r);
-			reap(r);
-			break;
-		}
-		if (pfd[PF_HUP].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-			end = SBX_END_ABORTED;
-			ending = true;
-			kill_tree(r);
-		}
-		if (pfd[PF_IN].revents & (POLLOUT | POLLERR | POLLHUP)) {
-			ssize_t w = write(r->in_fd, in_data, in_left);
+/* Read once from stdout; while the run is on, the caller gets it and may end the run. */
+static void sv_read_out(struct supervisor *s)
+{
+	bool deliver = s->state == SV_RUNNING || s->state == SV_COLLECTING;
+	enum sbx_end end;
 
-			if (w > 0) {
-				in_data += w;
-				in_left -= (size_t)w;
-			}
-			/* EPIPE: the command does not read its stdin; that is its business. */
-			if (!in_left || (w < 0 && errno != EAGAIN && errno != EINTR))
-				close_fd(&r->in_fd);
-		}
-		if (pfd[PF_STATUS].revents) {
-			ssize_t s = buf_read_once(&r->status, r->status_fd, 512);
+	if (read_out(s->r, &s->chunk, deliver ? s->cb : NULL, s->res, &end))
+		sv_end(s, end);
+}
 
-			if (s <= 0 && s != -EAGAIN)
-				close_fd(&r->status_fd);
-			else
-				parse_status(r);
-		}
-		if (pfd[PF_ERR].revents)
-			read_err(r, &chunk, res);
-		if (pfd[PF_OUT].revents && read_out(r, &chunk, ending ? NULL : cb, res, &end)) {
-			ending = true;
-			kill_tree(r);
-		}
-		if (pfd[PF_PID].revents)
-			reap(r);
+static void sv_feed_stdin(struct supervisor *s)
+{
+	struct run *r = s->r;
+	ssize_t w = write(r->in_fd, s->in_data, s->in_left);
+
+	if (w > 0) {
+		s->in_data += w;
+		s->in_left -= (size_t)w;
 	}
-	/* Anything the command left running is killed; nothing more is read. bwrap itself
-	 * is reaped now unless it has told us the exit code (then in instance_release). */
+	/* EPIPE: the command does not read its stdin; that is its business. */
+	if (!s->in_left || (w < 0 && errno != EAGAIN && errno != EINTR))
+		close_fd(&r->in_fd);
+}
+
+/* bwrap has the command's exit code, so everything the command wrote is in the pipes (a
+ * write returns only once the pipe holds it): take what is there and stop. Waiting for EOF
+ * would wait for the sandbox's processes to exit, a millisecond or more; whatever the
+ * command left running is killed, and the sandbox ends with the command, as bwrap's own
+ * pid 1 does. */
+static void sv_collect(struct supervisor *s)
+{
+	struct run *r = s->r;
+	uint64_t until = mono_ms() + SV_DRAIN_MS;
+
+	/* Killed first, so that a child left writing cannot keep the pipe full for ever; what
+	 * is in the pipes stays there to be read. */
 	kill_tree(r);
-	if (!(end == SBX_END_EXITED && r->exit_known))
+	while (r->err_fd >= 0 && readable(r->err_fd) && mono_ms() < until)
+		read_err(r, &s->chunk, s->res);
+	while (s->state == SV_COLLECTING && r->out_fd >= 0 && readable(r->out_fd) &&
+	       mono_ms() < until)
+		sv_read_out(s);
+	close_fd(&r->err_fd);
+	close_fd(&r->out_fd);
+	s->state = SV_DONE;
+}
+
+/* The transitions that need no poll: the run is over, the command's exit is known, the
+ * reaped process's pipes have had their time, or the deadline has passed. */
+static void sv_check(struct supervisor *s, uint64_t now)
+{
+	struct run *r = s->r;
+
+	if (r->out_fd < 0 && r->err_fd < 0 && (r->reaped || r->exit_known)) {
+		s->state = SV_DONE;
+		return;
+	}
+	if (r->exit_known && s->state == SV_RUNNING) {
+		s->state = SV_COLLECTING;
+		return;
+	}
+	if (r->reaped && !s->drain_until) {
+		/* The command is gone but something it started still holds a pipe (only
+		 * possible without bwrap's pid namespace): kill the group and drain briefly. */
+		kill(-r->pid, SIGKILL);
+		s->drain_until = now + SV_DRAIN_MS;
+	}
+	if (s->drain_until && now >= s->drain_until) {
+		s->state = SV_DONE;
+		return;
+	}
+	if (s->state == SV_RUNNING && s->deadline && now >= s->deadline)
+		sv_end(s, SBX_END_TIMEOUT);
+}
+
+static int sv_timeout(const struct supervisor *s, uint64_t now)
+{
+	uint64_t until = s->drain_until;
+
+	if (!until && s->state == SV_RUNNING)
+		until = s->deadline;
+	if (!until)
+		return -1;
+	/* sv_check ended the run at either time: both lie ahead. */
+	return until - now > INT_MAX ? INT_MAX : (int)(until - now);
+}
+
+static void sv_poll(struct supervisor *s, uint64_t now)
+{
+	struct run *r = s->r;
+	struct pollfd pfd[PF_N] = {
+		[PF_OUT] = { .fd = r->out_fd, .events = POLLIN },
+		[PF_ERR] = { .fd = r->err_fd, .events = POLLIN },
+		[PF_IN] = { .fd = r->in_fd, .events = POLLOUT },
+		[PF_PID] = { .fd = r->reaped ? -1 : r->pidfd, .events = POLLIN },
+		[PF_STATUS] = { .fd = r->status_fd, .events = POLLIN },
+		/* Ended already: the client's going away changes nothing. */
+		[PF_HUP] = { .fd = s->state == SV_RUNNING ? s->hup_fd : -1, .events = POLLRDHUP },
+	};
+
+	if (poll(pfd, PF_N, sv_timeout(s, now)) < 0) {
+		if (errno == EINTR)
+			return;
+		log_err(s->rid, "sandbox: poll");
+		sv_end(s, SBX_END_ABORTED);
 		reap(r);
-	buf_release(&chunk);
-	res->end = end;
-	if (end == SBX_END_EXITED && r->exit_known) {
+		s->state = SV_DONE;
+		return;
+	}
+	if (pfd[PF_HUP].revents & (POLLRDHUP | POLLHUP | POLLERR))
+		sv_end(s, SBX_END_ABORTED);
+	if (pfd[PF_IN].revents & (POLLOUT | POLLERR | POLLHUP))
+		sv_feed_stdin(s);
+	if (pfd[PF_STATUS].revents)
+		read_status(r);
+	if (pfd[PF_ERR].revents)
+		read_err(r, &s->chunk, s->res);
+	if (pfd[PF_OUT].revents)
+		sv_read_out(s);
+	if (pfd[PF_PID].revents)
+		reap(r);
+}
+
+/* What olp-sandbox-exec's report names each step (stub.h), and what its failure means. */
+static const struct {
+	const char *name;
+	enum sbx_failure failure;
+} stub_stages[SBX_STUB_STAGES] = {
+	[SBX_STUB_ARGS] = { "olp-sandbox-exec arguments", SBX_FAIL_SETUP },
+	[SBX_STUB_CHOWN] = { "chown home", SBX_FAIL_IDENTITY },
+	[SBX_STUB_CAPBSET] = { "bounding set", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETGROUPS] = { "setgroups", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETGID] = { "setresgid", SBX_FAIL_IDENTITY },
+	[SBX_STUB_NPROC] = { "rlimit nproc", SBX_FAIL_IDENTITY },
+	[SBX_STUB_SETUID] = { "setresuid", SBX_FAIL_IDENTITY },
+	[SBX_STUB_CAPSET] = { "capset", SBX_FAIL_IDENTITY },
+	[SBX_STUB_VERIFY] = { "drop", SBX_FAIL_IDENTITY },
+	[SBX_STUB_EXEC] = { "execve", SBX_FAIL_EXEC },
+};
+
+/* The run ended with an exit status: did the command run at all? Two reports say, neither
+ * of them text. bwrap writes {"exit-code": N} on its status fd only when it built the
+ * sandbox and exec'd its first program, olp-sandbox-exec (its setup finished and its
+ * execvp succeeded); without it, bwrap failed. olp-sandbox-exec writes {stage, errno} on
+ * its report fd only when it could not become the command. bwrap reports the exit code
+ * after the stub's process ended, and the stub reports before it exits, so both reports
+ * are complete by now: nothing here waits. */
+static void learn_failure(struct run *r, struct sbx_result *res)
+{
+	struct sbx_stub_report rep;
+
+	/* What bwrap wrote before it exited is in the pipe, read or not. */
+	while (!r->exit_known && r->status_fd >= 0 &&
+	       buf_read_once(&r->status, r->status_fd, 512) > 0)
+		parse_status(r);
+	if (!r->exit_known) {
+		res->failure = SBX_FAIL_SETUP;
+		res->spawn_stage = "bwrap";
+		return;
+	}
+	if (r->report_fd < 0 || read(r->report_fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+		return;
+	if (rep.stage <= 0 || rep.stage >= SBX_STUB_STAGES || !stub_stages[rep.stage].name)
+		rep.stage = SBX_STUB_ARGS;
+	res->failure = stub_stages[rep.stage].failure;
+	res->spawn_stage = stub_stages[rep.stage].name;
+	res->spawn_errno = rep.err;
+}
+
+/* The run is over: fill the result, once, and tell the caller. */
+static void sv_finish(struct supervisor *s, bool bwrap)
+{
+	struct run *r = s->r;
+	struct sbx_result *res = s->res;
+	bool exit_known = s->end == SBX_END_EXITED && r->exit_known;
+
+	/* Anything the command left running is killed; nothing more is read. bwrap itself is
+	 * reaped now unless it has told us the exit code (then in instance_release). */
+	kill_tree(r);
+	if (!exit_known)
+		reap(r);
+	res->end = s->end;
+	if (exit_known) {
 		res->exit_status = r->exit_code;
-	} else if (end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
+	} else if (s->end == SBX_END_EXITED && WIFSIGNALED(r->wstatus)) {
 		res->end = SBX_END_SIGNALED;
 		res->term_signal = WTERMSIG(r->wstatus);
 	} else if (WIFEXITED(r->wstatus)) {
 		res->exit_status = WEXITSTATUS(r->wstatus);
 	}
-	res->duration_ms = mono_ms() - start;
-	/* bwrap's own failures: exit 1, its message on stderr, not a byte of output. */
-	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 1 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "bwrap: ", 7))
-		res->sandbox_failed = true;
-	/* The stub that could not take the run's uid or exec the command says so the same
-	 * way (olp-sandbox-exec.c). */
-	if (bwrap && res->end == SBX_END_EXITED && res->exit_status == 127 && !res->stdout_bytes &&
-	    !strncmp(res->stderr_tail, "olp-sandbox-exec: ", 18)) {
-		res->sandbox_failed = true;
-		res->exec_failed = !strncmp(res->stderr_tail, "olp-sandbox-exec: execve ", 25);
+	res->duration_ms = mono_ms() - s->start;
+	if (bwrap && res->end == SBX_END_EXITED)
+		learn_failure(r, res);
+	if (s->cb && s->cb->on_result)
+		s->cb->on_result(s->cb->ctx, res);
+}
+
+/* Supervise the started run r until it is over and its result known (see above). The
+ * namespace's teardown is waited for later (instance_release), off the client's path. */
+static void supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
+		      const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
+{
+	struct supervisor s = {
+		.r = r,
+		.rid = opt ? opt->request_id : NULL,
+		.cb = cb,
+		.res = res,
+		.chunk = BUF_INIT,
+		.in_data = opt ? opt->stdin_data : NULL,
+		.hup_fd = opt ? opt->hangup_fd : -1,
+		.start = mono_ms(),
+		.state = SV_RUNNING,
+		.end = SBX_END_EXITED,
+	};
+
+	s.in_left = s.in_data ? opt->stdin_len : 0;
+	s.deadline = p->timeout_ms ? s.start + p->timeout_ms : 0;
+	if (!s.in_left)
+		close_fd(&r->in_fd);
+	while (s.state != SV_DONE) {
+		uint64_t now = mono_ms();
+
+		sv_check(&s, now);
+		if (s.state == SV_COLLECTING)
+			sv_collect(&s);
+		else if (s.state != SV_DONE)
+			sv_poll(&s, now);
 	}
-	if (cb && cb->on_result)
-		cb->on_result(cb->ctx, res);
-	/* The namespace's teardown is waited for later (instance_release), off the
-	 * client's critical path. */
-	return 0;
+	sv_finish(&s, bwrap);
+	buf_release(&s.chunk);
 }
 
 static void run_close(struct run *r)
@@ -582,6 +729,7 @@ static void run_close(struct run *r)
 	close_fd(&r->out_fd);
 	close_fd(&r->err_fd);
 	close_fd(&r->status_fd);
+	close_fd(&r->report_fd);
 	close_fd(&r->pidfd);
 	close_fd(&r->ns_pidfd);
 	buf_release(&r->status);
@@ -623,7 +771,8 @@ static void set_rlimits(struct child_plan *plan, const struct sbx_policy *p)
 		plan->rl[i].rlim_cur = plan->rl[i].rlim_max = (rlim_t)v[i];
 }
 
-/* Pipes for one run: [0] is the child's end, [1] the parent's. */
+/* One pipe of a run: *child gets the end the child reads (child_end_is_read) or writes,
+ * *parent the other, non-blocking. Both close-on-exec; the child's dup2 clears it. */
 static int make_pipe(int child_end_is_read, int *child, int *parent)
 {
 	int p[2];
@@ -655,7 +804,7 @@ struct instance {
 #define RUN_INIT                                                                                  \
 	{                                                                                         \
 		.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1, \
-		.ns_pidfd = -1, .status = BUF_INIT,                                               \
+		.report_fd = -1, .ns_pidfd = -1, .status = BUF_INIT,                              \
 		.cg = {.dir_fd = -1,                                                              \
 		       .procs_fd = -1 }                                                           \
 	}
@@ -683,6 +832,9 @@ static int make_copy(struct instance *in, const char *host, int n)
 	struct stat st;
 	int fd, ret;
 
+	/* No scratch dir to put it in (sbx_exec_in_place). */
+	if (!in->scratch.path[0])
+		return -EINVAL;
 	c->host = realpath(host, NULL);
 	if (!c->host)
 		return -errno;
@@ -690,11 +842,11 @@ static int make_copy(struct instance *in, const char *host, int n)
 	c->path = buf_detach(&path, NULL);
 	in->ncopies++;
 	if ((ret = read_small(c->host, &b)))
-		goto out;
+		goto out_release_buf;
 	fd = open(c->path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		ret = -errno;
-		goto out;
+		goto out_release_buf;
 	}
 	ret = write_all(fd, b.data, b.len);
 	if (!ret && (fchmod(fd, 0666) < 0 || fstat(fd, &st) < 0))
@@ -702,14 +854,14 @@ static int make_copy(struct instance *in, const char *host, int n)
 	if (!ret)
 		c->ctime = st.st_ctim;
 	close(fd);
-out:
+out_release_buf:
 	buf_release(&b);
 	return ret;
 }
 
 /* The run wrote its copy: replace the host file with it, atomically (a temporary file
  * beside it, then rename), keeping its mode. Called once the run's processes are gone. */
-static void write_back(const struct copy *c)
+static void write_back(const struct copy *c, const char *rid)
 {
 	struct buf b = BUF_INIT, tmp = BUF_INIT;
 	struct stat st, hst;
@@ -737,7 +889,7 @@ static void write_back(const struct copy *c)
 		ret = -errno;
 	if (ret) {
 		unlink(tmp.data);
-		log_warnx(NULL, "sandbox: a run's changes to %s were not kept: %s", c->host,
+		log_warnx(rid, "sandbox: a run's changes to %s were not kept: %s", c->host,
 			  strerror(-ret));
 	}
 	buf_release(&tmp);
@@ -751,9 +903,7 @@ static int prepare_binds(const struct sbx_policy *p, const struct sbx_inputs *in
 	size_t nro = p->bind_ro.n / 2;
 	int ret = 0;
 
-	inst->copies = in->nbinds ? calloc(in->nbinds, sizeof(*inst->copies)) : NULL;
-	if (in->nbinds && !inst->copies)
-		return -ENOMEM;
+	inst->copies = in->nbinds ? xcalloc(in->nbinds, sizeof(*inst->copies)) : NULL;
 	for (size_t k = 0; !ret && k < in->nbinds; k++) {
 		const struct sbx_bind_plan *b = &in->binds[k];
 		const char *host = k < nro ? p->bind_ro.v[2 * k] : p->bind_rw.v[2 * (k - nro)];
@@ -806,101 +956,209 @@ static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *p
 	return 0;
 }
 
-/* Create the scratch dir, take the run's identity, make the pipes and bwrap's inputs, and
- * start argv under p (argv NULL: a warm sandbox, whose stub waits for its command). */
+/* The inputs the plan owns (bwrap's filter, passwd, /etc and bound files); not the uid
+ * slot's lock, which is the identity's, nor the pipes' ends, which are the caller's. */
+static void close_plan_inputs(struct child_plan *plan)
+{
+	close_plan_fds(plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
+	close_plan_fds(plan, SBX_FD_FILE0, SBX_FD_COUNT);
+}
+
+static void plan_init(struct child_plan *plan)
+{
+	*plan = (struct child_plan){ .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	for (size_t i = 0; i < SBX_FD_COUNT; i++)
+		plan->fds[i] = -1;
+}
+
+/* bwrap for argv under p (argv NULL: a warm sandbox, whose stub waits for its command):
+ * the bind plan and the files it opens, the filter, passwd, group and /etc copies, the
+ * command line, the uid slot. stdio, status and report are the caller's to place. */
+static int plan_bwrap(const struct sbx_policy *p, const char *const argv[], struct instance *in,
+		      struct sbx_inputs *inputs, struct child_plan *plan, struct strv *args,
+		      struct sbx_result *res)
+{
+	static char *const no_env[] = { NULL }; /* bwrap gets the command's as --setenv */
+	int ret;
+
+	inputs->sync = in->id.lock_fd >= 0;
+	ret = sbx_plan_binds(p, &inputs->binds, &inputs->nbinds) ?:
+		prepare_bwrap_inputs(p, plan, inputs, res) ?:
+		prepare_binds(p, inputs, in, plan);
+	if (ret)
+		return ret;
+	sbx_build_bwrap_argv(p, inputs, argv, args);
+	plan->path = args->v[0];
+	plan->argv = args->v;
+	plan->envp = no_env;
+	plan->fds[SBX_FD_SYNC] = inputs->sync ? in->id.lock_fd : -1;
+	plan->nfds = SBX_FD_COUNT;
+	plan->userns_fd = in->id.userns_fd;
+	return 0;
+}
+
+/* Mode off: the command itself, in the scratch home, which is its HOME at its host path. */
+static void plan_direct(const struct sbx_policy *p, const char *const argv[],
+			const struct instance *in, struct child_plan *plan, struct strv *args,
+			struct strv *envp)
+{
+	for (size_t i = 0; argv[i]; i++)
+		strv_push(args, argv[i]);
+	sbx_build_envp(p, envp);
+	(void)strv_setenv(envp, "HOME", in->scratch.home);
+	plan->path = args->v[0];
+	plan->argv = args->v;
+	plan->envp = envp->v;
+	plan->nfds = 3;
+	plan->cwd_fd = in->scratch.home_fd;
+	plan->exec_is_command = true;
+}
+
+/* What a run holds while it exists: its scratch dir, its cgroup, and with bwrap its own
+ * uid. Limits and a uid of its own were promised: without them, no run (fail closed). */
+static int take_resources(const struct sbx_policy *p, bool bwrap, struct instance *in,
+			  const char *rid, struct sbx_result *res)
+{
+	int ret = sbx_scratch_create(&in->scratch);
+
+	if (ret) {
+		res->spawn_stage = "scratch";
+		return ret;
+	}
+	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits, rid);
+	if (ret) {
+		res->spawn_stage = "cgroup";
+		return ret;
+	}
+	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid)))
+		res->spawn_stage = "identity";
+	return ret;
+}
+
+/* The child's ends of a run's pipes, by what they carry. */
+enum { END_IN, END_OUT, END_ERR, END_STATUS, END_REPORT, END_N };
+
+/* The run's pipes: ours go to r, the child's to ends (the caller closes them once the
+ * child has them). olp-sandbox passes its own stdin and stderr instead. */
+static int make_pipes(const struct sbx_run_options *opt, bool bwrap, struct run *r, int ends[END_N])
+{
+	int ret = 0;
+
+	if (!(opt && opt->pass_stdin))
+		ret = make_pipe(1, &ends[END_IN], &r->in_fd);
+	if (!ret)
+		ret = make_pipe(0, &ends[END_OUT], &r->out_fd);
+	if (!ret && !(opt && opt->pass_stderr))
+		ret = make_pipe(0, &ends[END_ERR], &r->err_fd);
+	if (!ret && bwrap)
+		ret = make_pipe(0, &ends[END_STATUS], &r->status_fd);
+	if (!ret && bwrap)
+		ret = make_pipe(0, &ends[END_REPORT], &r->report_fd);
+	return ret;
+}
+
+/* Create the scratch dir, take the run's cgroup and identity, build the plan and the
+ * pipes, and start argv under p (argv NULL: a warm sandbox, whose stub waits for its
+ * command). */
 static int start_instance(const struct sbx_policy *p, const char *const argv[],
 			  const struct sbx_run_options *opt, bool bwrap, struct instance *in,
 			  struct sbx_result *res)
 {
-	struct sbx_strv args = { 0 }, envp = { 0 };
-	struct child_plan plan = { .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	struct strv args = STRV_INIT, envp = STRV_INIT;
+	struct child_plan plan;
 	struct sbx_inputs inputs = { .scratch = &in->scratch };
-	int c_in = -1, c_out = -1, c_err = -1, c_status = -1, ret;
+	const char *rid = opt ? opt->request_id : NULL;
+	int ends[END_N] = { -1, -1, -1, -1, -1 }, ret;
 
-	for (size_t i = 0; i < SBX_FD_COUNT; i++)
-		plan.fds[i] = -1;
-	ret = sbx_scratch_create(&in->scratch);
-	if (ret) {
-		res->spawn_stage = "scratch";
-		goto out;
-	}
-	/* Limits were promised: no cgroup, no run (fail closed). */
-	ret = sbx_cgroup_create(&in->r.cg, in->scratch.name, &p->limits);
-	if (ret) {
-		res->spawn_stage = "cgroup";
-		goto out;
-	}
-	/* Nor without the run's own uid (fail closed). */
-	if (bwrap && (ret = sbx_ident_acquire(&in->id))) {
-		res->spawn_stage = "identity";
-		goto out;
-	}
-	ret = sbx_build_envp(p, &envp);
-	if (!ret && bwrap) {
-		inputs.sync = in->id.lock_fd >= 0;
-		ret = sbx_plan_binds(p, &inputs.binds, &inputs.nbinds) ?:
-			prepare_bwrap_inputs(p, &plan, &inputs, res) ?:
-			prepare_binds(p, &inputs, in, &plan);
-		if (!ret)
-			ret = sbx_build_bwrap_argv(p, &inputs, argv, &args);
-	} else if (!ret) {
-		for (size_t i = 0; !ret && argv[i]; i++)
-			ret = sbx_strv_push(&args, argv[i]);
-		/* Mode off: HOME is the scratch dir itself, at its host path. */
-		if (!ret)
-			ret = sbx_strv_setenv(&envp, "HOME", in->scratch.home);
+	plan_init(&plan);
+	ret = take_resources(p, bwrap, in, rid, res);
+	if (ret)
+		goto out_close_fds;
+	if (bwrap) {
+		ret = plan_bwrap(p, argv, in, &inputs, &plan, &args, res);
+	} else {
+		plan_direct(p, argv, in, &plan, &args, &envp);
 	}
 	if (ret) {
 		if (!res->spawn_stage)
 			res->spawn_stage = "argv";
-		goto out;
+		goto out_close_fds;
 	}
-	if ((!(opt && opt->pass_stdin) && (ret = make_pipe(1, &c_in, &in->r.in_fd))) ||
-	    (ret = make_pipe(0, &c_out, &in->r.out_fd)) ||
-	    (!(opt && opt->pass_stderr) && (ret = make_pipe(0, &c_err, &in->r.err_fd))) ||
-	    (bwrap && (ret = make_pipe(0, &c_status, &in->r.status_fd)))) {
+	ret = make_pipes(opt, bwrap, &in->r, ends);
+	if (ret) {
 		res->spawn_stage = "pipe";
-		goto out;
+		goto out_close_fds;
 	}
-	plan.path = args.v[0];
-	plan.argv = args.v;
-	plan.envp = bwrap ? (char *[]){ NULL } : envp.v;
-	plan.fds[0] = opt && opt->pass_stdin ? STDIN_FILENO : c_in;
-	plan.fds[1] = c_out;
-	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : c_err;
-	plan.fds[SBX_FD_STATUS] = c_status;
-	plan.fds[SBX_FD_SYNC] = inputs.sync ? in->id.lock_fd : -1;
-	plan.nfds = bwrap ? SBX_FD_COUNT : 3;
-	set_rlimits(&plan, p);
-	plan.cwd_fd = bwrap ? -1 : in->scratch.home_fd;
+	plan.fds[0] = opt && opt->pass_stdin ? STDIN_FILENO : ends[END_IN];
+	plan.fds[1] = ends[END_OUT];
+	plan.fds[2] = opt && opt->pass_stderr ? STDERR_FILENO : ends[END_ERR];
+	plan.fds[SBX_FD_STATUS] = ends[END_STATUS];
+	plan.fds[SBX_FD_REPORT] = ends[END_REPORT];
 	plan.cgroup_fd = in->r.cg.procs_fd;
-	plan.userns_fd = in->id.userns_fd;
+	set_rlimits(&plan, p);
 	ret = start_child(&plan, &in->r, res);
-out:
-	close_fd(&c_in);
-	close_fd(&c_out);
-	close_fd(&c_err);
-	close_fd(&c_status);
-	close_plan_fds(&plan, SBX_FD_SECCOMP, SBX_FD_SYNC);
-	close_plan_fds(&plan, SBX_FD_FILE0, SBX_FD_COUNT);
+out_close_fds:
+	for (size_t i = 0; i < END_N; i++)
+		close_fd(&ends[i]);
+	close_plan_inputs(&plan);
 	free(inputs.binds);
-	sbx_strv_clear(&args);
-	sbx_strv_clear(&envp);
+	strv_release(&args);
+	strv_release(&envp);
+	return ret;
+}
+
+int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
+{
+	struct instance in = INSTANCE_INIT;
+	struct sbx_inputs inputs = { .scratch = &in.scratch };
+	struct child_plan plan;
+	struct strv args = STRV_INIT;
+	struct sbx_result res = { 0 };
+	int null = -1, ret;
+
+	if (!argv || !argv[0] || argv[0][0] != '/' || !sbx_g.runtime_dir)
+		return -EINVAL;
+	plan_init(&plan);
+	/* No scratch dir: the name only labels the stub's command line. */
+	snprintf(in.scratch.name, sizeof(in.scratch.name), "in-place-%ld", (long)getpid());
+	ret = sbx_ident_acquire(&in.id, NULL);
+	if (!ret)
+		ret = plan_bwrap(p, argv, &in, &inputs, &plan, &args, &res);
+	if (!ret && (null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
+		ret = -errno;
+	if (ret)
+		goto out_release_plan;
+	/* Our own stdio; bwrap's status and the stub's report go nowhere, as does the
+	 * report of a failed step below (the process then exits 127). */
+	plan.fds[0] = STDIN_FILENO;
+	plan.fds[1] = STDOUT_FILENO;
+	plan.fds[2] = STDERR_FILENO;
+	plan.fds[SBX_FD_STATUS] = null;
+	plan.fds[SBX_FD_REPORT] = null;
+	plan.report_fd = null;
+	plan.parent = getppid();
+	set_rlimits(&plan, p);
+	child_exec(&plan);
+out_release_plan:
+	close_plan_inputs(&plan);
+	free(inputs.binds);
+	strv_release(&args);
+	sbx_ident_release(&in.id);
 	return ret;
 }
 
 /* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
  * to its writable credentials, release its uid and remove its dir. */
-static void instance_release(struct instance *in)
+static void instance_release(struct instance *in, const char *rid)
 {
 	kill_tree(&in->r);
 	reap(&in->r);
 	wait_ns_gone(&in->r);
-	sbx_cgroup_remove(&in->r.cg);
+	sbx_cgroup_remove(&in->r.cg, rid);
 	run_close(&in->r);
 	for (size_t i = 0; i < in->ncopies; i++) {
 		if (in->copies[i].path)
-			write_back(&in->copies[i]);
+			write_back(&in->copies[i], rid);
 		free(in->copies[i].host);
 		free(in->copies[i].path);
 	}
@@ -908,7 +1166,7 @@ static void instance_release(struct instance *in)
 	in->copies = NULL;
 	in->ncopies = 0;
 	sbx_ident_release(&in->id);
-	sbx_scratch_remove(&in->scratch);
+	sbx_scratch_remove(&in->scratch, rid);
 }
 
 /* ---- warm sandboxes ----------------------------------------------------------------------
@@ -940,15 +1198,14 @@ static char *policy_key(const struct sbx_policy *p)
 				 .etc_mask = sbx_etc_mask(),
 				 .sync = sbx_g.ident == SBX_IDENTITY_PER_RUN };
 	size_t nro = p->bind_ro.n / 2;
-	struct sbx_strv args = { 0 };
+	struct strv args = STRV_INIT;
 	struct child_plan plan = { 0 };
 	struct buf key = BUF_INIT;
 
-	if (sbx_plan_binds(p, &in.binds, &in.nbinds) || sbx_build_bwrap_argv(p, &in, NULL, &args)) {
-		free(in.binds);
-		sbx_strv_clear(&args);
+	/* Too many files to bind: no run of it can start, warm or cold. */
+	if (sbx_plan_binds(p, &in.binds, &in.nbinds))
 		return NULL;
-	}
+	sbx_build_bwrap_argv(p, &in, NULL, &args);
 	for (size_t i = 0; i < args.n; i++) {
 		buf_adds(&key, args.v[i]);
 		buf_addch(&key, '\x1f');
@@ -972,7 +1229,7 @@ static char *policy_key(const struct sbx_policy *p)
 		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
 		 (unsigned long long)p->limits.cpu_pct);
 	free(in.binds);
-	sbx_strv_clear(&args);
+	strv_release(&args);
 	return buf_detach(&key, NULL);
 }
 
@@ -985,7 +1242,7 @@ static bool instance_alive(const struct instance *in)
 
 /* Take a live warm instance for key (the oldest: the likeliest to be ready); false when
  * there is none. */
-static bool warm_take(const char *key, struct instance *out)
+static bool warm_take(const char *key, struct instance *out, const char *rid)
 {
 	for (;;) {
 		struct instance dead;
@@ -1011,7 +1268,7 @@ static bool warm_take(const char *key, struct instance *out)
 		if (alive)
 			return true;
 		dead = *out;
-		instance_release(&dead);
+		instance_release(&dead, rid);
 	}
 }
 
@@ -1053,19 +1310,18 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 	warm.filling++;
 	pthread_mutex_unlock(&warm.lock);
 	if (evict)
-		instance_release(&old);
+		instance_release(&old, NULL);
 	if (start_instance(p, NULL, NULL, true, &in, &res) == 0) {
 		pthread_mutex_lock(&warm.lock);
 		if (warm.n < WARM_MAX && !warm.closed) {
-			warm.slot[warm.n].key = strdup(key);
-			keep = warm.slot[warm.n].key != NULL;
-			if (keep)
-				warm.slot[warm.n++].in = in;
+			warm.slot[warm.n].key = xstrdup(key);
+			warm.slot[warm.n++].in = in;
+			keep = true;
 		}
 		pthread_mutex_unlock(&warm.lock);
 	}
 	if (!keep)
-		instance_release(&in);
+		instance_release(&in, NULL);
 	pthread_mutex_lock(&warm.lock);
 	warm.filling--;
 	pthread_mutex_unlock(&warm.lock);
@@ -1106,7 +1362,7 @@ void sbx_warm_release_all(void)
 
 		free(warm.slot[warm.n].key);
 		pthread_mutex_unlock(&warm.lock);
-		instance_release(&in);
+		instance_release(&in, NULL);
 		pthread_mutex_lock(&warm.lock);
 	}
 	pthread_mutex_unlock(&warm.lock);
@@ -1122,7 +1378,7 @@ size_t sbx_warm_count(void)
 	return n;
 }
 
-/* The launch message olp-sandbox-exec reads before it becomes argv (see its header). */
+/* The launch message olp-sandbox-exec reads before it becomes argv (stub.h). */
 static void add_u32(struct buf *b, uint32_t v)
 {
 	unsigned char le[4] = { v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24 };
@@ -1137,7 +1393,7 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 
 	while (argv[argc])
 		argc++;
-	buf_add(out, "OLPX", 4);
+	buf_add(out, SBX_LAUNCH_MAGIC, 4);
 	add_u32(out, argc);
 	for (uint32_t i = 0; i < argc; i++) {
 		add_u32(out, (uint32_t)strlen(argv[i]));
@@ -1157,6 +1413,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
 	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
+	const char *rid = opt ? opt->request_id : NULL;
 	char *key = NULL;
 	int ret;
 
@@ -1164,38 +1421,53 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	if (!argv || !argv[0] || argv[0][0] != '/') {
 		res->spawn_stage = "argv";
 		ret = -EINVAL;
-		goto out;
+		goto out_release_instance;
 	}
 	if (!sbx_g.runtime_dir) {
 		res->spawn_stage = "init";
 		ret = -ENOTCONN;
-		goto out;
+		goto out_release_instance;
 	}
 	key = warmable ? policy_key(p) : NULL;
-	if (key && warm_take(key, &in)) {
+	if (key && warm_take(key, &in, rid)) {
 		/* A sandbox built ahead of time: tell its stub what to become. */
 		launch_message(argv, opt, &launch);
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
 		wopt.stdin_data = launch.data;
 		wopt.stdin_len = launch.len;
-		ret = supervise(&in.r, p, &wopt, cb, res, bwrap);
+		supervise(&in.r, p, &wopt, cb, res, bwrap);
 		buf_release(&launch);
+		ret = 0;
 	} else {
 		ret = start_instance(p, argv, opt, bwrap, &in, res);
 		if (!ret)
-			ret = supervise(&in.r, p, opt, cb, res, bwrap);
+			supervise(&in.r, p, opt, cb, res, bwrap);
 	}
-out:
+out_release_instance:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
+		if (!res->failure)
+			res->failure = SBX_FAIL_SPAWN;
 		res->spawn_errno = -ret;
 	}
 	/* The answer is out (on_result): get the next sandbox going, then clean up. */
 	if (key && !ret)
 		warm_fill(p, key);
-	instance_release(&in);
+	instance_release(&in, rid);
 	free(key);
 	return ret;
+}
+
+const char *sbx_failure_str(enum sbx_failure f)
+{
+	switch (f) {
+	case SBX_FAIL_NONE: return "none";
+	case SBX_FAIL_SPAWN: return "spawn";
+	case SBX_FAIL_SETUP: return "setup";
+	case SBX_FAIL_IDENTITY: return "identity";
+	case SBX_FAIL_EXEC: return "exec";
+	}
+	return "unknown";
 }
 
 const char *sbx_end_name(enum sbx_end e)

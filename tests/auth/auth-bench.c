@@ -62,10 +62,8 @@ static int run_size(size_t nkeys, size_t iters)
 	size_t i, c;
 	int ret = 1;
 
-	tokens = calloc(nkeys, sizeof(*tokens));
-	ns = calloc(iters, sizeof(*ns));
-	if (!tokens || !ns)
-		abort();
+	tokens = xcalloc(nkeys, sizeof(*tokens));
+	ns = xcalloc(iters, sizeof(*ns));
 	for (i = 0; i < nkeys; i++) {
 		struct auth_new_key k;
 		struct buf msg = BUF_INIT;
@@ -73,7 +71,7 @@ static int run_size(size_t nkeys, size_t iters)
 		if (auth_key_create(home, &spec, &k, &msg) != AUTH_KEY_OK) {
 			fprintf(stderr, "auth-bench: %s\n", msg.data);
 			buf_release(&msg);
-			goto out;
+			goto out_free;
 		}
 		memcpy(tokens[i], k.token, sizeof(tokens[i]));
 		auth_new_key_wipe(&k);
@@ -82,7 +80,7 @@ static int run_size(size_t nkeys, size_t iters)
 	t0 = mono_ns();
 	st = auth_store_open(home, &opt);
 	if (!st)
-		goto out;
+		goto out_free;
 	printf("%6zu  %-22s %10.2f\n", nkeys, "open (initial scan)", (mono_ns() - t0) / 1000.0);
 	for (c = CASE_STORED; c <= CASE_RESCAN; c++) {
 		/* A rescan is the rare path (keys added or removed): fewer rounds do. */
@@ -106,7 +104,7 @@ static int run_size(size_t nkeys, size_t iters)
 			if ((r == AUTH_OK) == miss) {
 				fprintf(stderr, "auth-bench: unexpected result %d\n", r);
 				auth_store_free(st);
-				goto out;
+				goto out_free;
 			}
 			auth_identity_release(&id);
 		}
@@ -114,11 +112,17 @@ static int run_size(size_t nkeys, size_t iters)
 	}
 	auth_store_free(st);
 	ret = 0;
-out:
+out_free:
 	free(tokens);
 	free(ns);
 	tu_rmhome(home);
 	return ret;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: auth-bench [-i ITERATIONS>=100] [-d TMPDIR] NKEYS...\n");
+	return 2;
 }
 
 int main(int argc, char **argv)
@@ -131,20 +135,17 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'i': iters_s = optarg; break;
 		case 'd': setenv("TMPDIR", optarg, 1); break;
-		default: goto usage;
+		default: return usage();
 		}
 	}
 	if (optind >= argc || parse_u64(iters_s, &iters) || iters < 100)
-		goto usage;
+		return usage();
 	printf("%6s  %-22s %10s %10s %10s\n", "keys", "case", "median_us", "p90_us", "p99_us");
 	for (i = optind; i < argc; i++) {
 		if (parse_u64(argv[i], &n) || !n)
-			goto usage;
+			return usage();
 		if (run_size((size_t)n, (size_t)iters))
 			return 1;
 	}
 	return 0;
-usage:
-	fprintf(stderr, "usage: auth-bench [-i ITERATIONS>=100] [-d TMPDIR] NKEYS...\n");
-	return 2;
 }

@@ -53,6 +53,14 @@ case $owner_tok in olp_*) ;; *) fail "token prefix" ;; esac
 [ "$(stat -c %a "$H/keys/$owner_id/manifest.json")" = 600 ] || fail "manifest mode"
 grep -q "$owner_tok" "$H/keys/$owner_id/manifest.json" && fail "token stored in clear"
 
+# A name or notes that are not UTF-8 are refused as such (jansson would refuse to
+# write them, which once surfaced as "Cannot allocate memory"), and nothing is stored.
+expect 1 "$KEYS" keygen --name="$(printf 'bad\377name')" --olp-home="$H"
+grep -q 'UTF-8' "$T/err" || fail "a non-UTF-8 name: $(cat "$T/err")"
+expect 1 "$KEYS" keygen --name=notes --notes="$(printf '\300\200')" --olp-home="$H"
+grep -q 'UTF-8' "$T/err" || fail "non-UTF-8 notes: $(cat "$T/err")"
+[ "$(ls "$H/keys" | wc -l)" = 1 ] || fail "a refused key left a directory"
+
 # A second owner needs --force.
 expect 1 "$KEYS" keygen --owner --olp-home "$H"
 grep -q -- '--force' "$T/err" || fail "second-owner refusal does not mention --force"

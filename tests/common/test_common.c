@@ -1,6 +1,7 @@
 /* CUnit suite for common/: the growable buffer and its invariants, reading files, JSON
  * string escaping (checked by parsing every output with jansson), parse_u64, the JSON-line
- * loggers and the small utilities. Public header only. */
+ * loggers, the small utilities, paths, the aborting allocators and the string vector.
+ * Public header only. */
 #include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,8 +197,7 @@ static void test_buf_addf(void)
 	CU_ASSERT_STRING_EQUAL(b.data, "42-x-y");
 
 	/* Longer than any initial capacity, from both an empty and a non-empty buffer. */
-	big = malloc(n + 1);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+	big = xmalloc(n + 1);
 	for (i = 0; i < n; i++)
 		big[i] = (char)('A' + i % 23);
 	big[n] = '\0';
@@ -244,9 +246,8 @@ static void test_buf_read_file(void)
 {
 	struct buf b = BUF_INIT;
 	size_t n = 200000, i;
-	char *data = malloc(n), *path;
+	char *data = xmalloc(n), *path;
 
-	CU_ASSERT_PTR_NOT_NULL_FATAL(data);
 	for (i = 0; i < n; i++)
 		data[i] = (char)(i * 7 + 3); /* includes NUL bytes */
 	path = write_tmp("big", data, n);
@@ -765,6 +766,16 @@ static void test_utils(void)
 	CU_ASSERT(mono_ms() >= t1 / 1000000u);
 
 	CU_ASSERT_EQUAL(write_all(-1, "x", 1), -EBADF);
+
+	/* More than 64 bytes is cut to 64. */
+	{
+		char big[2 * 100 + 1];
+
+		memset(big, 'Z', sizeof(big));
+		random_hex(big, 100);
+		CU_ASSERT_EQUAL(strlen(big), 128);
+		CU_ASSERT_EQUAL(big[129], 'Z');
+	}
 }
 
 /* A reader that takes everything, slowly, until EOF: what it got is checked after. */
@@ -793,13 +804,12 @@ static void *slow_read(void *arg)
 static void test_write_all_until(void)
 {
 	size_t big = 4u << 20;
-	char *data = malloc(big);
+	char *data = xmalloc(big);
 	struct slow_reader r = { .got = BUF_INIT };
 	pthread_t th;
 	uint64_t t0, ms;
 	int sv[2], pp[2];
 
-	CU_ASSERT_FATAL(data != NULL);
 	for (size_t i = 0; i < big; i++)
 		data[i] = (char)('a' + i % 26);
 
@@ -854,6 +864,207 @@ static void test_write_all_until(void)
 	free(data);
 }
 
+/* ---- paths -------------------------------------------------------------------------------- */
+
+static void test_path_join(void)
+{
+	char out[8], *p;
+
+	p = path_join("/var/lib", "olp");
+	CU_ASSERT_STRING_EQUAL(p, "/var/lib/olp");
+	free(p);
+	p = path_join("", "x");
+	CU_ASSERT_STRING_EQUAL(p, "/x");
+	free(p);
+	p = path_join("a/", "b"); /* nothing normalised */
+	CU_ASSERT_STRING_EQUAL(p, "a//b");
+	free(p);
+
+	CU_ASSERT_EQUAL(path_join_buf(out, sizeof(out), "abc", "def"), 0); /* 7 + NUL: fits */
+	CU_ASSERT_STRING_EQUAL(out, "abc/def");
+	CU_ASSERT_EQUAL(path_join_buf(out, sizeof(out), "abc", "defg"), -ENAMETOOLONG);
+	CU_ASSERT_EQUAL(path_join_buf(out, 7, "abc", "def"), -ENAMETOOLONG); /* no room for NUL */
+	memset(out, 'Z', sizeof(out));
+	CU_ASSERT_EQUAL(path_join_buf(out, 0, "a", "b"), -ENAMETOOLONG);
+	CU_ASSERT_EQUAL(out[0], 'Z'); /* n == 0: nothing written */
+}
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+/* Run fn in a child: whether it died of SIGABRT (or, under a sanitizer that intercepts the
+ * allocation first, at least did not return normally when must_abort is false). */
+static bool dies(void (*fn)(void), bool must_abort)
+{
+	int status;
+	pid_t pid = fork();
+
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		/* The child's stderr says nothing the suite needs. */
+		int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
+		fn();
+		_exit(0);
+	}
+	CU_ASSERT_FATAL(waitpid(pid, &status, 0) == pid);
+	if (must_abort)
+		return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+	return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void overflow_array(void)
+{
+	free(xreallocarray(NULL, SIZE_MAX / 2 + 1, 2));
+}
+
+static void overflow_buf(void)
+{
+	struct buf b = BUF_INIT;
+
+	buf_addch(&b, 'x');
+	buf_grow(&b, SIZE_MAX - 1);
+	buf_release(&b);
+}
+
+static void huge_malloc(void)
+{
+	free(xmalloc(SIZE_MAX));
+}
+
+static void test_alloc(void)
+{
+	char *p, *q;
+	size_t i;
+
+	/* Size 0 still gives a pointer of its own. */
+	p = xmalloc(0);
+	q = xmalloc(0);
+	CU_ASSERT_PTR_NOT_NULL(p);
+	CU_ASSERT_PTR_NOT_NULL(q);
+	CU_ASSERT_PTR_NOT_EQUAL(p, q);
+	free(p);
+	free(q);
+	p = xcalloc(0, 0);
+	CU_ASSERT_PTR_NOT_NULL(p);
+	free(p);
+
+	p = xcalloc(100, 3);
+	for (i = 0; i < 300; i++)
+		CU_ASSERT_EQUAL(p[i], 0);
+	memcpy(p, "keep", 5);
+	p = xrealloc(p, 1 << 20);
+	CU_ASSERT_STRING_EQUAL(p, "keep");
+	p = xreallocarray(p, 10, 1);
+	CU_ASSERT_STRING_EQUAL(p, "keep");
+	free(p);
+	p = xrealloc(NULL, 16);
+	free(p);
+
+	p = xstrdup("hello");
+	CU_ASSERT_STRING_EQUAL(p, "hello");
+	free(p);
+	p = xstrndup("hello", 3);
+	CU_ASSERT_STRING_EQUAL(p, "hel");
+	free(p);
+	p = xstrndup("hi", 10);
+	CU_ASSERT_STRING_EQUAL(p, "hi");
+	free(p);
+
+	/* No -ENOMEM anywhere: an impossible size aborts. */
+	CU_ASSERT(dies(overflow_array, true));
+	CU_ASSERT(dies(overflow_buf, true));
+	CU_ASSERT(dies(huge_malloc, false));
+}
+
+/* auto_free frees at the end of the scope; steal_pointer takes the pointer out of it. */
+static void test_cleanup_helpers(void)
+{
+	char *kept;
+
+	{
+		auto_free char *dropped = xstrdup("dropped"); /* a leak here shows under ASan */
+		auto_free char *moved = xstrdup("moved");
+
+		CU_ASSERT_STRING_EQUAL(dropped, "dropped");
+		kept = steal_pointer(&moved);
+		CU_ASSERT_PTR_NULL(moved);
+	}
+	CU_ASSERT_STRING_EQUAL(kept, "moved"); /* not freed: ASan would see a use after free */
+	free(kept);
+}
+
+static void test_strv(void)
+{
+	struct strv v = STRV_INIT;
+	char **arr;
+	size_t i, n;
+
+	CU_ASSERT_PTR_NULL(v.v);
+	for (i = 0; i < 100; i++)
+		strv_pushf(&v, "item-%zu", i);
+	CU_ASSERT_EQUAL(v.n, 100);
+	CU_ASSERT_STRING_EQUAL(v.v[0], "item-0");
+	CU_ASSERT_STRING_EQUAL(v.v[99], "item-99");
+	CU_ASSERT_PTR_NULL(v.v[100]);
+	CU_ASSERT_EQUAL(strv_find(&v, "item-42"), 42);
+	CU_ASSERT_EQUAL(strv_find(&v, "item-100"), -1);
+	strv_pushf(&v, "%s", "");
+	CU_ASSERT_STRING_EQUAL(v.v[100], "");
+	strv_push_take(&v, xstrdup("taken"));
+	CU_ASSERT_STRING_EQUAL(v.v[101], "taken");
+	CU_ASSERT_PTR_NULL(v.v[102]);
+	strv_release(&v);
+	CU_ASSERT_PTR_NULL(v.v);
+	CU_ASSERT_EQUAL(v.n, 0);
+
+	/* setenv replaces NAME's entry only, never a NAME prefix of another. */
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOME", "/a"), 0);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOMEDIR", "/b"), 0);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "HOME", "/c"), 0);
+	CU_ASSERT_EQUAL(v.n, 2);
+	CU_ASSERT_STRING_EQUAL(v.v[0], "HOME=/c");
+	CU_ASSERT_STRING_EQUAL(v.v[1], "HOMEDIR=/b");
+	CU_ASSERT_EQUAL(strv_setenv(&v, "", "x"), -EINVAL);
+	CU_ASSERT_EQUAL(strv_setenv(&v, "A=B", "x"), -EINVAL);
+	CU_ASSERT_EQUAL(v.n, 2);
+
+	arr = strv_detach(&v, &n);
+	CU_ASSERT_EQUAL(n, 2);
+	CU_ASSERT_STRING_EQUAL(arr[1], "HOMEDIR=/b");
+	CU_ASSERT_PTR_NULL(arr[2]);
+	CU_ASSERT_PTR_NULL(v.v);
+	for (i = 0; i < n; i++)
+		free(arr[i]);
+	free(arr);
+
+	/* An empty vector detaches as a NULL-terminated empty array, never NULL. */
+	memset(&v, 0xff, sizeof(v));
+	strv_init(&v);
+	CU_ASSERT_PTR_NULL(v.v);
+	CU_ASSERT_EQUAL(v.n, 0);
+	arr = strv_detach(&v, &n);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(arr);
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT_PTR_NULL(arr[0]);
+	free(arr);
+}
+
+static void test_utf8_valid(void)
+{
+	CU_ASSERT_TRUE(utf8_valid("", 0));
+	CU_ASSERT_TRUE(utf8_valid("plain", 5));
+	CU_ASSERT_TRUE(utf8_valid("\xc3\xa9t\xc3\xa9", 6)); /* été */
+	CU_ASSERT_TRUE(utf8_valid("\xf0\x9f\x98\x80", 4));  /* U+1F600 */
+	CU_ASSERT_FALSE(utf8_valid("\xff", 1));
+	CU_ASSERT_FALSE(utf8_valid("\xc0\x80", 2));	    /* overlong NUL */
+	CU_ASSERT_FALSE(utf8_valid("\xed\xa0\x80", 3));	    /* a surrogate */
+	CU_ASSERT_FALSE(utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+	CU_ASSERT_FALSE(utf8_valid("\xc3", 1));		    /* cut short */
+	CU_ASSERT_FALSE(utf8_valid("ok\xc3\xa9\x80", 5));   /* a stray continuation */
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -880,6 +1091,11 @@ int main(void)
 	CU_add_test(s, "parse_json_int", test_parse_json_int);
 	CU_add_test(s, "logging JSON lines", test_logging);
 	CU_add_test(s, "utilities", test_utils);
+	CU_add_test(s, "strv push, find, setenv, detach", test_strv);
+	CU_add_test(s, "utf8_valid", test_utf8_valid);
+	CU_add_test(s, "path_join and path_join_buf", test_path_join);
+	CU_add_test(s, "x* allocators, and aborting on an impossible size", test_alloc);
+	CU_add_test(s, "auto_free and steal_pointer", test_cleanup_helpers);
 	CU_add_test(s, "write_all_until: a reader that stops reading", test_write_all_until);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

@@ -20,68 +20,69 @@ static void test_route(void)
 {
 	static const struct {
 		const char *method, *uri, *path_info, *prefix;
-		enum api_route route;
-		const char *allow; /* for ROUTE_BAD_METHOD */
+		enum fcgi_route route;
+		const char *allow; /* for FCGI_ROUTE_BAD_METHOD */
 		const char *path;  /* what pathbuf holds afterwards (NULL: not checked) */
 	} cases[] = {
-		{ "POST", "/v1/chat/completions", NULL, "", ROUTE_CHAT, NULL,
+		{ "POST", "/v1/chat/completions", NULL, "", FCGI_ROUTE_CHAT, NULL,
 		  "/v1/chat/completions" },
-		{ "GET", "/v1/models", NULL, "", ROUTE_MODELS, NULL, "/v1/models" },
-		{ "GET", "/health", NULL, "", ROUTE_HEALTH, NULL, "/health" },
-		{ "GET", "/health", NULL, NULL, ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/v1/models", NULL, "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/health", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/health", NULL, NULL, FCGI_ROUTE_HEALTH, NULL, "/health" },
 		/* the query string never selects a route */
-		{ "GET", "/v1/models?x=1", NULL, "", ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", "/v1/chat/completions?stream=true&a=/health", NULL, "", ROUTE_CHAT, NULL,
-		  "/v1/chat/completions" },
-		{ "GET", "/health?", NULL, "", ROUTE_HEALTH, NULL, "/health" },
-		{ "GET", "/x?/health", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/health#frag", NULL, "", ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/v1/models?x=1", NULL, "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", "/v1/chat/completions?stream=true&a=/health", NULL, "", FCGI_ROUTE_CHAT,
+		  NULL, "/v1/chat/completions" },
+		{ "GET", "/health?", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/x?/health", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/health#frag", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
 		/* a mount prefix is stripped, with or without a trailing slash */
-		{ "GET", "/api/v1/models", NULL, "/api", ROUTE_MODELS, NULL, "/v1/models" },
-		{ "GET", "/api/v1/models", NULL, "/api/", ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", "/api/v1/chat/completions?q", NULL, "/api", ROUTE_CHAT, NULL,
+		{ "GET", "/api/v1/models", NULL, "/api", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/api/v1/models", NULL, "/api/", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", "/api/v1/chat/completions?q", NULL, "/api", FCGI_ROUTE_CHAT, NULL,
 		  "/v1/chat/completions" },
-		{ "GET", "/olp/api/health", NULL, "/olp/api", ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/olp/api/health", NULL, "/olp/api", FCGI_ROUTE_HEALTH, NULL, "/health" },
 		/* a root mount still works with a prefix configured */
-		{ "GET", "/v1/models", NULL, "/api", ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/v1/models", NULL, "/api", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
 		/* a prefix matches whole segments only */
-		{ "GET", "/api2/v1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/apiv1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api/", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api/api/v1/models", NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api2/v1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/apiv1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api/", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api/api/v1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
 		/* wrong method: 405 with the method the path takes */
-		{ "GET", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
-		{ "PUT", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
-		{ "POST", "/v1/models", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
-		{ "DELETE", "/health", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
-		{ "post", "/v1/chat/completions", NULL, "", ROUTE_BAD_METHOD, "POST", NULL },
-		{ "POST", "/api/health?x", NULL, "/api", ROUTE_BAD_METHOD, "GET", NULL },
-		{ NULL, "/health", NULL, "", ROUTE_BAD_METHOD, "GET", NULL },
+		{ "GET", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
+		{ "PUT", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
+		{ "POST", "/v1/models", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ "DELETE", "/health", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ "post", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
+		{ "POST", "/api/health?x", NULL, "/api", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ NULL, "/health", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
 		/* unknown paths */
-		{ "GET", "/x", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/V1/models", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/v1/models/extra", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/v1/modelsx", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "v1/models", NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "POST", "/v1/chat/completions/../../health", NULL, "", ROUTE_NOT_FOUND, NULL,
+		{ "GET", "/x", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/V1/models", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/v1/models/extra", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/v1/modelsx", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "v1/models", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "POST", "/v1/chat/completions/../../health", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL,
 		  NULL },
 		/* REQUEST_URI missing: PATH_INFO is used */
-		{ "GET", NULL, "/v1/models", "", ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", NULL, "/v1/chat/completions", "/api", ROUTE_CHAT, NULL, NULL },
-		{ "GET", NULL, "/nope", "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", NULL, NULL, "", ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", NULL, NULL, "/api", ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, "/v1/models", "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "POST", NULL, "/v1/chat/completions", "/api", FCGI_ROUTE_CHAT, NULL, NULL },
+		{ "GET", NULL, "/nope", "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
 	};
 	struct buf path = BUF_INIT;
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(cases); i++) {
 		const char *allow = NULL;
-		enum api_route r = api_route(cases[i].method, cases[i].uri, cases[i].path_info,
-					     cases[i].prefix, &path, &allow);
+		enum fcgi_route r =
+			fcgi_route_match(cases[i].method, cases[i].uri, cases[i].path_info,
+					 cases[i].prefix, &path, &allow);
 
 		CU_ASSERT_EQUAL(r, cases[i].route);
 		if (r != cases[i].route)
@@ -89,7 +90,7 @@ static void test_route(void)
 				cases[i].method ? cases[i].method : "(null)",
 				cases[i].uri ? cases[i].uri : "(null)",
 				cases[i].prefix ? cases[i].prefix : "(null)", r, cases[i].route);
-		if (cases[i].route == ROUTE_BAD_METHOD) {
+		if (cases[i].route == FCGI_ROUTE_BAD_METHOD) {
 			CU_ASSERT_PTR_NOT_NULL(allow);
 			if (allow)
 				CU_ASSERT_STRING_EQUAL(allow, cases[i].allow);
@@ -101,7 +102,7 @@ static void test_route(void)
 	buf_release(&path);
 }
 
-/* ---- api_parse_chat ----------------------------------------------------------------------- */
+/* ---- fcgi_chat_parse ----------------------------------------------------------------------- */
 
 #define MSG "[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define BODY(extra) "{\"model\":\"m\",\"messages\":" MSG extra "}"
@@ -248,17 +249,17 @@ static void test_parse_failures(void)
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(cases); i++) {
-		struct chat_request req;
-		struct api_error err;
+		struct fcgi_chat_request req;
+		struct fcgi_error err;
 		int ret;
 
 		memset(&err, 0, sizeof(err));
 		memset(&req, 0x5a, sizeof(req));
-		ret = api_parse_chat(cases[i].body, strlen(cases[i].body), &req, &err);
+		ret = fcgi_chat_parse(cases[i].body, strlen(cases[i].body), &req, &err);
 		CU_ASSERT_EQUAL(ret, -1);
 		if (ret != -1) {
 			fprintf(stderr, "accepted: %s\n", cases[i].body);
-			chat_request_release(&req);
+			fcgi_chat_release(&req);
 			continue;
 		}
 		CU_ASSERT_EQUAL(err.status, 400);
@@ -274,7 +275,7 @@ static void test_parse_failures(void)
 			CU_ASSERT_PTR_NOT_NULL(strstr(err.message, cases[i].param));
 		/* Nothing is left owned after a failure. */
 		CU_ASSERT_PTR_NULL(req.root);
-		chat_request_release(&req); /* and releasing again is harmless */
+		fcgi_chat_release(&req); /* and releasing again is harmless */
 	}
 }
 
@@ -315,9 +316,9 @@ static void test_parse_valid(void)
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(bodies); i++) {
-		struct chat_request req;
-		struct api_error err = { 0 };
-		int ret = api_parse_chat(bodies[i], strlen(bodies[i]), &req, &err);
+		struct fcgi_chat_request req;
+		struct fcgi_error err = { 0 };
+		int ret = fcgi_chat_parse(bodies[i], strlen(bodies[i]), &req, &err);
 
 		CU_ASSERT_EQUAL(ret, 0);
 		if (ret) {
@@ -331,7 +332,7 @@ static void test_parse_valid(void)
 		CU_ASSERT_FALSE(req.stream);
 		CU_ASSERT_FALSE(req.include_usage);
 		CU_ASSERT_EQUAL(req.max_tokens, 0);
-		chat_request_release(&req);
+		fcgi_chat_release(&req);
 		CU_ASSERT_PTR_NULL(req.root);
 	}
 }
@@ -343,10 +344,10 @@ static void test_parse_fields(void)
 		","
 		"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}],"
 		"\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_tokens\":256}";
-	struct chat_request req;
-	struct api_error err = { 0 };
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
 
-	CU_ASSERT_EQUAL_FATAL(api_parse_chat(body, strlen(body), &req, &err), 0);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(body, strlen(body), &req, &err), 0);
 	CU_ASSERT_STRING_EQUAL(req.model, "claude-sonnet");
 	CU_ASSERT_EQUAL(json_array_size(req.messages), 2);
 	CU_ASSERT_STRING_EQUAL(
@@ -355,39 +356,39 @@ static void test_parse_fields(void)
 	CU_ASSERT_TRUE(req.stream);
 	CU_ASSERT_TRUE(req.include_usage);
 	CU_ASSERT_EQUAL(req.max_tokens, 256);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 
 	/* include_usage false / stream without options */
-	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"stream\":true,\"stream_options\":"
-						  "{\"include_usage\":false}"),
-					     strlen(BODY(",\"stream\":true,\"stream_options\":"
-							 "{\"include_usage\":false}")),
-					     &req, &err),
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(",\"stream\":true,\"stream_options\":"
+						   "{\"include_usage\":false}"),
+					      strlen(BODY(",\"stream\":true,\"stream_options\":"
+							  "{\"include_usage\":false}")),
+					      &req, &err),
 			      0);
 	CU_ASSERT_TRUE(req.stream);
 	CU_ASSERT_FALSE(req.include_usage);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 
-	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_completion_tokens\":32"),
-					     strlen(BODY(",\"max_completion_tokens\":32")), &req,
-					     &err),
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(",\"max_completion_tokens\":32"),
+					      strlen(BODY(",\"max_completion_tokens\":32")), &req,
+					      &err),
 			      0);
 	CU_ASSERT_EQUAL(req.max_tokens, 32);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 
-	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_tokens\":9223372036854775807"),
-					     strlen(BODY(",\"max_tokens\":9223372036854775807")),
-					     &req, &err),
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(",\"max_tokens\":9223372036854775807"),
+					      strlen(BODY(",\"max_tokens\":9223372036854775807")),
+					      &req, &err),
 			      0);
 	CU_ASSERT_EQUAL(req.max_tokens, INT64_MAX);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 
 	/* JSON has one number type: 256.0 and 2.56e2 are the integer 256. */
-	CU_ASSERT_EQUAL_FATAL(api_parse_chat(BODY(",\"max_tokens\":2.56e2"),
-					     strlen(BODY(",\"max_tokens\":2.56e2")), &req, &err),
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(",\"max_tokens\":2.56e2"),
+					      strlen(BODY(",\"max_tokens\":2.56e2")), &req, &err),
 			      0);
 	CU_ASSERT_EQUAL(req.max_tokens, 256);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 }
 
 /* ---- response headers ------------------------------------------------------------------ */
@@ -411,11 +412,11 @@ static void test_headers(void)
 	struct buf h = BUF_INIT;
 	size_t i;
 
-	CU_ASSERT_EQUAL(api_header_add(&h, "X-OLP-Model-Used", "gpt-4o:ft/x@1"), 0);
-	CU_ASSERT_EQUAL(api_header_add(&h, "Status", "200 OK"), 0);
-	CU_ASSERT_EQUAL(api_header_add(&h, "X-Tab", "a\tb ~!"), 0);
-	CU_ASSERT_EQUAL(api_header_add(&h, "X-Empty", ""), 0);
-	CU_ASSERT_EQUAL(api_header_addf(&h, "X-OLP-Latency-Ms", "%d", 42), 0);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, "X-OLP-Model-Used", "gpt-4o:ft/x@1"), 0);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, "Status", "200 OK"), 0);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, "X-Tab", "a\tb ~!"), 0);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, "X-Empty", ""), 0);
+	CU_ASSERT_EQUAL(fcgi_header_addf(&h, "X-OLP-Latency-Ms", "%d", 42), 0);
 	CU_ASSERT_STRING_EQUAL(h.data, "X-OLP-Model-Used: gpt-4o:ft/x@1\r\nStatus: 200 OK\r\n"
 				       "X-Tab: a\tb ~!\r\nX-Empty: \r\nX-OLP-Latency-Ms: 42\r\n");
 
@@ -423,20 +424,20 @@ static void test_headers(void)
 	for (i = 0; i < ARRAY_SIZE(bad_values); i++) {
 		buf_reset(&h);
 		buf_adds(&h, "A: b\r\n");
-		CU_ASSERT_EQUAL(api_header_add(&h, "X-OLP-Model-Used", bad_values[i]), -EINVAL);
-		CU_ASSERT_EQUAL(api_header_addf(&h, "X-OLP-Model-Used", "m-%s", bad_values[i]),
+		CU_ASSERT_EQUAL(fcgi_header_add(&h, "X-OLP-Model-Used", bad_values[i]), -EINVAL);
+		CU_ASSERT_EQUAL(fcgi_header_addf(&h, "X-OLP-Model-Used", "m-%s", bad_values[i]),
 				-EINVAL);
 		CU_ASSERT_STRING_EQUAL(h.data, "A: b\r\n");
 	}
 	for (i = 0; i < ARRAY_SIZE(bad_names); i++) {
 		buf_reset(&h);
-		CU_ASSERT_EQUAL(api_header_add(&h, bad_names[i], "v"), -EINVAL);
+		CU_ASSERT_EQUAL(fcgi_header_add(&h, bad_names[i], "v"), -EINVAL);
 		CU_ASSERT_EQUAL(h.len, 0);
 	}
 	/* A NUL inside a formatted value would hide what follows it from the check. */
-	CU_ASSERT_EQUAL(api_header_addf(&h, "X", "a%cb", 0), -EINVAL);
-	CU_ASSERT_EQUAL(api_header_add(&h, NULL, "v"), -EINVAL);
-	CU_ASSERT_EQUAL(api_header_add(&h, "X", NULL), -EINVAL);
+	CU_ASSERT_EQUAL(fcgi_header_addf(&h, "X", "a%cb", 0), -EINVAL);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, NULL, "v"), -EINVAL);
+	CU_ASSERT_EQUAL(fcgi_header_add(&h, "X", NULL), -EINVAL);
 	CU_ASSERT_EQUAL(h.len, 0);
 	buf_release(&h);
 }
@@ -446,25 +447,25 @@ static void test_headers(void)
 static void test_parse_len(void)
 {
 	static const char body[] = BODY("") "garbage that is not JSON";
-	struct chat_request req;
-	struct api_error err = { 0 };
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
 	char *copy;
 	size_t n = strlen(BODY(""));
 
-	CU_ASSERT_EQUAL(api_parse_chat(body, n, &req, &err), 0);
-	chat_request_release(&req);
-	CU_ASSERT_EQUAL(api_parse_chat(body, n - 1, &req, &err), -1);
+	CU_ASSERT_EQUAL(fcgi_chat_parse(body, n, &req, &err), 0);
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL(fcgi_chat_parse(body, n - 1, &req, &err), -1);
 	CU_ASSERT_EQUAL(err.status, 400);
 
 	/* An exact-size heap copy, no terminating NUL (ASan sees any over-read). */
 	copy = malloc(n);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(copy);
 	memcpy(copy, BODY(""), n);
-	CU_ASSERT_EQUAL(api_parse_chat(copy, n, &req, &err), 0);
-	chat_request_release(&req);
+	CU_ASSERT_EQUAL(fcgi_chat_parse(copy, n, &req, &err), 0);
+	fcgi_chat_release(&req);
 	free(copy);
 
-	CU_ASSERT_EQUAL(api_parse_chat(NULL, 0, &req, &err), -1);
+	CU_ASSERT_EQUAL(fcgi_chat_parse(NULL, 0, &req, &err), -1);
 	CU_ASSERT_EQUAL(err.status, 400);
 	CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
 }
@@ -488,15 +489,15 @@ static const char *sget(const json_t *o, const char *path)
 
 static void test_error_json(void)
 {
-	struct api_error e;
+	struct fcgi_error e;
 	struct buf out = BUF_INIT;
 	json_t *v, *eo;
 	char longmsg[700];
 	size_t i;
 
-	api_error_set(&e, 404, "not_found", NULL, NULL, "Route %s %s not found", "GET", "/x");
+	fcgi_error_set(&e, 404, "not_found", NULL, NULL, "Route %s %s not found", "GET", "/x");
 	CU_ASSERT_EQUAL(e.status, 404);
-	api_error_json(&e, &out);
+	fcgi_error_json(&e, &out);
 	v = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
 	CU_ASSERT_EQUAL(json_object_size(v), 1);
@@ -509,9 +510,9 @@ static void test_error_json(void)
 	json_decref(v);
 
 	buf_reset(&out);
-	api_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
-		      "The model \"%s\" does not exist\n\tor you lack access \xff", "x\\y");
-	api_error_json(&e, &out);
+	fcgi_error_set(&e, 404, "invalid_request_error", "model_not_found", "model",
+		       "The model \"%s\" does not exist\n\tor you lack access \xff", "x\\y");
+	fcgi_error_json(&e, &out);
 	v = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
 	eo = json_object_get(v, "error");
@@ -529,20 +530,21 @@ static void test_error_json(void)
 		memcpy(longmsg + i, "\xc3\xa9", 2);
 	longmsg[i] = '\0';
 	buf_reset(&out);
-	api_error_set(&e, 400, "invalid_request_error", NULL, "messages[0].content", "%s", longmsg);
-	api_error_json(&e, &out);
+	fcgi_error_set(&e, 400, "invalid_request_error", NULL, "messages[0].content", "%s",
+		       longmsg);
+	fcgi_error_json(&e, &out);
 	v = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL(v);
 	CU_ASSERT(strlen(e.message) < sizeof(e.message));
 	json_decref(v);
 
-	/* What api_parse_chat fills encodes the same way. */
+	/* What fcgi_chat_parse fills encodes the same way. */
 	{
-		struct chat_request req;
+		struct fcgi_chat_request req;
 
 		buf_reset(&out);
-		CU_ASSERT_EQUAL(api_parse_chat("{\"model\":1}", 11, &req, &e), -1);
-		api_error_json(&e, &out);
+		CU_ASSERT_EQUAL(fcgi_chat_parse("{\"model\":1}", 11, &req, &e), -1);
+		fcgi_error_json(&e, &out);
 		v = load(out.data, out.len);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(v);
 		eo = json_object_get(v, "error");
@@ -552,8 +554,8 @@ static void test_error_json(void)
 		json_decref(v);
 
 		buf_reset(&out);
-		CU_ASSERT_EQUAL(api_parse_chat("{", 1, &req, &e), -1);
-		api_error_json(&e, &out);
+		CU_ASSERT_EQUAL(fcgi_chat_parse("{", 1, &req, &e), -1);
+		fcgi_error_json(&e, &out);
 		v = load(out.data, out.len);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(v);
 		CU_ASSERT(json_is_null(json_object_get(json_object_get(v, "error"), "param")));
@@ -572,20 +574,20 @@ static void test_status_text(void)
 
 	for (i = 0; i < ARRAY_SIZE(codes); i++) {
 		snprintf(want, sizeof(want), "%d ", codes[i]);
-		CU_ASSERT_EQUAL(strncmp(api_status_text(codes[i]), want, 4), 0);
-		CU_ASSERT(strlen(api_status_text(codes[i])) > 4);
+		CU_ASSERT_EQUAL(strncmp(fcgi_status_text(codes[i]), want, 4), 0);
+		CU_ASSERT(strlen(fcgi_status_text(codes[i])) > 4);
 	}
-	CU_ASSERT_STRING_EQUAL(api_status_text(405), "405 Method Not Allowed");
+	CU_ASSERT_STRING_EQUAL(fcgi_status_text(405), "405 Method Not Allowed");
 }
 
 static void test_meta(void)
 {
-	struct completion_meta a, b;
+	struct fcgi_completion a, b;
 	time_t now = time(NULL);
 	size_t i;
 
-	completion_meta_init(&a, "model-a");
-	completion_meta_init(&b, "model-a");
+	fcgi_completion_init(&a, "model-a");
+	fcgi_completion_init(&b, "model-a");
 	CU_ASSERT_EQUAL(strncmp(a.id, "chatcmpl-", 9), 0);
 	CU_ASSERT(strlen(a.id) > 9 + 8);
 	CU_ASSERT(strlen(a.id) < sizeof(a.id));
@@ -621,7 +623,7 @@ static int split_sse(const struct buf *b, char **events, int max)
 	return n;
 }
 
-static void check_chunk_head(const json_t *c, const struct completion_meta *m)
+static void check_chunk_head(const json_t *c, const struct fcgi_completion *m)
 {
 	CU_ASSERT_STRING_EQUAL(sget(c, "id"), m->id);
 	CU_ASSERT_STRING_EQUAL(sget(c, "object"), "chat.completion.chunk");
@@ -632,20 +634,20 @@ static void check_chunk_head(const json_t *c, const struct completion_meta *m)
 
 static void test_sse_chunks(void)
 {
-	struct completion_meta m;
+	struct fcgi_completion m;
 	struct buf out = BUF_INIT;
 	char *ev[8] = { 0 };
 	json_t *c, *ch, *d;
 	int n, i;
 	static const char text[] = "line one\nline \"two\"\r\n\t\\ \xe2\x82\xac\x01";
 
-	completion_meta_init(&m, "echo \"model\"");
-	api_sse_chunk(&out, &m, "assistant", "", 0, NULL); /* role only, empty content */
-	api_sse_chunk(&out, &m, NULL, text, sizeof(text) - 1, NULL);
-	api_sse_chunk(&out, &m, NULL, "abcdef", 3, NULL); /* len, not strlen */
-	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");	  /* final chunk */
-	api_sse_chunk(&out, &m, "assistant", "x", 1, "length");
-	api_sse_done(&out);
+	fcgi_completion_init(&m, "echo \"model\"");
+	fcgi_sse_chunk(&out, &m, "assistant", "", 0, NULL); /* role only, empty content */
+	fcgi_sse_chunk(&out, &m, NULL, text, sizeof(text) - 1, NULL);
+	fcgi_sse_chunk(&out, &m, NULL, "abcdef", 3, NULL); /* len, not strlen */
+	fcgi_sse_chunk(&out, &m, NULL, NULL, 0, "stop");   /* final chunk */
+	fcgi_sse_chunk(&out, &m, "assistant", "x", 1, "length");
+	fcgi_sse_done(&out);
 	n = split_sse(&out, ev, 8);
 	CU_ASSERT_EQUAL_FATAL(n, 6);
 	CU_ASSERT_STRING_EQUAL(ev[5], "[DONE]");
@@ -699,13 +701,13 @@ static void test_sse_chunks(void)
 /* A delta cut mid-character by a provider still gives a valid event. */
 static void test_sse_chunk_invalid_utf8(void)
 {
-	struct completion_meta m;
+	struct fcgi_completion m;
 	struct buf out = BUF_INIT;
 	char *ev[2] = { 0 };
 	json_t *c;
 
-	completion_meta_init(&m, "m");
-	api_sse_chunk(&out, &m, NULL, "ok\xf0\x9f\x98", 5, NULL);
+	fcgi_completion_init(&m, "m");
+	fcgi_sse_chunk(&out, &m, NULL, "ok\xf0\x9f\x98", 5, NULL);
 	CU_ASSERT_EQUAL_FATAL(split_sse(&out, ev, 2), 1);
 	c = load(ev[0], strlen(ev[0]));
 	CU_ASSERT_PTR_NOT_NULL(c);
@@ -725,7 +727,7 @@ static void test_sse_chunk_invalid_utf8(void)
 
 static void test_sse_usage(void)
 {
-	struct completion_meta m;
+	struct fcgi_completion m;
 	struct prov_usage u = { .present = true,
 				.prompt_tokens = 12,
 				.completion_tokens = 30,
@@ -737,10 +739,10 @@ static void test_sse_usage(void)
 	json_t *c, *us;
 	int i;
 
-	completion_meta_init(&m, "m");
-	api_sse_usage(&out, &m, &u);
-	api_sse_usage(&out, &m, NULL);
-	api_sse_usage(&out, &m, &absent);
+	fcgi_completion_init(&m, "m");
+	fcgi_sse_usage(&out, &m, &u);
+	fcgi_sse_usage(&out, &m, NULL);
+	fcgi_sse_usage(&out, &m, &absent);
 	CU_ASSERT_EQUAL_FATAL(split_sse(&out, ev, 4), 3);
 	for (i = 0; i < 3; i++) {
 		c = load(ev[i], strlen(ev[i]));
@@ -771,17 +773,17 @@ static void test_sse_usage(void)
 		free(ev[i]);
 
 	buf_reset(&out);
-	api_sse_done(&out);
+	fcgi_sse_done(&out);
 	CU_ASSERT_STRING_EQUAL(out.data, "data: [DONE]\n\n");
 
 	buf_reset(&out);
-	api_usage_json(&out, NULL);
+	fcgi_usage_json(&out, NULL);
 	CU_ASSERT_STRING_EQUAL(out.data, "null");
 	buf_reset(&out);
-	api_usage_json(&out, &absent);
+	fcgi_usage_json(&out, &absent);
 	CU_ASSERT_STRING_EQUAL(out.data, "null");
 	buf_reset(&out);
-	api_usage_json(&out, &u);
+	fcgi_usage_json(&out, &u);
 	c = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_EQUAL(json_integer_value(json_object_get(c, "total_tokens")), 42);
@@ -791,7 +793,7 @@ static void test_sse_usage(void)
 
 static void test_completion_json(void)
 {
-	struct completion_meta m;
+	struct fcgi_completion m;
 	struct prov_usage u = {
 		.present = true, .prompt_tokens = 1, .completion_tokens = 2, .total_tokens = 3
 	};
@@ -799,8 +801,8 @@ static void test_completion_json(void)
 	static const char text[] = "Hello \"you\"\n\xf0\x9f\x98\x80 \\ end";
 	json_t *c, *ch, *msg, *us;
 
-	completion_meta_init(&m, "local-echo");
-	api_completion_json(&out, &m, text, sizeof(text) - 1, "stop", &u);
+	fcgi_completion_init(&m, "local-echo");
+	fcgi_completion_json(&out, &m, text, sizeof(text) - 1, "stop", &u);
 	c = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_STRING_EQUAL(sget(c, "id"), m.id);
@@ -825,7 +827,7 @@ static void test_completion_json(void)
 
 	/* Without usage the member is absent; an empty answer is an empty string. */
 	buf_reset(&out);
-	api_completion_json(&out, &m, "", 0, "length", NULL);
+	fcgi_completion_json(&out, &m, "", 0, "length", NULL);
 	c = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_PTR_NULL(json_object_get(c, "usage"));
@@ -836,7 +838,7 @@ static void test_completion_json(void)
 
 	buf_reset(&out);
 	u.present = false;
-	api_completion_json(&out, &m, "x", 1, "stop", &u);
+	fcgi_completion_json(&out, &m, "x", 1, "stop", &u);
 	c = load(out.data, out.len);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
 	CU_ASSERT_PTR_NULL(json_object_get(c, "usage"));
@@ -847,19 +849,19 @@ static void test_completion_json(void)
 /* The chunks of one answer share id and created; another answer has another id. */
 static void test_same_id(void)
 {
-	struct completion_meta m, other;
+	struct fcgi_completion m, other;
 	struct prov_usage u = { .present = true, .total_tokens = 1 };
 	struct buf out = BUF_INIT;
 	char *ev[8] = { 0 };
 	json_t *c;
 	int n, i;
 
-	completion_meta_init(&m, "m");
-	completion_meta_init(&other, "m");
-	api_sse_chunk(&out, &m, "assistant", "a", 1, NULL);
-	api_sse_chunk(&out, &m, NULL, "b", 1, NULL);
-	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
-	api_sse_usage(&out, &m, &u);
+	fcgi_completion_init(&m, "m");
+	fcgi_completion_init(&other, "m");
+	fcgi_sse_chunk(&out, &m, "assistant", "a", 1, NULL);
+	fcgi_sse_chunk(&out, &m, NULL, "b", 1, NULL);
+	fcgi_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	fcgi_sse_usage(&out, &m, &u);
 	n = split_sse(&out, ev, 8);
 	CU_ASSERT_EQUAL_FATAL(n, 4);
 	for (i = 0; i < n; i++) {
@@ -876,29 +878,23 @@ static void test_same_id(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	static const struct ts_test tests[] = {
+		{ "route", test_route },
+		{ "parse: every failure is 400 naming the field", test_parse_failures },
+		{ "parse: valid forms", test_parse_valid },
+		{ "parse: fields set", test_parse_fields },
+		{ "parse: body length honoured", test_parse_len },
+		{ "error object", test_error_json },
+		{ "status text", test_status_text },
+		{ "response headers refuse control characters", test_headers },
+		{ "completion meta", test_meta },
+		{ "SSE chunks", test_sse_chunks },
+		{ "SSE chunk with a cut character", test_sse_chunk_invalid_utf8 },
+		{ "SSE usage and DONE", test_sse_usage },
+		{ "completion object", test_completion_json },
+		{ "same id on the chunks of one answer", test_same_id },
+		{ NULL, NULL },
+	};
 
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	s = CU_add_suite("api", NULL, NULL);
-	CU_add_test(s, "route", test_route);
-	CU_add_test(s, "parse: every failure is 400 naming the field", test_parse_failures);
-	CU_add_test(s, "parse: valid forms", test_parse_valid);
-	CU_add_test(s, "parse: fields set", test_parse_fields);
-	CU_add_test(s, "parse: body length honoured", test_parse_len);
-	CU_add_test(s, "error object", test_error_json);
-	CU_add_test(s, "status text", test_status_text);
-	CU_add_test(s, "response headers refuse control characters", test_headers);
-	CU_add_test(s, "completion meta", test_meta);
-	CU_add_test(s, "SSE chunks", test_sse_chunks);
-	CU_add_test(s, "SSE chunk with a cut character", test_sse_chunk_invalid_utf8);
-	CU_add_test(s, "SSE usage and DONE", test_sse_usage);
-	CU_add_test(s, "completion object", test_completion_json);
-	CU_add_test(s, "same id on the chunks of one answer", test_same_id);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return ts_exit_status(ts_cunit_run("api", tests));
 }

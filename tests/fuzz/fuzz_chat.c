@@ -1,5 +1,5 @@
 /* libFuzzer target for the request path of olp-fcgi without I/O: the bytes are a chat
- * request body for api_parse_chat; a valid one is flattened and encoded as a completion
+ * request body for fcgi_chat_parse; a valid one is flattened and encoded as a completion
  * and as stream chunks; a refused one is encoded as an error. Every JSON produced must
  * parse back (abort otherwise, so the fuzzer reports it). The same bytes, cut at the first
  * space into method and URI, are routed, and fed to the command text reader, whose deltas
@@ -57,18 +57,18 @@ static void must_parse_sse(const struct buf *b)
 
 static void fuzz_parse(const char *body, size_t size)
 {
-	struct chat_request req;
-	struct api_error err;
+	struct fcgi_chat_request req;
+	struct fcgi_error err;
 	struct buf prompt = BUF_INIT, out = BUF_INIT;
-	struct completion_meta m;
+	struct fcgi_completion m;
 	struct prov_usage u = {
 		.present = true, .prompt_tokens = 1, .completion_tokens = 2, .total_tokens = 3
 	};
 
-	if (api_parse_chat(body, size, &req, &err)) {
+	if (fcgi_chat_parse(body, size, &req, &err)) {
 		if (err.status != 400 || !err.type || strcmp(err.type, "invalid_request_error"))
 			abort();
-		api_error_json(&err, &out);
+		fcgi_error_json(&err, &out);
 		must_parse(&out);
 		buf_release(&out);
 		return;
@@ -77,19 +77,19 @@ static void fuzz_parse(const char *body, size_t size)
 	    !json_array_size(req.messages))
 		abort();
 	prov_flatten_messages(req.messages, &prompt);
-	completion_meta_init(&m, req.model);
-	api_completion_json(&out, &m, prompt.data, prompt.len, "stop",
-			    req.include_usage ? &u : NULL);
+	fcgi_completion_init(&m, req.model);
+	fcgi_completion_json(&out, &m, prompt.data, prompt.len, "stop",
+			     req.include_usage ? &u : NULL);
 	must_parse(&out);
 	buf_reset(&out);
-	api_sse_chunk(&out, &m, "assistant", prompt.data, prompt.len, NULL);
-	api_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
-	api_sse_usage(&out, &m, &u);
-	api_sse_done(&out);
+	fcgi_sse_chunk(&out, &m, "assistant", prompt.data, prompt.len, NULL);
+	fcgi_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	fcgi_sse_usage(&out, &m, &u);
+	fcgi_sse_done(&out);
 	must_parse_sse(&out);
 	buf_release(&out);
 	buf_release(&prompt);
-	chat_request_release(&req);
+	fcgi_chat_release(&req);
 }
 
 static void fuzz_route(const char *s, size_t size)
@@ -97,16 +97,17 @@ static void fuzz_route(const char *s, size_t size)
 	struct buf method = BUF_INIT, uri = BUF_INIT, path = BUF_INIT;
 	const char *sp = memchr(s, ' ', size), *allow = NULL;
 	size_t mlen = sp ? (size_t)(sp - s) : size;
-	enum api_route r;
+	enum fcgi_route r;
 
 	buf_add(&method, s, mlen);
 	if (sp)
 		buf_add(&uri, sp + 1, size - mlen - 1);
 	/* As a CGI variable would be: up to the first NUL. */
-	r = api_route(method.data, uri.data, "/v1/models", (size & 1) ? "/api" : "", &path, &allow);
-	if (r == ROUTE_BAD_METHOD && !allow)
+	r = fcgi_route_match(method.data, uri.data, "/v1/models", (size & 1) ? "/api" : "", &path,
+			     &allow);
+	if (r == FCGI_ROUTE_BAD_METHOD && !allow)
 		abort();
-	r = api_route(method.data, NULL, uri.data, "/api/", &path, &allow);
+	r = fcgi_route_match(method.data, NULL, uri.data, "/api/", &path, &allow);
 	if (path.data[path.len] != '\0')
 		abort();
 	(void)r;
@@ -146,7 +147,7 @@ static void fuzz_text(const char *s, size_t size)
 	buf_release(&all);
 }
 
-/* The bytes as a header value (up to the first NUL, as a C string): api_header_add takes
+/* The bytes as a header value (up to the first NUL, as a C string): fcgi_header_add takes
  * it exactly when it holds no control character, and then appends exactly one line. */
 static void fuzz_header(const char *s, size_t size)
 {
@@ -162,7 +163,7 @@ static void fuzz_header(const char *s, size_t size)
 			clean = false;
 	}
 	buf_adds(&h, PREV);
-	if (api_header_add(&h, "X-OLP-Model-Used", v.data) != (clean ? 0 : -EINVAL))
+	if (fcgi_header_add(&h, "X-OLP-Model-Used", v.data) != (clean ? 0 : -EINVAL))
 		abort();
 	if (!clean && strcmp(h.data, PREV))
 		abort();

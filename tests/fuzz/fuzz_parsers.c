@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "providers/internal.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
+#include "tests/support/recorder.h"
 #include "common/banned.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -26,157 +26,75 @@ static const char *const kinds[] = { "claude",	"codex",       "vibe",
 				     "command", "command-sse", "command-ndjson" };
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
-struct rec {
-	struct buf text;
-	struct buf events;
-	int stops;
-};
-
-static int rec_emit(void *ctx, const struct prov_event *ev)
+/* The command modes are the provider's configuration: a command provider in that mode
+ * (made once) and its parser, as prov_run makes it; the other parsers come from
+ * prov_parser_new. */
+static const struct prov_provider *command_in(const char *mode)
 {
-	struct rec *r = ctx;
+	static struct prov_provider *sse, *ndjson;
+	struct prov_provider **pv = strcmp(mode, "sse") ? &ndjson : &sse;
 
-	switch (ev->kind) {
-	case PROV_EV_DELTA:
-		if (!ev->len || !ev->text)
-			abort();
-		buf_add(&r->text, ev->text, ev->len);
-		buf_addf(&r->events, "D");
-		break;
-	case PROV_EV_USAGE:
-		if (!ev->usage)
-			abort();
-		buf_addf(&r->events, "<U %lld %lld %lld %lld>", (long long)ev->usage->prompt_tokens,
-			 (long long)ev->usage->completion_tokens,
-			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
-		break;
-	case PROV_EV_FINISH:
-		if (!ev->finish_reason)
-			abort();
-		buf_addf(&r->events, "<F %s>", ev->finish_reason);
-		break;
-	case PROV_EV_ERROR:
-		if (!ev->failure)
-			abort();
-		buf_addf(&r->events, "<E %d %d %s>", (int)ev->failure->err,
-			 ev->failure->upstream_status,
-			 ev->failure->message ? ev->failure->message : "");
-		break;
-	}
-	return 0;
-}
+	if (!*pv) {
+		json_t *entry = json_pack("{s:s,s:[s],s:s}", "type", "command", "argv",
+					  "/usr/bin/cat", "output", mode);
 
-/* Deltas may be cut differently by different splits: collapse runs of "D". */
-static void collapse(struct buf *events)
-{
-	size_t w = 0;
-
-	for (size_t i = 0; i < events->len; i++)
-		if (events->data[i] != 'D' || !w || events->data[w - 1] != 'D')
-			events->data[w++] = events->data[i];
-	events->len = w;
-	events->data[w] = '\0';
-}
-
-/* The command modes are the provider's configuration, chosen through its plan (as
- * prov_run does); the other parsers come from the public constructor. */
-struct fparser {
-	struct prov_parser *ps; /* public parsers */
-	void *st;		/* command sse/ndjson */
-	struct prov_plan plan;
-	struct prov_provider pv;
-};
-
-static void fparser_new(struct fparser *fp, size_t kind)
-{
-	memset(fp, 0, sizeof(*fp));
-	if (kind < 4) {
-		fp->ps = prov_parser_new(kinds[kind]);
-		if (!fp->ps)
-			abort();
-		return;
-	}
-	{
-		json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "x");
-		struct prov_request req = { .messages = msgs, .model_name = "m" };
-		struct prov_outcome out;
-
-		memset(&out, 0, sizeof(out));
-		fp->pv.name = "fuzz";
-		fp->pv.type = "command";
-		fp->pv.ops = &prov_command_ops;
-		fp->pv.conf = json_pack("{s:[s],s:s}", "argv", "/usr/bin/cat", "output",
-					kind == 4 ? "sse" : "ndjson");
-		buf_init(&fp->plan.stdin_data);
-		fp->plan.policy = sbx_policy_new();
-		if (!msgs || !fp->pv.conf || !fp->plan.policy ||
-		    prov_command_ops.plan(&fp->pv, &req, &fp->plan, &out))
-			abort();
-		json_decref(msgs);
-		fp->st = prov_command_ops.parser_new(&fp->pv);
-		if (!fp->st)
+		*pv = entry ? prov_provider_from_json("fuzz", entry, NULL) : NULL;
+		json_decref(entry);
+		if (!*pv)
 			abort();
 	}
+	return *pv;
 }
 
-static int fparser_feed(struct fparser *fp, const char *d, size_t n, const struct prov_sink *s)
+static struct prov_parser *fparser_new(size_t kind)
 {
-	return fp->ps ? prov_parser_feed(fp->ps, d, n, s)
-		      : prov_command_ops.parser_feed(fp->st, d, n, s);
-}
+	struct prov_parser *ps =
+		kind < 4 ? prov_parser_new(kinds[kind])
+			 : prov_parser_for(command_in(kind == 4 ? "sse" : "ndjson"));
 
-static int fparser_finish(struct fparser *fp, const struct prov_sink *s)
-{
-	return fp->ps ? prov_parser_finish(fp->ps, s) : prov_command_ops.parser_finish(fp->st, s);
-}
-
-static void fparser_free(struct fparser *fp)
-{
-	if (fp->ps) {
-		prov_parser_free(fp->ps);
-		return;
-	}
-	prov_command_ops.parser_free(fp->st);
-	prov_plan_release(&fp->plan);
-	json_decref(fp->pv.conf);
+	if (!ps)
+		abort();
+	return ps;
 }
 
 /* Feed out[0..len) in pieces (lens == NULL: whole). */
 static void run(size_t kind, const char *out, size_t len, const uint8_t *lens, size_t nlens,
-		struct rec *r)
+		struct ts_rec *r, int *stops)
 {
-	struct prov_sink sink = { .emit = rec_emit, .ctx = r };
-	struct fparser fp;
+	struct prov_sink sink = ts_rec_sink(r);
+	struct prov_parser *ps;
 	size_t off = 0, i = 0;
 	int ret;
 
-	buf_init(&r->text);
-	buf_init(&r->events);
-	r->stops = 0;
-	fparser_new(&fp, kind);
+	ts_rec_init(r);
+	*stops = 0;
+	ps = fparser_new(kind);
 	while (off < len) {
 		size_t n = lens ? lens[i++ % nlens] : len;
 
 		if (n > len - off)
 			n = len - off;
-		ret = fparser_feed(&fp, out + off, n, &sink);
+		ret = prov_parser_feed(ps, out + off, n, &sink);
 		if (ret < 0)
 			abort(); /* the sink never aborts */
 		if (ret > 0)
-			r->stops++;
+			(*stops)++;
 		off += n;
 	}
-	if (fparser_finish(&fp, &sink) < 0)
+	if (prov_parser_finish(ps, &sink) < 0)
 		abort();
-	fparser_free(&fp);
-	collapse(&r->events);
+	prov_parser_free(ps);
+	/* An empty delta, or an event without its data, is a bug whatever the input. */
+	if (r->malformed)
+		abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct rec whole, split;
+	struct ts_rec whole, split;
 	const uint8_t *lens;
 	size_t kind, nlens, any = 0;
+	int whole_stops, split_stops;
 
 	if (size < 2)
 		return 0;
@@ -197,17 +115,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data += 2 + nlens;
 	size -= 2 + nlens;
 
-	run(kind, (const char *)data, size, NULL, 0, &whole);
-	run(kind, (const char *)data, size, lens, nlens, &split);
+	run(kind, (const char *)data, size, NULL, 0, &whole, &whole_stops);
+	run(kind, (const char *)data, size, lens, nlens, &split, &split_stops);
 	if (whole.text.len != split.text.len ||
 	    memcmp(whole.text.data, split.text.data, whole.text.len) ||
-	    strcmp(whole.events.data, split.events.data) || (whole.stops > 0) != (split.stops > 0))
+	    strcmp(whole.events.data, split.events.data) || (whole_stops > 0) != (split_stops > 0))
 		abort();
 	if (kind == 3 && (whole.text.len != size || memcmp(whole.text.data, data, size)))
 		abort();
-	buf_release(&whole.text);
-	buf_release(&whole.events);
-	buf_release(&split.text);
-	buf_release(&split.events);
+	ts_rec_release(&whole);
+	ts_rec_release(&split);
 	return 0;
 }

@@ -530,7 +530,8 @@ describe('a full disk under OLP_HOME', { skip: process.getuid() !== 0 && 'mounti
 });
 
 // ---------------------------------------------------------------------------
-// A corrupt config.json or registry at start.
+// A corrupt config.json or registry at start: every setting is checked once, when a worker
+// starts, and a bad one stops it with the file and the JSON path of the field.
 
 const BAD_STARTS = [
   // [what, file, content, what the message must name]
@@ -542,6 +543,25 @@ const BAD_STARTS = [
   ['config.json, auth.allow_anonymous "yes"', 'config.json', '{"auth": {"allow_anonymous": "yes"}}', (h) => [`${h}/config.json`, 'auth.allow_anonymous']],
   ['config.json, sandbox.mode unknown', 'config.json', '{"sandbox": {"mode": "chroot"}}', (h) => [`${h}/config.json`, 'sandbox.mode']],
   ['config.json, providers a string', 'config.json', '{"providers": "all"}', (h) => [`${h}/config.json`, 'providers']],
+  ['config.json, auth.owner_only_endpoints[1] not a path', 'config.json', '{"auth": {"owner_only_endpoints": ["/health", 7]}}',
+    (h) => [`${h}/config.json: auth.owner_only_endpoints[1]:`]],
+  ['config.json, providers.echo.timeout_s a string', 'config.json', '{"providers": {"echo": {"timeout_s": "5"}}}',
+    (h) => [`${h}/config.json: providers.echo.timeout_s:`]],
+  ['config.json, providers.echo.env.X a number', 'config.json', '{"providers": {"echo": {"env": {"X": 1}}}}',
+    (h) => [`${h}/config.json: providers.echo.env.X:`]],
+  ['config.json, providers.echo.output unknown', 'config.json', '{"providers": {"echo": {"output": "xml"}}}',
+    (h) => [`${h}/config.json: providers.echo.output:`]],
+  ['config.json, routing.chains.fast[1] an unknown model', 'config.json',
+    '{"routing": {"chains": {"fast": [{"model": "echo"}, {"provider": "x", "model": "x"}]}}}',
+    // The log line is JSON: the quotes around the model's name are escaped.
+    (h) => [`${h}/config.json: routing.chains.fast[1]: unknown model \\"x\\"`]],
+  ['config.json, routing.chains.fast[0] served by another provider', 'config.json',
+    '{"routing": {"chains": {"fast": [{"provider": "ticker", "model": "echo"}]}}}',
+    (h) => [`${h}/config.json: routing.chains.fast[0]:`, 'served by provider \\"echo\\"']],
+  ['config.json, routing.chains.fast not an array of hops', 'config.json', '{"routing": {"chains": {"fast": {"model": "echo"}}}}',
+    (h) => [`${h}/config.json: routing.chains.fast:`]],
+  ['config.json, routing.chains.fast[0] without a model', 'config.json', '{"routing": {"chains": {"fast": [{"provider": "echo"}]}}}',
+    (h) => [`${h}/config.json: routing.chains.fast[0]:`]],
   ['registry, not JSON', 'models-registry.json', '{"providers": {', (h) => [`${h}/models-registry.json:1`]],
   ['registry, providers an array', 'models-registry.json', '{"providers": []}', (h) => [`${h}/models-registry.json`, 'providers']],
 ];

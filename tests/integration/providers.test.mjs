@@ -56,8 +56,10 @@ function startUpstream(file, env = {}) {
 //                  noticed at the next write, and a CLI can be killed mid-stream)
 //   claude-cached  a short answer whose usage has cache reads and writes
 // Non-streaming requests (claude's retry after a broken stream) get the whole text.
+// lastSystem: the "system" of the last request, as JSON.
 function startLocalAnthropic() {
   const sockets = new Set();
+  const seen = { lastSystem: '' };
   const longText = Array.from({ length: LONG_WORDS }, (_, i) => `w${i} `).join('');
   const srv = http.createServer(async (req, res) => {
     const chunks = [];
@@ -66,6 +68,7 @@ function startLocalAnthropic() {
     try { body = JSON.parse(Buffer.concat(chunks).toString()); } catch { /* empty */ }
     const model = body.model ?? '';
     const long = model.includes('long');
+    seen.lastSystem = JSON.stringify(body.system ?? '');
     const usage = long
       ? { input_tokens: 20, output_tokens: LONG_WORDS, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 }
       : { input_tokens: 10, output_tokens: 3, cache_creation_input_tokens: 2, cache_read_input_tokens: 5 };
@@ -95,6 +98,7 @@ function startLocalAnthropic() {
   srv.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
   return new Promise((resolve) => srv.listen(0, '127.0.0.1', () => resolve({
     url: `http://127.0.0.1:${srv.address().port}`,
+    get lastSystem() { return seen.lastSystem; },
     close: () => { for (const s of sockets) s.destroy(); srv.close(); },
   })));
 }
@@ -412,6 +416,29 @@ test('client disconnects mid-stream → the CLI is gone within about a second', 
   t.diagnostic(`claude gone ${ms} ms after the client left (upstream writes every ${LONG_MS} ms)`);
   assert.ok(gone, `claude still running ${ms} ms after the client left`);
   assert.ok(ms <= 1200, `claude took ${ms} ms to go after the client left`);
+  assert.deepEqual(await server.waitIdle(5000), []);
+});
+
+// ---- a long system prompt ---------------------------------------------------------------------
+
+test('claude: a 200 KiB system prompt reaches the upstream, and no command line shows it', async () => {
+  const marker = `SYSTEM-MARKER-${process.pid}-`;
+  const system = marker + 'x'.repeat(200 * 1024);
+  let cmdlines = [];
+  const res = await streamReq(server, 'claude-long', {
+    extra: { messages: [{ role: 'system', content: system }, { role: 'user', content: 'Say hello' }] },
+    onData: (body) => {
+      if (!sseData(body).some((d) => d.includes('"content":"w'))) return undefined;
+      // While claude answers: every process under the workers (bwrap, the CLI).
+      cmdlines = server.workerChildren().map((p) => p.cmdline);
+      return cmdlines.length ? 'abort' : undefined;
+    },
+  });
+  assert.equal(res.status, 200, res.body.slice(0, 300));
+  assert.ok(cmdlines.some((c) => /claude/.test(c)), `claude not seen: ${cmdlines.join(' | ').slice(0, 500)}`);
+  for (const c of cmdlines) assert.ok(!c.includes(marker), `the system prompt is on a command line: ${c.slice(0, 200)}`);
+  assert.ok(local.lastSystem.includes(marker) && local.lastSystem.length > 200 * 1024,
+    `the upstream got ${local.lastSystem.length} bytes of system prompt`);
   assert.deepEqual(await server.waitIdle(5000), []);
 });
 

@@ -14,72 +14,8 @@
 #include "common/common.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
+#include "tests/support/recorder.h"
 #include "common/banned.h"
-
-/* ---- recording sink ------------------------------------------------------------------- */
-
-struct rec {
-	struct buf text; /* all deltas */
-	struct buf log;	 /* every event, one line each: the comparison key between feeds */
-	size_t ndeltas;
-	struct prov_usage usage;
-	char finish[32];
-	enum prov_error err;
-	int upstream_status;
-	char message[512];
-	size_t nerrors;
-	int abort_after; /* > 0: return -1 on that many-th event */
-	size_t nevents;
-};
-
-static void rec_init(struct rec *r)
-{
-	memset(r, 0, sizeof(*r));
-	buf_init(&r->text);
-	buf_init(&r->log);
-}
-
-static void rec_release(struct rec *r)
-{
-	buf_release(&r->text);
-	buf_release(&r->log);
-}
-
-static int rec_emit(void *ctx, const struct prov_event *ev)
-{
-	struct rec *r = ctx;
-
-	r->nevents++;
-	switch (ev->kind) {
-	case PROV_EV_DELTA:
-		CU_ASSERT(ev->len > 0);
-		buf_add(&r->text, ev->text, ev->len);
-		buf_adds(&r->log, "delta ");
-		buf_add(&r->log, ev->text, ev->len);
-		r->ndeltas++;
-		break;
-	case PROV_EV_USAGE:
-		r->usage = *ev->usage;
-		buf_addf(&r->log, "usage %lld %lld %lld %lld", (long long)ev->usage->prompt_tokens,
-			 (long long)ev->usage->completion_tokens,
-			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
-		break;
-	case PROV_EV_FINISH:
-		snprintf(r->finish, sizeof(r->finish), "%s", ev->finish_reason);
-		buf_addf(&r->log, "finish %s", ev->finish_reason);
-		break;
-	case PROV_EV_ERROR:
-		r->err = ev->failure->err;
-		r->upstream_status = ev->failure->upstream_status;
-		snprintf(r->message, sizeof(r->message), "%s", ev->failure->message);
-		r->nerrors++;
-		buf_addf(&r->log, "error %s %d %s", prov_error_code(ev->failure->err),
-			 ev->failure->upstream_status, ev->failure->message);
-		break;
-	}
-	buf_addch(&r->log, '\n');
-	return r->abort_after && r->nevents >= (size_t)r->abort_after ? -1 : 0;
-}
 
 /* ---- feeding -------------------------------------------------------------------------- */
 
@@ -91,9 +27,9 @@ struct feed_result {
 /* Feed data in pieces of step bytes (0 = whole), or, when split >= 0, as two pieces cut
  * at split (either may be empty). */
 static struct feed_result feed(const char *type, const char *data, size_t len, size_t step,
-			       long split, struct rec *r)
+			       long split, struct ts_rec *r)
 {
-	struct prov_sink sink = { .emit = rec_emit, .ctx = r };
+	struct prov_sink sink = ts_rec_sink(r);
 	struct prov_parser *ps = prov_parser_new(type);
 	struct feed_result fr = { 0 };
 	size_t off = 0;
@@ -114,6 +50,7 @@ static struct feed_result feed(const char *type, const char *data, size_t len, s
 	}
 	fr.finish_ret = prov_parser_finish(ps, &sink);
 	prov_parser_free(ps);
+	CU_ASSERT_EQUAL(r->malformed, 0);
 	return fr;
 }
 
@@ -132,27 +69,27 @@ static char *fixture(const char *name, size_t *len)
 /* Feed data whole, byte by byte and split at every position: the events must be the same
  * every time. Leaves the whole-feed events in r and returns its feed result. */
 static struct feed_result feed_all_ways(const char *type, const char *data, size_t len,
-					struct rec *r)
+					struct ts_rec *r)
 {
 	struct feed_result whole = feed(type, data, len, 0, -1, r), fr;
-	struct rec other;
+	struct ts_rec other;
 
-	rec_init(&other);
+	ts_rec_init(&other);
 	fr = feed(type, data, len, 1, -1, &other);
 	CU_ASSERT_STRING_EQUAL(other.log.data, r->log.data);
 	CU_ASSERT_EQUAL(fr.first_stop, whole.first_stop);
-	rec_release(&other);
+	ts_rec_release(&other);
 	for (size_t i = 0; i <= len; i++) {
-		rec_init(&other);
+		ts_rec_init(&other);
 		fr = feed(type, data, len, 0, (long)i, &other);
 		if (strcmp(other.log.data, r->log.data) || fr.first_stop != whole.first_stop) {
 			fprintf(stderr, "\n%s: split at %zu differs:\n%s---\n%s", type, i,
 				other.log.data, r->log.data);
 			CU_FAIL("split feed differs from whole feed");
-			rec_release(&other);
+			ts_rec_release(&other);
 			break;
 		}
-		rec_release(&other);
+		ts_rec_release(&other);
 	}
 	return whole;
 }
@@ -163,10 +100,10 @@ static void test_claude_success(void)
 {
 	size_t len;
 	auto_free char *data = fixture("claude-success.ndjson", &len);
-	struct rec r;
+	struct ts_rec r;
 	struct feed_result fr;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	fr = feed_all_ways("claude", data, len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
 	CU_ASSERT_EQUAL(r.ndeltas, 6); /* one per text_delta; the "assistant" repeat is dropped */
@@ -180,17 +117,17 @@ static void test_claude_success(void)
 	CU_ASSERT_STRING_EQUAL(r.log.data, "delta Hello\ndelta  from\ndelta  the\ndelta  fake\n"
 					   "delta  Anthropic\ndelta  server!\nusage 10 6 16 0\n"
 					   "finish stop\n");
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 static void test_claude_429(void)
 {
 	size_t len;
 	auto_free char *data = fixture("claude-429.ndjson", &len);
-	struct rec r;
+	struct ts_rec r;
 	struct feed_result fr;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	fr = feed_all_ways("claude", data, len, &r);
 	CU_ASSERT_EQUAL(r.ndeltas, 0); /* "API Error: …" is not the answer */
 	CU_ASSERT_EQUAL(r.nerrors, 1);
@@ -199,23 +136,23 @@ static void test_claude_429(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "429"));
 	CU_ASSERT_PTR_NULL(strstr(r.message, "fake 429")); /* never the upstream's own text */
 	CU_ASSERT(fr.first_stop > 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 static void test_claude_not_logged_in(void)
 {
 	size_t len;
 	auto_free char *data = fixture("claude-not-logged-in.ndjson", &len);
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", data, len, &r);
 	CU_ASSERT_EQUAL(r.nerrors, 1);
 	CU_ASSERT_EQUAL(r.err, PROV_ERR_AUTH_MISSING);
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "log in"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "ANTHROPIC_API_KEY"));
 	CU_ASSERT_EQUAL(r.ndeltas, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* Recorded lines with garbage, blank lines, CRLF and unknown types in between: the same
@@ -226,7 +163,7 @@ static void test_claude_garbage_and_unknown(void)
 	auto_free char *data = fixture("claude-success.ndjson", &len);
 	struct buf noisy = BUF_INIT;
 	const char *p = data, *nl;
-	struct rec r;
+	struct ts_rec r;
 	int i = 0;
 
 	while ((nl = memchr(p, '\n', len - (size_t)(p - data)))) {
@@ -245,13 +182,13 @@ static void test_claude_garbage_and_unknown(void)
 		buf_adds(&noisy, i % 2 ? "\r\n" : "\n");
 		p = nl + 1;
 	}
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", noisy.data, noisy.len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
 	CU_ASSERT_EQUAL(r.ndeltas, 6);
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 16);
 	CU_ASSERT_EQUAL(r.nerrors, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 	buf_release(&noisy);
 }
 
@@ -261,24 +198,24 @@ static void test_claude_truncated(void)
 	size_t len;
 	auto_free char *data = fixture("claude-success.ndjson", &len);
 	const char *last = memmem(data, len, "{\"duration_api_ms\"", 18);
-	struct rec r;
+	struct ts_rec r;
 	struct feed_result fr;
 
 	CU_ASSERT_FATAL(last != NULL);
-	rec_init(&r);
+	ts_rec_init(&r);
 	fr = feed_all_ways("claude", data, (size_t)(last - data) + 200, &r);
 	CU_ASSERT_EQUAL(r.ndeltas, 6);
 	CU_ASSERT_FALSE(r.usage.present);
 	CU_ASSERT_STRING_EQUAL(r.finish, "");
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT_EQUAL(fr.first_stop, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 	/* Complete but without its final newline: handled at the end of output. */
-	rec_init(&r);
+	ts_rec_init(&r);
 	(void)feed("claude", data, len - 1, 0, -1, &r);
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 16);
 	CU_ASSERT_STRING_EQUAL(r.finish, "stop");
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 static void test_claude_variants(void)
@@ -304,9 +241,9 @@ static void test_claude_variants(void)
 	/* An error subtype without is_error; a 500 status. */
 	static const char c[] = "{\"type\":\"result\",\"subtype\":\"error_during_execution\","
 				"\"api_error_status\":500,\"is_error\":true}\n";
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", a, sizeof(a) - 1, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hi there");
 	CU_ASSERT_STRING_EQUAL(r.finish, "length");
@@ -314,20 +251,20 @@ static void test_claude_variants(void)
 	CU_ASSERT_EQUAL(r.usage.cached_tokens, 100);
 	CU_ASSERT_EQUAL(r.usage.completion_tokens, 7);
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 132);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", b, sizeof(b) - 1, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Only result");
 	CU_ASSERT_STRING_EQUAL(r.finish, "stop");
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", c, sizeof(c) - 1, &r);
 	CU_ASSERT_EQUAL(r.err, PROV_ERR_PROVIDER_ERROR);
 	CU_ASSERT_EQUAL(r.upstream_status, 500);
 	CU_ASSERT_EQUAL(r.ndeltas, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 
 	/* claude 2.1.332 after the upstream stopped at max_tokens (and its own resumes):
 	 * an error result whose api_error says so. For the client: "length", no error. */
@@ -339,14 +276,14 @@ static void test_claude_variants(void)
 				"\"terminal_reason\":\"api_error\",\"usage\":{\"input_tokens\":3,"
 				"\"output_tokens\":9}}\n";
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", d, sizeof(d) - 1, &r);
 	CU_ASSERT_EQUAL(r.err, PROV_OK);
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "cut here");
 	CU_ASSERT_STRING_EQUAL(r.finish, "length");
 	CU_ASSERT_EQUAL(r.usage.completion_tokens, 9);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* Recorded from the real claude against fake-anthropic.mjs's "cut" model: the stream
@@ -368,23 +305,23 @@ static void test_claude_cut_and_retry(void)
 		"\"text\","
 		"\"text\":\"Goodbye\"}]}}\n"
 		"{\"type\":\"result\",\"is_error\":false,\"result\":\"Goodbye\"}\n";
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", data, len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
 	CU_ASSERT_STRING_EQUAL(r.log.data, "delta Hello\ndelta  from\n"
 					   "delta  the fake Anthropic server!\n"
 					   "usage 40 9 49 0\nfinish stop\n"); /* all 4 attempts */
 	CU_ASSERT_EQUAL(r.nerrors, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", diverge, sizeof(diverge) - 1, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello");
 	CU_ASSERT_EQUAL(r.nerrors, 1);
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.message, "retry"));
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* After the result line the answer is complete: more output is ignored. */
@@ -393,15 +330,15 @@ static void test_claude_done_ignores_rest(void)
 	size_t len;
 	auto_free char *data = fixture("claude-success.ndjson", &len);
 	struct buf more = BUF_INIT;
-	struct rec r;
+	struct ts_rec r;
 
 	buf_add(&more, data, len);
 	buf_adds(&more, "{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_delta\","
 			"\"delta\":{\"type\":\"text_delta\",\"text\":\"LATE\"}}}\n");
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("claude", more.data, more.len, &r);
 	CU_ASSERT_PTR_NULL(strstr(r.text.data, "LATE"));
-	rec_release(&r);
+	ts_rec_release(&r);
 	buf_release(&more);
 }
 
@@ -410,15 +347,15 @@ static void test_sink_abort(void)
 	size_t len;
 	auto_free char *data = fixture("claude-success.ndjson", &len);
 	struct prov_parser *ps = prov_parser_new("claude");
-	struct rec r;
-	struct prov_sink sink = { .emit = rec_emit, .ctx = &r };
+	struct ts_rec r;
+	struct prov_sink sink = ts_rec_sink(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	r.abort_after = 2;
 	CU_ASSERT_EQUAL(prov_parser_feed(ps, data, len, &sink), -1);
 	CU_ASSERT_EQUAL(r.ndeltas, 2);
 	prov_parser_free(ps);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* A line that never ends is refused at the bound, with an error a client can read. */
@@ -432,12 +369,12 @@ static void test_overlong_line(void)
 	memset(junk, 'a', chunk);
 	for (size_t t = 0; t < ARRAY_SIZE(types); t++) {
 		struct prov_parser *ps = prov_parser_new(types[t]);
-		struct rec r;
-		struct prov_sink sink = { .emit = rec_emit, .ctx = &r };
+		struct ts_rec r;
+		struct prov_sink sink = ts_rec_sink(&r);
 		int ret = 0;
 
-		rec_init(&r);
-		for (int i = 0; i < 12 && ret == 0; i++)
+		ts_rec_init(&r);
+		for (size_t i = 0; i <= PROV_MAX_OUTPUT_LINE / chunk && ret == 0; i++)
 			ret = prov_parser_feed(ps, junk, chunk, &sink);
 		CU_ASSERT(ret > 0);
 		CU_ASSERT_EQUAL(r.nerrors, 1);
@@ -447,7 +384,7 @@ static void test_overlong_line(void)
 		CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
 		CU_ASSERT_EQUAL(r.nerrors, 1);
 		prov_parser_free(ps);
-		rec_release(&r);
+		ts_rec_release(&r);
 	}
 	free(junk);
 }
@@ -458,10 +395,10 @@ static void test_codex_success(void)
 {
 	size_t len;
 	auto_free char *data = fixture("codex-success.ndjson", &len);
-	struct rec r;
+	struct ts_rec r;
 	struct feed_result fr;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	fr = feed_all_ways("codex", data, len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake OpenAI server!");
 	CU_ASSERT_EQUAL(r.ndeltas, 1);
@@ -471,23 +408,23 @@ static void test_codex_success(void)
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 16);
 	CU_ASSERT_STRING_EQUAL(r.finish, "stop");
 	CU_ASSERT(fr.first_stop > 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 static void test_codex_401(void)
 {
 	size_t len;
 	auto_free char *data = fixture("codex-401.ndjson", &len);
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("codex", data, len, &r);
 	CU_ASSERT_EQUAL(r.nerrors, 1);
 	CU_ASSERT_EQUAL(r.err, PROV_ERR_PROVIDER_ERROR);
 	CU_ASSERT_EQUAL(r.upstream_status, 401);
 	CU_ASSERT_PTR_NULL(strstr(r.message, "127.0.0.1")); /* no upstream URL to clients */
 	CU_ASSERT_EQUAL(r.ndeltas, 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 static void test_codex_command_and_retries(void)
@@ -510,28 +447,28 @@ static void test_codex_command_and_retries(void)
 	static const char died[] = "{\"type\":\"turn.started\"}\n"
 				   "{\"type\":\"error\",\"message\":\"exceeded retry limit, last "
 				   "status: 429 Too Many Requests\"}\n";
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("codex", data, len, &r);
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.text.data, "hi-from-codex-sandbox"));
 	CU_ASSERT_PTR_NULL(strstr(r.text.data, "/bin/bash")); /* the command item is not text */
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 40);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("codex", retry, sizeof(retry) - 1, &r);
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "First.\n\nSecond.");
 	CU_ASSERT_EQUAL(r.usage.prompt_tokens, 30);
 	CU_ASSERT_EQUAL(r.usage.cached_tokens, 20);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("codex", died, sizeof(died) - 1, &r);
 	CU_ASSERT_EQUAL(r.nerrors, 1);
 	CU_ASSERT_EQUAL(r.upstream_status, 429);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* ---- vibe ----------------------------------------------------------------------------- */
@@ -544,29 +481,29 @@ static void test_vibe(void)
 	auto_free char *msgs = fixture("vibe-messages.ndjson", &len2);
 	static const char err[] = "{\"content\":\"partial\"}\n"
 				  "{\"type\":\"error\",\"message\":\"API error: status 429\"}\n";
-	struct rec r;
+	struct ts_rec r;
 	struct feed_result fr;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	fr = feed_all_ways("vibe", deltas, len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from vibe, streaming!");
 	CU_ASSERT_EQUAL(r.usage.prompt_tokens, 12);
 	CU_ASSERT_EQUAL(r.usage.total_tokens, 17);
 	CU_ASSERT_STRING_EQUAL(r.finish, "stop");
 	CU_ASSERT(fr.first_stop > 0);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("vibe", msgs, len2, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from vibe!"); /* not the system or user text */
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	feed_all_ways("vibe", err, sizeof(err) - 1, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "partial");
 	CU_ASSERT_EQUAL(r.nerrors, 1);
 	CU_ASSERT_EQUAL(r.upstream_status, 429);
-	rec_release(&r);
+	ts_rec_release(&r);
 }
 
 /* Each fixture through each parser: the wrong parser must not crash either. */
@@ -581,11 +518,11 @@ static void test_cross_feed(void)
 		for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
 			size_t len;
 			auto_free char *data = fixture(files[f], &len);
-			struct rec r;
+			struct ts_rec r;
 
-			rec_init(&r);
+			ts_rec_init(&r);
 			feed(types[t], data, len, 7, -1, &r);
-			rec_release(&r);
+			ts_rec_release(&r);
 		}
 	CU_ASSERT_PTR_NULL(prov_parser_new("no-such-type"));
 }
@@ -606,12 +543,14 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	buf_addf(&reg,
 		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/"
 		 "fake-cli.sh\",\"timeout_s\":20,"
-		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\"},"
+		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\","
+		 "\"%s/stdin.txt\":\"stdin.txt\"},"
 		 "\"credentials_writable\":true,"
 		 "\"env\":{\"FAKE_OUTPUT\":\"" SBX_HOME_PATH "/out.ndjson\","
-		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/argv.txt\"%s},"
+		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/argv.txt\","
+		 "\"FAKE_STDIN_OUT\":\"" SBX_HOME_PATH "/stdin.txt\"%s},"
 		 "\"models\":[{\"id\":\"m-1\"}]}}}",
-		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, extra);
+		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, tmpdir, extra);
 	fd = open(path.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
 	CU_ASSERT_EQUAL(write_all(fd, reg.data, reg.len), 0);
@@ -626,89 +565,161 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	return r;
 }
 
-static void run_fake(const char *type, const char *output, const char *extra, struct rec *r,
-		     struct prov_outcome *o, struct buf *argv_env)
+/* An empty file in tmpdir for the stand-in to write into (a writable credentials copy). */
+static void reset_file(const char *name, struct buf *path)
+{
+	int fd;
+
+	buf_reset(path);
+	buf_addf(path, "%s/%s", tmpdir, name);
+	fd = open(path->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+}
+
+/* One prov_run of the stand-in CLI as provider type, printing output. msgs: the request's
+ * messages (NULL: a system and a user message). What the stand-in got: its argv and
+ * environment into argv_env, its stdin into stdin_seen (when not NULL). */
+static void run_fake_msgs(const char *type, const char *output, const char *extra,
+			  const json_t *msgs, struct ts_rec *r, struct prov_outcome *o,
+			  struct buf *argv_env, struct buf *stdin_seen)
 {
 	struct prov_registry *reg = fake_registry(type, output, extra);
-	json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "Be brief.",
+	json_t *dflt = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "Be brief.",
 				 "role", "user", "content", "Say hello");
 	struct prov_request req = { .model = prov_registry_find(reg, "m-1"),
 				    .model_name = "m-1",
-				    .messages = msgs,
+				    .messages = msgs ? msgs : dflt,
 				    .max_tokens = 99,
 				    .request_id = "test" };
-	struct prov_sink sink = { .emit = rec_emit, .ctx = r };
-	struct buf path = BUF_INIT;
-	int fd;
+	struct prov_sink sink = ts_rec_sink(r);
+	struct buf argv_path = BUF_INIT, stdin_path = BUF_INIT;
 
-	buf_addf(&path, "%s/argv.txt", tmpdir);
-	fd = open(path.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	close(fd);
+	reset_file("argv.txt", &argv_path);
+	reset_file("stdin.txt", &stdin_path);
 	CU_ASSERT_FATAL(req.model != NULL);
 	prov_run(&req, &sink, -1, o);
 	buf_reset(argv_env);
-	buf_read_file(argv_env, path.data, 1 << 20);
-	json_decref(msgs);
+	buf_read_file(argv_env, argv_path.data, 1 << 20);
+	if (stdin_seen) {
+		buf_reset(stdin_seen);
+		buf_read_file(stdin_seen, stdin_path.data, 1 << 20);
+	}
+	json_decref(dflt);
 	prov_registry_free(reg);
-	buf_release(&path);
+	buf_release(&argv_path);
+	buf_release(&stdin_path);
+}
+
+static void run_fake(const char *type, const char *output, const char *extra, struct ts_rec *r,
+		     struct prov_outcome *o, struct buf *argv_env)
+{
+	run_fake_msgs(type, output, extra, NULL, r, o, argv_env, NULL);
 }
 
 static void test_run_claude(void)
 {
-	struct buf argv_env = BUF_INIT;
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
 	struct prov_outcome o;
-	struct rec r;
+	struct ts_rec r;
 	uint64_t t = mono_ms();
 
 	/* The stand-in lingers 5 s after the result line: the run must not wait for it. */
-	rec_init(&r);
-	run_fake("claude", "claude-success.ndjson", ",\"FAKE_SLEEP\":\"5\"", &r, &o, &argv_env);
+	ts_rec_init(&r);
+	run_fake_msgs("claude", "claude-success.ndjson", ",\"FAKE_SLEEP\":\"5\"", NULL, &r, &o,
+		      &argv_env, &in);
 	CU_ASSERT_EQUAL(o.err, PROV_OK);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
 	CU_ASSERT_STRING_EQUAL(o.finish_reason, "stop");
 	CU_ASSERT(o.usage.present);
 	CU_ASSERT_EQUAL(o.usage.total_tokens, 16);
 	CU_ASSERT(mono_ms() - t < 4000);
-	/* The plan: argv and environment as docs/providers.md says. */
-	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-p\n--output-format\nstream-json\n--verbose\n"
+	/* The plan: argv, stdin and environment as docs/providers.md says; the system
+	 * prompt on stdin, never in argv. */
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-p\n--input-format\nstream-json\n"
+						     "--output-format\nstream-json\n--verbose\n"
 						     "--include-partial-messages\n"
 						     "--no-session-persistence\n--model\nm-1\n"
-						     "--system-prompt\n"));
-	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "Be brief.\n--tools\n\n"));
+						     "--tools\n\n"));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "Be brief."));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "--system-prompt"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data,
+				      "{\"type\":\"control_request\",\"request_id\":"
+				      "\"olp-init\",\"request\":{\"subtype\":"
+				      "\"initialize\",\"systemPrompt\":\"You are answering"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "\\n\\nBe brief.\"}}\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "\n{\"type\":\"user\",\"message\":{\"role\":"
+					       "\"user\",\"content\":\"Say hello\"}"));
 	CU_ASSERT_PTR_NOT_NULL(
 		strstr(argv_env.data, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_MAX_RETRIES=2\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CLAUDE_CODE_MAX_OUTPUT_TOKENS=99\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "HOME=" SBX_HOME_PATH "\n"));
 	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "ANTHROPIC_API_KEY"));
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	run_fake("claude", "claude-429.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o, &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_ERR_PROVIDER_ERROR);
 	CU_ASSERT_EQUAL(o.status, 429);
 	CU_ASSERT_EQUAL(o.upstream_status, 429);
 	CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "Provider p: "));
 	CU_ASSERT_FALSE(o.output_started);
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	run_fake("claude", "claude-not-logged-in.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o,
 		 &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_ERR_AUTH_MISSING);
 	CU_ASSERT_STRING_EQUAL(prov_error_code(o.err), "AUTH_MISSING");
 	CU_ASSERT_EQUAL(o.status, prov_error_status(PROV_ERR_AUTH_MISSING));
-	rec_release(&r);
+	ts_rec_release(&r);
 	buf_release(&argv_env);
+	buf_release(&in);
+}
+
+/* A system prompt far above what one argument may hold (128 KiB) runs, and none of it is
+ * on the command line, where the host's /proc/<pid>/cmdline would show it. */
+static void test_run_claude_long_system_prompt(void)
+{
+	size_t n = (size_t)200 * 1024;
+	char *big = malloc(n + 1);
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
+	struct prov_outcome o;
+	struct ts_rec r;
+	json_t *msgs;
+
+	CU_ASSERT_FATAL(big != NULL);
+	memset(big, 'x', n);
+	memcpy(big, "MARKER-", 7);
+	big[n] = '\0';
+	msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", big, "role", "user",
+			 "content", "Say hello");
+	CU_ASSERT_FATAL(msgs != NULL);
+	ts_rec_init(&r);
+	run_fake_msgs("claude", "claude-success.ndjson", "", msgs, &r, &o, &argv_env, &in);
+	CU_ASSERT_EQUAL(o.err, PROV_OK);
+	if (o.err)
+		fprintf(stderr, "run: %s (%s)\n", o.message, o.stderr_tail);
+	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "MARKER-"));
+	CU_ASSERT(argv_env.len < 8192);
+	CU_ASSERT(in.len > n);
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, big));
+	ts_rec_release(&r);
+	json_decref(msgs);
+	free(big);
+	buf_release(&argv_env);
+	buf_release(&in);
 }
 
 static void test_run_codex(void)
 {
 	struct buf argv_env = BUF_INIT;
 	struct prov_outcome o;
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	run_fake("codex", "codex-success.ndjson", "", &r, &o, &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_OK);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake OpenAI server!");
@@ -718,14 +729,14 @@ static void test_run_codex(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--model\nm-1\n-\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "CODEX_HOME=" SBX_HOME_PATH "/.codex\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "TMPDIR=/tmp\n"));
-	rec_release(&r);
+	ts_rec_release(&r);
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	run_fake("codex", "codex-401.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o, &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_ERR_PROVIDER_ERROR);
 	CU_ASSERT_EQUAL(o.upstream_status, 401);
 	CU_ASSERT_EQUAL(o.status, 502); /* not a 401: the client's own key is fine */
-	rec_release(&r);
+	ts_rec_release(&r);
 	buf_release(&argv_env);
 }
 
@@ -733,15 +744,45 @@ static void test_run_vibe(void)
 {
 	struct buf argv_env = BUF_INIT;
 	struct prov_outcome o;
-	struct rec r;
+	struct ts_rec r;
 
-	rec_init(&r);
+	ts_rec_init(&r);
 	run_fake("vibe", "vibe-deltas.ndjson", "", &r, &o, &argv_env);
 	CU_ASSERT_EQUAL(o.err, PROV_OK);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from vibe, streaming!");
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--prompt\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--output\nstreaming\n"));
-	rec_release(&r);
+	ts_rec_release(&r);
+	buf_release(&argv_env);
+}
+
+/* vibe takes its prompt on its command line only: one above the bound is the client's 400,
+ * naming the limit, and nothing is started. */
+static void test_run_vibe_long_prompt(void)
+{
+	size_t n = (size_t)200 * 1024;
+	char *big = malloc(n + 1);
+	struct buf argv_env = BUF_INIT;
+	struct prov_outcome o;
+	struct ts_rec r;
+	json_t *msgs;
+
+	CU_ASSERT_FATAL(big != NULL);
+	memset(big, 'y', n);
+	big[n] = '\0';
+	msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", big);
+	CU_ASSERT_FATAL(msgs != NULL);
+	ts_rec_init(&r);
+	run_fake_msgs("vibe", "vibe-deltas.ndjson", "", msgs, &r, &o, &argv_env, NULL);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_PROMPT_REFUSED);
+	CU_ASSERT_EQUAL(o.status, 400);
+	CU_ASSERT_STRING_EQUAL(prov_error_code(o.err), "PROMPT_REFUSED");
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "at most 120 KiB"));
+	CU_ASSERT_EQUAL(argv_env.len, 0); /* never started */
+	CU_ASSERT_EQUAL(r.nevents, 0);
+	ts_rec_release(&r);
+	json_decref(msgs);
+	free(big);
 	buf_release(&argv_env);
 }
 
@@ -751,7 +792,7 @@ static void test_run_missing_bin(void)
 	struct buf path = BUF_INIT, err = BUF_INIT;
 	struct prov_registry *reg;
 	struct prov_outcome o;
-	struct rec r;
+	struct ts_rec r;
 	json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "x");
 	int fd;
 
@@ -771,15 +812,15 @@ static void test_run_missing_bin(void)
 		struct prov_request req = { .model = prov_registry_find(reg, "c"),
 					    .messages = msgs,
 					    .request_id = "t" };
-		struct prov_sink sink = { .emit = rec_emit, .ctx = &r };
+		struct prov_sink sink = ts_rec_sink(&r);
 
-		rec_init(&r);
+		ts_rec_init(&r);
 		prov_run(&req, &sink, -1, &o);
 		CU_ASSERT_EQUAL(o.err, PROV_ERR_SPAWN_FAILED);
 		if (!strstr(o.message, "providers.anthropic.bin"))
 			fprintf(stderr, "message: %s\n", o.message);
 		CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "providers.anthropic.bin"));
-		rec_release(&r);
+		ts_rec_release(&r);
 	}
 	json_decref(msgs);
 	prov_registry_free(reg);
@@ -789,10 +830,34 @@ static void test_run_missing_bin(void)
 
 int main(void)
 {
+	static const struct ts_test tests[] = {
+		{ "claude: recorded success, every split", test_claude_success },
+		{ "claude: upstream 429", test_claude_429 },
+		{ "claude: not logged in", test_claude_not_logged_in },
+		{ "claude: garbage, unknown types, CRLF", test_claude_garbage_and_unknown },
+		{ "claude: truncated output", test_claude_truncated },
+		{ "claude: assistant-only, result-only, errors", test_claude_variants },
+		{ "claude: stream cut, retried, stitched", test_claude_cut_and_retry },
+		{ "claude: output after result ignored", test_claude_done_ignores_rest },
+		{ "sink abort stops the feed", test_sink_abort },
+		{ "overlong line refused", test_overlong_line },
+		{ "codex: recorded success", test_codex_success },
+		{ "codex: upstream 401", test_codex_401 },
+		{ "codex: command items, retries, death", test_codex_command_and_retries },
+		{ "vibe: tolerant lines", test_vibe },
+		{ "every fixture through every parser", test_cross_feed },
+		{ "prov_run claude under the sandbox", test_run_claude },
+		{ "prov_run codex under the sandbox", test_run_codex },
+		{ "prov_run claude with a 200 KiB system prompt",
+		  test_run_claude_long_system_prompt },
+		{ "prov_run vibe under the sandbox", test_run_vibe },
+		{ "prov_run vibe with a prompt above its bound", test_run_vibe_long_prompt },
+		{ "prov_run with a missing program", test_run_missing_bin },
+		{ NULL, NULL },
+	};
 	char runtime[] = "/tmp/olp-provcli-rt-XXXXXX";
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
-	CU_pSuite s;
-	unsigned fails;
+	int fails;
 	char cmd[256];
 
 	if (!mkdtemp(tmpdir) || !mkdtemp(runtime))
@@ -802,34 +867,10 @@ int main(void)
 		fprintf(stderr, "sbx_global_init failed\n");
 		return 1;
 	}
-	CU_initialize_registry();
-	s = CU_add_suite("provider-clis", NULL, NULL);
-	CU_add_test(s, "claude: recorded success, every split", test_claude_success);
-	CU_add_test(s, "claude: upstream 429", test_claude_429);
-	CU_add_test(s, "claude: not logged in", test_claude_not_logged_in);
-	CU_add_test(s, "claude: garbage, unknown types, CRLF", test_claude_garbage_and_unknown);
-	CU_add_test(s, "claude: truncated output", test_claude_truncated);
-	CU_add_test(s, "claude: assistant-only, result-only, errors", test_claude_variants);
-	CU_add_test(s, "claude: stream cut, retried, stitched", test_claude_cut_and_retry);
-	CU_add_test(s, "claude: output after result ignored", test_claude_done_ignores_rest);
-	CU_add_test(s, "sink abort stops the feed", test_sink_abort);
-	CU_add_test(s, "overlong line refused", test_overlong_line);
-	CU_add_test(s, "codex: recorded success", test_codex_success);
-	CU_add_test(s, "codex: upstream 401", test_codex_401);
-	CU_add_test(s, "codex: command items, retries, death", test_codex_command_and_retries);
-	CU_add_test(s, "vibe: tolerant lines", test_vibe);
-	CU_add_test(s, "every fixture through every parser", test_cross_feed);
-	CU_add_test(s, "prov_run claude under the sandbox", test_run_claude);
-	CU_add_test(s, "prov_run codex under the sandbox", test_run_codex);
-	CU_add_test(s, "prov_run vibe under the sandbox", test_run_vibe);
-	CU_add_test(s, "prov_run with a missing program", test_run_missing_bin);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("provider-clis", tests);
 	sbx_global_release();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", tmpdir, runtime);
 	if (system(cmd))
 		fails++;
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

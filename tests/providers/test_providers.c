@@ -896,6 +896,29 @@ static uint64_t timeout_for(const char *entry_extra, const char *config)
 	return ms;
 }
 
+/* config.json's providers object is refused (by the registry as by prov_config_check),
+ * with a message naming the field. */
+static void check_refused(const char *config, const char *in_message)
+{
+	static const char text[] = "{\"providers\":{\"local\":{\"type\":\"command\","
+				   "\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"m\"}]}}}";
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(text, config, &err);
+	json_t *conf = parse(config);
+
+	CU_ASSERT_PTR_NULL(reg);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data, in_message));
+	if (!strstr(err.data, in_message))
+		fprintf(stderr, "config %s: message \"%s\" lacks \"%s\"\n", config, err.data,
+			in_message);
+	buf_reset(&err);
+	CU_ASSERT_EQUAL(prov_config_check(conf, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data, in_message));
+	prov_registry_free(reg);
+	json_decref(conf);
+	buf_release(&err);
+}
+
 static void test_registry_timeouts(void)
 {
 	CU_ASSERT_EQUAL(timeout_for("", NULL), 600000);
@@ -906,12 +929,18 @@ static void test_registry_timeouts(void)
 	/* config.json wins over the registry entry */
 	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":2", "{\"local\":{\"timeout_s\":30}}"), 30000);
 	CU_ASSERT_EQUAL(timeout_for("", "{\"nobody\":{\"timeout_s\":30}}"), 600000);
-	/* nonsense values leave the default */
-	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":0}}"), 600000);
-	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":-3}}"), 600000);
-	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":\"5\"}}"), 600000);
-	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":{\"timeout_s\":1e12}}"), 600000);
-	CU_ASSERT_EQUAL(timeout_for("", "{\"local\":5}"), 600000);
+	/* Nonsense in a registry entry leaves the default (with a warning)... */
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":0", NULL), 600000);
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":-3", NULL), 600000);
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":\"5\"", NULL), 600000);
+	CU_ASSERT_EQUAL(timeout_for(",\"timeout_s\":1e12", NULL), 600000);
+	/* ... and in config.json, the operator's own file, it is refused at start. */
+	check_refused("{\"local\":{\"timeout_s\":0}}", "providers.local.timeout_s: must be");
+	check_refused("{\"local\":{\"timeout_s\":-3}}", "providers.local.timeout_s: must be");
+	check_refused("{\"local\":{\"timeout_s\":\"5\"}}", "providers.local.timeout_s: must be");
+	check_refused("{\"local\":{\"timeout_s\":1e12}}", "providers.local.timeout_s: must be");
+	check_refused("{\"nobody\":{\"timeout_s\":1e12}}", "providers.nobody.timeout_s: must be");
+	check_refused("{\"local\":5}", "providers.local: must be an object");
 	/* A positive timeout must stay a limit: 0 ms means "no limit" to the sandbox. */
 	CU_ASSERT(timeout_for("", "{\"local\":{\"timeout_s\":0.0004}}") > 0);
 	CU_ASSERT(timeout_for(",\"timeout_s\":1e-9", NULL) > 0);
@@ -929,9 +958,7 @@ static void test_registry_limits(void)
 			"\"limits\":{\"memory_mb\":512,\"pids\":64,\"as_mb\":4096},"
 			"\"models\":[{\"id\":\"m\"}]},\"other\":{\"type\":\"command\","
 			"\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"o\"}]}}}",
-			"{\"local\":{\"limits\":{\"memory_mb\":1024,\"cpu_pct\":50,\"pids\":-1,"
-			"\"nofile\":\"9\"}}}",
-			&err);
+			"{\"local\":{\"limits\":{\"memory_mb\":1024,\"cpu_pct\":50}}}", &err);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
 	l = prov_provider_limits(prov_registry_find(reg, "m")->provider);
 	/* json_object_update replaces the whole "limits" object: config.json's own. */
@@ -973,6 +1000,14 @@ static void test_registry_limits(void)
 	CU_ASSERT_EQUAL(prov_registry_find(reg, "m")->context_window, 8192);
 	prov_registry_free(reg);
 	buf_release(&err);
+	/* In config.json a bad field is refused at start. */
+	check_refused("{\"local\":{\"limits\":{\"pids\":-1}}}",
+		      "providers.local.limits.pids: must");
+	check_refused("{\"local\":{\"limits\":{\"nofile\":\"9\"}}}",
+		      "providers.local.limits.nofile: must");
+	check_refused("{\"local\":{\"limits\":[]}}", "providers.local.limits: must");
+	check_refused("{\"local\":{\"max_concurrent\":-1}}",
+		      "providers.local.max_concurrent: must");
 }
 
 /* Run fn with stderr going to a temporary file; what it logged, in out. */
@@ -1110,6 +1145,187 @@ static void test_registry_names(void)
 	buf_release(&a.err);
 }
 
+/* config.json's providers object: every setting of every type checked at start; each bad
+ * value refused with its JSON path; unknown keys left alone. */
+static void test_config_check(void)
+{
+	static const char good[] =
+		"{\"enabled\":[\"a\",\"b\"],\"a\":{\"timeout_s\":1.5,\"max_concurrent\":0,"
+		"\"limits\":{\"memory_mb\":64},\"network\":false,\"env\":{\"X\":\"1\"},"
+		"\"bin\":\"claude\",\"credentials\":{\"~/.c/x.json\":\".c/x.json\","
+		"\"/etc/y\":\"/home/olp/y\"},\"credentials_writable\":true,\"max_retries\":0,"
+		"\"system_prompt\":\"\",\"tools\":\"\",\"config_toml\":false,"
+		"\"model_provider\":\"my-id_1\",\"argv\":[\"/bin/cat\",\"-u\"],"
+		"\"ro_paths\":[\"/etc\"],\"output\":\"sse\",\"displayName\":\"ignored\","
+		"\"something_new\":[1]},\"b\":{\"credentials\":null,\"config_toml\":null},"
+		"\"c\":{\"credentials\":[\"~/x\",\"/y\"],\"config_toml\":\"~/t.toml\"},"
+		"\"d\":{\"credentials\":\"~/x\",\"timeout_s\":null}}";
+	static const struct {
+		const char *config, *path;
+	} bad[] = {
+		{ "[]", "providers: must be an object" },
+		{ "{\"enabled\":\"a\"}", "providers.enabled: must be" },
+		{ "{\"enabled\":[\"a\",1]}", "providers.enabled[1]: must be" },
+		{ "{\"a\":[]}", "providers.a: must be an object" },
+		{ "{\"a\":{\"network\":\"yes\"}}", "providers.a.network: must be true or false" },
+		{ "{\"a\":{\"env\":[\"X=1\"]}}", "providers.a.env: must be an object" },
+		{ "{\"a\":{\"env\":{\"X\":1}}}", "providers.a.env.X: must be a string" },
+		{ "{\"a\":{\"env\":{\"X=Y\":\"1\"}}}", "providers.a.env.X=Y: is not a variable" },
+		{ "{\"a\":{\"env\":{\"\":\"1\"}}}", "providers.a.env.: is not a variable" },
+		{ "{\"a\":{\"bin\":\"\"}}", "providers.a.bin: must be" },
+		{ "{\"a\":{\"bin\":7}}", "providers.a.bin: must be" },
+		{ "{\"a\":{\"credentials\":5}}", "providers.a.credentials: must be a path" },
+		{ "{\"a\":{\"credentials\":[\"~/x\",3]}}", "providers.a.credentials[1]: must be" },
+		{ "{\"a\":{\"credentials\":[\"rel/x\"]}}",
+		  "providers.a.credentials[0]: must be an absolute path" },
+		{ "{\"a\":{\"credentials\":{\"~/x\":\"../../etc/x\"}}}",
+		  "providers.a.credentials.~/x: must be a path in the home" },
+		{ "{\"a\":{\"credentials\":{\"~/x\":\"/etc/x\"}}}",
+		  "providers.a.credentials.~/x: must be a path in the home" },
+		{ "{\"a\":{\"credentials\":{\"~/x\":1}}}", "providers.a.credentials.~/x: must be" },
+		{ "{\"a\":{\"credentials_writable\":1}}",
+		  "providers.a.credentials_writable: must" },
+		{ "{\"a\":{\"max_retries\":-1}}", "providers.a.max_retries: must be an integer" },
+		{ "{\"a\":{\"max_retries\":1.5}}", "providers.a.max_retries: must be an integer" },
+		{ "{\"a\":{\"system_prompt\":5}}", "providers.a.system_prompt: must be a string" },
+		{ "{\"a\":{\"tools\":[]}}", "providers.a.tools: must be a string" },
+		{ "{\"a\":{\"config_toml\":\"rel.toml\"}}", "providers.a.config_toml: must be" },
+		{ "{\"a\":{\"config_toml\":true}}", "providers.a.config_toml: must be" },
+		{ "{\"a\":{\"model_provider\":\"x\\\"]\"}}",
+		  "providers.a.model_provider: must be" },
+		{ "{\"a\":{\"model_provider\":\"\"}}", "providers.a.model_provider: must be" },
+		{ "{\"a\":{\"argv\":[]}}", "providers.a.argv: must be a non-empty array" },
+		{ "{\"a\":{\"argv\":[\"cat\"]}}", "providers.a.argv[0]: must be an absolute path" },
+		{ "{\"a\":{\"argv\":[\"/bin/cat\",2]}}", "providers.a.argv[1]: must be a string" },
+		{ "{\"a\":{\"ro_paths\":[\"/ok\",\"rel\"]}}", "providers.a.ro_paths[1]: must be" },
+		{ "{\"a\":{\"output\":\"xml\"}}", "providers.a.output: must be" },
+	};
+	struct buf err = BUF_INIT;
+	json_t *conf = parse(good);
+
+	CU_ASSERT_EQUAL(prov_config_check(conf, &err), 0);
+	if (err.len)
+		fprintf(stderr, "good config refused: %s\n", err.data);
+	CU_ASSERT_EQUAL(prov_config_check(NULL, &err), 0);
+	json_decref(conf);
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		conf = parse(bad[i].config);
+		buf_reset(&err);
+		CU_ASSERT_EQUAL(prov_config_check(conf, &err), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, bad[i].path));
+		if (!strstr(err.data, bad[i].path))
+			fprintf(stderr, "%s: message \"%s\" lacks \"%s\"\n", bad[i].config,
+				err.data, bad[i].path);
+		json_decref(conf);
+	}
+	buf_release(&err);
+}
+
+/* A CLI entry of the registry with a bad setting is skipped with a warning that names the
+ * file and the JSON path; the rest of the registry loads. */
+static void test_registry_bad_settings(void)
+{
+	static const char *const bad[] = {
+		"\"env\":{\"ANTHROPIC_API_KEY\":5}",
+		"\"credentials\":7",
+		"\"system_prompt\":[]",
+		"\"network\":\"yes\"",
+		"\"max_retries\":\"2\"",
+		"\"bin\":\"\"",
+	};
+	struct load_args a = { .err = BUF_INIT };
+	struct buf text = BUF_INIT, log = BUF_INIT;
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		buf_reset(&text);
+		buf_addf(&text,
+			 "{\"providers\":{\"anthropic\":{%s,\"models\":[{\"id\":\"c\"}]},"
+			 "\"local\":{\"argv\":[\"/bin/cat\"],\"models\":[{\"id\":\"ok\"}]}}}",
+			 bad[i]);
+		a.text = text.data;
+		capture_stderr(load_args_run, &a, &log);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(a.reg);
+		CU_ASSERT_PTR_NULL(prov_registry_find(a.reg, "c"));
+		CU_ASSERT_PTR_NOT_NULL(prov_registry_find(a.reg, "ok"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "registry.json: providers.anthropic."));
+		CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "; skipped"));
+		prov_registry_free(a.reg);
+	}
+	buf_release(&text);
+	buf_release(&log);
+	buf_release(&a.err);
+}
+
+/* prov_provider_from_json: a provider without a registry, checked as the registry checks
+ * an entry; it copies what it keeps. */
+static void test_provider_from_json(void)
+{
+	struct buf err = BUF_INIT;
+	json_t *e = parse("{\"type\":\"command\",\"displayName\":\"Cat\",\"argv\":[\"/bin/cat\"],"
+			  "\"timeout_s\":3,\"limits\":{\"pids\":9},\"output\":\"ndjson\"}");
+	struct prov_provider *pv = prov_provider_from_json("cat", e, &err);
+	struct prov_parser *ps;
+	json_t *claude;
+
+	json_decref(e); /* the provider keeps copies */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(err.len, 0);
+	CU_ASSERT_STRING_EQUAL(prov_provider_name(pv), "cat");
+	CU_ASSERT_STRING_EQUAL(prov_provider_type(pv), "command");
+	CU_ASSERT_STRING_EQUAL(prov_provider_display_name(pv), "Cat");
+	CU_ASSERT_EQUAL(prov_provider_timeout_ms(pv), 3000);
+	CU_ASSERT_EQUAL(prov_provider_limits(pv)->pids, 9);
+	/* Its parser reads ndjson, not text: a chunk line becomes its content. */
+	ps = prov_parser_for(pv);
+	{
+		struct collect c;
+		struct prov_sink sink = { .emit = collect_emit, .ctx = &c };
+		static const char line[] = "{\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n";
+
+		collect_init(&c);
+		CU_ASSERT_EQUAL(prov_parser_feed(ps, line, strlen(line), &sink), 0);
+		CU_ASSERT_EQUAL(prov_parser_finish(ps, &sink), 0);
+		CU_ASSERT_STRING_EQUAL(c.all.data, "hi");
+		buf_release(&c.all);
+	}
+	prov_parser_free(ps);
+	prov_provider_free(pv);
+	prov_provider_free(NULL);
+
+	/* The Node OLP's names give the type; a CLI's settings are read. */
+	claude = parse("{\"env\":{\"ANTHROPIC_BASE_URL\":\"http://x\"},\"credentials\":[]}");
+	pv = prov_provider_from_json("anthropic", claude, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_STRING_EQUAL(prov_provider_type(pv), "claude");
+	prov_provider_free(pv);
+	json_decref(claude);
+
+	/* Refused: what the registry would skip, with errno EINVAL and the reason. */
+	static const struct {
+		const char *name, *entry, *why;
+	} bad[] = {
+		{ "x", "[]", "providers.x: must be an object" },
+		{ "x", "{\"models\":[]}", "providers.x: no \"type\" and no \"argv\"" },
+		{ "x", "{\"type\":\"teleport\"}", "providers.x.type: \"teleport\"" },
+		{ "a/b", "{\"argv\":[\"/bin/cat\"]}", "provider name \"a/b\"" },
+		{ "x", "{\"type\":\"command\"}", "providers.x.argv: must be" },
+		{ "x", "{\"argv\":[\"/bin/cat\"],\"output\":1}", "providers.x.output: must be" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		e = parse(bad[i].entry);
+		buf_reset(&err);
+		errno = 0;
+		CU_ASSERT_PTR_NULL(prov_provider_from_json(bad[i].name, e, &err));
+		CU_ASSERT_EQUAL(errno, EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, bad[i].why));
+		if (!strstr(err.data, bad[i].why))
+			fprintf(stderr, "%s: \"%s\" lacks \"%s\"\n", bad[i].entry, err.data,
+				bad[i].why);
+		json_decref(e);
+	}
+	buf_release(&err);
+}
+
 static void test_registry_shipped_default(void)
 {
 	struct buf err = BUF_INIT;
@@ -1132,42 +1348,41 @@ static void test_registry_shipped_default(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	static const struct ts_test tests[] = {
+		{ "flatten messages", test_flatten },
+		{ "flatten keeps binary bytes", test_flatten_binary },
+		{ "text reader: whole", test_text_whole },
+		{ "text reader: byte by byte", test_text_byte_by_byte },
+		{ "text reader: every split", test_text_every_split },
+		{ "text reader: truncated tail flushed", test_text_truncated_tail },
+		{ "text reader: invalid bytes pass through", test_text_invalid_passthrough },
+		{ "text reader: client view independent of cuts",
+		  test_text_split_invariant_after_invalid },
+		{ "text reader: empty feeds", test_text_empty_feeds },
+		{ "text reader: sink abort propagates", test_text_sink_abort },
+		{ "parser types", test_parser_types },
+		{ "parsers: numbers checked before they become integers", test_parser_numbers },
+		{ "registry: command provider", test_registry_command },
+		{ "registry: defaults", test_registry_defaults },
+		{ "registry: aliases", test_registry_aliases },
+		{ "registry: duplicate ids keep the first", test_registry_duplicates },
+		{ "registry: invalid command entries skipped", test_registry_invalid_commands },
+		{ "registry: types not run yet skipped", test_registry_types_not_run },
+		{ "registry: load failures", test_registry_load_failures },
+		{ "registry: timeouts", test_registry_timeouts },
+		{ "registry: limits", test_registry_limits },
+		{ "registry: names checked at load", test_registry_names },
+		{ "registry: bad settings of an entry skip it", test_registry_bad_settings },
+		{ "config.json providers checked at start", test_config_check },
+		{ "a provider from JSON, without a registry", test_provider_from_json },
+		{ "registry: shipped default loads", test_registry_shipped_default },
+		{ NULL, NULL },
+	};
+	int fails;
 
 	if (!mkdtemp(tmpdir))
 		return 1;
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	s = CU_add_suite("providers", NULL, NULL);
-	CU_add_test(s, "flatten messages", test_flatten);
-	CU_add_test(s, "flatten keeps binary bytes", test_flatten_binary);
-	CU_add_test(s, "text reader: whole", test_text_whole);
-	CU_add_test(s, "text reader: byte by byte", test_text_byte_by_byte);
-	CU_add_test(s, "text reader: every split", test_text_every_split);
-	CU_add_test(s, "text reader: truncated tail flushed", test_text_truncated_tail);
-	CU_add_test(s, "text reader: invalid bytes pass through", test_text_invalid_passthrough);
-	CU_add_test(s, "text reader: client view independent of cuts",
-		    test_text_split_invariant_after_invalid);
-	CU_add_test(s, "text reader: empty feeds", test_text_empty_feeds);
-	CU_add_test(s, "text reader: sink abort propagates", test_text_sink_abort);
-	CU_add_test(s, "parser types", test_parser_types);
-	CU_add_test(s, "parsers: numbers checked before they become integers", test_parser_numbers);
-	CU_add_test(s, "registry: command provider", test_registry_command);
-	CU_add_test(s, "registry: defaults", test_registry_defaults);
-	CU_add_test(s, "registry: aliases", test_registry_aliases);
-	CU_add_test(s, "registry: duplicate ids keep the first", test_registry_duplicates);
-	CU_add_test(s, "registry: invalid command entries skipped", test_registry_invalid_commands);
-	CU_add_test(s, "registry: types not run yet skipped", test_registry_types_not_run);
-	CU_add_test(s, "registry: load failures", test_registry_load_failures);
-	CU_add_test(s, "registry: timeouts", test_registry_timeouts);
-	CU_add_test(s, "registry: limits", test_registry_limits);
-	CU_add_test(s, "registry: names checked at load", test_registry_names);
-	CU_add_test(s, "registry: shipped default loads", test_registry_shipped_default);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("providers", tests);
 	rmdir(tmpdir);
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

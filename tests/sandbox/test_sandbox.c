@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
+#include "tests/support/support.h"
 #include "common/banned.h"
 
 static char runtime_dir[] = "/tmp/olp-sbx-test-XXXXXX";
@@ -82,7 +84,7 @@ static void test_echo_and_exit_status(void)
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_EQUAL(res.exit_status, 3);
 	CU_ASSERT_STRING_EQUAL(res.stderr_tail, "oops\n");
-	CU_ASSERT_FALSE(res.sandbox_failed);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_NONE);
 	buf_release(&out);
 	sbx_policy_free(p);
 }
@@ -130,14 +132,125 @@ static void test_missing_binary_fails(void)
 	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/does-not-exist-olp", NULL }, NULL,
 			    0, &out, &res),
 			0);
-	/* The stub reports the failed execve itself: the sandbox's failure, not the
-	 * command's. */
+	/* The stub reports the failed execve itself: the command never ran. */
 	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
 	CU_ASSERT_EQUAL(res.exit_status, 127);
-	CU_ASSERT_TRUE(res.sandbox_failed);
-	CU_ASSERT_TRUE(res.exec_failed);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_EXEC);
+	CU_ASSERT_EQUAL(res.spawn_errno, ENOENT);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(res.spawn_stage);
+	CU_ASSERT_STRING_EQUAL(res.spawn_stage, "execve");
+	CU_ASSERT_STRING_EQUAL(sbx_failure_str(res.failure), "exec");
 	buf_release(&out);
 	sbx_policy_free(p);
+}
+
+/* bwrap that cannot build the sandbox (here: a read-only bind of a dangling link, whose
+ * source it cannot find) is the sandbox's failure, known from bwrap's status report. */
+static void test_setup_failure(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+	char link[512];
+
+	snprintf(link, sizeof(link), "%s.dangling", runtime_dir);
+	CU_ASSERT_FATAL(symlink("/nonexistent/olp-target", link) == 0);
+	CU_ASSERT_EQUAL(sbx_policy_add_ro(p, link), 0);
+	CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/usr/bin/true", NULL }, NULL, 0, &out, &res),
+			0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_NOT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_SETUP);
+	CU_ASSERT_STRING_EQUAL(sbx_failure_str(res.failure), "setup");
+	unlink(link);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+/* A command that fails the way bwrap or the stub would, and says so in their words, is a
+ * command that failed: its words decide nothing. */
+static void test_failure_not_from_text(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_EQUAL(run(p,
+			    (const char *const[]){ "/bin/sh", "-c",
+						   "echo 'olp-sandbox-exec: execve /x: No such "
+						   "file or directory' >&2; exit 127",
+						   NULL },
+			    NULL, 0, &out, &res),
+			0);
+	CU_ASSERT_EQUAL(res.exit_status, 127);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_NONE);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){
+			    "/bin/sh", "-c",
+			    "echo 'bwrap: Creating new namespace failed' >&2; exit 1", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_EQUAL(res.exit_status, 1);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_NONE);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
+/* The run's process budget above what the worker may give (its own hard RLIMIT_NPROC):
+ * the stub cannot set it as it takes the run's uid, and says which step failed. In a
+ * child process, whose lowered limit goes with it. */
+static int identity_failure_child(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct sbx_limits l = { 0 };
+	struct sbx_result res;
+	struct buf out = BUF_INIT;
+	struct rlimit rl;
+	int bad = 0;
+
+	if (getrlimit(RLIMIT_NPROC, &rl) < 0)
+		return 1;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (1u << 20))
+		rl.rlim_max = 1u << 20;
+	if (rl.rlim_cur > rl.rlim_max)
+		rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NPROC, &rl) < 0)
+		return 2;
+	l.nproc = (uint64_t)rl.rlim_max + 1;
+	sbx_policy_set_limits(p, &l);
+	if (run(p, (const char *const[]){ "/usr/bin/true", NULL }, NULL, 0, &out, &res))
+		return 3;
+	bad += res.end != SBX_END_EXITED;
+	bad += res.exit_status != 127;
+	bad += res.failure != SBX_FAIL_IDENTITY;
+	bad += !res.spawn_stage || strcmp(res.spawn_stage, "rlimit nproc") != 0;
+	bad += res.spawn_errno != EPERM;
+	if (bad)
+		fprintf(stderr,
+			"identity failure: end %s, exit %d, failure %s, stage %s, errno %d\n",
+			sbx_end_name(res.end), res.exit_status, sbx_failure_str(res.failure),
+			res.spawn_stage ? res.spawn_stage : "-", res.spawn_errno);
+	buf_release(&out);
+	sbx_policy_free(p);
+	return bad ? 10 + bad : 0;
+}
+
+static void test_identity_failure(void)
+{
+	int st = -1;
+	pid_t pid;
+
+	if (strcmp(sbx_status_get()->identity, "per_run") != 0) {
+		fprintf(stderr, "(no host uid per run here: skipped) ");
+		return;
+	}
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(identity_failure_child());
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void test_timeout_kills_tree(void)
@@ -147,12 +260,15 @@ static void test_timeout_kills_tree(void)
 	struct buf out = BUF_INIT;
 	uint64_t t0 = mono_ms();
 
-	sbx_policy_set_timeout_ms(p, 400);
+	/* 2 s: long enough for the probe to start and say so on a loaded 2-core host
+	 * (400 ms was not), short enough that "killed at the timeout" is what ends it. */
+	sbx_policy_set_timeout_ms(p, 2000);
 	CU_ASSERT_EQUAL(
 		run(p, (const char *const[]){ OLP_PROBE_PATH, "spin", NULL }, NULL, 0, &out, &res),
 		0);
 	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
-	CU_ASSERT(mono_ms() - t0 < 5000);
+	CU_ASSERT(mono_ms() - t0 >= 2000);
+	CU_ASSERT(mono_ms() - t0 < 10000);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "spinning"));
 	buf_release(&out);
 	sbx_policy_free(p);
@@ -424,6 +540,60 @@ static void test_credential_copies(void)
 	sbx_policy_free(p);
 }
 
+/* A run whose log line names its request: the host file of a writable bind is gone when
+ * the run ends, so the run's changes cannot be kept, and the warning says for whom. */
+struct logged_run {
+	const char *host;
+	int ret;
+	struct sbx_result res;
+};
+
+static int remove_host_file(void *ctx, const char *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	unlink(((struct logged_run *)ctx)->host);
+	return 0;
+}
+
+static void logged_run(void *arg)
+{
+	struct logged_run *lr = arg;
+	struct sbx_policy *p = probe_policy();
+	struct sbx_callbacks cb = { .on_stdout = remove_host_file, .ctx = lr };
+	struct sbx_run_options opt = { .hangup_fd = -1, .request_id = "rid-sbx-test-7" };
+
+	if (sbx_policy_add_bind(p, lr->host, SBX_HOME_PATH "/.cfg/cred.json", true) == 0)
+		lr->ret = sbx_run(p,
+				  (const char *const[]){ "/bin/sh", "-c",
+							 "echo go; sleep 0.2; "
+							 "echo changed > .cfg/cred.json",
+							 NULL },
+				  &opt, &cb, &lr->res);
+	sbx_policy_free(p);
+}
+
+static void test_log_lines_name_the_request(void)
+{
+	struct logged_run lr = { .ret = -1 };
+	struct buf log = BUF_INIT;
+	char host[512], logpath[512];
+
+	snprintf(host, sizeof(host), "%s.cred", runtime_dir);
+	snprintf(logpath, sizeof(logpath), "%s.log", runtime_dir);
+	write_file(host, "v1\n", 0600);
+	lr.host = host;
+	CU_ASSERT_EQUAL_FATAL(ts_capture_stderr(logpath, logged_run, &lr), 0);
+	CU_ASSERT_EQUAL(lr.ret, 0);
+	CU_ASSERT_EQUAL(lr.res.exit_status, 0);
+	CU_ASSERT_EQUAL(buf_read_file(&log, logpath, 65536), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "were not kept"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "\"request_id\":\"rid-sbx-test-7\""));
+	unlink(logpath);
+	unlink(host);
+	buf_release(&log);
+}
+
 static void test_scratch_removed(void)
 {
 	/* Every run above wrote into or created its scratch dir; none may be left. */
@@ -614,8 +784,9 @@ static void test_warm_sandboxes(void)
 			    0, &out, &res),
 			0);
 	CU_ASSERT_EQUAL(res.exit_status, 127);
-	CU_ASSERT_TRUE(res.sandbox_failed);
-	CU_ASSERT_TRUE(res.exec_failed);
+	CU_ASSERT_EQUAL(res.failure, SBX_FAIL_EXEC);
+	CU_ASSERT_EQUAL(res.spawn_errno, ENOENT);
+	/* For the logs, the stub says it on stderr too. */
 	CU_ASSERT_PTR_NOT_NULL(strstr(res.stderr_tail, "execve"));
 	/* The wall-clock limit holds from the launch. */
 	sbx_policy_set_timeout_ms(p, 300);
@@ -654,6 +825,9 @@ int main(void)
 	CU_add_test(s, "3 MiB through stdin and stdout", test_stdin_roundtrip_large);
 	CU_add_test(s, "relative argv refused", test_relative_argv_refused);
 	CU_add_test(s, "missing binary fails", test_missing_binary_fails);
+	CU_add_test(s, "bwrap's own failure", test_setup_failure);
+	CU_add_test(s, "the stub's identity failure", test_identity_failure);
+	CU_add_test(s, "a failure is never learnt from text", test_failure_not_from_text);
 	CU_add_test(s, "timeout kills the tree", test_timeout_kills_tree);
 	CU_add_test(s, "callback stop and abort", test_callback_stop_and_abort);
 	CU_add_test(s, "the run ends with the command", test_ends_with_the_command);
@@ -663,6 +837,7 @@ int main(void)
 	CU_add_test(s, "environment allowlisted", test_environment_is_allowlisted);
 	CU_add_test(s, "filesystem view", test_filesystem_view);
 	CU_add_test(s, "credential files as copies", test_credential_copies);
+	CU_add_test(s, "log lines name the request", test_log_lines_name_the_request);
 	CU_add_test(s, "scratch removed", test_scratch_removed);
 	CU_add_test(s, "concurrent runs", test_concurrent_runs);
 	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);

@@ -23,4 +23,22 @@
 #define CU_ASSERT_PTR_NOT_NULL_FATAL(value) CU_ASSERT_FATAL(NULL != (const void *)(value))
 #endif
 
+/* ---- one suite's main() -------------------------------------------------------------
+ * A suite lists its tests in a table ending with { NULL, NULL }, does its own set-up and
+ * clean-up around ts_cunit_run, and exits with ts_exit_status. */
+struct ts_test {
+	const char *name;
+	void (*fn)(void);
+};
+
+/* Register tests as one CUnit suite named suite, run it with verbose output, and clean
+ * CUnit up. Returns the number of failed assertions (0: all passed), or -1 when CUnit
+ * could not be set up. */
+int ts_cunit_run(const char *suite, const struct ts_test tests[]);
+/* The exit status for main(): 0 only when every test passed. */
+static inline int ts_exit_status(int failures)
+{
+	return failures ? 1 : 0;
+}
+
 #endif

@@ -1,0 +1,144 @@
+/* egress: the forwarder between a sandboxed run and the one API it may reach (issue 12,
+ * ADR 0015).
+ *
+ * A run lives in a network namespace of its own with only loopback (sbx_netns_init); the
+ * worker's forwarder listens there, on a socket made inside the namespace and handed over,
+ * and answers from the host's network. The module knows nothing of providers, keys or
+ * HTTP frontends: it is given an already-listening TCP socket and a route, and serves
+ * every connection on that socket on a thread of its own until egr_stop() or the
+ * deadline.
+ *
+ * Two modes:
+ *  - upstream: each HTTP/1.1 request (Content-Length or chunked body, keep-alive) is sent
+ *    with libcurl to the route's base URL (http or https, TLS always verified), minus the
+ *    placeholder credential headers, plus the headers the caller resolved (the real
+ *    credential); the answer streams back as it arrives, each piece written to the client
+ *    the moment libcurl hands it over (SSE stays token by token).
+ *  - connect: `CONNECT host:port` for the listed names only (never a raw IP), resolved and
+ *    connected by the worker, then bytes relayed both ways until either side is done. For
+ *    CLIs that must talk TLS to their own servers themselves (OAuth refresh).
+ *
+ * Threat model: the client is the hostile command. It may send anything, as slowly or as
+ * much as it likes, and open as many connections as it likes. It must not reach any host
+ * or path the route does not name, must not learn the credential the forwarder adds (it
+ * is never echoed, never logged), must not smuggle a second request past the path check,
+ * and must not hold more than the limits below. Nothing a client sends is logged but the
+ * method, the path without its query, and the CONNECT authority, cut. */
+#ifndef OLP_EGRESS_H
+#define OLP_EGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum egr_mode {
+	EGR_MODE_UPSTREAM = 0, /* forward HTTP requests to route.upstream */
+	EGR_MODE_CONNECT,      /* tunnel CONNECT to route.allow_hosts */
+};
+
+/* One header to set on every forwarded request: name → value, already resolved by the
+ * caller (read from a file, the environment, ...). */
+struct egr_header {
+	const char *name;
+	const char *value;
+};
+
+enum egr_flags {
+	/* Connect mode: let an allowed name resolve to a loopback, link-local, unspecified or
+	 * multicast address (refused by default, so that a listed name whose DNS points at
+	 * 127.0.0.1 or 169.254.169.254 reaches nothing of the host's). For tests. */
+	EGR_ALLOW_LOCAL_TARGETS = 1 << 0,
+};
+
+/* Where a run's traffic may go. Every string and array is copied by egr_start(). */
+struct egr_route {
+	enum egr_mode mode;
+	/* Logged with every line of this forwarder (the run's request id); NULL = none. */
+	const char *request_id;
+
+	/* ---- upstream mode ---- */
+	/* Base URL: "http(s)://host[:port][/prefix]", no user, query or fragment. A request
+	 * for /v1/messages?x goes to <base>/v1/messages?x. */
+	const char *upstream;
+	/* Header names removed from every request, case-insensitively: the placeholder
+	 * credentials the CLI was given. NULL-terminated; NULL = EGR_DEFAULT_DROP. */
+	const char *const *drop_headers;
+	/* Headers set on every request, replacing any the client sent under that name. No
+	 * CR, LF or NUL anywhere; names are HTTP tokens. */
+	const struct egr_header *set_headers;
+	size_t n_set_headers;
+	/* The paths a request may have, NULL-terminated; NULL = any path. An entry ending in
+	 * '/' allows every path that starts with it ("/v1/" allows "/v1/a/b"); any other
+	 * entry allows itself and the paths below it ("/v1/messages" allows
+	 * "/v1/messages" and "/v1/messages/count_tokens", not "/v1/messages2"). Matched on
+	 * the path without the query string, after refusing (400) any path that is not in
+	 * canonical form (a "." or ".." segment, an empty segment, a backslash, or
+	 * %2e/%2f/%5c/%00 percent-encoded), so that no upstream normalisation can turn an
+	 * allowed path into another. */
+	const char *const *allow_paths;
+	/* PEM file of the CA(s) that sign the upstream's certificate (a private CA); NULL =
+	 * the system store. Verification is never turned off. */
+	const char *ca_file;
+
+	/* ---- connect mode ---- */
+	/* "host:port" pairs a CONNECT may name, NULL-terminated, compared
+	 * case-insensitively. Names only: a raw IPv4 or IPv6 address is refused, listed or
+	 * not (egr_route_check refuses to list one). */
+	const char *const *allow_hosts;
+
+	unsigned flags; /* enum egr_flags */
+};
+
+/* The credential headers dropped when route.drop_headers is NULL. */
+#define EGR_DEFAULT_DROP                                                                        \
+	((const char *const[]){ "authorization", "x-api-key", "api-key", "proxy-authorization", \
+				"x-goog-api-key", NULL })
+
+/* Bounds of one forwarder. 0 in a field takes the default shown. */
+struct egr_limits {
+	unsigned max_conns;	     /* client connections open at once, 32; more get 503 */
+	size_t max_header_bytes;     /* request line + headers, 64 KiB; more get 431 */
+	uint64_t max_body_bytes;     /* request body, 32 MiB; more get 413 */
+	uint64_t deadline_ms;	     /* absolute, on mono_ms()'s clock: every connection is
+					closed and the listener too; 0 = none */
+	uint64_t idle_ms;	     /* a keep-alive connection with no request, 300000 */
+	uint64_t connect_timeout_ms; /* reaching the upstream or a CONNECT target, 10000 */
+};
+#define EGR_DEFAULT_MAX_CONNS 32
+#define EGR_DEFAULT_MAX_HEADER_BYTES ((size_t)64 * 1024)
+#define EGR_DEFAULT_MAX_BODY_BYTES ((uint64_t)32 * 1024 * 1024)
+#define EGR_DEFAULT_IDLE_MS 300000
+#define EGR_DEFAULT_CONNECT_TIMEOUT_MS 10000
+
+/* What one forwarder did, for the caller's log line. */
+struct egr_stats {
+	uint64_t conns;		  /* client connections accepted */
+	uint64_t requests;	  /* requests forwarded (upstream) or tunnels opened (connect) */
+	uint64_t refused;	  /* answered 4xx/503 by the forwarder itself */
+	uint64_t upstream_errors; /* answered 502/504, or cut after the answer had begun */
+	uint64_t bytes_up;	  /* request body / tunnel bytes, client to upstream */
+	uint64_t bytes_down;	  /* response body / tunnel bytes, upstream to client */
+};
+
+/* Set up libcurl once for the process (curl_global_init); egr_start() calls it too. Call
+ * it early, from the main thread, where start-up failures are reported. 0 or -errno. */
+int egr_global_init(void);
+
+/* Whether route could be served: 0, or -EINVAL with *why (a static string) saying what
+ * is wrong. For validating the configuration once, at start. */
+int egr_route_check(const struct egr_route *route, const char **why);
+
+struct egr_forwarder;
+
+/* Serve listen_fd (a listening TCP socket, e.g. sbx_netns.listen_fd) under route and lim
+ * (NULL = every default) on a thread of its own, each client connection on a thread of
+ * its own. Takes ownership of listen_fd, also on failure. Copies route and lim. Returns
+ * the handle, or NULL with errno set (EINVAL: egr_route_check refused the route). */
+struct egr_forwarder *egr_start(int listen_fd, const struct egr_route *route,
+				const struct egr_limits *lim);
+/* Stop: close the listener and every connection (a request in flight is cut), join every
+ * thread, free f. Returns promptly whatever the clients and the upstream do. stats, when
+ * not NULL, gets the totals. f may be NULL. */
+void egr_stop(struct egr_forwarder *f, struct egr_stats *stats);
+
+#endif

@@ -1,0 +1,659 @@
+/* The forwarder's threads: one acceptor per run, one thread per client connection.
+ *
+ * A thread per connection keeps every wait a plain poll(2) on two descriptors (the
+ * client's socket or the upstream's, and the forwarder's stop eventfd), so that a
+ * request streams with no buffering and no event loop of our own, and egr_stop() ends
+ * every wait at once: the eventfd, written once and never read, stays readable. The
+ * number of connections is bounded (limits.max_conns), each thread's stack is small, and
+ * the acceptor joins every thread it started before it exits. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "egress/internal.h"
+#include "common/banned.h"
+
+#define CONN_STACK ((size_t)512 * 1024)
+#define READ_HINT 16384
+
+/* ---- waiting and I/O of one connection --------------------------------------------- */
+
+void egr_raise_stop(struct egr_forwarder *f)
+{
+	uint64_t one = 1;
+
+	(void)!write(f->stop_fd, &one, sizeof(one));
+}
+
+uint64_t egr_conn_until(const struct egr_conn *c)
+{
+	uint64_t t = mono_ms() + c->f->lim.idle_ms, d = c->f->lim.deadline_ms;
+
+	return d && d < t ? d : t;
+}
+
+int egr_conn_wait(struct egr_conn *c, int fd, short events, uint64_t until_ms)
+{
+	struct pollfd p[2] = { { .fd = fd, .events = events },
+			       { .fd = c->f->stop_fd, .events = POLLIN } };
+
+	for (;;) {
+		uint64_t now = mono_ms(), left = until_ms > now ? until_ms - now : 0;
+		int timeout = !until_ms ? -1 : left > INT_MAX ? INT_MAX : (int)left, n;
+
+		n = poll(p, 2, timeout);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0 && p[1].revents)
+			return -ECANCELED;
+		if (n > 0)
+			return 0; /* ready, or failed: the next read or write says how */
+		if (n == 0 && timeout == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+ssize_t egr_conn_fill(struct egr_conn *c, size_t hint)
+{
+	uint64_t until = egr_conn_until(c);
+
+	for (;;) {
+		ssize_t n = buf_read_once(&c->in, c->fd, hint);
+		int w;
+
+		if (n >= 0)
+			return n;
+		if (n != -EAGAIN && n != -EINTR)
+			return n;
+		if ((w = egr_conn_wait(c, c->fd, POLLIN, until)))
+			return w;
+	}
+}
+
+int egr_conn_writev(struct egr_conn *c, int fd, struct iovec *iov, int n)
+{
+	uint64_t until = egr_conn_until(c);
+
+	while (n > 0) {
+		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int ret;
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				return -errno;
+			if ((ret = egr_conn_wait(c, fd, POLLOUT, until)))
+				return ret;
+			continue;
+		}
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+int egr_conn_write(struct egr_conn *c, int fd, const void *data, size_t len)
+{
+	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+
+	return egr_conn_writev(c, fd, &iov, 1);
+}
+
+int egr_conn_read_head(struct egr_conn *c, struct egr_req *r)
+{
+	size_t max = c->f->lim.max_header_bytes, scanned = 0;
+
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		size_t from = scanned > 3 ? scanned - 3 : 0;
+		const char *e = c->in.len > from
+					? memmem(c->in.data + from, c->in.len - from, "\r\n\r\n", 4)
+					: NULL;
+		ssize_t n;
+
+		if (e) {
+			size_t hl = (size_t)(e - c->in.data) + 4;
+			int ret;
+
+			if (hl > max)
+				return 431;
+			ret = egr_req_parse(r, c->in.data, hl);
+			buf_consume(&c->in, hl);
+			return ret;
+		}
+		scanned = c->in.len;
+		if (c->in.len > max)
+			return 431;
+		n = egr_conn_fill(c, READ_HINT);
+		if (n == 0)
+			return c->in.len ? -ECONNRESET : -ENODATA;
+		if (n < 0)
+			return (int)n;
+	}
+}
+
+void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg)
+{
+	struct buf body = BUF_INIT, head = BUF_INIT;
+	struct iovec iov[2];
+
+	buf_adds(&body, "{\"type\":\"error\",\"error\":{\"type\":");
+	buf_add_json_str(&body, type, strlen(type));
+	buf_adds(&body, ",\"message\":");
+	buf_add_json_str(&body, msg, strlen(msg));
+	buf_adds(&body, "}}");
+	buf_addf(&head,
+		 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		 "Connection: close\r\n\r\n",
+		 status, egr_reason(status), body.len);
+	iov[0] = (struct iovec){ .iov_base = head.data, .iov_len = head.len };
+	iov[1] = (struct iovec){ .iov_base = body.data, .iov_len = body.len };
+	(void)egr_conn_writev(c, c->fd, iov, 2);
+	if (status == 502 || status == 504)
+		atomic_fetch_add(&c->f->n_upstream_errors, 1);
+	else
+		atomic_fetch_add(&c->f->n_refused, 1);
+	buf_release(&head);
+	buf_release(&body);
+}
+
+/* ---- threads ------------------------------------------------------------------------ */
+
+struct conn_arg {
+	struct egr_forwarder *f;
+	struct egr_slot *slot;
+	int fd;
+};
+
+static void *conn_main(void *arg)
+{
+	struct conn_arg a = *(struct conn_arg *)arg;
+	struct egr_conn c = { .f = a.f, .fd = a.fd };
+
+	free(arg);
+	buf_init(&c.in);
+	c.num = atomic_fetch_add(&a.f->next_conn, 1) + 1;
+	snprintf(c.tag, sizeof(c.tag), "egress[%llu]", (unsigned long long)c.num);
+	if (a.f->mode == EGR_MODE_UPSTREAM) {
+		egr_upstream_serve(&c);
+		egr_upstream_conn_release(&c);
+	} else {
+		egr_connect_serve(&c);
+	}
+	close(c.fd);
+	buf_release(&c.in);
+	atomic_store(&a.slot->state, EGR_SLOT_DONE);
+	return NULL;
+}
+
+static void reap(struct egr_forwarder *f, bool all)
+{
+	for (unsigned i = 0; i < f->lim.max_conns; i++) {
+		struct egr_slot *s = &f->slots[i];
+		int st = atomic_load(&s->state);
+
+		if (st == EGR_SLOT_DONE || (all && st == EGR_SLOT_BUSY)) {
+			pthread_join(s->thread, NULL);
+			atomic_store(&s->state, EGR_SLOT_FREE);
+		}
+	}
+}
+
+static struct egr_slot *free_slot(struct egr_forwarder *f)
+{
+	for (unsigned i = 0; i < f->lim.max_conns; i++)
+		if (atomic_load(&f->slots[i].state) == EGR_SLOT_FREE)
+			return &f->slots[i];
+	return NULL;
+}
+
+/* Over the limit: a short 503, best effort, without a thread. */
+static void refuse_busy(struct egr_forwarder *f, int fd)
+{
+	static const char body[] = "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+				   "\"message\":\"OLP egress: too many connections\"}}";
+	char msg[256];
+	int n = snprintf(msg, sizeof(msg),
+			 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+			 sizeof(body) - 1, body);
+
+	if (n > 0 && (size_t)n < sizeof(msg))
+		(void)!send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	atomic_fetch_add(&f->n_refused, 1);
+	log_warnx(f->rid, "egress: more than %u connections at once: refused one",
+		  f->lim.max_conns);
+}
+
+static void start_conn(struct egr_forwarder *f, int fd)
+{
+	struct egr_slot *s;
+	struct conn_arg *a;
+	pthread_attr_t attr;
+	int one = 1, ret;
+
+	reap(f, false);
+	s = free_slot(f);
+	if (!s) {
+		refuse_busy(f, fd);
+		close(fd);
+		return;
+	}
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	a = xmalloc(sizeof(*a));
+	*a = (struct conn_arg){ .f = f, .slot = s, .fd = fd };
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, CONN_STACK);
+	atomic_store(&s->state, EGR_SLOT_BUSY);
+	ret = pthread_create(&s->thread, &attr, conn_main, a);
+	pthread_attr_destroy(&attr);
+	if (ret) {
+		atomic_store(&s->state, EGR_SLOT_FREE);
+		free(a);
+		errno = ret;
+		log_warn(f->rid, "egress: cannot start a connection thread");
+		close(fd);
+		return;
+	}
+	atomic_fetch_add(&f->n_conns, 1);
+}
+
+static void *acceptor_main(void *arg)
+{
+	struct egr_forwarder *f = arg;
+	struct pollfd p[2] = { { .fd = f->listen_fd, .events = POLLIN },
+			       { .fd = f->stop_fd, .events = POLLIN } };
+
+	for (;;) {
+		uint64_t now = mono_ms(), d = f->lim.deadline_ms;
+		int timeout = -1, n, fd;
+
+		if (d) {
+			if (now >= d) {
+				log_info(f->rid,
+					 "egress: deadline reached: closing every connection");
+				egr_raise_stop(f);
+				break;
+			}
+			timeout = d - now > INT_MAX ? INT_MAX : (int)(d - now);
+		}
+		n = poll(p, 2, timeout);
+		if (n < 0 && errno != EINTR) {
+			log_warn(f->rid, "egress: poll");
+			egr_raise_stop(f);
+			break;
+		}
+		if (n > 0 && p[1].revents)
+			break;
+		if (n <= 0 || !(p[0].revents & POLLIN))
+			continue;
+		fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
+			    errno == ENOBUFS)
+				(void)poll(NULL, 0, 10); /* let a connection end first */
+			continue;
+		}
+		start_conn(f, fd);
+	}
+	/* New connections are refused from now on (a client in the namespace gets
+	 * ECONNREFUSED); those open are cut by the stop signal. */
+	close(f->listen_fd);
+	f->listen_fd = -1;
+	reap(f, true);
+	return NULL;
+}
+
+/* ---- the route ------------------------------------------------------------------------- */
+
+static char *dup_lower(const char *s)
+{
+	char *d = xstrdup(s);
+
+	for (char *p = d; *p; p++)
+		*p = (char)((*p >= 'A' && *p <= 'Z') ? *p - 'A' + 'a' : *p);
+	return d;
+}
+
+static size_t strv_len(const char *const *v)
+{
+	size_t n = 0;
+
+	while (v && v[n])
+		n++;
+	return n;
+}
+
+/* Copy a NULL-terminated vector (lower-cased when asked); NULL stays NULL. */
+static char **strv_copy(const char *const *v, bool lower)
+{
+	size_t n = strv_len(v);
+	char **d;
+
+	if (!v)
+		return NULL;
+	d = xcalloc(n + 1, sizeof(*d));
+	for (size_t i = 0; i < n; i++) {
+		d[i] = lower ? dup_lower(v[i]) : xstrdup(v[i]);
+	}
+	return d;
+}
+
+static void strv_free(char **v)
+{
+	for (size_t i = 0; v && v[i]; i++)
+		free(v[i]);
+	free(v);
+}
+
+static bool is_ip_literal(const char *host, size_t len);
+
+/* "host:port" with a DNS name and a port in 1-65535: the host's length, or 0. */
+static size_t host_port_ok(const char *hp)
+{
+	const char *colon = strrchr(hp, ':');
+	size_t hl;
+	char *end;
+	unsigned long port;
+
+	if (!colon || colon == hp)
+		return 0;
+	hl = (size_t)(colon - hp);
+	for (size_t i = 0; i < hl; i++) {
+		char ch = hp[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
+			return 0;
+	}
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || !colon[1] || colon[1] == '0' || port < 1 || port > 65535)
+		return 0;
+	return hl;
+}
+
+bool egr_host_port_valid(const char *hp, bool *is_ip)
+{
+	size_t hl = host_port_ok(hp);
+
+	*is_ip = hl && is_ip_literal(hp, hl);
+	return hl != 0;
+}
+
+static bool is_ip_literal(const char *host, size_t len)
+{
+	char tmp[256];
+	struct in_addr a4;
+	bool digits_only = true;
+
+	if (len >= sizeof(tmp))
+		return false;
+	memcpy(tmp, host, len);
+	tmp[len] = '\0';
+	/* inet_aton takes every form libc's resolver takes as an address: "127.1",
+	 * "0x7f.1", "2130706433". A last label of digits only is never a DNS name. */
+	if (inet_aton(tmp, &a4))
+		return true;
+	for (const char *p = strrchr(tmp, '.') ? strrchr(tmp, '.') + 1 : tmp; *p; p++)
+		digits_only &= *p >= '0' && *p <= '9';
+	return digits_only;
+}
+
+int egr_route_check(const struct egr_route *r, const char **why)
+{
+	const char *dummy;
+
+	if (!why)
+		why = &dummy;
+	if (!r) {
+		*why = "no route";
+		return -EINVAL;
+	}
+	if (r->mode == EGR_MODE_UPSTREAM) {
+		CURLU *u;
+		char *scheme = NULL, *extra = NULL;
+		int ret = 0;
+
+		if (!r->upstream || !*r->upstream) {
+			*why = "upstream mode needs an upstream URL";
+			return -EINVAL;
+		}
+		u = curl_url();
+		if (!u)
+			return -ENOMEM;
+		if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
+		    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
+		    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
+			*why = "the upstream is not an http:// or https:// URL";
+			ret = -EINVAL;
+		} else if (!curl_url_get(u, CURLUPART_USER, &extra, 0) ||
+			   !curl_url_get(u, CURLUPART_QUERY, &extra, 0) ||
+			   !curl_url_get(u, CURLUPART_FRAGMENT, &extra, 0)) {
+			*why = "the upstream URL may not carry a user, a query or a fragment";
+			ret = -EINVAL;
+		}
+		curl_free(scheme);
+		curl_free(extra);
+		curl_url_cleanup(u);
+		if (ret)
+			return ret;
+		for (size_t i = 0; i < r->n_set_headers; i++) {
+			const struct egr_header *h = &r->set_headers[i];
+
+			if (!h->name || !h->value || !egr_is_token(h->name, strlen(h->name)) ||
+			    strpbrk(h->value, "\r\n")) {
+				*why = "a header to set has no name, a name that is not a token, "
+				       "or "
+				       "a CR or LF in its value";
+				return -EINVAL;
+			}
+		}
+		for (size_t i = 0; r->drop_headers && r->drop_headers[i]; i++)
+			if (!egr_is_token(r->drop_headers[i], strlen(r->drop_headers[i]))) {
+				*why = "a header to drop is not a header name";
+				return -EINVAL;
+			}
+		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++) {
+			const char *p = r->allow_paths[i];
+
+			if (!egr_path_canonical(p, strlen(p)) || strpbrk(p, "?#")) {
+				*why = "an allowed path is not a canonical absolute path";
+				return -EINVAL;
+			}
+		}
+		return 0;
+	}
+	if (r->mode == EGR_MODE_CONNECT) {
+		if (!r->allow_hosts || !r->allow_hosts[0]) {
+			*why = "connect mode needs allow_hosts";
+			return -EINVAL;
+		}
+		for (size_t i = 0; r->allow_hosts[i]; i++) {
+			bool ip;
+
+			if (!egr_host_port_valid(r->allow_hosts[i], &ip)) {
+				*why = "an allowed host is not \"name:port\"";
+				return -EINVAL;
+			}
+			if (ip) {
+				*why = "an allowed host is an IP address: connect mode takes names";
+				return -EINVAL;
+			}
+		}
+		return 0;
+	}
+	*why = "unknown mode";
+	return -EINVAL;
+}
+
+/* ---- start and stop -------------------------------------------------------------------- */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static int global_ret;
+
+static void global_init_once(void)
+{
+	global_ret = curl_global_init(CURL_GLOBAL_DEFAULT) ? -EIO : 0;
+}
+
+int egr_global_init(void)
+{
+	pthread_once(&global_once, global_init_once);
+	return global_ret;
+}
+
+static void forwarder_free(struct egr_forwarder *f)
+{
+	if (f->mode == EGR_MODE_UPSTREAM)
+		egr_upstream_release(f);
+	if (f->listen_fd >= 0)
+		close(f->listen_fd);
+	if (f->stop_fd >= 0)
+		close(f->stop_fd);
+	free(f->rid);
+	free(f->base);
+	strv_free(f->drop);
+	for (size_t i = 0; i < f->n_set; i++) {
+		free(f->set_names[i]);
+		free(f->set_lines[i]);
+	}
+	free(f->set_names);
+	free(f->set_lines);
+	strv_free(f->allow_paths);
+	free(f->ca_file);
+	strv_free(f->allow_hosts);
+	free(f->slots);
+	free(f);
+}
+
+static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
+{
+	f->mode = r->mode;
+	f->flags = r->flags;
+	f->rid = r->request_id ? xstrdup(r->request_id) : NULL;
+	if (r->mode == EGR_MODE_UPSTREAM) {
+		size_t n;
+
+		f->base = xstrdup(r->upstream);
+		n = strlen(f->base);
+		while (n && f->base[n - 1] == '/')
+			f->base[--n] = '\0';
+		f->drop = strv_copy(r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
+		f->n_set = r->n_set_headers;
+		f->set_names = xcalloc(f->n_set + 1, sizeof(char *));
+		f->set_lines = xcalloc(f->n_set + 1, sizeof(char *));
+		for (size_t i = 0; i < f->n_set; i++) {
+			struct buf b = BUF_INIT;
+
+			f->set_names[i] = xstrdup(r->set_headers[i].name);
+			/* libcurl's way of sending a header with an empty value: "Name;". */
+			if (r->set_headers[i].value[0])
+				buf_addf(&b, "%s: %s", r->set_headers[i].name,
+					 r->set_headers[i].value);
+			else
+				buf_addf(&b, "%s;", r->set_headers[i].name);
+			f->set_lines[i] = buf_detach(&b, NULL);
+		}
+		f->allow_paths = strv_copy(r->allow_paths, false);
+		f->ca_file = r->ca_file ? xstrdup(r->ca_file) : NULL;
+	} else {
+		f->allow_hosts = strv_copy(r->allow_hosts, true);
+	}
+}
+
+struct egr_forwarder *egr_start(int listen_fd, const struct egr_route *route,
+				const struct egr_limits *lim)
+{
+	struct egr_forwarder *f;
+	const char *why;
+	int ret;
+
+	if (egr_global_init()) {
+		close(listen_fd);
+		errno = EIO;
+		return NULL;
+	}
+	if (listen_fd < 0 || egr_route_check(route, &why)) {
+		if (listen_fd >= 0)
+			close(listen_fd);
+		errno = EINVAL;
+		return NULL;
+	}
+	f = xcalloc(1, sizeof(*f));
+	f->listen_fd = listen_fd;
+	f->stop_fd = -1;
+	copy_route(f, route);
+	if (lim)
+		f->lim = *lim;
+	if (!f->lim.max_conns)
+		f->lim.max_conns = EGR_DEFAULT_MAX_CONNS;
+	if (!f->lim.max_header_bytes)
+		f->lim.max_header_bytes = EGR_DEFAULT_MAX_HEADER_BYTES;
+	if (!f->lim.max_body_bytes)
+		f->lim.max_body_bytes = EGR_DEFAULT_MAX_BODY_BYTES;
+	if (!f->lim.idle_ms)
+		f->lim.idle_ms = EGR_DEFAULT_IDLE_MS;
+	if (!f->lim.connect_timeout_ms)
+		f->lim.connect_timeout_ms = EGR_DEFAULT_CONNECT_TIMEOUT_MS;
+	f->slots = xcalloc(f->lim.max_conns, sizeof(*f->slots));
+	f->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (f->stop_fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	/* The acceptor polls the listener; accept4 must not block if a client left. */
+	if (fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK) < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	if (f->mode == EGR_MODE_UPSTREAM && (ret = egr_upstream_init(f)))
+		goto out_free;
+	ret = -pthread_create(&f->acceptor, NULL, acceptor_main, f);
+	if (ret)
+		goto out_free;
+	return f;
+
+out_free:
+	forwarder_free(f);
+	errno = -ret;
+	return NULL;
+}
+
+void egr_stop(struct egr_forwarder *f, struct egr_stats *stats)
+{
+	if (!f)
+		return;
+	egr_raise_stop(f);
+	pthread_join(f->acceptor, NULL);
+	if (stats)
+		*stats = (struct egr_stats){ .conns = atomic_load(&f->n_conns),
+					     .requests = atomic_load(&f->n_requests),
+					     .refused = atomic_load(&f->n_refused),
+					     .upstream_errors = atomic_load(&f->n_upstream_errors),
+					     .bytes_up = atomic_load(&f->bytes_up),
+					     .bytes_down = atomic_load(&f->bytes_down) };
+	forwarder_free(f);
+}

@@ -1,0 +1,149 @@
+/* Private to egress/: the forwarder's state, one client connection, and the HTTP/1.1
+ * request-head parser they share. */
+#ifndef OLP_EGRESS_INTERNAL_H
+#define OLP_EGRESS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/uio.h>
+
+#include "common/common.h"
+#include "egress/egress.h"
+
+/* ---- the forwarder ------------------------------------------------------------------- */
+
+enum egr_slot_state { EGR_SLOT_FREE = 0, EGR_SLOT_BUSY, EGR_SLOT_DONE };
+
+struct egr_conn;
+
+struct egr_slot {
+	pthread_t thread;
+	_Atomic int state; /* enum egr_slot_state: BUSY → DONE by the connection's thread */
+	struct egr_conn *conn;
+};
+
+struct egr_forwarder {
+	/* The route, copied (egr_start). */
+	enum egr_mode mode;
+	unsigned flags;
+	char *rid;	  /* request id for the logs, or NULL */
+	char *base;	  /* upstream base URL without a trailing '/' */
+	char **drop;	  /* lower-case header names, NULL-terminated */
+	char **set_names; /* n_set names, as given */
+	char **set_lines; /* n_set "Name: value" lines for libcurl */
+	size_t n_set;
+	char **allow_paths;    /* NULL-terminated, or NULL: any path */
+	char *ca_file;	       /* or NULL */
+	char **allow_hosts;    /* lower-case "host:port", NULL-terminated */
+	struct egr_limits lim; /* defaults filled in */
+
+	int listen_fd; /* owned by the acceptor thread once started */
+	int stop_fd;   /* eventfd: readable once the forwarder stops, for good */
+	pthread_t acceptor;
+	struct egr_slot *slots; /* lim.max_conns */
+	void *curl_share;	/* CURLSH: DNS and TLS sessions shared by the connections */
+	pthread_mutex_t share_lock[8];
+
+	_Atomic uint64_t next_conn;
+	_Atomic uint64_t n_conns, n_requests, n_refused, n_upstream_errors, bytes_up, bytes_down;
+};
+
+/* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
+void egr_raise_stop(struct egr_forwarder *f);
+
+/* ---- one request head ---------------------------------------------------------------- */
+
+#define EGR_MAX_HEADERS 128
+
+struct egr_hdr {
+	char *name;  /* NUL-terminated, as sent */
+	char *value; /* NUL-terminated, surrounding whitespace trimmed */
+};
+
+struct egr_req {
+	char *head; /* the copy every pointer below points into (owned; egr_req_release) */
+	char *method;
+	char *target;
+	size_t path_len; /* the target up to '?' (or its end) */
+	int minor;	 /* HTTP/1.minor */
+	struct egr_hdr h[EGR_MAX_HEADERS];
+	size_t nh;
+	bool has_length;
+	uint64_t length;
+	bool chunked;
+	bool keep_alive;
+	bool expect_continue;
+};
+
+/* Parse the request head (request line + headers + the empty line, exactly len bytes of
+ * data, the last four "\r\n\r\n"). Copies it. 0, or the HTTP status to answer with
+ * (400, 417, 431, 501, 505); r is usable (and must be released) in both cases. */
+int egr_req_parse(struct egr_req *r, const char *data, size_t len);
+void egr_req_release(struct egr_req *r);
+/* Value of the first header named name (case-insensitive), or NULL. */
+const char *egr_req_header(const struct egr_req *r, const char *name);
+/* Whether a request header must not be forwarded as it is: hop-by-hop (RFC 9110 7.6.1,
+ * and any name the request's Connection header lists) or framing that is redone on the
+ * way out (Host, Content-Length, Transfer-Encoding, Expect). */
+bool egr_req_hop_by_hop(const struct egr_req *r, const char *name);
+/* Whether the comma-separated list value holds token (case-insensitive). */
+bool egr_list_has(const char *value, const char *token, size_t token_len);
+
+/* Whether path (len bytes, starting with '/') is in the canonical form egress.h describes. */
+bool egr_path_canonical(const char *path, size_t len);
+/* Whether path is allowed by allow (NULL-terminated; NULL allows all). */
+bool egr_path_allowed(char *const *allow, const char *path, size_t len);
+/* The reason phrase of an HTTP status. */
+const char *egr_reason(int status);
+/* A header name is an HTTP token (RFC 9110 5.6.2). */
+bool egr_is_token(const char *s, size_t len);
+/* hp is "host:port", the host made of letters, digits, '-' and '.', the port 1-65535;
+ * *is_ip tells whether the host is an IPv4 address in any form libc reads as one
+ * ("127.1", "0x7f.1", "2130706433") or ends in an all-digit label. */
+bool egr_host_port_valid(const char *hp, bool *is_ip);
+
+/* ---- one client connection (forwarder.c) ---------------------------------------------- */
+
+struct egr_conn {
+	struct egr_forwarder *f;
+	int fd;		  /* the client's socket, non-blocking */
+	uint64_t num;	  /* for the logs */
+	char tag[96];	  /* "egress[<num>]" */
+	struct buf in;	  /* bytes read from the client and not consumed yet */
+	void *mode_state; /* upstream.c's per-connection state */
+};
+
+/* The time a wait of this connection gives up: the deadline, or now + idle_ms. */
+uint64_t egr_conn_until(const struct egr_conn *c);
+/* Wait until fd has events (POLLIN / POLLOUT), no later than until_ms (mono_ms; 0 = no
+ * limit) and only while the forwarder runs: 0, -ETIMEDOUT, -ECANCELED (stopped) or
+ * -errno. */
+int egr_conn_wait(struct egr_conn *c, int fd, short events, uint64_t until_ms);
+/* Append what the client sends next to c->in (one read of up to hint bytes), waiting
+ * until egr_conn_until(): bytes read, 0 at EOF, or -errno as egr_conn_wait. */
+ssize_t egr_conn_fill(struct egr_conn *c, size_t hint);
+/* Write all of iov to fd (non-blocking), waiting as egr_conn_wait: 0 or -errno. */
+int egr_conn_writev(struct egr_conn *c, int fd, struct iovec *iov, int n);
+int egr_conn_write(struct egr_conn *c, int fd, const void *data, size_t len);
+/* Read the next request head from the client: 0 (r is set), an HTTP status to answer
+ * with (r set as far as it could be parsed), -ENODATA (the client closed between
+ * requests), or -errno. */
+int egr_conn_read_head(struct egr_conn *c, struct egr_req *r);
+/* Answer with the forwarder's own JSON error and count it; the connection should then be
+ * closed. */
+void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg);
+
+/* ---- the modes ------------------------------------------------------------------------ */
+
+/* Serve one connection in upstream mode until it should be closed. */
+void egr_upstream_serve(struct egr_conn *c);
+/* Free what upstream mode kept for the connection (its libcurl handles). */
+void egr_upstream_conn_release(struct egr_conn *c);
+/* Set up / tear down the forwarder's libcurl share. 0 or -errno. */
+int egr_upstream_init(struct egr_forwarder *f);
+void egr_upstream_release(struct egr_forwarder *f);
+/* Serve one connection in connect mode: one CONNECT, then the tunnel. */
+void egr_connect_serve(struct egr_conn *c);
+
+#endif

@@ -1,0 +1,492 @@
+/* A provider's settings (providers.<name> of the registry, merged with config.json's
+ * providers.<name>), checked and made typed once, when the registry is loaded. Plans and
+ * parsers read struct prov_provider only: a setting of the wrong type is found when the
+ * worker starts, named by its file and JSON path, not by a request that fails later.
+ *
+ * What a bad value costs depends on where it is written. In config.json (the operator's
+ * own file) it stops the worker (prov_config_check). In a registry entry it skips the
+ * provider with a warning, as a bad model id does, except for "timeout_s",
+ * "max_concurrent" and a field of "limits", which leave their default with a warning. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "providers/internal.h"
+#include "common/banned.h"
+
+/* How one setting is read; every one holds for the provider types in its mask. */
+enum {
+	T_COMMAND = 1 << 0,
+	T_CLAUDE = 1 << 1,
+	T_CODEX = 1 << 2,
+	T_VIBE = 1 << 3,
+	T_CLI = T_CLAUDE | T_CODEX | T_VIBE,
+	T_ALL = T_COMMAND | T_CLI,
+};
+
+struct reader {
+	struct prov_provider *pv;
+	const char *where; /* "<file>: providers.<name>" */
+	bool strict;
+	struct buf *err;
+};
+
+static void vsay(struct buf *b, const struct reader *r, const char *key, const char *fmt,
+		 va_list ap) __attribute__((format(printf, 4, 0)));
+static void vsay(struct buf *b, const struct reader *r, const char *key, const char *fmt,
+		 va_list ap)
+{
+	buf_addf(b, "%s.%s", r->where, key);
+	buf_vaddf(b, fmt, ap);
+}
+
+/* A bad value: fmt continues the setting's path ("[2]: must be …", ": must be …"). */
+static int bad(struct reader *r, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad(struct reader *r, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(r->err, r, key, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* A bad value of a setting that has a safe default: an error when strict, else a
+ * warning, and the default holds. */
+static int soft(struct reader *r, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int soft(struct reader *r, const char *key, const char *fmt, ...)
+{
+	struct buf msg = BUF_INIT;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(r->strict ? r->err : &msg, r, key, fmt, ap);
+	va_end(ap);
+	if (r->strict)
+		return -EINVAL;
+	log_warnx(NULL, "%s; the default holds", msg.data);
+	buf_release(&msg);
+	return 0;
+}
+
+static int read_timeout(struct reader *r, const char *key, const json_t *v)
+{
+	double s = json_number_value(v);
+
+	if (!json_is_number(v) || !(s > 0) || s > 86400.0 * 7)
+		return soft(r, key, ": must be a number of seconds above 0, at most 604800");
+	/* 0 would mean "no limit" to the sandbox: the smallest limit is 1 ms. */
+	r->pv->timeout_ms = s * 1000.0 < 1.0 ? 1 : (uint64_t)(s * 1000.0);
+	return 0;
+}
+
+static int read_max_concurrent(struct reader *r, const char *key, const json_t *v)
+{
+	int64_t n;
+
+	if (parse_json_int(v, 0, 1024, &n))
+		return soft(r, key, ": must be an integer from 0 (no cap) to 1024");
+	r->pv->max_concurrent = (unsigned)n;
+	return 0;
+}
+
+/* Each field an integer from 1 to SBX_LIMIT_MAX, far above any host: the sandbox's
+ * conversions (MB to bytes, percent to microseconds) cannot wrap around to a small
+ * limit. */
+static int read_limits(struct reader *r, const char *key, const json_t *v)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+	} fields[] = {
+		{ "memory_mb", offsetof(struct sbx_limits, memory_mb) },
+		{ "pids", offsetof(struct sbx_limits, pids) },
+		{ "cpu_pct", offsetof(struct sbx_limits, cpu_pct) },
+		{ "nofile", offsetof(struct sbx_limits, nofile) },
+		{ "fsize_mb", offsetof(struct sbx_limits, fsize_mb) },
+		{ "cpu_s", offsetof(struct sbx_limits, cpu_s) },
+		{ "as_mb", offsetof(struct sbx_limits, as_mb) },
+		{ "nproc", offsetof(struct sbx_limits, nproc) },
+		{ "disk_mb", offsetof(struct sbx_limits, disk_mb) },
+	};
+
+	if (!json_is_object(v))
+		return soft(r, key, ": must be an object of limits");
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
+		const json_t *f = json_object_get(v, fields[i].key);
+		int64_t n;
+
+		if (!f)
+			continue;
+		if (parse_json_int(f, 1, (int64_t)SBX_LIMIT_MAX, &n)) {
+			if (soft(r, key, ".%s: must be an integer from 1 to %llu", fields[i].key,
+				 (unsigned long long)SBX_LIMIT_MAX))
+				return -EINVAL;
+			continue;
+		}
+		*(uint64_t *)((char *)&r->pv->limits + fields[i].off) = (uint64_t)n;
+	}
+	return 0;
+}
+
+static int read_bool(struct reader *r, const char *key, const json_t *v, bool *out)
+{
+	if (!json_is_boolean(v))
+		return bad(r, key, ": must be true or false");
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int read_string(struct reader *r, const char *key, const json_t *v, char **out)
+{
+	/* A NUL inside would cut the value short where it is used. */
+	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+		return bad(r, key, ": must be a string");
+	free(*out);
+	*out = xstrdup(json_string_value(v));
+	return 0;
+}
+
+static bool is_abs_string(const json_t *v)
+{
+	return json_is_string(v) && json_string_value(v)[0] == '/' &&
+	       strlen(json_string_value(v)) == json_string_length(v);
+}
+
+/* A variable name the child's environment can hold. */
+static bool env_name_ok(const char *s)
+{
+	return s[0] && !strchr(s, '=');
+}
+
+static int read_env(struct reader *r, const char *key, const json_t *v)
+{
+	const char *name;
+	const json_t *val;
+
+	if (!json_is_object(v))
+		return bad(r, key, ": must be an object of variable names to strings");
+	json_object_foreach((json_t *)v, name, val) {
+		if (!env_name_ok(name))
+			return bad(r, key, ".%.100s: is not a variable name", name);
+		if (!json_is_string(val) ||
+		    strlen(json_string_value(val)) != json_string_length(val))
+			return bad(r, key, ".%.100s: must be a string", name);
+		strv_push(&r->pv->env_names, name);
+		strv_push(&r->pv->env_values, json_string_value(val));
+	}
+	return 0;
+}
+
+static int read_argv(struct reader *r, const char *key, const json_t *v)
+{
+	const json_t *a;
+	size_t i;
+
+	if (!json_is_array(v) || !json_array_size(v))
+		return bad(r, key, ": must be a non-empty array of strings");
+	json_array_foreach(v, i, a) {
+		if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a))
+			return bad(r, key, "[%zu]: must be a string", i);
+		if (!i && !is_abs_string(a))
+			return bad(r, key, "[0]: must be an absolute path");
+		strv_push(&r->pv->argv, json_string_value(a));
+	}
+	return 0;
+}
+
+static int read_ro_paths(struct reader *r, const char *key, const json_t *v)
+{
+	const json_t *a;
+	size_t i;
+
+	if (!json_is_array(v))
+		return bad(r, key, ": must be an array of absolute paths");
+	json_array_foreach(v, i, a) {
+		if (!is_abs_string(a))
+			return bad(r, key, "[%zu]: must be an absolute path", i);
+		strv_push(&r->pv->ro_paths, json_string_value(a));
+	}
+	return 0;
+}
+
+static int read_output(struct reader *r, const char *key, const json_t *v)
+{
+	static const char *const modes[] = { [PROV_OUTPUT_TEXT] = "text",
+					     [PROV_OUTPUT_SSE] = "sse",
+					     [PROV_OUTPUT_NDJSON] = "ndjson" };
+	const char *s = json_string_value(v);
+
+	for (size_t i = 0; s && i < ARRAY_SIZE(modes); i++) {
+		if (!strcmp(s, modes[i])) {
+			r->pv->output = (enum prov_output)i;
+			return 0;
+		}
+	}
+	return bad(r, key, ": must be \"text\", \"sse\" or \"ndjson\"");
+}
+
+/* A host path of a credentials file: absolute, or "~/" for the worker's HOME. */
+static bool host_path_ok(const char *s)
+{
+	return s[0] == '/' || (s[0] == '~' && s[1] == '/');
+}
+
+/* Where a credentials file goes: relative to the scratch home, or absolute inside it;
+ * never through "..". */
+static bool inside_path_ok(const char *s)
+{
+	size_t hl = strlen(SBX_HOME_PATH);
+
+	if (s[0] == '/' && (strncmp(s, SBX_HOME_PATH, hl) || s[hl] != '/' || !s[hl + 1]))
+		return false;
+	for (const char *c = s; (c = strstr(c, "..")); c += 2)
+		if ((c == s || c[-1] == '/') && (c[2] == '/' || c[2] == '\0'))
+			return false;
+	return s[0] != '\0';
+}
+
+static int add_credential(struct reader *r, const char *key, const char *sub, const char *host,
+			  const char *inside)
+{
+	if (!host_path_ok(host))
+		return bad(r, key, "%s: must be an absolute path or start with ~/", sub);
+	if (inside && !inside_path_ok(inside))
+		return bad(r, key, "%s: must be a path in the home (relative, or under %s/)", sub,
+			   SBX_HOME_PATH);
+	strv_push(&r->pv->cred_host, host);
+	strv_push(&r->pv->cred_inside, inside ? inside : "");
+	return 0;
+}
+
+/* A host path, an array of them, or an object {host path: where inside}; null or false
+ * for none at all. */
+static int read_credentials(struct reader *r, const char *key, const json_t *v)
+{
+	const json_t *a;
+	const char *host;
+	struct buf sub = BUF_INIT;
+	size_t i;
+	int ret = 0;
+
+	r->pv->credentials_set = true;
+	if (json_is_string(v))
+		return add_credential(r, key, "", json_string_value(v), NULL);
+	if (json_is_array(v)) {
+		json_array_foreach(v, i, a) {
+			buf_reset(&sub);
+			buf_addf(&sub, "[%zu]", i);
+			ret = json_is_string(a)
+				      ? add_credential(r, key, sub.data, json_string_value(a), NULL)
+				      : bad(r, key, "%s: must be a path", sub.data);
+			if (ret)
+				break;
+		}
+	} else if (json_is_object(v)) {
+		json_object_foreach((json_t *)v, host, a) {
+			buf_reset(&sub);
+			buf_addf(&sub, ".%.200s", host);
+			ret = json_is_string(a)
+				      ? add_credential(r, key, sub.data, host, json_string_value(a))
+				      : bad(r, key, "%s: must be a path", sub.data);
+			if (ret)
+				break;
+		}
+	} else if (!json_is_null(v) && !json_is_false(v)) {
+		ret = bad(r, key,
+			  ": must be a path, an array of paths, or an object {host path: path "
+			  "in the home}");
+	}
+	buf_release(&sub);
+	return ret;
+}
+
+static int read_max_retries(struct reader *r, const char *key, const json_t *v)
+{
+	if (parse_json_int(v, 0, 1000, &r->pv->max_retries))
+		return bad(r, key, ": must be an integer from 0 to 1000");
+	return 0;
+}
+
+static int read_config_toml(struct reader *r, const char *key, const json_t *v)
+{
+	if (json_is_null(v) || json_is_false(v)) {
+		r->pv->config_toml_off = true;
+		return 0;
+	}
+	if (!json_is_string(v) || !host_path_ok(json_string_value(v)))
+		return bad(r, key, ": must be an absolute path or start with ~/, or false");
+	return read_string(r, key, v, &r->pv->config_toml);
+}
+
+/* It goes into a TOML key path (model_providers.<id>): letters, digits, - and _ only. */
+static int read_model_provider(struct reader *r, const char *key, const json_t *v)
+{
+	const char *s = json_string_value(v);
+	static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+
+	if (!s || !*s || strspn(s, ok) != json_string_length(v) || json_string_length(v) >= 64)
+		return bad(r, key, ": must be 1-63 letters, digits, - or _");
+	return read_string(r, key, v, &r->pv->model_provider);
+}
+
+static int read_network(struct reader *r, const char *key, const json_t *v)
+{
+	return read_bool(r, key, v, &r->pv->network);
+}
+
+static int read_writable(struct reader *r, const char *key, const json_t *v)
+{
+	return read_bool(r, key, v, &r->pv->credentials_writable);
+}
+
+static int read_bin(struct reader *r, const char *key, const json_t *v)
+{
+	if (!json_is_string(v) || !json_string_length(v))
+		return bad(r, key, ": must be a program's path or name");
+	return read_string(r, key, v, &r->pv->bin);
+}
+
+static int read_system_prompt(struct reader *r, const char *key, const json_t *v)
+{
+	return read_string(r, key, v, &r->pv->system_prompt);
+}
+
+static int read_tools(struct reader *r, const char *key, const json_t *v)
+{
+	return read_string(r, key, v, &r->pv->tools);
+}
+
+static const struct setting {
+	const char *key;
+	unsigned types;	 /* T_* of the provider types that read it */
+	bool null_means; /* null is a value ("none"), not the default */
+	int (*read)(struct reader *r, const char *key, const json_t *v);
+} settings[] = {
+	{ "timeout_s", T_ALL, false, read_timeout },
+	{ "max_concurrent", T_ALL, false, read_max_concurrent },
+	{ "limits", T_ALL, false, read_limits },
+	{ "network", T_ALL, false, read_network },
+	{ "env", T_ALL, false, read_env },
+	{ "argv", T_COMMAND, false, read_argv },
+	{ "ro_paths", T_COMMAND, false, read_ro_paths },
+	{ "output", T_COMMAND, false, read_output },
+	{ "bin", T_CLI, false, read_bin },
+	{ "credentials", T_CLI, true, read_credentials },
+	{ "credentials_writable", T_CLI, false, read_writable },
+	{ "max_retries", T_CLAUDE | T_CODEX, false, read_max_retries },
+	{ "system_prompt", T_CLAUDE, false, read_system_prompt },
+	{ "tools", T_CLAUDE, false, read_tools },
+	{ "config_toml", T_CODEX, true, read_config_toml },
+	{ "model_provider", T_CODEX, false, read_model_provider },
+};
+
+static unsigned type_mask(const char *type)
+{
+	static const struct {
+		const char *type;
+		unsigned mask;
+	} types[] = { { "command", T_COMMAND },
+		      { "claude", T_CLAUDE },
+		      { "codex", T_CODEX },
+		      { "vibe", T_VIBE } };
+
+	for (size_t i = 0; type && i < ARRAY_SIZE(types); i++)
+		if (!strcmp(types[i].type, type))
+			return types[i].mask;
+	return T_ALL; /* config.json's overrides are checked whatever their type */
+}
+
+int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
+		       struct buf *err)
+{
+	struct reader r = { .pv = pv, .where = where, .strict = strict, .err = err };
+	unsigned mask = type_mask(pv->type);
+
+	pv->timeout_ms = 600000;
+	pv->max_concurrent = 4;
+	pv->network = !(mask & T_COMMAND); /* the CLIs talk to their API */
+	pv->max_retries = -1;
+	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
+		const json_t *v = json_object_get(conf, settings[i].key);
+
+		if (!(settings[i].types & mask) || !v ||
+		    (json_is_null(v) && !settings[i].null_means))
+			continue;
+		if (settings[i].read(&r, settings[i].key, v))
+			return -EINVAL;
+	}
+	if (mask == T_COMMAND && !pv->argv.n)
+		return bad(&r, "argv", ": must be a non-empty array of strings");
+	return 0;
+}
+
+void prov_settings_release(struct prov_provider *pv)
+{
+	strv_release(&pv->env_names);
+	strv_release(&pv->env_values);
+	strv_release(&pv->argv);
+	strv_release(&pv->ro_paths);
+	strv_release(&pv->cred_host);
+	strv_release(&pv->cred_inside);
+	free(pv->bin);
+	free(pv->system_prompt);
+	free(pv->tools);
+	free(pv->config_toml);
+	free(pv->model_provider);
+}
+
+/* One providers.<name> override of config.json, whatever the provider's type: the
+ * settings mean the same for every type that reads them. */
+static int check_override(const char *name, const json_t *o, struct buf *err)
+{
+	struct prov_provider scratch = { 0 };
+	struct buf where = BUF_INIT;
+	int ret;
+
+	buf_addf(&where, "providers.%.100s", name);
+	if (!json_is_object(o)) {
+		buf_addf(err, "%s: must be an object of settings", where.data);
+		buf_release(&where);
+		return -EINVAL;
+	}
+	ret = prov_settings_read(&scratch, o, where.data, true, err);
+	prov_settings_release(&scratch);
+	buf_release(&where);
+	return ret;
+}
+
+int prov_config_check(const json_t *providers, struct buf *err)
+{
+	const json_t *v, *enabled;
+	const char *name;
+	size_t i;
+
+	if (!providers)
+		return 0;
+	if (!json_is_object(providers)) {
+		buf_adds(err, "providers: must be an object");
+		return -EINVAL;
+	}
+	enabled = json_object_get(providers, "enabled");
+	if (enabled && !json_is_array(enabled)) {
+		buf_adds(err, "providers.enabled: must be an array of provider names");
+		return -EINVAL;
+	}
+	json_array_foreach(enabled, i, v) {
+		if (!json_is_string(v)) {
+			buf_addf(err, "providers.enabled[%zu]: must be a provider name", i);
+			return -EINVAL;
+		}
+	}
+	json_object_foreach((json_t *)providers, name, v) {
+		if (strcmp(name, "enabled") && check_override(name, v, err))
+			return -EINVAL;
+	}
+	return 0;
+}

@@ -1,0 +1,1239 @@
+/* CUnit suite for egress/: the forwarder, through its public header, against the test
+ * upstream (upstream.h) on 127.0.0.1, over HTTP and over HTTPS with a CA made for the run
+ * with the openssl command. The client side is a raw socket, so that what the forwarder
+ * writes is seen byte for byte (framing, chunk timing, connection handling).
+ *
+ * The forwarder listens on a plain 127.0.0.1 socket here: forwarding does not depend on
+ * where the listener lives (tests/sandbox/test_netns.c covers the namespace). */
+#include "tests/support/cunit.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "common/common.h"
+#include "egress/egress.h"
+#include "tests/egress/upstream.h"
+#include "tests/support/support.h"
+#include "common/banned.h"
+
+static char tmpdir[] = "/tmp/olp-egress-test-XXXXXX";
+static char ca_path[256], cert_path[256], key_path[256];
+static struct tu_server *up_plain, *up_tls;
+static bool have_tls;
+
+/* ---- the client side ----------------------------------------------------------------- */
+
+struct tc {
+	int fd;
+	struct buf in;
+};
+
+struct tc_resp {
+	int status;
+	struct buf head;
+	struct buf body;
+	bool chunked;
+	bool complete;
+	int n_chunks;
+	uint64_t chunk_ms[64]; /* when each chunk had arrived whole (mono_ms) */
+};
+
+static int tc_open(struct tc *t, uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct timeval tv = { .tv_sec = 10 };
+
+	buf_init(&t->in);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (t->fd < 0)
+		return -errno;
+	(void)setsockopt(t->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(t->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int e = -errno;
+
+		close(t->fd);
+		t->fd = -1;
+		return e;
+	}
+	return 0;
+}
+
+static void tc_close(struct tc *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	t->fd = -1;
+	buf_release(&t->in);
+}
+
+static int tc_send(struct tc *t, const char *s)
+{
+	return write_all(t->fd, s, strlen(s));
+}
+
+/* At least n bytes in t->in: 0, or -1 at EOF / timeout. */
+static int tc_need(struct tc *t, size_t n)
+{
+	while (t->in.len < n) {
+		ssize_t r = buf_read_once(&t->in, t->fd, 65536);
+
+		if (r <= 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void resp_init(struct tc_resp *r)
+{
+	memset(r, 0, sizeof(*r));
+	buf_init(&r->head);
+	buf_init(&r->body);
+}
+
+static void resp_release(struct tc_resp *r)
+{
+	buf_release(&r->head);
+	buf_release(&r->body);
+}
+
+static const char *resp_header(const struct tc_resp *r, const char *name, char *out, size_t n)
+{
+	const char *p = r->head.data;
+	size_t nl = strlen(name);
+
+	while ((p = strstr(p, "\r\n"))) {
+		p += 2;
+		if (!strncasecmp(p, name, nl) && p[nl] == ':') {
+			const char *v = p + nl + 1, *e = strstr(v, "\r\n");
+
+			while (*v == ' ')
+				v++;
+			snprintf(out, n, "%.*s", (int)(e - v), v);
+			return out;
+		}
+	}
+	return NULL;
+}
+
+/* Read one response. 0 when complete; -1 when the connection ended first (what had come
+ * is in r). */
+static int tc_response(struct tc *t, struct tc_resp *r, bool head_only)
+{
+	char v[64];
+	char *e;
+
+	resp_init(r);
+	while (!(e = memmem(t->in.data, t->in.len, "\r\n\r\n", 4)))
+		if (tc_need(t, t->in.len + 1))
+			return -1;
+	buf_add(&r->head, t->in.data, (size_t)(e - t->in.data) + 4);
+	buf_consume(&t->in, (size_t)(e - t->in.data) + 4);
+	if (sscanf(r->head.data, "HTTP/1.%*d %d", &r->status) != 1)
+		return -1;
+	if (head_only || r->status == 204 || r->status == 304 || r->status / 100 == 1) {
+		r->complete = true;
+		return 0;
+	}
+	if (resp_header(r, "transfer-encoding", v, sizeof(v))) {
+		r->chunked = true;
+		for (;;) {
+			char *eol;
+			unsigned long size;
+
+			while (!(eol = memmem(t->in.data, t->in.len, "\r\n", 2)))
+				if (tc_need(t, t->in.len + 1))
+					return -1;
+			size = strtoul(t->in.data, NULL, 16);
+			buf_consume(&t->in, (size_t)(eol - t->in.data) + 2);
+			if (tc_need(t, size + 2))
+				return -1;
+			if (!size)
+				break;
+			buf_add(&r->body, t->in.data, size);
+			buf_consume(&t->in, size + 2);
+			if (r->n_chunks < 64)
+				r->chunk_ms[r->n_chunks++] = mono_ms();
+		}
+		buf_consume(&t->in, 2);
+		r->complete = true;
+		return 0;
+	}
+	if (resp_header(r, "content-length", v, sizeof(v))) {
+		size_t n = strtoul(v, NULL, 10);
+
+		if (tc_need(t, n))
+			return -1;
+		buf_add(&r->body, t->in.data, n);
+		buf_consume(&t->in, n);
+		r->complete = true;
+		return 0;
+	}
+	/* Until the end of the connection. */
+	while (buf_read_once(&t->in, t->fd, 65536) > 0)
+		;
+	buf_add(&r->body, t->in.data, t->in.len);
+	buf_reset(&t->in);
+	r->complete = true;
+	return 0;
+}
+
+/* One request on a new connection; the response in r. */
+static int one_request(uint16_t port, const char *req, struct tc_resp *r)
+{
+	struct tc t;
+	int ret;
+
+	resp_init(r);
+	if (tc_open(&t, port))
+		return -1;
+	ret = tc_send(&t, req) ? -1 : tc_response(&t, r, !strncmp(req, "HEAD ", 5));
+	tc_close(&t);
+	return ret;
+}
+
+/* Whether the connection is closed by the other end within ms. */
+static bool closed_within(struct tc *t, int ms)
+{
+	struct pollfd p = { .fd = t->fd, .events = POLLIN };
+	char c;
+
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	return recv(t->fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* ---- the forwarder ------------------------------------------------------------------- */
+
+static int listener(uint16_t *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 64) ||
+	    getsockname(fd, (struct sockaddr *)&a, &al)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static struct egr_forwarder *fwd(const struct egr_route *r, const struct egr_limits *l,
+				 uint16_t *port)
+{
+	int fd = listener(port);
+
+	return fd < 0 ? NULL : egr_start(fd, r, l);
+}
+
+static char upstream_url[64], upstream_tls_url[64];
+
+static struct egr_route plain_route(void)
+{
+	return (struct egr_route){ .mode = EGR_MODE_UPSTREAM,
+				   .request_id = "test-egress",
+				   .upstream = upstream_url };
+}
+
+/* ---- upstream mode --------------------------------------------------------------------- */
+
+static void test_plain_get(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_stats st;
+	struct tc_resp resp;
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(
+		one_request(port, "GET /echo?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "method=GET\npath=/echo?x=1\n"));
+	/* The upstream's own Host, not the one the client named. */
+	CU_ASSERT_PTR_NOT_NULL(strcasestr(resp.body.data, "\r\nhost: 127.0.0.1:"));
+	/* None of libcurl's defaults added. */
+	CU_ASSERT_PTR_NULL(strcasestr(resp.body.data, "accept:"));
+	CU_ASSERT_PTR_NULL(strcasestr(resp.body.data, "user-agent:"));
+	resp_release(&resp);
+	/* HEAD: the head only, the upstream's length kept. */
+	CU_ASSERT_EQUAL(one_request(port, "HEAD /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	resp_release(&resp);
+	/* Statuses pass through, with their bodies (401 and 429 are what providers map). */
+	CU_ASSERT_EQUAL(one_request(port, "GET /status/429 HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 429);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "\"type\":\"test\""));
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(one_request(port, "GET /status/204 HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 204);
+	resp_release(&resp);
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.conns, 4);
+	CU_ASSERT_EQUAL(st.requests, 4);
+	CU_ASSERT_EQUAL(st.refused, 0);
+}
+
+static void test_request_bodies(void)
+{
+	struct egr_route r = plain_route();
+	struct tc_resp resp;
+	struct buf req = BUF_INIT, head = BUF_INIT;
+	uint64_t body_len = 0;
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+	struct tc t;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	/* Content-Length, larger than any buffer on the way. */
+	buf_addf(&req, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		       "Content-Length: 300000\r\n\r\n");
+	for (int i = 0; i < 300000; i++)
+		buf_addch(&req, (char)('a' + i % 26));
+	CU_ASSERT_EQUAL(one_request(port, req.data, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(
+		strstr(resp.body.data, "method=POST\npath=/v1/messages\nbody=300000\n"));
+	CU_ASSERT_PTR_NOT_NULL(strcasestr(resp.body.data, "content-type: application/json"));
+	resp_release(&resp);
+	/* Chunked, sent in pieces with pauses. */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&t,
+				"PUT /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+				"5\r\nhello\r\n"),
+			0);
+	(void)poll(NULL, 0, 50);
+	CU_ASSERT_EQUAL(tc_send(&t, "6;ext=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"), 0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "method=PUT\npath=/up\nbody=11\n"));
+	tu_last(up_plain, &head, &body_len);
+	CU_ASSERT_EQUAL(body_len, 11);
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "x-trailer"));
+	resp_release(&resp);
+	/* Expect: 100-continue is answered by the forwarder itself. */
+	CU_ASSERT_EQUAL(tc_send(&t, "POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+				    "Expect: 100-continue\r\n\r\n"),
+			0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 100);
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(tc_send(&t, "abc"), 0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "body=3\n"));
+	CU_ASSERT_PTR_NULL(strcasestr(resp.body.data, "expect:"));
+	resp_release(&resp);
+	tc_close(&t);
+	buf_release(&req);
+	buf_release(&head);
+	egr_stop(f, NULL);
+}
+
+static void test_credentials(void)
+{
+	const struct egr_header set[] = { { "x-api-key", "sk-real-123" },
+					  { "anthropic-version", "2023-06-01" } };
+	struct egr_route r = plain_route();
+	struct tc_resp resp;
+	struct buf head = BUF_INIT;
+	uint16_t port;
+	struct egr_forwarder *f;
+	const char *p;
+
+	r.set_headers = set;
+	r.n_set_headers = ARRAY_SIZE(set);
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(
+		one_request(port,
+			    "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:1\r\n"
+			    "Authorization: Bearer placeholder-XYZ\r\n"
+			    "X-API-Key: placeholder-XYZ\r\n"
+			    "anthropic-version: 1999-01-01\r\n"
+			    "anthropic-beta: tools-1\r\n"
+			    "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n"
+			    "TE: trailers\r\nProxy-Authorization: Basic eA==\r\nUpgrade: h2c\r\n"
+			    "Content-Length: 2\r\n\r\n{}",
+			    &resp),
+		0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	tu_last(up_plain, &head, NULL);
+	/* The placeholder is gone, the real key is there once, the set header replaced the
+	 * client's. */
+	CU_ASSERT_PTR_NULL(strstr(head.data, "placeholder"));
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "authorization"));
+	p = strstr(head.data, "x-api-key: sk-real-123\r\n");
+	CU_ASSERT_PTR_NOT_NULL(p);
+	CU_ASSERT(p && !strcasestr(p + 1, "x-api-key"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(head.data, "anthropic-version: 2023-06-01\r\n"));
+	CU_ASSERT_PTR_NULL(strstr(head.data, "1999-01-01"));
+	CU_ASSERT_PTR_NOT_NULL(strcasestr(head.data, "anthropic-beta: tools-1\r\n"));
+	/* Hop-by-hop headers, and those the client's Connection header named, stay here. */
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "x-hop"));
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "keep-alive"));
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "\r\nte:"));
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "upgrade"));
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "host: 127.0.0.1:1\r\n"));
+	/* libcurl added no Content-Type of its own to the POST. */
+	CU_ASSERT_PTR_NULL(strcasestr(head.data, "x-www-form-urlencoded"));
+	/* The client never sees the real key. */
+	CU_ASSERT_PTR_NULL(strstr(resp.head.data, "sk-real"));
+	resp_release(&resp);
+	buf_release(&head);
+	egr_stop(f, NULL);
+}
+
+static void check_status(uint16_t port, const char *path, int want)
+{
+	struct tc_resp resp;
+	char req[512];
+
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	if (resp.status != want)
+		fprintf(stderr, "\n  %s: %d, wanted %d ", path, resp.status, want);
+	CU_ASSERT_EQUAL(resp.status, want);
+	if (want >= 400) {
+		CU_ASSERT_PTR_NOT_NULL(
+			strstr(resp.body.data, "{\"type\":\"error\",\"error\":{\"type\":"));
+		CU_ASSERT_PTR_NOT_NULL(
+			strcasestr(resp.head.data, "content-type: application/json"));
+	}
+	resp_release(&resp);
+}
+
+static void test_allow_paths(void)
+{
+	const char *const allow[] = { "/v1/messages", "/v1/models/", NULL };
+	struct egr_route r = plain_route();
+	struct egr_stats st;
+	unsigned before = tu_requests(up_plain);
+	uint16_t port;
+	struct egr_forwarder *f;
+
+	r.allow_paths = allow;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	check_status(port, "/v1/messages", 200);
+	check_status(port, "/v1/messages?beta=true", 200);
+	check_status(port, "/v1/messages/count_tokens", 200);
+	check_status(port, "/v1/models/claude", 200);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 4);
+	check_status(port, "/v1/messagesX", 403);
+	check_status(port, "/v1/models", 403);
+	check_status(port, "/admin", 403);
+	check_status(port, "/", 403);
+	check_status(port, "/v1/messages/../../admin", 400);
+	check_status(port, "/v1/messages/%2e%2e/admin", 400);
+	check_status(port, "/v1/messages%2f..%2fadmin", 400);
+	check_status(port, "/v1//messages", 400);
+	check_status(port, "/v1/messages/./x", 400);
+	check_status(port, "/v1/messages;/../admin", 400);
+	check_status(port, "http://evil.example/v1/messages", 400);
+	/* Nothing refused reached the upstream. */
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 4);
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.refused, 11);
+}
+
+static void test_body_cap(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_limits l = { .max_body_bytes = 1000 };
+	struct tc_resp resp;
+	struct buf req = BUF_INIT;
+	unsigned before = tu_requests(up_plain);
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, &l, &port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	/* Announced too large: refused before anything is sent on. */
+	CU_ASSERT_EQUAL(one_request(port,
+				    "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n",
+				    &resp),
+			0);
+	CU_ASSERT_EQUAL(resp.status, 413);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "request_too_large"));
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before);
+	/* Chunked, growing past the cap. */
+	buf_adds(&req, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n");
+	for (int i = 0; i < 600; i++)
+		buf_addch(&req, 'a');
+	buf_adds(&req, "\r\n258\r\n");
+	for (int i = 0; i < 600; i++)
+		buf_addch(&req, 'a');
+	buf_adds(&req, "\r\n0\r\n\r\n");
+	CU_ASSERT_EQUAL(one_request(port, req.data, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 413);
+	resp_release(&resp);
+	/* Exactly the cap: fine. */
+	buf_reset(&req);
+	buf_adds(&req, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
+	for (int i = 0; i < 1000; i++)
+		buf_addch(&req, 'a');
+	CU_ASSERT_EQUAL(one_request(port, req.data, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "body=1000\n"));
+	resp_release(&resp);
+	buf_release(&req);
+	egr_stop(f, NULL);
+}
+
+static void test_keep_alive(void)
+{
+	struct egr_route r = plain_route();
+	struct tc_resp resp;
+	unsigned conns = tu_connections(up_plain);
+	char v[64];
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+	struct tc t;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT_EQUAL(tc_send(&t, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+		CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		CU_ASSERT_PTR_NULL(resp_header(&resp, "connection", v, sizeof(v)));
+		CU_ASSERT_PTR_NOT_NULL(resp_header(&resp, "keep-alive", v, sizeof(v)));
+		resp_release(&resp);
+	}
+	/* Two requests in one write (pipelined): answered in order. */
+	CU_ASSERT_EQUAL(
+		tc_send(&t, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n"),
+		0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "path=/a\n"));
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "path=/b\n"));
+	resp_release(&resp);
+	/* One client connection, one upstream connection: libcurl kept it too. */
+	CU_ASSERT_EQUAL(tu_connections(up_plain), conns + 1);
+	/* Connection: close is honoured. */
+	CU_ASSERT_EQUAL(tc_send(&t, "GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+			0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_PTR_NOT_NULL(resp_header(&resp, "connection", v, sizeof(v)));
+	CU_ASSERT_STRING_EQUAL(v, "close");
+	CU_ASSERT_TRUE(closed_within(&t, 2000));
+	resp_release(&resp);
+	tc_close(&t);
+	/* HTTP/1.0 without keep-alive: closed after the answer. */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&t, "GET /echo HTTP/1.0\r\n\r\n"), 0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_TRUE(closed_within(&t, 2000));
+	resp_release(&resp);
+	tc_close(&t);
+	egr_stop(f, NULL);
+}
+
+/* A chunk the upstream sends after a pause reaches the client before the upstream's end,
+ * with the upstream's pauses between chunks. */
+static void check_stream(uint16_t port, const char *path)
+{
+	struct tc_resp resp;
+	char req[256];
+	uint64_t t0;
+	struct tc t;
+
+	snprintf(req, sizeof(req),
+		 "GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", path);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	t0 = mono_ms();
+	CU_ASSERT_EQUAL(tc_send(&t, req), 0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_TRUE(resp.chunked);
+	CU_ASSERT_STRING_EQUAL(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\n");
+	CU_ASSERT_EQUAL(resp.n_chunks, 4);
+	if (resp.n_chunks == 4) {
+		/* The first event at once, not after the upstream's end (3 x 250 ms). */
+		CU_ASSERT(resp.chunk_ms[0] - t0 < 200);
+		for (int i = 1; i < 4; i++) {
+			uint64_t gap = resp.chunk_ms[i] - resp.chunk_ms[i - 1];
+
+			CU_ASSERT(gap >= 200 && gap <= 350);
+			if (gap < 200 || gap > 350)
+				fprintf(stderr, "\n  gap %d: %llu ms ", i, (unsigned long long)gap);
+		}
+	}
+	resp_release(&resp);
+	/* The connection stays usable: a response without a length is chunked to us. */
+	CU_ASSERT_EQUAL(tc_send(&t, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	resp_release(&resp);
+	tc_close(&t);
+}
+
+static void test_streaming(void)
+{
+	struct egr_route r = plain_route();
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	check_stream(port, "/stream?n=4&gap=250");
+	/* An upstream that sends no length and closes at the end (HTTP/1.0 style). */
+	check_stream(port, "/stream?n=4&gap=250&close=1");
+	/* An HTTP/1.0 client cannot take chunks: the body as it comes, then the close. */
+	{
+		struct tc_resp resp;
+		struct tc t;
+		char v[64];
+
+		CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+		CU_ASSERT_EQUAL(tc_send(&t, "GET /stream?n=3&gap=50 HTTP/1.0\r\n\r\n"), 0);
+		CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		CU_ASSERT_FALSE(resp.chunked);
+		CU_ASSERT_PTR_NULL(resp_header(&resp, "content-length", v, sizeof(v)));
+		CU_ASSERT_STRING_EQUAL(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+		resp_release(&resp);
+		tc_close(&t);
+	}
+	egr_stop(f, NULL);
+}
+
+/* Several clients at once, each with its own keep-alive connection, requests and a
+ * stream interleaved: every answer whole and in order. */
+#define N_CLIENTS 6
+static uint16_t conc_port;
+
+static void *conc_client(void *arg)
+{
+	intptr_t id = (intptr_t)arg, bad = 0;
+	struct tc_resp resp;
+	char req[128], want[64];
+	struct tc t;
+
+	if (tc_open(&t, conc_port))
+		return (void *)1;
+	for (int i = 0; i < 20 && !bad; i++) {
+		snprintf(req, sizeof(req), "GET /c%ld/%d HTTP/1.1\r\nHost: x\r\n\r\n", (long)id, i);
+		snprintf(want, sizeof(want), "path=/c%ld/%d\n", (long)id, i);
+		if (i == 10)
+			snprintf(req, sizeof(req),
+				 "GET /stream?n=3&gap=30 HTTP/1.1\r\nHost: x\r\n\r\n");
+		bad = tc_send(&t, req) || tc_response(&t, &resp, false) || resp.status != 200 ||
+		      (i != 10 && !strstr(resp.body.data, want)) ||
+		      (i == 10 && strcmp(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\n"));
+		resp_release(&resp);
+	}
+	tc_close(&t);
+	return (void *)bad;
+}
+
+static void test_concurrent(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_stats st;
+	pthread_t th[N_CLIENTS];
+	struct egr_forwarder *f = fwd(&r, NULL, &conc_port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (intptr_t i = 0; i < N_CLIENTS; i++)
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, conc_client, (void *)i), 0);
+	for (int i = 0; i < N_CLIENTS; i++) {
+		void *bad;
+
+		pthread_join(th[i], &bad);
+		CU_ASSERT_PTR_NULL(bad);
+	}
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.conns, N_CLIENTS);
+	CU_ASSERT_EQUAL(st.requests, (uint64_t)N_CLIENTS * 20);
+}
+
+static void test_https(void)
+{
+	struct egr_route r = { .mode = EGR_MODE_UPSTREAM, .upstream = upstream_tls_url };
+	struct tc_resp resp;
+	uint16_t port;
+	struct egr_forwarder *f;
+
+	if (!have_tls) {
+		CU_FAIL("no test CA (the openssl command failed): HTTPS untested");
+		return;
+	}
+	/* Against the test CA: works, streaming included. */
+	r.ca_file = ca_path;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "path=/echo\n"));
+	resp_release(&resp);
+	check_stream(port, "/stream?n=4&gap=250");
+	egr_stop(f, NULL);
+	/* Against the system store, which does not know the test CA: refused, 502. */
+	r.ca_file = NULL;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 502);
+	resp_release(&resp);
+	egr_stop(f, NULL);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static void test_unreachable(void)
+{
+	struct egr_route r = { .mode = EGR_MODE_UPSTREAM };
+	struct egr_stats st;
+	struct tc_resp resp;
+	char url[64];
+	uint16_t port, dead = 0;
+	int fd = listener(&dead), fds;
+	struct egr_forwarder *f;
+
+	close(fd); /* nothing listens there now */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u", dead);
+	r.upstream = url;
+	fds = count_fds();
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 502);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "\"type\":\"api_error\""));
+	resp_release(&resp);
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.upstream_errors, 1);
+	/* Nothing left open: listener, eventfd, client and upstream sockets. */
+	CU_ASSERT_EQUAL(count_fds(), fds);
+}
+
+static void test_malformed(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_limits l = { .max_header_bytes = 4096 };
+	struct buf big = BUF_INIT;
+	struct tc_resp resp;
+	unsigned before = tu_requests(up_plain);
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, &l, &port);
+	static const struct {
+		const char *req;
+		int status;
+	} cases[] = {
+		{ "GET /echo HTTP/1.1\r\nHost: x\r\n Folded: y\r\n\r\n", 400 },
+		{ "GET /echo HTTP/1.1\r\nHost : x\r\n\r\n", 400 },
+		{ "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+		  400 },
+		{ "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501 },
+		{ "POST /echo HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+		  400 },
+		{ "POST /echo HTTP/1.1\r\nContent-Length: -3\r\n\r\n", 400 },
+		{ "GET /echo HTTP/2.0\r\n\r\n", 505 },
+		{ "GET /echo\r\n\r\n", 400 },
+		{ "GET /echo HTTP/1.1\r\nX: a\001b\r\n\r\n", 400 },
+		{ "GET /echo HTTP/1.1\r\nExpect: something\r\n\r\n", 417 },
+		{ "CONNECT example.com:443 HTTP/1.1\r\n\r\n", 405 },
+		{ "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400 },
+	};
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		CU_ASSERT_EQUAL(one_request(port, cases[i].req, &resp), 0);
+		if (resp.status != cases[i].status)
+			fprintf(stderr, "\n  case %zu: %d, wanted %d ", i, resp.status,
+				cases[i].status);
+		CU_ASSERT_EQUAL(resp.status, cases[i].status);
+		resp_release(&resp);
+	}
+	/* A head over the cap: 431. */
+	buf_adds(&big, "GET /echo HTTP/1.1\r\n");
+	for (int i = 0; i < 100; i++)
+		buf_addf(&big, "X-Filler-%d: %0100d\r\n", i, 0);
+	buf_adds(&big, "\r\n");
+	CU_ASSERT_EQUAL(one_request(port, big.data, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 431);
+	resp_release(&resp);
+	buf_release(&big);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before);
+	egr_stop(f, NULL);
+}
+
+static void test_max_conns(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_limits l = { .max_conns = 2 };
+	struct tc a, b, c;
+	struct tc_resp resp;
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, &l, &port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&a, port), 0);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&b, port), 0);
+	(void)poll(NULL, 0, 100); /* both accepted */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&c, port), 0);
+	CU_ASSERT_EQUAL(tc_response(&c, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 503);
+	resp_release(&resp);
+	tc_close(&c);
+	/* One ends: room again. */
+	tc_close(&a);
+	(void)poll(NULL, 0, 100);
+	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	resp_release(&resp);
+	tc_close(&b);
+	egr_stop(f, NULL);
+}
+
+/* ---- connect mode ------------------------------------------------------------------- */
+
+static void test_connect(void)
+{
+	char allowed[64], upper[64], req[256];
+	const char *hosts[] = { allowed, "api.anthropic.com:443", NULL };
+	struct egr_route r = { .mode = EGR_MODE_CONNECT,
+			       .request_id = "test-connect",
+			       .allow_hosts = hosts,
+			       .flags = EGR_ALLOW_LOCAL_TARGETS };
+	struct egr_stats st;
+	struct tc_resp resp;
+	uint16_t port;
+	struct egr_forwarder *f;
+	struct tc t;
+
+	snprintf(allowed, sizeof(allowed), "localhost:%u", tu_port(up_plain));
+	snprintf(upper, sizeof(upper), "LocalHost:%u", tu_port(up_plain));
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	/* Allowed (the name compared without case): the tunnel carries HTTP both ways. */
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+		snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n",
+			 i ? upper : allowed, allowed);
+		CU_ASSERT_EQUAL(tc_send(&t, req), 0);
+		CU_ASSERT_EQUAL(tc_response(&t, &resp, true), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		resp_release(&resp);
+		CU_ASSERT_EQUAL(tc_send(&t, "GET /through HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+		CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "path=/through\n"));
+		resp_release(&resp);
+		tc_close(&t);
+	}
+	/* A raw IP (even of the allowed host), an unlisted host, another port: 403. */
+	snprintf(req, sizeof(req), "CONNECT 127.0.0.1:%u HTTP/1.1\r\n\r\n", tu_port(up_plain));
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	snprintf(req, sizeof(req), "CONNECT 2130706433:%u HTTP/1.1\r\n\r\n", tu_port(up_plain));
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	snprintf(req, sizeof(req), "CONNECT [::1]:%u HTTP/1.1\r\n\r\n", tu_port(up_plain));
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(one_request(port, "CONNECT evil.example:443 HTTP/1.1\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	CU_ASSERT_EQUAL(one_request(port, "CONNECT localhost:1 HTTP/1.1\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	/* Plain proxy requests are no way around it. */
+	CU_ASSERT_EQUAL(one_request(port, "GET http://localhost/ HTTP/1.1\r\n\r\n", &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 405);
+	resp_release(&resp);
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.requests, 2);
+	CU_ASSERT_EQUAL(st.refused, 6);
+
+	/* Without EGR_ALLOW_LOCAL_TARGETS a listed name that resolves to this machine
+	 * reaches nothing. */
+	r.flags = 0;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\n\r\n", allowed);
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	resp_release(&resp);
+	egr_stop(f, NULL);
+}
+
+static size_t curl_sink(char *p, size_t size, size_t n, void *ud)
+{
+	buf_add(ud, p, size * n);
+	return size * n;
+}
+
+/* A real TLS client (libcurl, as HTTPS_PROXY users do) through the tunnel. */
+static void test_connect_tls(void)
+{
+	char allowed[64], proxy[64], url[96];
+	const char *hosts[] = { allowed, NULL };
+	struct egr_route r = { .mode = EGR_MODE_CONNECT,
+			       .allow_hosts = hosts,
+			       .flags = EGR_ALLOW_LOCAL_TARGETS };
+	struct buf body = BUF_INIT;
+	long code = 0;
+	uint16_t port;
+	struct egr_forwarder *f;
+	CURL *e;
+
+	if (!have_tls) {
+		CU_FAIL("no test CA: TLS through CONNECT untested");
+		return;
+	}
+	snprintf(allowed, sizeof(allowed), "localhost:%u", tu_port(up_tls));
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	snprintf(proxy, sizeof(proxy), "http://127.0.0.1:%u", port);
+	snprintf(url, sizeof(url), "https://localhost:%u/tls-through", tu_port(up_tls));
+	e = curl_easy_init();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_PROXY, proxy);
+	curl_easy_setopt(e, CURLOPT_HTTPPROXYTUNNEL, 1L);
+	curl_easy_setopt(e, CURLOPT_CAINFO, ca_path);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, curl_sink);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT, 10L);
+	CU_ASSERT_EQUAL(curl_easy_perform(e), CURLE_OK);
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+	CU_ASSERT_EQUAL(code, 200);
+	CU_ASSERT_PTR_NOT_NULL(strstr(body.data, "path=/tls-through\n"));
+	curl_easy_cleanup(e);
+	buf_release(&body);
+	egr_stop(f, NULL);
+}
+
+/* ---- deadline and stop ------------------------------------------------------------ */
+
+static void test_deadline(void)
+{
+	char allowed[64], req[128];
+	const char *hosts[] = { allowed, NULL };
+	struct egr_route r = plain_route();
+	struct egr_route rc = { .mode = EGR_MODE_CONNECT,
+				.allow_hosts = hosts,
+				.flags = EGR_ALLOW_LOCAL_TARGETS };
+	struct egr_limits l = { .deadline_ms = mono_ms() + 700 };
+	struct tc_resp resp;
+	uint64_t t0 = mono_ms(), t1;
+	uint16_t port, cport;
+	struct egr_forwarder *f = fwd(&r, &l, &port), *fc;
+	struct tc t, idle, tun;
+
+	snprintf(allowed, sizeof(allowed), "localhost:%u", tu_port(up_plain));
+	fc = fwd(&rc, &l, &cport);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(fc);
+	/* An idle keep-alive connection, a tunnel, and a stream that would last 2 s. */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&idle, port), 0);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&tun, cport), 0);
+	snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\n\r\n", allowed);
+	CU_ASSERT_EQUAL(tc_send(&tun, req), 0);
+	CU_ASSERT_EQUAL(tc_response(&tun, &resp, true), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	resp_release(&resp);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&t, "GET /stream?n=20&gap=100 HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	/* Cut at the deadline: some events came, never the end. */
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), -1);
+	t1 = mono_ms();
+	CU_ASSERT(resp.n_chunks >= 3 && resp.n_chunks < 20);
+	CU_ASSERT(t1 - t0 >= 600 && t1 - t0 < 1500);
+	if (resp.n_chunks < 3 || resp.n_chunks >= 20 || t1 - t0 < 600 || t1 - t0 >= 1500)
+		fprintf(stderr, "\n  %d events, cut after %llu ms ", resp.n_chunks,
+			(unsigned long long)(t1 - t0));
+	resp_release(&resp);
+	CU_ASSERT_TRUE(closed_within(&idle, 500));
+	CU_ASSERT_TRUE(closed_within(&tun, 500));
+	/* The listener is closed too: nothing more gets in. */
+	tc_close(&t);
+	CU_ASSERT_EQUAL(tc_open(&t, port), -ECONNREFUSED);
+	tc_close(&t);
+	tc_close(&idle);
+	tc_close(&tun);
+	t0 = mono_ms();
+	egr_stop(f, NULL);
+	egr_stop(fc, NULL);
+	/* Everything ended at the deadline already: nothing to wait for. */
+	CU_ASSERT(mono_ms() - t0 < 300);
+}
+
+static void test_stop_is_prompt(void)
+{
+	struct egr_route r = plain_route();
+	uint64_t t0;
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+	struct tc hang, idle, partial;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	/* One waiting for an upstream that never answers, one idle, one mid-head. */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&hang, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&hang, "GET /hang HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&idle, port), 0);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&partial, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&partial, "POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc"), 0);
+	(void)poll(NULL, 0, 200);
+	t0 = mono_ms();
+	egr_stop(f, NULL);
+	CU_ASSERT(mono_ms() - t0 < 300);
+	CU_ASSERT_TRUE(closed_within(&hang, 100));
+	CU_ASSERT_TRUE(closed_within(&idle, 100));
+	CU_ASSERT_TRUE(closed_within(&partial, 100));
+	tc_close(&hang);
+	tc_close(&idle);
+	tc_close(&partial);
+}
+
+/* ---- the route and the logs --------------------------------------------------------- */
+
+static void test_route_check(void)
+{
+	const char *ip_hosts[] = { "1.2.3.4:443", NULL }, *short_ip[] = { "127.1:80", NULL },
+		   *no_port[] = { "api.example.com", NULL }, *bad_port[] = { "a.example:0", NULL },
+		   *v6[] = { "[::1]:443", NULL }, *ok_hosts[] = { "api.example.com:443", NULL },
+		   *bad_path[] = { "/v1/../admin", NULL }, *ok_path[] = { "/v1/messages", NULL };
+	const struct egr_header crlf[] = { { "x-api-key", "a\r\nx-evil: 1" } },
+				bad_name[] = { { "x api key", "v" } };
+	struct {
+		struct egr_route r;
+		int ok;
+	} cases[] = {
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://api.example.com" }, 1 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "http://127.0.0.1:8080/base/" }, 1 },
+		{ { .mode = EGR_MODE_UPSTREAM,
+		    .upstream = "https://a.example",
+		    .allow_paths = ok_path },
+		  1 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = NULL }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "ftp://a.example" }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://user:pw@a.example" }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a.example/?q=1" }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "not a url" }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM,
+		    .upstream = "https://a.example",
+		    .set_headers = crlf,
+		    .n_set_headers = 1 },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM,
+		    .upstream = "https://a.example",
+		    .set_headers = bad_name,
+		    .n_set_headers = 1 },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM,
+		    .upstream = "https://a.example",
+		    .allow_paths = bad_path },
+		  0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ok_hosts }, 1 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = NULL }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ip_hosts }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = short_ip }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = no_port }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = bad_port }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = v6 }, 0 },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		const char *why = NULL;
+		int rc = egr_route_check(&cases[i].r, &why);
+
+		if ((rc == 0) != cases[i].ok)
+			fprintf(stderr, "\n  case %zu: %d (%s) ", i, rc, why ? why : "");
+		CU_ASSERT_EQUAL(rc == 0, cases[i].ok);
+		if (!cases[i].ok) {
+			CU_ASSERT_EQUAL(rc, -EINVAL);
+			CU_ASSERT_PTR_NOT_NULL(why);
+		}
+	}
+	/* egr_start refuses the same, and closes the listener it was given. */
+	{
+		uint16_t port;
+		int fd = listener(&port);
+
+		errno = 0;
+		CU_ASSERT_PTR_NULL(egr_start(fd, &cases[4].r, NULL));
+		CU_ASSERT_EQUAL(errno, EINVAL);
+		CU_ASSERT_EQUAL(fcntl(fd, F_GETFD), -1);
+	}
+}
+
+struct logged {
+	struct egr_forwarder *f;
+	uint16_t port;
+};
+
+/* Two requests, then the stop: every line the forwarder's threads log is in by then. */
+static void logged_request(void *arg)
+{
+	struct logged *l = arg;
+	struct tc_resp resp;
+	uint16_t port = l->port;
+
+	(void)one_request(
+		port,
+		"POST /v1/messages?key=query-secret HTTP/1.1\r\nHost: x\r\n"
+		"x-api-key: placeholder-SECRET\r\nAuthorization: Bearer olp-token-SECRET\r\n"
+		"Content-Length: 13\r\n\r\nprompt-SECRET",
+		&resp);
+	resp_release(&resp);
+	(void)one_request(port, "GET /denied?key=query-secret HTTP/1.1\r\nHost: x\r\n\r\n", &resp);
+	resp_release(&resp);
+	egr_stop(l->f, NULL);
+}
+
+static void test_no_secrets_logged(void)
+{
+	const struct egr_header set[] = { { "x-api-key", "sk-real-SECRET" } };
+	const char *const allow[] = { "/v1/", NULL };
+	struct egr_route r = plain_route();
+	struct buf log = BUF_INIT;
+	char path[300];
+	struct logged l;
+
+	r.set_headers = set;
+	r.n_set_headers = 1;
+	r.allow_paths = allow;
+	l.f = fwd(&r, NULL, &l.port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l.f);
+	snprintf(path, sizeof(path), "%s/log", tmpdir);
+	log_set_level(LOG_LVL_DEBUG);
+	CU_ASSERT_EQUAL(ts_capture_stderr(path, logged_request, &l), 0);
+	log_set_level(LOG_LVL_ERROR);
+	CU_ASSERT_EQUAL(buf_read_file(&log, path, 1 << 20), 0);
+	/* Something was logged: the request (debug) and the refusal (warn), with the id. */
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "/v1/messages"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "/denied"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(log.data, "\"request_id\":\"test-egress\""));
+	/* But no header value, body or query. */
+	CU_ASSERT_PTR_NULL(strstr(log.data, "SECRET"));
+	CU_ASSERT_PTR_NULL(strstr(log.data, "query-secret"));
+	buf_release(&log);
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+/* The test CA and a certificate for localhost and 127.0.0.1 it signs. */
+static bool make_ca(void)
+{
+	struct buf cmd = BUF_INIT;
+	int rc;
+
+	snprintf(ca_path, sizeof(ca_path), "%s/ca.pem", tmpdir);
+	snprintf(cert_path, sizeof(cert_path), "%s/server.pem", tmpdir);
+	snprintf(key_path, sizeof(key_path), "%s/server.key", tmpdir);
+	buf_addf(&cmd,
+		 "set -e; cd '%s'; exec >openssl.log 2>&1; "
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+		 "-keyout ca.key -out ca.pem -days 2 -subj /CN=olp-egress-test-ca "
+		 "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign; "
+		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+		 "-keyout server.key -out server.csr -subj /CN=localhost; "
+		 "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n"
+		 "basicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext.cnf; "
+		 "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		 "-out server.pem -days 2 -extfile ext.cnf",
+		 tmpdir);
+	rc = system(cmd.data);
+	buf_release(&cmd);
+	if (rc != 0)
+		fprintf(stderr, "openssl failed (see %s/openssl.log)\n", tmpdir);
+	return rc == 0;
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	(void)signal(SIGPIPE, SIG_IGN);
+	log_set_program("test_egress");
+	/* Refusals are logged as warnings by design; the suite checks them itself. */
+	log_set_level(LOG_LVL_ERROR);
+	if (!mkdtemp(tmpdir) || egr_global_init())
+		return 1;
+	have_tls = make_ca();
+	up_plain = tu_start(NULL, NULL);
+	up_tls = have_tls ? tu_start(cert_path, key_path) : NULL;
+	if (!up_plain || (have_tls && !up_tls)) {
+		fprintf(stderr, "cannot start the test upstreams\n");
+		return 1;
+	}
+	snprintf(upstream_url, sizeof(upstream_url), "http://127.0.0.1:%u", tu_port(up_plain));
+	if (up_tls)
+		snprintf(upstream_tls_url, sizeof(upstream_tls_url), "https://localhost:%u",
+			 tu_port(up_tls));
+	CU_initialize_registry();
+	s = CU_add_suite("egress", NULL, NULL);
+	CU_add_test(s, "plain request and response", test_plain_get);
+	CU_add_test(s, "request bodies: length, chunked, 100-continue", test_request_bodies);
+	CU_add_test(s, "placeholder dropped, credential set", test_credentials);
+	CU_add_test(s, "allowed paths", test_allow_paths);
+	CU_add_test(s, "body cap", test_body_cap);
+	CU_add_test(s, "keep-alive and pipelining", test_keep_alive);
+	CU_add_test(s, "streaming keeps the upstream's timing", test_streaming);
+	CU_add_test(s, "concurrent clients", test_concurrent);
+	CU_add_test(s, "https with a private CA", test_https);
+	CU_add_test(s, "upstream unreachable", test_unreachable);
+	CU_add_test(s, "malformed requests", test_malformed);
+	CU_add_test(s, "connection limit", test_max_conns);
+	CU_add_test(s, "CONNECT: listed names only", test_connect);
+	CU_add_test(s, "CONNECT: TLS through the tunnel", test_connect_tls);
+	CU_add_test(s, "deadline closes everything", test_deadline);
+	CU_add_test(s, "stop is prompt", test_stop_is_prompt);
+	CU_add_test(s, "route validation", test_route_check);
+	CU_add_test(s, "no secret in the logs", test_no_secrets_logged);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	tu_stop(up_plain);
+	if (up_tls)
+		tu_stop(up_tls);
+	{
+		struct buf cmd = BUF_INIT;
+
+		buf_addf(&cmd, "rm -rf '%s'", tmpdir);
+		(void)!system(cmd.data);
+		buf_release(&cmd);
+	}
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,34 @@
+/* A small HTTP/1.1 upstream for the egress suite and benchmark, on 127.0.0.1, plain or
+ * TLS (OpenSSL). Written independently of egress/ (its own parser), so that a bug there
+ * cannot hide itself. Keep-alive, Content-Length and chunked request bodies.
+ *
+ * What it answers, by path:
+ *  /stream?n=N&gap=MS[&close=1][&ts=1]  N events "data: i\n\n", the first at once, then
+ *                                one every MS ms; chunked, or with close=1 no length and
+ *                                the connection closed at the end (as an HTTP/1.0 server);
+ *                                ts=1: "data: i t=NS\n\n", NS the mono_ns() it was sent at
+ *  /big?bytes=N                  N bytes with a Content-Length
+ *  /status/NNN                   status NNN with a small JSON body
+ *  /hang                         nothing, ever (until tu_stop)
+ *  anything else                 200, Content-Length, the body "method=M\npath=P\nbody=LEN\n"
+ *                                followed by the request head as received */
+#ifndef OLP_TESTS_EGRESS_UPSTREAM_H
+#define OLP_TESTS_EGRESS_UPSTREAM_H
+
+#include <stdint.h>
+
+#include "common/common.h"
+
+struct tu_server;
+
+/* Start on 127.0.0.1 (a free port); TLS with cert and key (PEM files) when not NULL. */
+struct tu_server *tu_start(const char *cert, const char *key);
+uint16_t tu_port(const struct tu_server *s);
+/* Connections accepted and requests read so far. */
+unsigned tu_connections(struct tu_server *s);
+unsigned tu_requests(struct tu_server *s);
+/* The head of the last request read (as received) and its body's length. */
+void tu_last(struct tu_server *s, struct buf *head, uint64_t *body_len);
+void tu_stop(struct tu_server *s);
+
+#endif
