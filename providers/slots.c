@@ -63,6 +63,12 @@ int prov_slot_acquire(const struct prov_provider *pv)
 
 void prov_slot_release(int fd)
 {
-	if (fd >= 0)
-		close(fd); /* closing the only descriptor drops the lock */
+	if (fd < 0)
+		return;
+	/* Unlock before closing: a child that another thread is starting right now holds a
+	 * copy of this descriptor until its exec (or, for a user namespace holder, until it
+	 * exits), and the lock lives as long as any copy does; a client that got its whole
+	 * answer and asked again at once was refused with 429 (load.sh found it). */
+	(void)flock(fd, LOCK_UN);
+	close(fd);
 }
