@@ -294,6 +294,10 @@ static void *acceptor_main(void *arg)
 			if (now >= d) {
 				log_info(f->rid,
 					 "egress: deadline reached: closing every connection");
+				/* The listener first, so that nothing new gets in
+				 * while the open connections are cut. */
+				close(f->listen_fd);
+				f->listen_fd = -1;
 				egr_raise_stop(f);
 				break;
 			}
@@ -320,7 +324,8 @@ static void *acceptor_main(void *arg)
 	}
 	/* New connections are refused from now on (a client in the namespace gets
 	 * ECONNREFUSED); those open are cut by the stop signal. */
-	close(f->listen_fd);
+	if (f->listen_fd >= 0)
+		close(f->listen_fd);
 	f->listen_fd = -1;
 	reap(f, true);
 	return NULL;
