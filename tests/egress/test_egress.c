@@ -591,15 +591,18 @@ static void check_stream(uint16_t port, const char *path)
 	CU_ASSERT_STRING_EQUAL(resp.body.data, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\n");
 	CU_ASSERT_EQUAL(resp.n_chunks, 4);
 	if (resp.n_chunks == 4) {
-		/* The first event at once, not after the upstream's end (3 x 250 ms). */
-		CU_ASSERT(resp.chunk_ms[0] - t0 < 200);
-		for (int i = 1; i < 4; i++) {
-			uint64_t gap = resp.chunk_ms[i] - resp.chunk_ms[i - 1];
+		/* The first event at once, not after the upstream's end (3 x 250 ms), and
+		 * the events spread over the upstream's time: a buffering forwarder
+		 * delivers all four together at ~750 ms. Lower bounds only, so that a
+		 * loaded machine cannot fail it. */
+		uint64_t first = resp.chunk_ms[0] - t0,
+			 spread = resp.chunk_ms[3] - resp.chunk_ms[0];
 
-			CU_ASSERT(gap >= 200 && gap <= 350);
-			if (gap < 200 || gap > 350)
-				fprintf(stderr, "\n  gap %d: %llu ms ", i, (unsigned long long)gap);
-		}
+		CU_ASSERT(first < 500);
+		CU_ASSERT(spread >= 400);
+		if (first >= 500 || spread < 400)
+			fprintf(stderr, "\n  first event after %llu ms, spread %llu ms ",
+				(unsigned long long)first, (unsigned long long)spread);
 	}
 	resp_release(&resp);
 	/* The connection stays usable: a response without a length is chunked to us. */
@@ -996,8 +999,8 @@ static void test_deadline(void)
 	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), -1);
 	t1 = mono_ms();
 	CU_ASSERT(resp.n_chunks >= 3 && resp.n_chunks < 20);
-	CU_ASSERT(t1 - t0 >= 600 && t1 - t0 < 1500);
-	if (resp.n_chunks < 3 || resp.n_chunks >= 20 || t1 - t0 < 600 || t1 - t0 >= 1500)
+	CU_ASSERT(t1 - t0 >= 600 && t1 - t0 < 1900);
+	if (resp.n_chunks < 3 || resp.n_chunks >= 20 || t1 - t0 < 600 || t1 - t0 >= 1900)
 		fprintf(stderr, "\n  %d events, cut after %llu ms ", resp.n_chunks,
 			(unsigned long long)(t1 - t0));
 	resp_release(&resp);
@@ -1012,7 +1015,7 @@ static void test_deadline(void)
 	egr_stop(f, NULL);
 	egr_stop(fc, NULL);
 	/* Everything ended at the deadline already: nothing to wait for. */
-	CU_ASSERT(mono_ms() - t0 < 300);
+	CU_ASSERT(mono_ms() - t0 < 1000);
 }
 
 static void test_stop_is_prompt(void)
@@ -1033,10 +1036,11 @@ static void test_stop_is_prompt(void)
 	(void)poll(NULL, 0, 200);
 	t0 = mono_ms();
 	egr_stop(f, NULL);
-	CU_ASSERT(mono_ms() - t0 < 300);
-	CU_ASSERT_TRUE(closed_within(&hang, 100));
-	CU_ASSERT_TRUE(closed_within(&idle, 100));
-	CU_ASSERT_TRUE(closed_within(&partial, 100));
+	/* The upstream never answers: without the stop signal this would not end. */
+	CU_ASSERT(mono_ms() - t0 < 1000);
+	CU_ASSERT_TRUE(closed_within(&hang, 1000));
+	CU_ASSERT_TRUE(closed_within(&idle, 1000));
+	CU_ASSERT_TRUE(closed_within(&partial, 1000));
 	tc_close(&hang);
 	tc_close(&idle);
 	tc_close(&partial);
