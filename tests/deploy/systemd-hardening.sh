@@ -55,8 +55,11 @@ done
 unit=${units[0]}
 setting() { sed -n "s/^$1=//p" "$unit" | tail -1; }
 for want in ProtectSystem=strict ProtectHome=yes PrivateTmp=yes ProtectProc=invisible Delegate=yes User=olp; do
-	[ "$(setting "${want%%=*}")" = "${want#*=}" ] && ok "$(basename "$unit"): $want" ||
+	if [ "$(setting "${want%%=*}")" = "${want#*=}" ]; then
+		ok "$(basename "$unit"): $want"
+	else
 		bad "$(basename "$unit"): $want expected (this test reproduces it)"
+	fi
 done
 for absent in NoNewPrivileges ProtectKernelTunables ProcSubset RestrictNamespaces SystemCallFilter \
 	PrivateUsers ProtectControlGroups MemoryDenyWriteExecute PrivateDevices; do
@@ -75,8 +78,7 @@ for c in $caps; do
 done
 
 work=$(mktemp -d /tmp/olp-hardening.XXXXXX)
-cleanup() { rm -rf "$work"; }
-trap cleanup EXIT
+trap 'rm -rf "$work"' EXIT
 chmod 0755 "$work"
 install -m 0755 "$sandbox" "$work/olp-sandbox"
 install -m 0755 "$stub" "$work/olp-sandbox-exec"
