@@ -241,16 +241,18 @@ token=$(setpriv --reuid=olp --regid=olp --init-groups -- /usr/bin/olp-keys keyge
 check "an owner key made with the installed olp-keys" [ -n "$token" ]
 read -r -a pre <<<"$(sed -n 's/^ExecStartPre=//p' "$unit")"
 read -r -a start <<<"$(sed -n 's/^ExecStart=//p' "$unit")"
-as_unit() {
-	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env_args[@]}" OLP_HOME="$home" OLP_RUN_DIR="$rundir" \
-		OLP_ACCESS_LOG="$rundir/access.log" OLP_PORT="$port" \
-		setpriv --reuid="$user" --regid="$user" --init-groups -- "$@"
-}
 up=0
 for attempt in 1 2 3 4 5; do
 	port=$((20000 + RANDOM % 40000))
-	as_unit "${pre[@]}" >/dev/null || { bad "ExecStartPre: ${pre[*]}"; break; }
-	as_unit "${start[@]}" >"$tmp/lighttpd.out" 2>&1 &
+	# env execs setpriv, which execs lighttpd: one pid, the one to stop.
+	as_unit=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env_args[@]}" OLP_HOME="$home"
+		OLP_RUN_DIR="$rundir" OLP_ACCESS_LOG="$rundir/access.log" OLP_PORT="$port"
+		setpriv --reuid="$user" --regid="$user" --init-groups --)
+	"${as_unit[@]}" "${pre[@]}" >/dev/null || {
+		bad "ExecStartPre: ${pre[*]}"
+		break
+	}
+	"${as_unit[@]}" "${start[@]}" >"$tmp/lighttpd.out" 2>&1 &
 	ltpid=$!
 	for _ in $(seq 100); do
 		if curl -sf "http://127.0.0.1:$port/health/live" >/dev/null 2>&1; then
@@ -283,6 +285,7 @@ if [ "$up" = 1 ]; then
 	fi
 	workers=$(pgrep -u olp -f '^/usr/lib/olp/olp-fcgi' | wc -l)
 	check "the workers are /usr/lib/olp/olp-fcgi, running as olp ($workers)" [ "$workers" -ge 1 ]
+	check "the process started is lighttpd" [ "$(cat "/proc/$ltpid/comm" 2>/dev/null)" = lighttpd ]
 	kill "$ltpid"
 	wait "$ltpid" 2>/dev/null || true
 	ltpid=
@@ -290,7 +293,8 @@ if [ "$up" = 1 ]; then
 		pgrep -f '^/usr/lib/olp/olp-fcgi' >/dev/null || break
 		sleep 0.1
 	done
-	check "nothing of it left running" [ -z "$(pgrep -f '^/usr/lib/olp/olp-fcgi' || true)" ]
+	check "nothing of it left running" \
+		[ -z "$(pgrep -f '^(/usr/lib/olp/olp-fcgi|/usr/sbin/lighttpd -D -f /etc/olp/)' || true)" ]
 else
 	bad "lighttpd with /etc/olp/lighttpd.conf did not come up:"
 	cat "$tmp/lighttpd.out"

@@ -129,10 +129,20 @@ for (const [server, comm] of SERVERS) {
           // The workers, and every process of the server but a master that binds the port
           // (Apache's, nginx's) and hands its children to olp, run as olp.
           const olp = Number(execFileSync('id', ['-u', 'olp'], { encoding: 'utf8' }));
-          const uid = (pid) => Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
-          const workers = procsMentioning(home).filter((p) => p.comm === 'olp-fcgi');
-          assert.ok(workers.length >= 1, 'no worker found');
-          assert.deepEqual([...new Set(workers.map((p) => uid(p.pid)))], [olp], 'workers not run as olp');
+          // (A process may be gone by the time its status is read: a sandbox helper.)
+          const uid = (pid) => {
+            try {
+              return Number(/^Uid:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
+            } catch {
+              return null;
+            }
+          };
+          const uids = procsMentioning(home)
+            .filter((p) => p.comm === 'olp-fcgi')
+            .map((p) => uid(p.pid))
+            .filter((u) => u !== null);
+          assert.ok(uids.length >= 1, 'no worker found');
+          assert.deepEqual([...new Set(uids)], [olp], 'workers not run as olp');
           // (nginx clears its workers' environment: they are found below its master.)
           const masters = procsMentioning(home).filter((p) => p.comm === comm);
           const servers = [...masters, ...masters.flatMap((p) => descendants(p.pid))].filter((p) => p.comm === comm);
