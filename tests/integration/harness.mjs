@@ -397,7 +397,9 @@ export class Server {
       ),
     );
     for (const c of this.children) c.kill('SIGTERM');
-    const done = await Promise.race([exited.then(() => true), sleep(10000).then(() => false)]);
+    // An unref'd timer: a pending 10 s timeout must not keep the test process alive
+    // after the server stopped in time.
+    const done = await Promise.race([exited.then(() => true), sleep(10000, false, { ref: false })]);
     if (!done) for (const c of this.children) c.kill('SIGKILL');
     const problems = [];
     if (!done) problems.push(`${this.kind} did not exit within 10 s of SIGTERM`);

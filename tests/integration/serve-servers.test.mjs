@@ -88,7 +88,7 @@ async function serve(server, home) {
     } catch {
       /* gone */
     }
-    const done = await Promise.race([exited.then(() => true), sleep(15000).then(() => false)]);
+    const done = await Promise.race([exited.then(() => true), sleep(15000, false, { ref: false })]);
     if (!done) process.kill(-child.pid, 'SIGKILL');
     assert.ok(done, `serve --server ${server} did not stop on Ctrl-C:\n${out()}`);
     const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 10000 });
