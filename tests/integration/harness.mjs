@@ -84,6 +84,8 @@ export function kindMissing(kind) {
   for (const m of k.modules ?? [])
     if (!fs.existsSync(path.join(cfg.apacheModules, `mod_${m}.so`)))
       return `Apache's mod_${m} is not installed (deploy/olp-local test installs it)`;
+  if (kind === 'nginx' && !fs.existsSync(process.env.NGINX_FASTCGI_PARAMS ?? '/etc/nginx/fastcgi_params'))
+    return 'no /etc/nginx/fastcgi_params (NGINX_FASTCGI_PARAMS names another)';
   return null;
 }
 
