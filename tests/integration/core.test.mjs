@@ -12,6 +12,7 @@
 // saying so (exit 77 to CTest, which counts it as skipped).
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
@@ -36,8 +37,9 @@ if (missing) {
 }
 
 let srv;
+let stage = null;
 before(async () => {
-  const stage = process.getuid() === 0 ? stageFor('www-data') : null;
+  stage = process.getuid() === 0 ? stageFor('www-data') : null;
   const fixture = (name) =>
     stage ? stage.copy(path.join(cfg.fixturesDir, name), name, 0o755) : path.join(cfg.fixturesDir, name);
   const cmd = (id, argv) => ({ type: 'command', argv, timeout_s: 20, network: false, models: [{ id, created: 1700000000 }] });
@@ -51,7 +53,11 @@ before(async () => {
   srv = await startServer({ kind, stage, registry, config: testConfig(), maxProcs: 2, threads: 4 });
 });
 after(async () => {
-  await srv?.stop();
+  try {
+    await srv?.stop();
+  } finally {
+    if (stage && !process.env.OLP_IT_KEEP) fs.rmSync(stage.dir, { recursive: true, force: true });
+  }
 });
 
 const post = (body, opts = {}) => curl(srv, { method: 'POST', path: '/v1/chat/completions', body, ...opts });
