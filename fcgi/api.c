@@ -119,14 +119,14 @@ static const struct {
 	{ "/v1/chat/completions", "POST", FCGI_ROUTE_CHAT },
 	{ "/v1/models", "GET", FCGI_ROUTE_MODELS },
 	{ "/health", "GET", FCGI_ROUTE_HEALTH },
+	{ "/health/live", "GET", FCGI_ROUTE_HEALTH_LIVE },
 };
 
-enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
-				 const char *prefix, struct buf *pathbuf, const char **allow)
+/* pathbuf := src's path (no query string, no fragment), less prefix when it starts with
+ * it (whole segments only), less one trailing slash. */
+static void route_path(struct buf *pathbuf, const char *src, const char *prefix)
 {
-	const char *src = uri && *uri ? uri : path_info ? path_info : "";
 	size_t plen = prefix ? strlen(prefix) : 0;
-	size_t i;
 
 	buf_reset(pathbuf);
 	/* Match on the path only: a query string never selects a route. */
@@ -140,8 +140,14 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 	if (pathbuf->len > 1 && pathbuf->data[pathbuf->len - 1] == '/') {
 		pathbuf->data[--pathbuf->len] = '\0';
 	}
+}
+
+static enum fcgi_route route_lookup(const char *method, const char *path, const char **allow)
+{
+	size_t i;
+
 	for (i = 0; i < ARRAY_SIZE(routes); i++) {
-		if (strcmp(pathbuf->data, routes[i].path))
+		if (strcmp(path, routes[i].path))
 			continue;
 		if (method && !strcmp(method, routes[i].method))
 			return routes[i].route;
@@ -151,6 +157,28 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 		return FCGI_ROUTE_BAD_METHOD;
 	}
 	return FCGI_ROUTE_NOT_FOUND;
+}
+
+enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
+				 const char *prefix, struct buf *pathbuf, const char **allow)
+{
+	bool have_uri = uri && *uri;
+	enum fcgi_route r;
+
+	route_path(pathbuf, have_uri ? uri : path_info ? path_info : "", prefix);
+	r = route_lookup(method, pathbuf->data, allow);
+	/* Mounted below a path the web server split off (Apache's ScriptAlias /olp …, an
+	 * alias to a CGI program): REQUEST_URI still holds that mount, PATH_INFO is what lies
+	 * below it. Only a path that is no route is retried this way, so a root mount routes
+	 * exactly as before, whatever PATH_INFO its server makes up (lighttpd without
+	 * fix-root-scriptname splits /v1/models into /v1 and /models). */
+	if (r == FCGI_ROUTE_NOT_FOUND && have_uri && path_info && *path_info) {
+		route_path(pathbuf, path_info, prefix);
+		r = route_lookup(method, pathbuf->data, allow);
+		if (r == FCGI_ROUTE_NOT_FOUND) /* a 404 names the path the client asked for */
+			route_path(pathbuf, uri, prefix);
+	}
+	return r;
 }
 
 /* ---- validation ------------------------------------------------------------------------ */

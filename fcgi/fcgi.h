@@ -46,17 +46,22 @@ int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 
 /* ---- routing --------------------------------------------------------------------------- */
 enum fcgi_route {
-	FCGI_ROUTE_CHAT,      /* POST /v1/chat/completions */
-	FCGI_ROUTE_MODELS,    /* GET /v1/models */
-	FCGI_ROUTE_HEALTH,    /* GET /health */
-	FCGI_ROUTE_NOT_FOUND, /* 404 */
-	FCGI_ROUTE_BAD_METHOD /* 405; *allow says which method the path takes */
+	FCGI_ROUTE_CHAT,	/* POST /v1/chat/completions */
+	FCGI_ROUTE_MODELS,	/* GET /v1/models */
+	FCGI_ROUTE_HEALTH,	/* GET /health */
+	FCGI_ROUTE_HEALTH_LIVE, /* GET /health/live: 200 {"ok":true}, for web servers' checks */
+	FCGI_ROUTE_NOT_FOUND,	/* 404 */
+	FCGI_ROUTE_BAD_METHOD	/* 405; *allow says which method the path takes */
 };
 
-/* Route a request by method and path. uri is REQUEST_URI (query string ignored; NULL
- * falls back to path_info); prefix ("" or e.g. "/api", from OLP_ROUTE_PREFIX or config)
- * is stripped first, so a ScriptAlias mount and a root mount both work. *path receives the
- * path the route was matched on (a pointer into a static or into uri's copy in pathbuf). */
+/* Route a request by method and path. The path is REQUEST_URI's (uri; query string
+ * ignored; NULL or "" falls back to path_info), less prefix ("" or e.g. "/api", from
+ * OLP_ROUTE_PREFIX or config) when it starts with it, so a root mount and a configured
+ * mount both work. When that path is no route and the server gave a PATH_INFO, PATH_INFO
+ * is tried: the path below a mount the server split off itself (Apache's ScriptAlias /olp,
+ * an alias to a CGI program), with no prefix to configure. pathbuf receives the path the
+ * route was matched on (for a 404, the request's own path); *allow is set for
+ * FCGI_ROUTE_BAD_METHOD. */
 enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
 				 const char *prefix, struct buf *pathbuf, const char **allow);
 

@@ -327,6 +327,20 @@ static void handle_health(struct req_ctx *rc)
 	buf_release(&b);
 }
 
+/* GET /health/live: the worker is up and takes requests. For web-server and load-balancer
+ * checks, polled every few seconds: no credential looked at, no key store, registry or
+ * sandbox touched, and (fcgi_handle) no audit record or log line for a 200, so a monitor
+ * fills neither the audit log nor the journal. The web server's access log still has
+ * every check. */
+static void handle_live(struct req_ctx *rc)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, "{\"ok\":true}");
+	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+	buf_release(&b);
+}
+
 static void handle_models(struct req_ctx *rc)
 {
 	const struct prov_registry *reg = rc->app->reg;
@@ -771,6 +785,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	case FCGI_ROUTE_CHAT: handle_chat(&rc); break;
 	case FCGI_ROUTE_MODELS: handle_models(&rc); break;
 	case FCGI_ROUTE_HEALTH: handle_health(&rc); break;
+	case FCGI_ROUTE_HEALTH_LIVE: handle_live(&rc); break;
 	case FCGI_ROUTE_BAD_METHOD: {
 		struct fcgi_error e;
 
@@ -793,7 +808,8 @@ out_finish:
 		rc.status = 499;
 		rc.error_code = "CLIENT_STALLED";
 	}
-	log_request(&rc);
+	if (route != FCGI_ROUTE_HEALTH_LIVE || rc.status != 200)
+		log_request(&rc);
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
 		auth_touch(app->auth, &rc.id);

@@ -82,6 +82,33 @@ static void *serve_thread(void *arg)
 	return NULL;
 }
 
+/* CGI: read what is left of the request body once the answer is out. Apache's mod_cgid
+ * writes the whole body before it reads a byte of the answer, so an answer given without
+ * reading the body (401, 413, 415: refused before it is read) would end in a broken pipe
+ * there and the client would get no answer at all. Only a request that declared a body
+ * (CONTENT_LENGTH, RFC 3875), at most that much and 64 MiB: then the program goes, as it
+ * always did (the web servers' own limits stop far below that). */
+static void cgi_drain_stdin(void)
+{
+	static char sink[65536];
+	const char *cl = getenv("CONTENT_LENGTH");
+	uint64_t left = 0;
+
+	if (!cl || parse_u64(cl, &left))
+		return;
+	if (left > ((uint64_t)64 << 20))
+		left = (uint64_t)64 << 20;
+	while (left) {
+		ssize_t n = read(STDIN_FILENO, sink, left < sizeof(sink) ? left : sizeof(sink));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		left -= (uint64_t)n;
+	}
+}
+
 static void usage(FILE *f)
 {
 	(void)fputs(
@@ -159,7 +186,8 @@ static void report_ready(void)
 		 st->identity, st->identity_detail);
 }
 
-static int app_init(void)
+/* cgi: this process answers one request and exits (plain CGI). */
+static int app_init(bool cgi)
 {
 	struct sbx_global_config sc;
 	struct auth_options ao;
@@ -171,7 +199,10 @@ static int app_init(void)
 					 .bwrap_path = app.cfg.bwrap,
 					 .runtime_dir = app.cfg.runtime_dir,
 					 .exec_stub = app.cfg.sandbox_exec,
-					 .warm = app.cfg.sandbox_warm,
+					 /* A warm sandbox outlives the run it follows:
+					  * a one-request process would only strand it
+					  * half-built at exit (ADR 0008). */
+					 .warm = app.cfg.sandbox_warm && !cgi,
 					 .identity = app.cfg.sandbox_identity,
 					 .uid_range = app.cfg.sandbox_uid_range,
 					 .cgroup = app.cfg.sandbox_cgroup };
@@ -208,6 +239,7 @@ int main(int argc, char **argv)
 	pthread_t *threads;
 	unsigned i, started = 0;
 	sigset_t stop;
+	bool cgi;
 	int sig;
 
 	if (argc > 1) {
@@ -251,16 +283,20 @@ int main(int argc, char **argv)
 		log_err(NULL, "cannot drop privileges");
 		return 1;
 	}
-	if (app_init())
+	/* fd 0 not a listening socket: started as plain CGI (lighttpd mod_cgi, Apache
+	 * mod_cgid), not by a FastCGI process manager. */
+	cgi = FCGX_IsCGI();
+	if (app_init(cgi))
 		return 1;
 
-	if (FCGX_IsCGI()) {
+	if (cgi) {
 		/* Plain CGI: one request from the environment, then exit. The web server's
 		 * SIGTERM (a timeout, a client gone) ends us as it always did. */
 		struct fcgi_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
 
 		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 		fcgi_handle(&app, &io);
+		cgi_drain_stdin();
 		return 0;
 	}
 	threads = xcalloc(app.cfg.threads, sizeof(*threads));

@@ -4,6 +4,10 @@
 #  1. GET /health requests/s through lighttpd: olp-fcgi vs a hello-world libfcgi
 #     responder (hello-fcgi) behind the same lighttpd config (goal: ratio >= 0.8).
 #     Rounds alternate A, B, A, B… so that machine noise hits both alike.
+#     The same pair behind Apache + mod_fcgid (deploy/apache/olp.conf: one request per
+#     process, 16 processes, started before the timed rounds) and behind nginx +
+#     spawn-fcgi (deploy/nginx/olp.conf, one nginx worker like lighttpd's one process,
+#     one olp-fcgi with 16 threads), where installed (BENCH_SERVERS to choose).
 #  2. Median round trip of a non-streaming completion whose command answers at once
 #     (printf ok, sandboxed, over HTTP; requests 50 ms apart, as a person's are) vs
 #     spawning that command bare, and through the sandbox layer alone, cold and warm
@@ -15,7 +19,8 @@
 #
 # usage: tests/bench/http-bench.sh [BUILD_DIR]   (default: build; built if needed)
 # env:   BENCH_SECONDS (per wrk round, default 5), BENCH_ROUNDS (default 3),
-#        BENCH_CONNS (default 16), BENCH_N (spawn/round-trip samples, default 200)
+#        BENCH_CONNS (default 16), BENCH_N (spawn/round-trip samples, default 200),
+#        BENCH_SERVERS (default "lighttpd apache nginx": the /health comparisons to run)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -66,23 +71,124 @@ start_lighttpd() {
 	exit 1
 }
 
-pa=$(free_port); start_lighttpd olp "$build/fcgi/olp-fcgi" "$pa"
-pb=$(free_port); start_lighttpd hello "$build/tests/bench/hello-fcgi" "$pb"
+# The other servers run their workers as www-data when we are root (Apache will not
+# run them as root), from copies it can read.
+runas=
+if [ "$(id -u)" -eq 0 ]; then
+	runas=www-data
+	chmod 0755 "$work" # the workers (www-data) reach their home and binaries in it
+fi
+mkdir -m 0755 "$work/bin"
+install -m 0755 "$build/fcgi/olp-fcgi" "$build/tests/bench/hello-fcgi" "$build/sandbox/olp-sandbox-exec" "$work/bin/"
+
+# start_apache NAME BIN PORT: deploy/apache/olp.conf (mod_fcgid), OLP at /olp.
+start_apache() {
+	local d=$work/$1 m
+	mkdir -p "$d/fcgid/sock" "$d/home"
+	cp "$work/home/models-registry.json" "$d/home/"
+	chmod 0700 "$d/home"
+	{
+		echo "ServerRoot $d"; echo "Listen 127.0.0.1:$3"; echo "PidFile $d/httpd.pid"
+		echo "ErrorLog $d/error.log"; echo "LogLevel warn"; echo "DefaultRuntimeDir $d"
+		echo "Mutex file:$d default"; echo "ServerName 127.0.0.1"
+		[ -z "$runas" ] || printf 'User %s\nGroup %s\n' "$runas" "$runas"
+		for m in mpm_event authz_core alias env fcgid; do
+			printf '<IfModule !%s_module>\nLoadModule %s_module /usr/lib/apache2/modules/mod_%s.so\n</IfModule>\n' "$m" "$m" "$m"
+		done
+		echo "Define OLP_BIN $2"; echo "Define OLP_HOME $d/home"; echo "Define OLP_FCGID_DIR $d/fcgid"
+		echo "Include $root/deploy/apache/olp.conf"
+		echo "FcgidInitialEnv OLP_OWNER_TOKEN $token"; echo "FcgidInitialEnv OLP_LOG_LEVEL warn"
+		echo "FcgidInitialEnv OLP_SANDBOX_EXEC $work/bin/olp-sandbox-exec"
+	} >"$d/httpd.conf"
+	[ -z "$runas" ] || chown -R "$runas:$runas" "$d/fcgid" "$d/home"
+	apache2 -DFOREGROUND -f "$d/httpd.conf" >"$d/stdout" 2>&1 &
+	pids+=($!)
+	wait_up "$1" "http://127.0.0.1:$3/olp/health" "$d/stdout" "$d/error.log"
+	# mod_fcgid starts a process for a request that found none idle and then waited a
+	# second more: load it until all 16 run, so that the rounds measure requests, not
+	# process starts.
+	wrk -t2 -c"$conns" -d20s "http://127.0.0.1:$3/olp/health" >/dev/null
+}
+
+# start_nginx NAME BIN PORT: deploy/nginx/olp.conf, one olp-fcgi (16 threads) under
+# spawn-fcgi, one nginx worker (lighttpd serves from one process too).
+start_nginx() {
+	local d=$work/$1 t as=()
+	mkdir -p "$d/home"
+	cp "$work/home/models-registry.json" "$d/home/"
+	chmod 0700 "$d/home"
+	cp /etc/nginx/fastcgi_params "$d/"
+	sed -e "s|listen 127.0.0.1:8080;|listen 127.0.0.1:$3;|" -e "s|unix:/run/olp/olp-fcgi.sock|unix:$d/fcgi.sock|" \
+		"$root/deploy/nginx/olp.conf" >"$d/site.conf"
+	{
+		[ -z "$runas" ] || echo "user $runas $runas;"
+		echo "worker_processes 1;"; echo "pid $d/nginx.pid;"; echo "error_log $d/error.log warn;"
+		echo "events { worker_connections 1024; }"
+		echo "http { access_log off;"
+		for t in client_body fastcgi proxy uwsgi scgi; do echo "${t}_temp_path $d/${t}_temp;"; done
+		echo "include $d/site.conf; }"
+	} >"$d/nginx.conf"
+	[ -z "$runas" ] || { chown -R "$runas:$runas" "$d/home"; as=(-u "$runas" -g "$runas" -U "$runas" -G "$runas"); }
+	OLP_HOME=$d/home OLP_THREADS=16 OLP_OWNER_TOKEN=$token OLP_LOG_LEVEL=warn \
+	OLP_SANDBOX_EXEC=$work/bin/olp-sandbox-exec \
+		spawn-fcgi -n -s "$d/fcgi.sock" -M 0600 "${as[@]}" -- "$2" >"$d/fcgi.out" 2>&1 &
+	pids+=($!)
+	nginx -p "$d/" -c "$d/nginx.conf" -e "$d/error.log" -g 'daemon off;' >"$d/stdout" 2>&1 &
+	pids+=($!)
+	wait_up "$1" "http://127.0.0.1:$3/health" "$d/stdout" "$d/error.log" "$d/fcgi.out"
+}
+
+wait_up() {
+	local name=$1 url=$2 f
+	shift 2
+	for _ in $(seq 200); do
+		curl -sf "$url" >/dev/null 2>&1 && return 0
+		sleep 0.05
+	done
+	echo "$name did not come up" >&2
+	for f in "$@"; do cat "$f" >&2 2>/dev/null || true; done
+	exit 1
+}
 
 rps() { wrk -t2 -c"$conns" -d"${secs}s" "$1" | awk '/Requests\/sec/ {print $2}'; }
-
-echo "== GET /health, wrk -t2 -c$conns -d${secs}s, $rounds alternating rounds"
-sa=(); sb=()
-for r in $(seq "$rounds"); do
-	a=$(rps "http://127.0.0.1:$pa/health"); b=$(rps "http://127.0.0.1:$pb/health")
-	printf 'round %d: olp-fcgi %s req/s, hello-fcgi %s req/s\n' "$r" "$a" "$b"
-	sa+=("$a"); sb+=("$b")
-done
 med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
-ma=$(med "${sa[@]}"); mb=$(med "${sb[@]}")
-echo "health_rps_olp $ma"
-echo "health_rps_hello $mb"
-awk -v a="$ma" -v b="$mb" 'BEGIN {printf "health_ratio %.2f (goal >= 0.80)\n", a / b}'
+
+# compare SERVER URL_OLP URL_HELLO: alternating rounds, then the medians and their ratio.
+compare() {
+	local server=$1 ua=$2 ub=$3 r a b sa=() sb=() ma mb sfx=
+	[ "$server" = lighttpd ] || sfx=_$server
+	echo "== GET /health behind $server, wrk -t2 -c$conns -d${secs}s, $rounds alternating rounds"
+	for r in $(seq "$rounds"); do
+		a=$(rps "$ua"); b=$(rps "$ub")
+		printf 'round %d: olp-fcgi %s req/s, hello-fcgi %s req/s\n' "$r" "$a" "$b"
+		sa+=("$a"); sb+=("$b")
+	done
+	ma=$(med "${sa[@]}"); mb=$(med "${sb[@]}")
+	echo "health_rps_olp$sfx $ma"
+	echo "health_rps_hello$sfx $mb"
+	awk -v a="$ma" -v b="$mb" -v s="$sfx" 'BEGIN {printf "health_ratio%s %.2f (goal >= 0.80)\n", s, a / b}'
+}
+
+pa=$(free_port); start_lighttpd olp "$build/fcgi/olp-fcgi" "$pa"
+servers=" ${BENCH_SERVERS:-lighttpd apache nginx} "
+if [[ $servers == *" lighttpd "* ]]; then
+	pb=$(free_port); start_lighttpd hello "$build/tests/bench/hello-fcgi" "$pb"
+	compare lighttpd "http://127.0.0.1:$pa/health" "http://127.0.0.1:$pb/health"
+fi
+if [[ $servers == *" apache "* ]] && command -v apache2 >/dev/null && [ -f /usr/lib/apache2/modules/mod_fcgid.so ]; then
+	p1=$(free_port); start_apache apache-olp "$work/bin/olp-fcgi" "$p1"
+	p2=$(free_port); start_apache apache-hello "$work/bin/hello-fcgi" "$p2"
+	compare apache "http://127.0.0.1:$p1/olp/health" "http://127.0.0.1:$p2/olp/health"
+elif [[ $servers == *" apache "* ]]; then
+	echo "== apache: not installed (apache2, libapache2-mod-fcgid): skipped"
+fi
+if [[ $servers == *" nginx "* ]] && command -v nginx >/dev/null && command -v spawn-fcgi >/dev/null; then
+	p3=$(free_port); start_nginx nginx-olp "$work/bin/olp-fcgi" "$p3"
+	p4=$(free_port); start_nginx nginx-hello "$work/bin/hello-fcgi" "$p4"
+	compare nginx "http://127.0.0.1:$p3/health" "http://127.0.0.1:$p4/health"
+elif [[ $servers == *" nginx "* ]]; then
+	echo "== nginx: not installed (nginx, spawn-fcgi): skipped"
+fi
 
 echo "== non-streaming completion round trip, $n requests 50 ms apart (curl time_total), one connection each"
 body='{"model":"instant","messages":[{"role":"user","content":"hi"}]}'

@@ -74,6 +74,38 @@ static void test_route(void)
 		{ "GET", NULL, "/nope", "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
 		{ "GET", NULL, NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
 		{ "GET", NULL, NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		/* GET /health/live, for web servers' and load balancers' checks */
+		{ "GET", "/health/live", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL, "/health/live" },
+		{ "HEAD", "/health/live", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL, "/health/live" },
+		{ "GET", "/health/live/?x", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL,
+		  "/health/live" },
+		{ "GET", "/api/health/live", NULL, "/api", FCGI_ROUTE_HEALTH_LIVE, NULL,
+		  "/health/live" },
+		{ "POST", "/health/live", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ "GET", "/health/live/x", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/health/liveness", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		/* a mount the server split off (Apache ScriptAlias /olp, a CGI alias): REQUEST_URI
+		 * keeps it, PATH_INFO is the path below it; no prefix configured */
+		{ "GET", "/olp/v1/models?x=1", "/v1/models", "", FCGI_ROUTE_MODELS, NULL,
+		  "/v1/models" },
+		{ "POST", "/olp/v1/chat/completions", "/v1/chat/completions", "", FCGI_ROUTE_CHAT,
+		  NULL, "/v1/chat/completions" },
+		{ "GET", "/olp/health/live", "/health/live", "", FCGI_ROUTE_HEALTH_LIVE, NULL,
+		  "/health/live" },
+		{ "GET", "/a/b/health", "/health", NULL, FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "POST", "/olp/v1/models", "/v1/models", "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		/* ... a 404 names the path the client asked for */
+		{ "GET", "/olp/x", "/x", "", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/x" },
+		{ "GET", "/olp/x?y", "/x", "/api", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/x" },
+		/* ... and the request's own path wins when it is a route: a root mount's PATH_INFO
+		 * (lighttpd without fix-root-scriptname: /v1 + /models) is never used */
+		{ "GET", "/v1/models", "/models", "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/health", "/health", "", FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "POST", "/v1/completions", "/completions", "", FCGI_ROUTE_NOT_FOUND, NULL,
+		  "/v1/completions" },
+		{ "GET", "/v1/chat/completions", "/chat/completions", "", FCGI_ROUTE_BAD_METHOD,
+		  "POST", NULL },
+		{ "GET", "/olp/v1/models", "", "", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/v1/models" },
 	};
 	struct buf path = BUF_INIT;
 	size_t i;

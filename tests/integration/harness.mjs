@@ -1,6 +1,9 @@
 // The integration harness: a real lighttpd, started with the project's own
 // lighttpd/olp.conf, in front of the olp-fcgi under test, on a free
 // 127.0.0.1 port with a private OLP_HOME; plus real curl to talk to it.
+// startServer({kind}) starts one of the other shipped deployments instead, each
+// with its own shipped configuration (SERVER_KINDS below): lighttpd running
+// olp-fcgi as CGI, Apache with mod_fcgid or mod_cgid, nginx with spawn-fcgi.
 //
 // Environment (CTest sets it, see CMakeLists.txt):
 //   OLP_BIN           the olp-fcgi binary under test (required)
@@ -54,11 +57,37 @@ export const cfg = {
   },
   lighttpd: process.env.LIGHTTPD ?? findExe('lighttpd'),
   spawnFcgi: process.env.SPAWN_FCGI ?? findExe('spawn-fcgi'),
+  apache: process.env.APACHE ?? findExe('apache2') ?? findExe('httpd'),
+  apacheModules: process.env.APACHE_MODULES ?? '/usr/lib/apache2/modules',
+  nginx: process.env.NGINX ?? findExe('nginx'),
   curl: process.env.CURL ?? findExe('curl'),
   get conf() {
     return path.join(this.sourceDir, 'lighttpd', 'olp.conf');
   },
 };
+
+// The deployments startServer can start, each with the project's own configuration
+// file for it: what it is, what it needs, and the file(s) it is started with.
+export const SERVER_KINDS = {
+  lighttpd: { what: 'lighttpd + mod_fastcgi (bin-path)', needs: ['lighttpd'], conf: ['lighttpd/olp.conf'] },
+  'lighttpd-cgi': { what: 'lighttpd + mod_cgi', needs: ['lighttpd'], conf: ['lighttpd/olp-cgi.conf'] },
+  apache: { what: 'Apache 2.4 + mod_fcgid', needs: ['apache'], conf: ['deploy/apache/olp.conf'], modules: ['fcgid'] },
+  'apache-cgi': { what: 'Apache 2.4 + mod_cgid', needs: ['apache'], conf: ['deploy/apache/olp-cgi.conf'], modules: ['cgid'] },
+  nginx: { what: 'nginx + spawn-fcgi', needs: ['nginx', 'spawnFcgi'], conf: ['deploy/nginx/olp.conf'] },
+};
+
+// Why this host cannot start `kind`, or null when it can.
+export function kindMissing(kind) {
+  const k = SERVER_KINDS[kind];
+  if (!k) return `unknown server kind ${kind}`;
+  for (const n of k.needs) if (!cfg[n]) return `${n} is not installed (deploy/olp-local test installs it)`;
+  for (const m of k.modules ?? [])
+    if (!fs.existsSync(path.join(cfg.apacheModules, `mod_${m}.so`)))
+      return `Apache's mod_${m} is not installed (deploy/olp-local test installs it)`;
+  if (kind === 'nginx' && !fs.existsSync(process.env.NGINX_FASTCGI_PARAMS ?? '/etc/nginx/fastcgi_params'))
+    return 'no /etc/nginx/fastcgi_params (NGINX_FASTCGI_PARAMS names another)';
+  return null;
+}
 
 export const MODELS = ['echo', 'ticker', 'fail3', 'partial-fail', 'sleeper', 'forever', 'bigout', 'fdcheck'];
 
@@ -255,6 +284,11 @@ function sanitizerReports(text) {
 export class Server {
   constructor(opts) {
     this.opts = opts;
+    this.kind = opts.kind ?? 'lighttpd';
+    // Every process the harness started for this server (the web server first;
+    // spawn-fcgi's worker beside nginx), and the URL path OLP is mounted under.
+    this.children = opts.children ?? [opts.child];
+    this.mount = opts.mount ?? '';
     this.dirs = opts.dirs;
     this.root = opts.dirs.root;
     this.home = opts.dirs.home;
@@ -271,7 +305,7 @@ export class Server {
   }
 
   url(p) {
-    return this.baseURL + p;
+    return this.baseURL + this.mount + p;
   }
 
   // The workers' log (olp.log: their stderr, server.breakagelog), then
@@ -288,13 +322,17 @@ export class Server {
     return text + Buffer.concat(this.output).toString('utf8');
   }
 
-  // The olp-fcgi processes lighttpd spawned.
+  // The olp-fcgi processes running for this server: those lighttpd spawned (its
+  // children), mod_fcgid's (below its process manager), spawn-fcgi's (started by
+  // the harness itself), a CGI request's while it lasts.
   workerPids() {
     const bin = this.bin;
-    return allProcs()
-      .filter((p) => p.ppid === this.pid && exeOf(p.pid) === bin)
-      .map((p) => p.pid)
-      .sort((a, b) => a - b);
+    const roots = this.children.map((c) => c.pid);
+    const mine =
+      this.kind === 'lighttpd'
+        ? allProcs().filter((p) => p.ppid === this.pid)
+        : [...roots.map(procStat).filter(Boolean), ...roots.flatMap((r) => descendants(r))];
+    return [...new Set(mine.filter((p) => exeOf(p.pid) === bin).map((p) => p.pid))].sort((a, b) => a - b);
   }
 
   // Everything running below the workers (bwrap, provider commands), less the warm
@@ -351,19 +389,26 @@ export class Server {
     if (this.stopped) return;
     this.stopped = true;
     const workers = this.workerPids();
-    const exited = new Promise((resolve) => {
-      if (this.child.exitCode !== null || this.child.signalCode !== null) resolve();
-      else this.child.once('exit', resolve);
-    });
-    this.child.kill('SIGTERM');
-    const done = await Promise.race([exited.then(() => true), sleep(10000).then(() => false)]);
-    if (!done) this.child.kill('SIGKILL');
+    const exited = Promise.all(
+      this.children.map(
+        (c) =>
+          new Promise((resolve) => {
+            if (c.exitCode !== null || c.signalCode !== null) resolve();
+            else c.once('exit', resolve);
+          }),
+      ),
+    );
+    for (const c of this.children) c.kill('SIGTERM');
+    // An unref'd timer: a pending 10 s timeout must not keep the test process alive
+    // after the server stopped in time.
+    const done = await Promise.race([exited.then(() => true), sleep(10000, false, { ref: false })]);
+    if (!done) for (const c of this.children) c.kill('SIGKILL');
     const problems = [];
-    if (!done) problems.push('lighttpd did not exit within 10 s of SIGTERM');
+    if (!done) problems.push(`${this.kind} did not exit within 10 s of SIGTERM`);
     const gone = await waitFor(() => workers.every((w) => !isAlive(w)), { timeoutMs: 5000 });
     if (!gone) {
       const left = workers.filter(isAlive);
-      problems.push(`olp-fcgi workers still running after lighttpd stopped: ${left.join(', ')}`);
+      problems.push(`olp-fcgi workers still running after ${this.kind} stopped: ${left.join(', ')}`);
       for (const w of left) {
         try {
           process.kill(w, 'SIGKILL');
@@ -388,9 +433,9 @@ export class Server {
     }
     const log = this.errorLog();
     const san = sanitizerReports(log);
-    if (san.length) problems.push(`sanitizer reports in lighttpd's error log:\n${san.slice(0, 20).join('\n')}`);
+    if (san.length) problems.push(`sanitizer reports in ${this.kind}'s error log:\n${san.slice(0, 20).join('\n')}`);
     if (process.env.OLP_IT_VERBOSE || problems.length) {
-      process.stderr.write(`--- ${this.runDir}: olp.log, error.log, lighttpd's output (last 60 lines) ---\n`);
+      process.stderr.write(`--- ${this.runDir}: olp.log, error.log, ${this.kind}'s output (last 60 lines) ---\n`);
       process.stderr.write(log.split('\n').slice(-60).join('\n') + '\n');
     }
     if (process.env.OLP_IT_KEEP) process.stderr.write(`kept ${this.root}\n`);
@@ -399,8 +444,6 @@ export class Server {
   }
 }
 
-// Start lighttpd -D with lighttpd/olp.conf.  Resolves once GET /health
-// answers 200 and every worker is up.
 // What a server run as another user (`user`) runs: root-owned copies it can read, in a
 // directory of their own (the build tree may be where that user cannot look).
 export function stageFor(user) {
@@ -423,55 +466,239 @@ export function stageFor(user) {
   };
 }
 
+// Writes the text of a shipped configuration file with its site-specific values
+// replaced (each must occur exactly once: a test of a file that changed under it
+// fails instead of testing something else).
+function patched(file, replacements) {
+  let text = fs.readFileSync(file, 'utf8');
+  for (const [from, to] of replacements) {
+    const n = text.split(from).length - 1;
+    if (n !== 1) throw new Error(`${file}: "${from}" occurs ${n} times, not once`);
+    text = text.replace(from, to);
+  }
+  return text;
+}
+
+// How each kind is started: its processes (the web server first), the URL path OLP
+// is under, and how many workers must be up before it counts as started. ctx: dirs,
+// port, bin, stage (or null), user (the account the workers run as when we are root,
+// else null), workerEnv (what every worker gets), serverEnv, maxProcs, threads, mount,
+// conf(file) (the shipped file, or its copy in the stage).
+const launchers = {
+  lighttpd(ctx) {
+    return lighttpdLaunch(ctx, ctx.conf('lighttpd/olp.conf'), ctx.maxProcs);
+  },
+  'lighttpd-cgi'(ctx) {
+    return lighttpdLaunch(ctx, ctx.conf('lighttpd/olp-cgi.conf'), 0);
+  },
+  apache(ctx) {
+    return apacheLaunch(ctx, 'fcgid', ctx.conf('deploy/apache/olp.conf'));
+  },
+  'apache-cgi'(ctx) {
+    return apacheLaunch(ctx, 'cgid', ctx.conf('deploy/apache/olp-cgi.conf'));
+  },
+  nginx(ctx) {
+    const { dirs, port, user } = ctx;
+    const sock = path.join(dirs.runDir, 'olp-fcgi.sock');
+    // spawn-fcgi -n binds the socket, puts it on fd 0 and execs olp-fcgi in its own
+    // process (as deploy/systemd/olp-spawn-fcgi.service runs it); as root it hands the
+    // socket and the worker to `user` first.
+    const errLog = fs.openSync(path.join(dirs.runDir, 'olp.log'), 'a');
+    const asUser = user ? ['-u', user, '-g', user, '-U', user, '-G', user] : [];
+    const fcgi = spawn(cfg.spawnFcgi, ['-n', '-s', sock, '-M', '0600', ...asUser, '--', ctx.bin], {
+      env: { ...ctx.serverEnv, ...ctx.workerEnv },
+      stdio: ['ignore', 'ignore', errLog],
+    });
+    fs.closeSync(errLog);
+    const conf = path.join(dirs.runDir, 'olp-nginx-site.conf');
+    fs.writeFileSync(
+      conf,
+      patched(ctx.conf('deploy/nginx/olp.conf'), [
+        ['listen 127.0.0.1:8080;', `listen 127.0.0.1:${port};`],
+        ['unix:/run/olp/olp-fcgi.sock', `unix:${sock}`],
+      ]),
+    );
+    // nginx resolves `include fastcgi_params` against the main file's directory.
+    fs.copyFileSync(process.env.NGINX_FASTCGI_PARAMS ?? '/etc/nginx/fastcgi_params', path.join(dirs.runDir, 'fastcgi_params'));
+    const main = path.join(dirs.runDir, 'nginx.conf');
+    const r = dirs.runDir;
+    fs.writeFileSync(
+      main,
+      [
+        ...(user ? [`user ${user} ${user};`] : []),
+        'worker_processes 1;',
+        `pid ${r}/nginx.pid;`,
+        `error_log ${r}/error.log info;`,
+        'events { worker_connections 256; }',
+        'http {',
+        `  access_log ${r}/access.log;`,
+        ...['client_body', 'fastcgi', 'proxy', 'uwsgi', 'scgi'].map((t) => `  ${t}_temp_path ${r}/${t}_temp;`),
+        `  include ${conf};`,
+        '}',
+        '',
+      ].join('\n'),
+    );
+    const web = spawn(cfg.nginx, ['-p', `${r}/`, '-c', main, '-e', `${r}/error.log`, '-g', 'daemon off;'], {
+      env: ctx.serverEnv,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    return { children: [web, fcgi], minWorkers: 1 };
+  },
+};
+
+function lighttpdLaunch(ctx, conf, minWorkers) {
+  let argv = [cfg.lighttpd, '-D', '-f', conf];
+  if (ctx.user) argv = ['setpriv', `--reuid=${ctx.user}`, `--regid=${ctx.user}`, '--init-groups', '--', ...argv];
+  const child = spawn(argv[0], argv.slice(1), {
+    env: {
+      ...ctx.serverEnv,
+      ...ctx.workerEnv,
+      OLP_PORT: String(ctx.port),
+      OLP_BIN: ctx.bin,
+      OLP_RUN_DIR: ctx.dirs.runDir,
+      OLP_MAX_PROCS: String(ctx.maxProcs),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  return { children: [child], minWorkers };
+}
+
+// Apache in the foreground with a top-level file of the test's own (what Debian's
+// apache2.conf does: Listen, the modules, logs) that includes the shipped one with
+// its Define's set. As root it runs its children, and so the workers, as `user`.
+function apacheLaunch(ctx, module, conf) {
+  const { dirs, port, user } = ctx;
+  const r = dirs.runDir;
+  // A module built into this apache2 (Debian's log_config) cannot be loaded again.
+  const mod = (m) =>
+    `<IfModule !${m}_module>\n  LoadModule ${m}_module ${path.join(cfg.apacheModules, `mod_${m}.so`)}\n</IfModule>`;
+  const q = (v) => `"${String(v).replace(/(["\\])/g, '\\$1')}"`;
+  const fcgid = path.join(r, 'fcgid');
+  fs.mkdirSync(path.join(fcgid, 'sock'), { recursive: true });
+  if (user) spawnSync('chown', ['-R', `${user}:${user}`, fcgid]);
+  const workerEnv = Object.entries(ctx.workerEnv).filter(([k]) => !['OLP_HOME', 'OLP_THREADS'].includes(k));
+  const main = path.join(r, 'httpd.conf');
+  fs.writeFileSync(
+    main,
+    [
+      `ServerRoot ${q(r)}`,
+      `Listen 127.0.0.1:${port}`,
+      `PidFile ${q(path.join(r, 'httpd.pid'))}`,
+      `ErrorLog ${q(path.join(r, 'error.log'))}`,
+      'LogLevel info',
+      `DefaultRuntimeDir ${q(r)}`,
+      `Mutex file:${r} default`,
+      'ServerName 127.0.0.1',
+      ...(user ? [`User ${user}`, `Group ${user}`] : []),
+      mod('mpm_event'),
+      mod('authz_core'),
+      mod('alias'),
+      mod('env'),
+      mod('log_config'),
+      mod(module),
+      `CustomLog ${q(path.join(r, 'access.log'))} common`,
+      ...(module === 'cgid' ? [`ScriptSock ${q(path.join(r, 'cgid.sock'))}`] : []),
+      `Define OLP_BIN ${q(ctx.bin)}`,
+      `Define OLP_HOME ${q(dirs.home)}`,
+      `Define OLP_MAX_PROCS ${ctx.maxProcs}`,
+      `Define OLP_FCGID_DIR ${q(fcgid)}`,
+      ctx.mount ? `Define OLP_MOUNT ${q(ctx.mount)}` : 'Define OLP_AT_ROOT',
+      `Include ${q(conf)}`,
+      // What the test's workers get besides the shipped file's OLP_HOME (and OLP_THREADS).
+      ...workerEnv.map(([k, v]) => (module === 'fcgid' ? `FcgidInitialEnv ${k} ${q(v)}` : `SetEnv ${k} ${q(v)}`)),
+      '',
+    ].join('\n'),
+  );
+  const child = spawn(cfg.apache, ['-DFOREGROUND', '-f', main], {
+    env: ctx.serverEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  return { children: [child], minWorkers: module === 'fcgid' ? 1 : 0 };
+}
+
+// Start a server of `kind` (SERVER_KINDS; lighttpd -D with lighttpd/olp.conf by
+// default). Resolves once GET /health answers 200 and its workers are up.
 export async function startServer({
+  kind = 'lighttpd',
   maxProcs = 2,
   threads = 4,
   registry,
   config,
   env = {},
   ownerToken = 'olp_test_' + randomBytes(24).toString('base64url'),
-  stage = null, // stageFor(user): run lighttpd and the workers as that user
+  stage = null, // stageFor(user): run the server and the workers as that user
   dirs: reuse = null, // the dirs of a server stopped with keepDirs: same OLP_HOME, run dir
+  mount = kind.startsWith('apache') ? '/olp' : '', // Apache: '' mounts OLP at / (OLP_AT_ROOT)
 } = {}) {
-  if (!cfg.lighttpd) throw new Error('lighttpd not found (apt-get install lighttpd)');
+  const missing = kindMissing(kind);
+  if (missing) throw new Error(`${kind}: ${missing}`);
+  // Apache refuses to run its children as root, and a deployment never does: as root,
+  // the other kinds run their workers as a user, from root-owned copies it can read.
+  if (kind !== 'lighttpd' && process.getuid() === 0 && !stage)
+    throw new Error(`${kind} as root needs a stage: startServer({stage: stageFor('www-data')})`);
   let lastErr;
   for (let attempt = 0; attempt < 3; attempt++) {
     const dirs = reuse ?? makeHome({ registry, config });
     const port = await freePort();
-    const childEnv = {
-      ...passthroughEnv(),
-      OLP_PORT: String(port),
-      OLP_BIN: stage ? stage.bin : cfg.bin,
-      ...(stage ? { OLP_SANDBOX_EXEC: stage.stub } : {}),
+    const workerEnv = {
       OLP_HOME: dirs.home,
-      OLP_RUN_DIR: dirs.runDir,
-      OLP_MAX_PROCS: String(maxProcs),
       OLP_THREADS: String(threads),
       OLP_LOG_LEVEL: 'debug',
+      ...(stage ? { OLP_SANDBOX_EXEC: stage.stub } : {}),
       ...(ownerToken ? { OLP_OWNER_TOKEN: ownerToken } : {}),
+      ...Object.fromEntries(
+        ['ASAN_OPTIONS', 'UBSAN_OPTIONS', 'LSAN_OPTIONS'].filter((k) => process.env[k]).map((k) => [k, process.env[k]]),
+      ),
       ...env,
     };
-    const output = [];
-    let argv = [cfg.lighttpd, '-D', '-f', stage ? stage.conf : cfg.conf];
     if (stage) {
       // OLP_HOME (env may name one of the test's own) and the run dir become the user's.
-      spawnSync('chown', ['-R', `${stage.user}:${stage.user}`, dirs.root, childEnv.OLP_HOME]);
-      argv = ['setpriv', `--reuid=${stage.user}`, `--regid=${stage.user}`, '--init-groups', '--', ...argv];
+      spawnSync('chown', ['-R', `${stage.user}:${stage.user}`, dirs.root, workerEnv.OLP_HOME]);
     }
-    const child = spawn(argv[0], argv.slice(1), {
-      env: childEnv,
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const conf = (rel) => {
+      const src = path.join(cfg.sourceDir, rel);
+      if (!stage) return src;
+      return rel === 'lighttpd/olp.conf' ? stage.conf : stage.copy(src, rel.replace(/\//g, '-'), 0o644);
+    };
+    const launched = launchers[kind]({
+      dirs,
+      port,
+      stage,
+      user: stage?.user ?? null,
+      bin: stage ? stage.bin : cfg.bin,
+      workerEnv,
+      serverEnv: passthroughEnv(),
+      maxProcs,
+      threads,
+      mount,
+      conf,
     });
-    child.stdout.on('data', (d) => output.push(d));
-    child.stderr.on('data', (d) => output.push(d));
-    const server = new Server({ dirs, token: ownerToken, port, child, output, bin: stage?.bin });
+    const output = [];
+    for (const c of launched.children) {
+      c.stdout?.on('data', (d) => output.push(d));
+      c.stderr?.on('data', (d) => output.push(d));
+    }
+    const child = launched.children[0];
+    const server = new Server({
+      kind,
+      dirs,
+      token: ownerToken,
+      port,
+      child,
+      children: launched.children,
+      output,
+      mount,
+      bin: stage?.bin,
+    });
+    server.stage = stage;
+    const exited = () => launched.children.some((c) => c.exitCode !== null || c.signalCode !== null);
     const ready = await waitFor(
       async () => {
-        if (child.exitCode !== null || child.signalCode !== null) return 'exited';
+        if (exited()) return 'exited';
         try {
           const r = await fetch(server.url('/health'), { signal: AbortSignal.timeout(2000) });
           await r.arrayBuffer();
-          if (r.status === 200 && server.workerPids().length >= maxProcs) return 'up';
+          if (r.status === 200 && server.workerPids().length >= launched.minWorkers) return 'up';
         } catch {
           /* not yet */
         }
@@ -481,7 +708,7 @@ export async function startServer({
     );
     if (ready === 'up') return server;
     const why =
-      `lighttpd did not come up (${ready ?? 'timeout'}) on port ${port}\n` +
+      `${kind} did not come up (${ready ?? 'timeout'}) on port ${port}\n` +
       `output: ${Buffer.concat(output).toString()}\nerror.log:\n${server.errorLog()}`;
     lastErr = new Error(why);
     try {
@@ -489,7 +716,7 @@ export async function startServer({
     } catch (e) {
       lastErr = new Error(`${why}\nand stopping it: ${e.message}`);
     }
-    if (ready !== 'exited') break; // port races make lighttpd exit; anything else: give up
+    if (ready !== 'exited') break; // port races make the server exit; anything else: give up
   }
   throw lastErr;
 }
