@@ -9,7 +9,8 @@
 #include "sandbox/stub.h"
 
 struct sbx_policy {
-	bool network;
+	enum sbx_net net;
+	uint16_t net_port; /* SBX_NET_LOOPBACK's */
 	uint64_t timeout_ms;
 	struct strv ro;	     /* host paths bound read-only */
 	struct strv rw;	     /* host paths bound read-write */

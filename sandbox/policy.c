@@ -46,9 +46,15 @@ void sbx_policy_free(struct sbx_policy *p)
 	free(p);
 }
 
+void sbx_policy_set_net(struct sbx_policy *p, enum sbx_net net, uint16_t port)
+{
+	p->net = net;
+	p->net_port = net == SBX_NET_LOOPBACK ? port : 0;
+}
+
 void sbx_policy_set_network(struct sbx_policy *p, bool on)
 {
-	p->network = on;
+	sbx_policy_set_net(p, on ? SBX_NET_HOST : SBX_NET_NONE, 0);
 }
 
 void sbx_policy_set_timeout_ms(struct sbx_policy *p, uint64_t ms)
@@ -76,12 +82,12 @@ void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow)
 int sbx_policy_apply_profile(struct sbx_policy *p, const char *name)
 {
 	if (!strcmp(name, "command")) {
-		p->network = false;
+		sbx_policy_set_net(p, SBX_NET_NONE, 0);
 		return 0;
 	}
 	if (!strcmp(name, "cli")) {
 		/* The provider CLIs talk to their API; the rest of the policy is the same. */
-		p->network = true;
+		sbx_policy_set_net(p, SBX_NET_HOST, 0);
 		return 0;
 	}
 	return -ENOENT;
@@ -244,7 +250,7 @@ static void argv_namespaces(const struct sbx_policy *p, struct strv *out)
 		push_all(out, "--unshare-user", "--uid", SBX_STR(SBX_UID), "--gid",
 			 SBX_STR(SBX_GID), "--disable-userns", NULL);
 	}
-	if (!p->network)
+	if (p->net == SBX_NET_NONE)
 		strv_push(out, "--unshare-net");
 	for (size_t i = 0; i < p->env.n; i++) {
 		const char *kv = p->env.v[i], *eq = strchr(kv, '=');

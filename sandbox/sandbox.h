@@ -99,6 +99,23 @@ struct sbx_policy;
  * failure aborts, as everywhere (common.h). Free it with sbx_policy_free. */
 struct sbx_policy *sbx_policy_new(void);
 void sbx_policy_free(struct sbx_policy *p);
+/* How a run reaches the network (issue 12, ADR 0015). */
+enum sbx_net {
+	SBX_NET_NONE = 0, /* a network namespace of its own with nothing in it, not even lo
+			     up (bwrap --unshare-net): the default */
+	SBX_NET_HOST,	  /* the host's network namespace: everything the host reaches. An
+			     explicit opt-in ("network": "host") */
+	SBX_NET_LOOPBACK, /* a namespace of its own with only lo up, and a socket listening
+			     on 127.0.0.1:port in it, made before the command starts and
+			     handed to the caller (sbx_callbacks.on_listener), whose forwarder
+			     is then the one thing the run can reach (netns.c). Fails closed:
+			     when the namespace cannot be made, nothing runs
+			     (SBX_FAIL_NETWORK); mode off refuses it (no namespace at all) */
+};
+/* port: SBX_NET_LOOPBACK's, fixed (so that argv and environment can name it before the
+ * run, and a warm sandbox is made with it); 0 = the kernel picks one. Ignored otherwise. */
+void sbx_policy_set_net(struct sbx_policy *p, enum sbx_net net, uint16_t port);
+/* The same as sbx_policy_set_net(p, on ? SBX_NET_HOST : SBX_NET_NONE, 0). */
 void sbx_policy_set_network(struct sbx_policy *p, bool on);
 /* Bind host_path read-only (or read-write) at the same path inside. Copies the string.
  * A path that does not exist on the host is skipped at spawn time. The command runs as
@@ -168,6 +185,13 @@ struct sbx_callbacks {
 	 * output read), before sbx_run waits for the sandbox to be torn down and removes the
 	 * scratch dir, so that the caller can answer first. res is complete. Not called when nothing could be spawned. */
 	void (*on_result)(void *ctx, const struct sbx_result *res);
+	/* Required for a SBX_NET_LOOPBACK policy, unused otherwise: called once per run,
+	 * before the command starts, on the calling thread, with the socket listening on
+	 * 127.0.0.1:port inside the run's network namespace. The callee owns listen_fd from
+	 * then on (hands it to egr_start(), or closes it), whatever it returns. 0 to go on;
+	 * < 0 (-errno) and nothing runs: sbx_run returns it, with res->end
+	 * SBX_END_SPAWN_FAILED, failure SBX_FAIL_NETWORK, spawn_stage "listener". */
+	int (*on_listener)(void *ctx, int listen_fd, uint16_t port);
 	void *ctx;
 };
 
@@ -198,6 +222,9 @@ enum sbx_failure {
 	SBX_FAIL_EXEC,	   /* the command itself could not be executed: ENOENT, EACCES, E2BIG
 			      ... (end SBX_END_EXITED, exit_status 127; without bwrap, mode
 			      off, end SBX_END_SPAWN_FAILED) */
+	SBX_FAIL_NETWORK,  /* a SBX_NET_LOOPBACK run's namespace or listener could not be made,
+			      or on_listener refused it, or mode off / an identity that cannot
+			      have one (end SBX_END_SPAWN_FAILED; nothing ran) */
 };
 
 struct sbx_result {

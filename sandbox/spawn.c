@@ -1428,6 +1428,13 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		ret = -ENOTCONN;
 		goto out_release_instance;
 	}
+	if (p->net == SBX_NET_LOOPBACK) {
+		/* Not built yet: fail closed, never a run with more network than asked. */
+		res->spawn_stage = "netns";
+		res->failure = SBX_FAIL_NETWORK;
+		ret = -EOPNOTSUPP;
+		goto out_release_instance;
+	}
 	key = warmable ? policy_key(p) : NULL;
 	if (key && warm_take(key, &in, rid)) {
 		/* A sandbox built ahead of time: tell its stub what to become. */
@@ -1466,6 +1473,7 @@ const char *sbx_failure_str(enum sbx_failure f)
 	case SBX_FAIL_SETUP: return "setup";
 	case SBX_FAIL_IDENTITY: return "identity";
 	case SBX_FAIL_EXEC: return "exec";
+	case SBX_FAIL_NETWORK: return "network";
 	}
 	return "unknown";
 }
