@@ -1125,51 +1125,57 @@ static void test_audit_failure_counted(void)
 	tu_rmhome(home);
 }
 
+static const struct ts_test token_tests[] = {
+	{ "extract from headers", test_token_extract },
+	{ "generate, and its hash in the manifest", test_token_generate },
+	{ "ids", test_id },
+	{ NULL, NULL },
+};
+
+static const struct ts_test manifest_tests[] = {
+	{ "valid", test_manifest_valid },
+	{ "each invalid kind", test_manifest_invalid },
+	{ "invalid skipped with one warning", test_manifest_skipped_once },
+	{ "atomic rewrite keeps unknown fields", test_atomic_rewrite },
+	{ NULL, NULL },
+};
+
+static const struct ts_test check_tests[] = {
+	{ "missing token, anonymous", test_check_missing },
+	{ "env owner", test_check_env_owner },
+	{ "keys and tiers", test_check_keys_and_tiers },
+	{ "revoked on the next request", test_check_revoked_next_request },
+	{ "Node OLP fixture store", test_node_fixture },
+	{ "threads sharing one store", test_threads },
+	{ NULL, NULL },
+};
+
+static const struct ts_test touch_tests[] = {
+	{ "last_used_at", test_touch },
+	{ "revoke vs touch race", test_race_revoke_touch },
+	{ NULL, NULL },
+};
+
+static const struct ts_test keys_tests[] = {
+	{ "create, revoke, list, permissions", test_keys_manage },
+	{ NULL, NULL },
+};
+
+static const struct ts_test audit_tests[] = {
+	{ "line contents", test_audit_line },
+	{ "concurrent processes", test_audit_concurrent },
+	{ "daily rotation", test_audit_rotation },
+	{ "failures counted", test_audit_failure_counted },
+	{ NULL, NULL },
+};
+
 int main(void)
 {
-	static const struct {
-		const char *suite;
-		const char *name;
-		CU_TestFunc fn;
-	} tests[] = {
-		{ "token", "extract from headers", test_token_extract },
-		{ "token", "generate, and its hash in the manifest", test_token_generate },
-		{ "token", "ids", test_id },
-		{ "manifest", "valid", test_manifest_valid },
-		{ "manifest", "each invalid kind", test_manifest_invalid },
-		{ "manifest", "invalid skipped with one warning", test_manifest_skipped_once },
-		{ "manifest", "atomic rewrite keeps unknown fields", test_atomic_rewrite },
-		{ "check", "missing token, anonymous", test_check_missing },
-		{ "check", "env owner", test_check_env_owner },
-		{ "check", "keys and tiers", test_check_keys_and_tiers },
-		{ "check", "revoked on the next request", test_check_revoked_next_request },
-		{ "check", "Node OLP fixture store", test_node_fixture },
-		{ "check", "threads sharing one store", test_threads },
-		{ "touch", "last_used_at", test_touch },
-		{ "touch", "revoke vs touch race", test_race_revoke_touch },
-		{ "keys", "create, revoke, list, permissions", test_keys_manage },
-		{ "audit", "line contents", test_audit_line },
-		{ "audit", "concurrent processes", test_audit_concurrent },
-		{ "audit", "daily rotation", test_audit_rotation },
-		{ "audit", "failures counted", test_audit_failure_counted },
+	static const struct ts_suite suites[] = {
+		{ "token", token_tests }, { "manifest", manifest_tests }, { "check", check_tests },
+		{ "touch", touch_tests }, { "keys", keys_tests },	  { "audit", audit_tests },
+		{ NULL, NULL },
 	};
-	CU_pSuite suite = NULL;
-	const char *cur = "";
-	unsigned fails;
-	size_t i;
 
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	for (i = 0; i < ARRAY_SIZE(tests); i++) {
-		if (strcmp(cur, tests[i].suite) != 0) {
-			cur = tests[i].suite;
-			suite = CU_add_suite(cur, NULL, NULL);
-		}
-		CU_add_test(suite, tests[i].name, tests[i].fn);
-	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
-	return fails ? 1 : 0;
+	return ts_exit_status(ts_cunit_run_suites(suites));
 }

@@ -1067,40 +1067,36 @@ static void test_utf8_valid(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	static const struct ts_test tests[] = {
+		{ "buf init and release", test_buf_init },
+		{ "buf add and growth", test_buf_add_and_grow },
+		{ "buf grow reserves room", test_buf_grow_reserves },
+		{ "buf consume", test_buf_consume },
+		{ "buf detach", test_buf_detach },
+		{ "buf addf long strings", test_buf_addf },
+		{ "buf read file and EFBIG", test_buf_read_file },
+		{ "buf read file appends to content", test_buf_read_file_appends },
+		{ "buf read once", test_buf_read_once },
+		{ "json escapes", test_json_escapes },
+		{ "json invalid UTF-8 replaced", test_json_invalid_utf8 },
+		{ "json random input always parses", test_json_random },
+		{ "parse_u64", test_parse_u64 },
+		{ "parse_json_int", test_parse_json_int },
+		{ "logging JSON lines", test_logging },
+		{ "utilities", test_utils },
+		{ "strv push, find, setenv, detach", test_strv },
+		{ "utf8_valid", test_utf8_valid },
+		{ "path_join and path_join_buf", test_path_join },
+		{ "x* allocators, and aborting on an impossible size", test_alloc },
+		{ "auto_free and steal_pointer", test_cleanup_helpers },
+		{ "write_all_until: a reader that stops reading", test_write_all_until },
+		{ NULL, NULL },
+	};
+	int fails;
 
 	if (!mkdtemp(tmpdir))
 		return 1;
-	if (CU_initialize_registry() != CUE_SUCCESS)
-		return 1;
-	s = CU_add_suite("common", NULL, NULL);
-	CU_add_test(s, "buf init and release", test_buf_init);
-	CU_add_test(s, "buf add and growth", test_buf_add_and_grow);
-	CU_add_test(s, "buf grow reserves room", test_buf_grow_reserves);
-	CU_add_test(s, "buf consume", test_buf_consume);
-	CU_add_test(s, "buf detach", test_buf_detach);
-	CU_add_test(s, "buf addf long strings", test_buf_addf);
-	CU_add_test(s, "buf read file and EFBIG", test_buf_read_file);
-	CU_add_test(s, "buf read file appends to content", test_buf_read_file_appends);
-	CU_add_test(s, "buf read once", test_buf_read_once);
-	CU_add_test(s, "json escapes", test_json_escapes);
-	CU_add_test(s, "json invalid UTF-8 replaced", test_json_invalid_utf8);
-	CU_add_test(s, "json random input always parses", test_json_random);
-	CU_add_test(s, "parse_u64", test_parse_u64);
-	CU_add_test(s, "parse_json_int", test_parse_json_int);
-	CU_add_test(s, "logging JSON lines", test_logging);
-	CU_add_test(s, "utilities", test_utils);
-	CU_add_test(s, "strv push, find, setenv, detach", test_strv);
-	CU_add_test(s, "utf8_valid", test_utf8_valid);
-	CU_add_test(s, "path_join and path_join_buf", test_path_join);
-	CU_add_test(s, "x* allocators, and aborting on an impossible size", test_alloc);
-	CU_add_test(s, "auto_free and steal_pointer", test_cleanup_helpers);
-	CU_add_test(s, "write_all_until: a reader that stops reading", test_write_all_until);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("common", tests);
 	{
 		char path[256];
 
@@ -1114,5 +1110,5 @@ int main(void)
 		unlink(path);
 		rmdir(tmpdir);
 	}
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

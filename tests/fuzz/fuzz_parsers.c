@@ -16,7 +16,6 @@
 
 #include "common/common.h"
 #include "providers/providers.h"
-#include "sandbox/sandbox.h"
 #include "tests/support/recorder.h"
 #include "common/banned.h"
 

@@ -35,6 +35,13 @@ struct ts_test {
  * CUnit up. Returns the number of failed assertions (0: all passed), or -1 when CUnit
  * could not be set up. */
 int ts_cunit_run(const char *suite, const struct ts_test tests[]);
+
+/* Several suites in one program: a table ending with { NULL, NULL }, run in order. */
+struct ts_suite {
+	const char *name;
+	const struct ts_test *tests;
+};
+int ts_cunit_run_suites(const struct ts_suite suites[]);
 /* The exit status for main(): 0 only when every test passed. */
 static inline int ts_exit_status(int failures)
 {
