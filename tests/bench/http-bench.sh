@@ -36,6 +36,8 @@ if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/tests/bench/hello-fcgi" ]; 
 	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build "$build" -j"$(nproc)" --target olp-fcgi hello-fcgi spawn-bench >/dev/null
 fi
+# The servers start their workers from other directories: every path absolute.
+build=$(cd "$build" && pwd)
 
 work=$(mktemp -d /tmp/olp-bench.XXXXXX)
 pids=()
