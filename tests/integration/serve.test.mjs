@@ -88,11 +88,31 @@ async function serve(extraEnv = {}) {
     const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 5000 });
     assert.ok(gone, `left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
   };
+  // Started as root, serve stages copies the server's user can read: the workers run
+  // from there (their OLP_BIN). Ctrl-C must take the stage away too.
+  const stages = () =>
+    procsMentioning(home)
+      .map((p) => {
+        try {
+          return fs.readlinkSync(`/proc/${p.pid}/exe`);
+        } catch {
+          return '';
+        }
+      })
+      .filter((exe) => exe.startsWith(path.join(os.tmpdir(), 'olp-serve.')))
+      .map((exe) => path.dirname(exe));
+  const staged = up ? [...new Set(stages())] : [];
+  const stopAndCheck = stop;
+  const stopAll = async () => {
+    await stopAndCheck();
+    for (const d of staged) assert.ok(!fs.existsSync(d), `serve left its stage ${d}`);
+  };
+  if (process.getuid() === 0 && up) assert.ok(staged.length > 0, 'serve as root: no worker runs from a stage');
   if (!up) {
     await stop().catch(() => {});
     assert.fail(`serve did not come up on ${port}:\n${out()}`);
   }
-  return { port, out, stop };
+  return { port, out, stop: stopAll };
 }
 
 async function get(port, p, token) {
