@@ -401,6 +401,25 @@ for (const scheme of ['http', 'https']) {
   }
 }
 
+// A stream the upstream cuts midway must reach the CLI cut too (the forwarder ends its
+// chunked answer without the last chunk), never as a complete but short answer.
+test('a stream cut by the upstream reaches the CLIs as broken, not as a short answer (http)', async () => {
+  const before = (await requests(up.http.anthropic)).filter((q) => q.model === 'claude-cut').length;
+  const r = await claude('http', 'claude-cut');
+  const text = deltas(r.events).map((d) => d.text).join('');
+  const tries = (await requests(up.http.anthropic)).filter((q) => q.model === 'claude-cut').length - before;
+  // claude notices the broken stream and asks again (at last without streaming, which
+  // the fake answers whole); a success must carry the whole text.
+  assert.ok(tries >= 2, `claude asked ${tries} time(s): it did not see the stream as broken`);
+  if (r.code === 0) assert.ok(text.endsWith(' server!'), `a short answer passed as complete: ${text}`);
+  else assert.ok(errorEv(r.events), JSON.stringify(r.events));
+  assertNoSecret(r);
+
+  const c = await codex('http', 'gpt-cut');
+  assert.notEqual(c.code, 0, 'codex took a cut stream for a complete one');
+  assert.ok(errorEv(c.events), JSON.stringify(c.events));
+});
+
 // codex prints no token deltas (its output is the whole agent message), so the timing of
 // the OpenAI stream through the forwarder is checked with codex's own request, replayed.
 test('the OpenAI Responses stream keeps its timing through the forwarder (https)', async () => {
