@@ -395,7 +395,8 @@ static size_t host_port_ok(const char *hp)
 	}
 	errno = 0;
 	port = strtoul(colon + 1, &end, 10);
-	if (errno || *end || !colon[1] || colon[1] == '0' || port < 1 || port > 65535)
+	/* Digits only: strtoul also takes a sign and leading blanks ("+443"). */
+	if (errno || *end || colon[1] < '1' || colon[1] > '9' || port < 1 || port > 65535)
 		return 0;
 	return hl;
 }

@@ -1054,6 +1054,8 @@ static void test_route_check(void)
 		   *no_port[] = { "api.example.com", NULL }, *bad_port[] = { "a.example:0", NULL },
 		   *v6[] = { "[::1]:443", NULL }, *ok_hosts[] = { "api.example.com:443", NULL },
 		   *bad_path[] = { "/v1/../admin", NULL }, *ok_path[] = { "/v1/messages", NULL };
+	/* A port is digits only (found by fuzz_egress). */
+	const char *signed_port[] = { "a.example:+443", NULL };
 	const struct egr_header crlf[] = { { "x-api-key", "a\r\nx-evil: 1" } },
 				bad_name[] = { { "x api key", "v" } };
 	struct {
@@ -1092,6 +1094,7 @@ static void test_route_check(void)
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = no_port }, 0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = bad_port }, 0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = v6 }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = signed_port }, 0 },
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {

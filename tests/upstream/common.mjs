@@ -1,6 +1,8 @@
 // Shared by the fake upstream servers: listening, request logging, body reading.
 // No dependencies beyond Node's standard library (Node >= 18).
 import http from 'node:http';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
 
 export const TOKENS = (text) => text.match(/\s*\S+/g) ?? [];
 
@@ -19,26 +21,35 @@ export async function readBody(req) {
 }
 
 // Start a server; every request is logged (method, path, model, headers that name the
-// client) and the log is served at GET /_requests for the tests' assertions.
+// client, every header as received, and the times the handler wrote its deltas) and the
+// log is served at GET /_requests for the tests' assertions. The handler gets the log
+// entry as its fourth argument. With FAKE_TLS_CERT and FAKE_TLS_KEY (PEM files) in the
+// environment it serves HTTPS instead (a test CA's certificate, for the egress tests).
 export function serve(name, handler) {
   const log = [];
-  const server = http.createServer(async (req, res) => {
+  const tls = process.env.FAKE_TLS_CERT && process.env.FAKE_TLS_KEY
+    ? { cert: readFileSync(process.env.FAKE_TLS_CERT), key: readFileSync(process.env.FAKE_TLS_KEY) }
+    : null;
+  const onRequest = async (req, res) => {
     if (req.method === 'GET' && req.url === '/_requests') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(log));
       return;
     }
     const body = req.method === 'POST' ? await readBody(req) : {};
-    log.push({ method: req.method, path: req.url, model: body.model ?? null, stream: body.stream ?? null,
-               auth: req.headers['x-api-key'] ? 'x-api-key' : req.headers.authorization ? 'bearer' : null,
-               user_agent: req.headers['user-agent'] ?? null, t: Date.now() });
+    const entry = { method: req.method, path: req.url, model: body.model ?? null, stream: body.stream ?? null,
+                    auth: req.headers['x-api-key'] ? 'x-api-key' : req.headers.authorization ? 'bearer' : null,
+                    user_agent: req.headers['user-agent'] ?? null, t: Date.now(),
+                    headers: req.headers, delta_t: [] };
+    log.push(entry);
     try {
-      await handler(req, res, body);
+      await handler(req, res, body, entry);
     } catch (e) {
       if (!res.headersSent) res.writeHead(500);
       res.end(String(e));
     }
-  });
+  };
+  const server = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
   // Our servers speak plain HTTP/1.1; a WebSocket upgrade is refused outright.
   server.on('upgrade', (req, socket) => socket.end('HTTP/1.1 426 Upgrade Required\r\n\r\n'));
   const port = Number(process.argv[2] ?? process.env.PORT ?? 0);

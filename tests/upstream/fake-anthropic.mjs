@@ -16,7 +16,7 @@ let seq = 0;
 const errType = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error',
                   404: 'not_found_error', 429: 'rate_limit_error', 529: 'overloaded_error' };
 
-serve('anthropic', async (req, res, body) => {
+serve('anthropic', async (req, res, body, entry) => {
   const path = req.url.split('?')[0];
   if (req.method !== 'POST' || path !== '/v1/messages') {
     res.writeHead(404, { 'content-type': 'application/json' });
@@ -54,6 +54,7 @@ serve('anthropic', async (req, res, body) => {
     }
     if (DELTA_MS) await sleep(DELTA_MS);
     sse(res, 'content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: t } });
+    entry.delta_t.push(Date.now());
   }
   sse(res, 'content_block_stop', { type: 'content_block_stop', index: 0 });
   sse(res, 'message_delta', { type: 'message_delta', delta: { stop_reason: stopReason, stop_sequence: null },

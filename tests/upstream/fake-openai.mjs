@@ -13,7 +13,7 @@ const TEXT = 'Hello from the fake OpenAI server!';
 const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
 let seq = 0;
 
-serve('openai', async (req, res, body) => {
+serve('openai', async (req, res, body, entry) => {
   const path = req.url.split('?')[0];
   if (req.method === 'GET' && path === '/v1/models') {
     res.writeHead(200, { 'content-type': 'application/json' });
@@ -56,6 +56,7 @@ serve('openai', async (req, res, body) => {
     }
     if (DELTA_MS) await sleep(DELTA_MS);
     ev('response.output_text.delta', { item_id: itemId, output_index: 0, content_index: 0, delta: t });
+    entry.delta_t.push(Date.now());
   }
   const part = { type: 'output_text', text: TEXT, annotations: [] };
   const item = { id: itemId, type: 'message', role: 'assistant', status: 'completed', content: [part] };

@@ -1,0 +1,268 @@
+/* libFuzzer target for the egress forwarder's request parsing (egress/http.c through
+ * egress/internal.h): the request head, the path's canonical-form and allow-list checks,
+ * and the CONNECT authority check. The client of the forwarder is the hostile command in
+ * the sandbox, so every byte of these is the attacker's.
+ *
+ * The input is what a client sends: it is cut after its first "\r\n\r\n" as the
+ * forwarder cuts it (one is appended when there is none) and parsed. Besides the
+ * sanitizers, these must hold, or the target aborts:
+ *  - the status is 0 or one the header names (400, 417, 431, 501, 505);
+ *  - a head that parses is one the forwarder can trust: the method a token, the target
+ *    free of controls, spaces and '#', the path ending at '?' or the end, HTTP/1.0 or 1.1,
+ *    never both Content-Length and chunked, chunked only in 1.1, every header name a
+ *    token and every value free of CR, LF, NUL, DEL and outer whitespace;
+ *  - it parses the same when written out again (no field that two readings see two ways);
+ *  - a path called canonical gives no other path however an upstream normalises it:
+ *    percent-decoded, it still has no "." or ".." segment, no empty segment but a last
+ *    one, no backslash, ';' or NUL, and decoding adds no '/';
+ *  - an allowed path starts with an allow entry, at a segment boundary when the entry
+ *    does not end in '/';
+ *  - an authority that egr_host_port_valid() calls a name and not an IP is one libc
+ *    cannot read as an address (a raw IP must never pass as a listed name), and its port
+ *    is 1-65535 in plain digits.
+ * Chunked body decoding lives in egress/upstream.c (static, driven by a connection) and
+ * is not reached from here; test_egress covers it over a socket.
+ *
+ *   fuzz_egress -max_total_time=20 -dict=tests/fuzz/egress.dict corpus-egress/ */
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "egress/internal.h"
+#include "common/banned.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(cond)              \
+	do {                     \
+		if (!(cond))     \
+			abort(); \
+	} while (0)
+
+static bool is_ows(char ch)
+{
+	return ch == ' ' || ch == '\t';
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* The path as an upstream that percent-decodes it once would see it; false if an escape
+ * is not two hex digits or decodes to a byte that makes another path. */
+static bool decode_path(const char *path, size_t len, char *out, size_t *olen)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		int hi, lo, ch;
+
+		if (path[i] != '%') {
+			out[o++] = path[i];
+			continue;
+		}
+		if (i + 2 >= len)
+			return false; /* not two hex digits */
+		hi = hexval(path[i + 1]);
+		lo = hexval(path[i + 2]);
+		if (hi < 0 || lo < 0)
+			return false;
+		ch = hi * 16 + lo;
+		if (ch == '/' || ch == '%' || ch == 0)
+			return false;
+		out[o++] = (char)ch;
+		i += 2;
+	}
+	*olen = o;
+	return true;
+}
+
+/* Whether path[0..len) reads as the same path after dot-segment removal and slash
+ * merging, whatever the reader decodes first. */
+static bool stays_itself(const char *path, size_t len)
+{
+	size_t seg = 1;
+
+	if (!len || path[0] != '/')
+		return false;
+	for (size_t i = 1; i <= len; i++) {
+		if (i < len && path[i] != '/') {
+			if (path[i] == '\\' || path[i] == ';' || path[i] == '\0')
+				return false;
+			continue;
+		}
+		if (i - seg == 0 && i != len)
+			return false; /* "//" */
+		if ((i - seg == 1 && path[seg] == '.') ||
+		    (i - seg == 2 && path[seg] == '.' && path[seg + 1] == '.'))
+			return false;
+		seg = i + 1;
+	}
+	return true;
+}
+
+static void check_path(const char *path, size_t len)
+{
+	static char *const allow[] = { "/v1/messages", "/v1/models/", "/api", NULL };
+	char *dec;
+	size_t dlen;
+	bool canon = egr_path_canonical(path, len);
+
+	if (canon) {
+		CHECK(stays_itself(path, len));
+		dec = malloc(len + 1);
+		if (!dec)
+			abort();
+		CHECK(decode_path(path, len, dec, &dlen));
+		CHECK(stays_itself(dec, dlen));
+		free(dec);
+	}
+	if (!len || path[0] != '/')
+		return;
+	if (egr_path_allowed(allow, path, len)) {
+		bool ok = false;
+
+		for (size_t i = 0; allow[i]; i++) {
+			size_t el = strlen(allow[i]);
+
+			if (len < el || memcmp(path, allow[i], el))
+				continue;
+			ok |= allow[i][el - 1] == '/' || len == el || path[el] == '/';
+		}
+		CHECK(ok);
+	}
+	CHECK(egr_path_allowed(NULL, path, len));
+}
+
+/* CONNECT's authority, as connect.c checks it before anything else. */
+static void check_authority(const char *hp)
+{
+	bool ip;
+	const char *colon;
+	char host[256];
+	struct in_addr a4;
+	struct in6_addr a6;
+	size_t hl;
+
+	if (!egr_host_port_valid(hp, &ip))
+		return;
+	colon = strrchr(hp, ':');
+	CHECK(colon && colon != hp);
+	for (const char *p = colon + 1; *p; p++)
+		CHECK(*p >= '0' && *p <= '9');
+	CHECK(colon[1] && colon[1] != '0' && strlen(colon + 1) <= 5 && atoi(colon + 1) <= 65535);
+	if (ip)
+		return;
+	hl = (size_t)(colon - hp);
+	if (hl >= sizeof(host))
+		return; /* too long for a name anyway: getaddrinfo refuses it */
+	memcpy(host, hp, hl);
+	host[hl] = '\0';
+	CHECK(!inet_aton(host, &a4));
+	CHECK(inet_pton(AF_INET6, host, &a6) != 1);
+}
+
+static void check_parsed(const struct egr_req *r)
+{
+	size_t tl;
+
+	CHECK(r->method && egr_is_token(r->method, strlen(r->method)));
+	CHECK(r->target && *r->target);
+	tl = strlen(r->target);
+	for (size_t i = 0; i < tl; i++)
+		CHECK((unsigned char)r->target[i] > 0x20 && (unsigned char)r->target[i] < 0x7f &&
+		      r->target[i] != '#');
+	CHECK(r->path_len <= tl);
+	CHECK(r->target[r->path_len] == '\0' || r->target[r->path_len] == '?');
+	CHECK(!memchr(r->target, '?', r->path_len));
+	CHECK(r->minor == 0 || r->minor == 1);
+	CHECK(!(r->chunked && r->has_length));
+	CHECK(!r->chunked || r->minor == 1);
+	CHECK(r->nh <= EGR_MAX_HEADERS);
+	for (size_t i = 0; i < r->nh; i++) {
+		const char *v = r->h[i].value;
+		size_t vl = strlen(v);
+
+		CHECK(egr_is_token(r->h[i].name, strlen(r->h[i].name)));
+		for (size_t j = 0; j < vl; j++)
+			CHECK(((unsigned char)v[j] >= 0x20 || v[j] == '\t') && v[j] != 0x7f);
+		CHECK(!vl || (!is_ows(v[0]) && !is_ows(v[vl - 1])));
+		/* The first header of a name is the one the forwarder acts on. */
+		for (size_t j = 0; j < r->nh; j++)
+			if (!strcasecmp(r->h[j].name, r->h[i].name)) {
+				CHECK(egr_req_header(r, r->h[i].name) == r->h[j].value);
+				break;
+			}
+		(void)egr_req_hop_by_hop(r, r->h[i].name);
+	}
+	if (r->has_length) {
+		const char *cl = egr_req_header(r, "content-length");
+
+		CHECK(cl && strtoull(cl, NULL, 10) == r->length);
+	}
+}
+
+/* The head written out again from the parse must parse to the same request. */
+static void check_roundtrip(const struct egr_req *r)
+{
+	struct buf b = BUF_INIT;
+	struct egr_req again;
+
+	buf_addf(&b, "%s %s HTTP/1.%d\r\n", r->method, r->target, r->minor);
+	for (size_t i = 0; i < r->nh; i++)
+		buf_addf(&b, "%s: %s\r\n", r->h[i].name, r->h[i].value);
+	buf_adds(&b, "\r\n");
+	CHECK(egr_req_parse(&again, b.data, b.len) == 0);
+	CHECK(!strcmp(again.method, r->method) && !strcmp(again.target, r->target));
+	CHECK(again.path_len == r->path_len && again.minor == r->minor && again.nh == r->nh);
+	CHECK(again.has_length == r->has_length && again.length == r->length);
+	CHECK(again.chunked == r->chunked && again.keep_alive == r->keep_alive &&
+	      again.expect_continue == r->expect_continue);
+	for (size_t i = 0; i < r->nh; i++)
+		CHECK(!strcmp(again.h[i].name, r->h[i].name) &&
+		      !strcmp(again.h[i].value, r->h[i].value));
+	egr_req_release(&again);
+	buf_release(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct buf in = BUF_INIT;
+	struct egr_req r;
+	const char *end;
+	size_t hl;
+	int st;
+
+	/* As egr_conn_read_head: the head is everything up to the first blank line. */
+	buf_add(&in, data, size);
+	buf_adds(&in, "\r\n\r\n");
+	end = memmem(in.data, in.len, "\r\n\r\n", 4);
+	hl = (size_t)(end - in.data) + 4;
+	st = egr_req_parse(&r, in.data, hl);
+	CHECK(st == 0 || st == 400 || st == 417 || st == 431 || st == 501 || st == 505);
+	if (!st) {
+		check_parsed(&r);
+		check_roundtrip(&r);
+		check_path(r.target, r.path_len);
+		check_authority(r.target);
+	}
+	egr_req_release(&r);
+
+	/* The raw bytes too (up to a NUL or CR/LF) as a path and an authority: the checks
+	 * must hold for any string, not only for targets the head parser lets through. */
+	hl = strcspn(in.data, "\r\n");
+	check_path(in.data, hl);
+	in.data[hl] = '\0';
+	check_authority(in.data);
+	buf_release(&in);
+	return 0;
+}
