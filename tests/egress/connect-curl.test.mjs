@@ -14,6 +14,7 @@ import { mkdtempSync, mkdirSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startProc as startProcIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const forwardBin = process.env.EGRESS_FORWARD;
@@ -21,22 +22,8 @@ const CURL = '/usr/bin/curl';
 
 let work, ca, server, proxy, strictProxy;
 const children = new Set();
+const startProc = (argv, env, what) => startProcIn(argv, env, what, children);
 
-function startProc(argv, env, what) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env });
-    children.add(child);
-    let out = '';
-    child.stderrText = '';
-    child.stderr.on('data', (d) => { child.stderrText += d; });
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl > 0) resolve({ child, port: Number(out.slice(0, nl)) });
-    });
-    child.on('exit', (code) => reject(new Error(`${what} exited with ${code}: ${child.stderrText}`)));
-  });
-}
 
 // curl through the proxy; resolves with its exit code, stdout and stderr.
 function curl(url, proxyPort, extra = []) {

@@ -22,6 +22,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, readdirSync, rmSyn
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startProc as startProcIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const upstreamDir = path.join(here, '..', 'upstream');
@@ -49,22 +50,8 @@ let work, ca;
 const up = {};	// up[scheme] = { anthropic, openai } servers
 const fwd = {};	// fwd[scheme] = { anthropic, openai } forwarders
 const children = new Set();
+const startProc = (argv, env, what) => startProcIn(argv, env, what, children);
 
-function startProc(argv, env, what) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env });
-    children.add(child);
-    let out = '';
-    child.stderrText = '';
-    child.stderr.on('data', (d) => { child.stderrText += d; });
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl > 0) resolve({ child, port: Number(out.slice(0, nl)) });
-    });
-    child.on('exit', (code) => reject(new Error(`${what} exited with ${code}: ${child.stderrText}`)));
-  });
-}
 
 async function startUpstream(file, scheme) {
   const env = { ...process.env, FAKE_DELTA_MS: String(DELTA_MS) };
