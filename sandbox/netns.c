@@ -274,7 +274,9 @@ static int ns_helper_start(void *arg)
  * a user namespace the helper is started in, whose fd goes to *userns_out. */
 static int netns_make(struct sbx_netns *ns, int userns_fd, int *userns_out, uint16_t port)
 {
-	struct ns_args a = { .userns_fd = userns_fd, .port = port, .own_userns = userns_out };
+	struct ns_args a = { .userns_fd = userns_fd,
+			     .port = port,
+			     .own_userns = userns_out != NULL };
 	int sv[2], ret, st, flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
 	sigset_t all, old;
 	char *stack;
