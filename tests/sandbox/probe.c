@@ -192,7 +192,7 @@ static int cmd_net(int port, int host_port, const char *unix_path)
 		first = 0;
 	}
 	if (dev)
-		fclose(dev);
+		(void)fclose(dev);
 	printf("\",");
 	/* Which namespace: the test compares runs with each other and with its own. */
 	n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
