@@ -365,6 +365,8 @@ static void claude_parser_free(void *st)
 
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
+	.base_url_env = "ANTHROPIC_BASE_URL",
+	.api_key_env = "ANTHROPIC_API_KEY",
 	.plan = claude_plan,
 	.parser_new = claude_parser_new,
 	.parser_feed = claude_feed,

@@ -114,6 +114,26 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 			strv_push(&plan->argv, args[i]);
 	}
+	/* Upstream mode: the model provider's base URL is the forwarder inside the run. The
+	 * built-in "openai" provider cannot be pointed elsewhere, so without a configured one
+	 * a provider of our own ("olp") is defined here. */
+	if (pv->net.mode == PROV_NET_UPSTREAM) {
+		bool own = !mp;
+
+		if (own) {
+			mp = "olp";
+			push_config(plan, "model_providers.olp.name=\"OLP forwarder\"");
+			push_config(plan, "model_providers.olp.wire_api=\"responses\"");
+		}
+		push_config(plan, "model_providers.%s.base_url=\"%s\"", mp, PROV_NET_URL);
+		/* Secretless: the key variable holds a placeholder (run.c); passing through, an
+		 * "env" OPENAI_API_KEY, else auth.json (codex login). */
+		if (prov_net_secretless(&pv->net) ||
+		    (own && strv_find(&pv->env_names, "OPENAI_API_KEY") >= 0))
+			push_config(plan, "model_providers.%s.env_key=\"OPENAI_API_KEY\"", mp);
+		else if (own)
+			push_config(plan, "model_providers.olp.requires_openai_auth=true");
+	}
 	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
 	 * client in seconds. The retry settings belong to a [model_providers.<id>] table
 	 * (an id of letters, digits, - and _ only, checked at load). */
@@ -275,6 +295,8 @@ static void codex_parser_free(void *st)
 
 const struct provider_ops prov_codex_ops = {
 	.type = "codex",
+	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */
+	.api_key_env = "OPENAI_API_KEY",
 	.plan = codex_plan,
 	.parser_new = codex_parser_new,
 	.parser_feed = codex_feed,

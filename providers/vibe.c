@@ -172,6 +172,8 @@ static void vibe_parser_free(void *st)
 
 const struct provider_ops prov_vibe_ops = {
 	.type = "vibe",
+	/* vibe takes its API base from its config.toml only (docs/providers.md). */
+	.api_key_env = "MISTRAL_API_KEY",
 	.plan = vibe_plan,
 	.parser_new = vibe_parser_new,
 	.parser_feed = vibe_feed,

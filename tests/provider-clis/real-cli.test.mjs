@@ -79,7 +79,7 @@ const models = (prefix) => ['fake', 'fail401', 'fail429', 'fail500', 'cut'].map(
 
 function claudeRegistry(extra = {}) {
   return writeJson(`claude-${Object.keys(extra).join('-') || 'base'}.json`, { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [],
+    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host',
     env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' },
     models: models('claude'), ...extra } } });
 }
@@ -92,7 +92,7 @@ function codexRegistry() {
     'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
     '[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
   return writeJson('codex.json', { providers: { openai: {
-    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake',
+    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake', network: 'host',
     env: { OPENAI_API_KEY: 'sk-fake-key' }, models: models('gpt') } } });
 }
 
@@ -168,7 +168,7 @@ test('claude: a stream cut midway is retried and the words are not repeated', as
 
 test('claude: no credentials at all → AUTH_MISSING with the fix', async () => {
   const reg = writeJson('claude-nocreds.json', { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [], env: { ANTHROPIC_BASE_URL: anthropic.url },
+    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host', env: { ANTHROPIC_BASE_URL: anthropic.url },
     models: models('claude') } } });
   const r = await run(reg, 'claude-fake');
   const o = outcome(r);
