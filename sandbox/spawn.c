@@ -43,6 +43,7 @@ enum child_stage {
 	STAGE_SIGNALS,
 	STAGE_SETPGID,
 	STAGE_USERNS,
+	STAGE_NETNS,
 	STAGE_PDEATHSIG,
 	STAGE_CHDIR,
 	STAGE_DUPFD,
@@ -52,11 +53,17 @@ enum child_stage {
 };
 
 static const char *const stage_names[] = {
-	[STAGE_CGROUP] = "cgroup",   [STAGE_RLIMIT] = "rlimit",
-	[STAGE_SIGNALS] = "signals", [STAGE_SETPGID] = "setpgid",
-	[STAGE_USERNS] = "userns",   [STAGE_PDEATHSIG] = "pdeathsig",
-	[STAGE_CHDIR] = "chdir",     [STAGE_DUPFD] = "dupfd",
-	[STAGE_DUP2] = "dup2",	     [STAGE_CLOSE_RANGE] = "close_range",
+	[STAGE_CGROUP] = "cgroup",
+	[STAGE_RLIMIT] = "rlimit",
+	[STAGE_SIGNALS] = "signals",
+	[STAGE_SETPGID] = "setpgid",
+	[STAGE_USERNS] = "userns",
+	[STAGE_NETNS] = "setns(net)",
+	[STAGE_PDEATHSIG] = "pdeathsig",
+	[STAGE_CHDIR] = "chdir",
+	[STAGE_DUPFD] = "dupfd",
+	[STAGE_DUP2] = "dup2",
+	[STAGE_CLOSE_RANGE] = "close_range",
 	[STAGE_EXEC] = "exec",
 };
 
@@ -80,6 +87,7 @@ struct child_plan {
 	int cwd_fd;	      /* fchdir here, or -1 */
 	int cgroup_fd;	      /* the run cgroup's cgroup.procs, or -1 */
 	int userns_fd;	      /* the run's user namespace to join before exec, or -1 */
+	int netns_fd;	      /* SBX_NET_LOOPBACK: the run's network namespace, or -1 */
 	bool exec_is_command; /* path is the command itself (mode off), not bwrap */
 	int report_fd;
 	pid_t parent;
@@ -125,6 +133,11 @@ static void __attribute__((noreturn)) child_exec(const struct child_plan *c)
 	 * own host uid (ident.c). Before the death signal: changing credentials clears it. */
 	if (c->userns_fd >= 0 && setns(c->userns_fd, CLONE_NEWUSER) < 0)
 		child_fail(c->report_fd, STAGE_USERNS);
+	/* Then into the run's loopback-only network namespace (netns.c), which that user
+	 * namespace owns: only its root may join it, and bwrap, run without --unshare-net,
+	 * builds the whole sandbox inside it. */
+	if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET) < 0)
+		child_fail(c->report_fd, STAGE_NETNS);
 	/* If the worker thread that started us dies, so do we (bwrap's --die-with-parent
 	 * then takes the sandbox down). */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
@@ -253,6 +266,7 @@ static int start_child(struct child_plan *plan, struct run *r, struct sbx_result
 					   ? stage_names[rep.stage]
 					   : "child";
 		res->failure = rep.stage == STAGE_EXEC && plan->exec_is_command ? SBX_FAIL_EXEC
+			       : rep.stage == STAGE_NETNS			? SBX_FAIL_NETWORK
 										: SBX_FAIL_SPAWN;
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
 			;
@@ -791,12 +805,15 @@ struct copy {
 	struct timespec ctime; /* the copy's, as made: changed means written */
 };
 
-/* One started process (bwrap, or the command itself in mode off), its scratch dir and
- * its host identity. */
+/* One started process (bwrap, or the command itself in mode off), its scratch dir, its
+ * host identity and, for SBX_NET_LOOPBACK, its network namespace. */
 struct instance {
 	struct run r;
 	struct sbx_scratch scratch;
 	struct sbx_ident id;
+	/* listen_fd until handed to on_listener (a warm sandbox keeps it until taken);
+	 * netns_fd until the child has joined the namespace. Both close-on-exec. */
+	struct sbx_netns ns;
 	struct copy *copies;
 	size_t ncopies;
 };
@@ -808,11 +825,10 @@ struct instance {
 		.cg = {.dir_fd = -1,                                                              \
 		       .procs_fd = -1 }                                                           \
 	}
-#define INSTANCE_INIT                                        \
-	{                                                    \
-		.r = RUN_INIT, .scratch = { .home_fd = -1 }, \
-		.id = {.lock_fd = -1,                        \
-		       .userns_fd = -1 }                     \
+#define INSTANCE_INIT                                                          \
+	{                                                                      \
+		.r = RUN_INIT, .scratch = { .home_fd = -1 },                   \
+		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT \
 	}
 
 /* Credentials are small: a file bigger than this is not copied in or back. */
@@ -966,7 +982,9 @@ static void close_plan_inputs(struct child_plan *plan)
 
 static void plan_init(struct child_plan *plan)
 {
-	*plan = (struct child_plan){ .cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1 };
+	*plan = (struct child_plan){
+		.cwd_fd = -1, .cgroup_fd = -1, .userns_fd = -1, .netns_fd = -1
+	};
 	for (size_t i = 0; i < SBX_FD_COUNT; i++)
 		plan->fds[i] = -1;
 }
@@ -1014,8 +1032,53 @@ static void plan_direct(const struct sbx_policy *p, const char *const argv[],
 	plan->exec_is_command = true;
 }
 
-/* What a run holds while it exists: its scratch dir, its cgroup, and with bwrap its own
- * uid. Limits and a uid of its own were promised: without them, no run (fail closed). */
+/* A SBX_NET_LOOPBACK run's namespace, owned by the run's user namespace (netns.c), so
+ * that the child, once it has joined that user namespace, may join this one too. No
+ * namespace, no run: a run never gets more network than its policy says (fail closed). */
+static int make_netns(const struct sbx_policy *p, struct instance *in, const char *rid,
+		      struct sbx_result *res)
+{
+	int ret;
+
+	/* Identity shared has no user namespace of the run's to own it (sbx_run refuses
+	 * that before anything is made). */
+	if (in->id.userns_fd < 0)
+		ret = -EOPNOTSUPP;
+	else
+		ret = sbx_netns_init(&in->ns, in->id.userns_fd, p->net_port);
+	if (ret) {
+		log_warnx(rid, "sandbox: no network namespace for the run: %s", strerror(-ret));
+		res->spawn_stage = "netns";
+		res->failure = SBX_FAIL_NETWORK;
+	}
+	return ret;
+}
+
+/* Hand a SBX_NET_LOOPBACK run's listener to the caller, who owns it from then on. Before
+ * the command starts; a refusal means nothing runs. 0 or -errno. */
+static int hand_listener(struct instance *in, const struct sbx_callbacks *cb,
+			 struct sbx_result *res)
+{
+	int fd = in->ns.listen_fd, ret;
+
+	in->ns.listen_fd = -1;
+	if (cb && cb->on_listener) {
+		ret = cb->on_listener(cb->ctx, fd, in->ns.port);
+		ret = ret < 0 ? ret : 0;
+	} else {
+		close(fd);
+		ret = -EINVAL;
+	}
+	if (ret) {
+		res->spawn_stage = "listener";
+		res->failure = SBX_FAIL_NETWORK;
+	}
+	return ret;
+}
+
+/* What a run holds while it exists: its scratch dir, its cgroup, with bwrap its own uid,
+ * and its network namespace when the policy asks for loopback. Limits, a uid of its own
+ * and a network namespace were promised: without them, no run (fail closed). */
 static int take_resources(const struct sbx_policy *p, bool bwrap, struct instance *in,
 			  const char *rid, struct sbx_result *res)
 {
@@ -1030,8 +1093,12 @@ static int take_resources(const struct sbx_policy *p, bool bwrap, struct instanc
 		res->spawn_stage = "cgroup";
 		return ret;
 	}
-	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid)))
+	if (bwrap && (ret = sbx_ident_acquire(&in->id, rid))) {
 		res->spawn_stage = "identity";
+		return ret;
+	}
+	if (bwrap && p->net == SBX_NET_LOOPBACK)
+		ret = make_netns(p, in, rid, res);
 	return ret;
 }
 
@@ -1057,12 +1124,12 @@ static int make_pipes(const struct sbx_run_options *opt, bool bwrap, struct run 
 	return ret;
 }
 
-/* Create the scratch dir, take the run's cgroup and identity, build the plan and the
- * pipes, and start argv under p (argv NULL: a warm sandbox, whose stub waits for its
- * command). */
+/* Create the scratch dir, take the run's cgroup and identity (and network namespace),
+ * build the plan and the pipes, and start argv under p (argv NULL: a warm sandbox, whose
+ * stub waits for its command and which keeps its listener until it is taken). */
 static int start_instance(const struct sbx_policy *p, const char *const argv[],
-			  const struct sbx_run_options *opt, bool bwrap, struct instance *in,
-			  struct sbx_result *res)
+			  const struct sbx_run_options *opt, const struct sbx_callbacks *cb,
+			  bool bwrap, struct instance *in, struct sbx_result *res)
 {
 	struct strv args = STRV_INIT, envp = STRV_INIT;
 	struct child_plan plan;
@@ -1095,8 +1162,13 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	plan.fds[SBX_FD_STATUS] = ends[END_STATUS];
 	plan.fds[SBX_FD_REPORT] = ends[END_REPORT];
 	plan.cgroup_fd = in->r.cg.procs_fd;
+	plan.netns_fd = in->ns.netns_fd;
 	set_rlimits(&plan, p);
+	if (argv && in->ns.listen_fd >= 0 && (ret = hand_listener(in, cb, res)))
+		goto out_close_fds;
 	ret = start_child(&plan, &in->r, res);
+	/* The child is in the namespace (or gone): the run's processes keep it alive. */
+	close_fd(&in->ns.netns_fd);
 out_close_fds:
 	for (size_t i = 0; i < END_N; i++)
 		close_fd(&ends[i]);
@@ -1122,6 +1194,11 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	/* No scratch dir: the name only labels the stub's command line. */
 	snprintf(in.scratch.name, sizeof(in.scratch.name), "in-place-%ld", (long)getpid());
 	ret = sbx_ident_acquire(&in.id, NULL);
+	/* The same namespace as a run's; its listener has no one to go to and is closed at
+	 * exec (close-on-exec), the namespace living on through the process in it. */
+	if (!ret && p->net == SBX_NET_LOOPBACK)
+		ret = sbx_g.ident == SBX_IDENTITY_PER_RUN ? make_netns(p, &in, NULL, &res)
+							  : -EOPNOTSUPP;
 	if (!ret)
 		ret = plan_bwrap(p, argv, &in, &inputs, &plan, &args, &res);
 	if (!ret && (null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
@@ -1137,12 +1214,14 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	plan.fds[SBX_FD_REPORT] = null;
 	plan.report_fd = null;
 	plan.parent = getppid();
+	plan.netns_fd = in.ns.netns_fd;
 	set_rlimits(&plan, p);
 	child_exec(&plan);
 out_release_plan:
 	close_plan_inputs(&plan);
 	free(inputs.binds);
 	strv_release(&args);
+	sbx_netns_release(&in.ns);
 	sbx_ident_release(&in.id);
 	return ret;
 }
@@ -1156,6 +1235,8 @@ static void instance_release(struct instance *in, const char *rid)
 	wait_ns_gone(&in->r);
 	sbx_cgroup_remove(&in->r.cg, rid);
 	run_close(&in->r);
+	/* A listener never handed on (a warm sandbox dropped or shut down) goes with it. */
+	sbx_netns_release(&in->ns);
 	for (size_t i = 0; i < in->ncopies; i++) {
 		if (in->copies[i].path)
 			write_back(&in->copies[i], rid);
@@ -1175,7 +1256,10 @@ static void instance_release(struct instance *in, const char *rid)
  * payload (olp-sandbox-exec) waits on stdin for the command it is to become; a request
  * then costs one exec. A warm sandbox is built from exactly the same policy, so it is the
  * same sandbox; it just exists earlier. It is keyed by everything that shapes it: bwrap's
- * argv (less the scratch path), the rlimits and the seccomp variant. */
+ * argv (less the scratch path), the rlimits, the seccomp variant and the network mode. A
+ * SBX_NET_LOOPBACK one is made in a network namespace of its own, whose listener it keeps
+ * (close-on-exec) until it is taken, then hands to on_listener; dropped or shut down, it
+ * closes it. Used once, like every sandbox: no namespace serves two runs. */
 
 #define WARM_MAX 16
 #define WARM_PER_KEY 2 /* one in use by the next request while the other gets ready */
@@ -1225,6 +1309,9 @@ static char *policy_key(const struct sbx_policy *p)
 	set_rlimits(&plan, p);
 	for (size_t i = 0; i < ARRAY_SIZE(plan.rl); i++)
 		buf_addf(&key, "%llu,", (unsigned long long)plan.rl[i].rlim_cur);
+	/* bwrap's argv is the same for HOST and LOOPBACK (neither has --unshare-net): the
+	 * network mode and port say which namespace the sandbox was made in. */
+	buf_addf(&key, "net=%d:%u,", (int)p->net, (unsigned)p->net_port);
 	buf_addf(&key, "unix=%d,cg=%llu,%llu,%llu", p->allow_unix,
 		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
 		 (unsigned long long)p->limits.cpu_pct);
@@ -1311,7 +1398,7 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 	pthread_mutex_unlock(&warm.lock);
 	if (evict)
 		instance_release(&old, NULL);
-	if (start_instance(p, NULL, NULL, true, &in, &res) == 0) {
+	if (start_instance(p, NULL, NULL, NULL, true, &in, &res) == 0) {
 		pthread_mutex_lock(&warm.lock);
 		if (warm.n < WARM_MAX && !warm.closed) {
 			warm.slot[warm.n].key = xstrdup(key);
@@ -1403,6 +1490,30 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 		buf_add(out, opt->stdin_data, opt->stdin_len);
 }
 
+/* Whether a SBX_NET_LOOPBACK run can keep its promise here; checked before anything is
+ * made. Only runs in bwrap with a user namespace of their own get a network namespace: mode
+ * off has no namespace at all, and identity shared none for the network namespace to
+ * belong to (ADR 0015). Either way nothing runs, rather than a run with more network than
+ * its policy says. 0 or -errno. */
+static int loopback_possible(bool bwrap, const struct sbx_callbacks *cb, struct sbx_result *res)
+{
+	res->failure = SBX_FAIL_NETWORK;
+	if (!bwrap) {
+		res->spawn_stage = "netns (sandbox mode off)";
+		return -EOPNOTSUPP;
+	}
+	if (sbx_g.ident != SBX_IDENTITY_PER_RUN) {
+		res->spawn_stage = "netns (identity shared)";
+		return -EOPNOTSUPP;
+	}
+	if (!cb || !cb->on_listener) {
+		res->spawn_stage = "listener";
+		return -EINVAL;
+	}
+	res->failure = SBX_FAIL_NONE;
+	return 0;
+}
+
 int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
 	    const struct sbx_callbacks *cb, struct sbx_result *res)
 {
@@ -1428,15 +1539,14 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		ret = -ENOTCONN;
 		goto out_release_instance;
 	}
-	if (p->net == SBX_NET_LOOPBACK) {
-		/* Not built yet: fail closed, never a run with more network than asked. */
-		res->spawn_stage = "netns";
-		res->failure = SBX_FAIL_NETWORK;
-		ret = -EOPNOTSUPP;
+	if (p->net == SBX_NET_LOOPBACK && (ret = loopback_possible(bwrap, cb, res)))
 		goto out_release_instance;
-	}
 	key = warmable ? policy_key(p) : NULL;
 	if (key && warm_take(key, &in, rid)) {
+		/* Its namespace was made with it; the listener goes to the caller now, before
+		 * the command exists. Refused: the sandbox is put down unused. */
+		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
+			goto out_release_instance;
 		/* A sandbox built ahead of time: tell its stub what to become. */
 		launch_message(argv, opt, &launch);
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
@@ -1446,7 +1556,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		buf_release(&launch);
 		ret = 0;
 	} else {
-		ret = start_instance(p, argv, opt, bwrap, &in, res);
+		ret = start_instance(p, argv, opt, cb, bwrap, &in, res);
 		if (!ret)
 			supervise(&in.r, p, opt, cb, res, bwrap);
 	}

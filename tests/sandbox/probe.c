@@ -14,17 +14,27 @@
  *   olp-probe cpu MS     busy-loop for MS ms of wall-clock time, print the CPU ms it got
  *   olp-probe mark NAME  create /tmp/NAME, then sleep 3 s
  *   olp-probe peek NAME  report whether /tmp/NAME or another probe is visible
+ *   olp-probe net PORT HOSTPORT UNIXPATH
+ *                        the network it is in: a round trip with the listener on
+ *                        127.0.0.1:PORT ("ping\n" -> its answer), a connect to the host
+ *                        service on 127.0.0.1:HOSTPORT, UDP connects to 169.254.169.254,
+ *                        10.0.0.1, 192.0.2.1, whether HOSTPORT shows in /proc/net/tcp or
+ *                        tcp6 and UNIXPATH in /proc/net/unix, its interfaces
+ *                        (/proc/net/dev) and its descriptors
  *   olp-probe escape [--keyfile P] [--keydir P] [--runtime P] [--hostpid N] [--unix P]
  *                    [--tcp HOST:PORT] [--shmid N] [--secret-hex HEX] [--net]
  *                    [--worker-uid N]
  *                        every escape check (escape.c), one JSON line each */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,7 +45,8 @@
 
 extern char **environ;
 
-static int cmd_fds(void)
+/* "fds":[...],"fd0_socket":BOOL */
+static int print_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *de;
@@ -43,11 +54,11 @@ static int cmd_fds(void)
 	int first = 1, self;
 
 	if (!d) {
-		printf("{\"error\":\"opendir: %s\"}\n", strerror(errno));
+		printf("\"error\":\"opendir: %s\"", strerror(errno));
 		return 1;
 	}
 	self = dirfd(d);
-	printf("{\"fds\":[");
+	printf("\"fds\":[");
 	while ((de = readdir(d))) {
 		int fd;
 
@@ -60,9 +71,136 @@ static int cmd_fds(void)
 		first = 0;
 	}
 	closedir(d);
-	printf("],\"fd0_socket\":%s}\n",
+	printf("],\"fd0_socket\":%s",
 	       fstat(0, &st) == 0 && S_ISSOCK(st.st_mode) ? "true" : "false");
 	return 0;
+}
+
+static int cmd_fds(void)
+{
+	int rc;
+
+	printf("{");
+	rc = print_fds();
+	printf("}\n");
+	return rc;
+}
+
+/* errno as its name, for assertions that read well. */
+static const char *err_name(int e)
+{
+	switch (e) {
+	case 0: return "ok";
+	case ENETUNREACH: return "ENETUNREACH";
+	case ECONNREFUSED: return "ECONNREFUSED";
+	case EHOSTUNREACH: return "EHOSTUNREACH";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case EACCES: return "EACCES";
+	case EPERM: return "EPERM";
+	case ENOENT: return "ENOENT";
+	default: return "other";
+	}
+}
+
+/* Connect to 127.0.0.1:port over TCP: the socket, or -1 with errno. */
+static int tcp_lo(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+static int udp_to(const char *ip)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(53) };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), e = 0;
+
+	if (fd < 0)
+		return errno;
+	inet_pton(AF_INET, ip, &a.sin_addr);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		e = errno;
+	close(fd);
+	return e;
+}
+
+/* Whether needle occurs in the file (-1: unreadable). */
+static int file_has(const char *path, const char *needle)
+{
+	static char buf[1 << 20];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n, len = 0;
+
+	if (fd < 0)
+		return -1;
+	while (len < (ssize_t)sizeof(buf) - 1 &&
+	       (n = read(fd, buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	close(fd);
+	buf[len] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
+static int cmd_net(int port, int host_port, const char *unix_path)
+{
+	static const char *const ips[] = { "169.254.169.254", "10.0.0.1", "192.0.2.1" };
+	char reply[64] = "", key[16], line[256], ns[64];
+	ssize_t n;
+	int fd = tcp_lo(port), e = fd < 0 ? errno : 0, first = 1;
+	FILE *dev;
+
+	if (fd >= 0) {
+		if (write(fd, "ping\n", 5) == 5 && (n = read(fd, reply, sizeof(reply) - 1)) > 0) {
+			reply[n] = '\0';
+			reply[strcspn(reply, "\n\"\\")] = '\0';
+		}
+		close(fd);
+	}
+	printf("{\"listener\":\"%s\",\"reply\":\"%s\"", err_name(e), reply);
+	fd = tcp_lo(host_port);
+	printf(",\"host_lo\":\"%s\"", err_name(fd < 0 ? errno : 0));
+	if (fd >= 0)
+		close(fd);
+	printf(",\"udp\":[");
+	for (size_t i = 0; i < sizeof(ips) / sizeof(ips[0]); i++)
+		printf("%s\"%s\"", i ? "," : "", err_name(udp_to(ips[i])));
+	snprintf(key, sizeof(key), ":%04X ", (unsigned)host_port);
+	printf("],\"tcp_host_port\":%d,\"tcp6_host_port\":%d,\"unix_host_path\":%d",
+	       file_has("/proc/net/tcp", key), file_has("/proc/net/tcp6", key),
+	       file_has("/proc/net/unix", unix_path));
+	/* /proc/net/dev: two header lines, then "  name: counters" per interface. */
+	printf(",\"ifaces\":\"");
+	dev = fopen("/proc/net/dev", "re");
+	for (int i = 0; dev && fgets(line, sizeof(line), dev); i++) {
+		char *colon = strchr(line, ':'), *name = line;
+
+		if (i < 2 || !colon)
+			continue;
+		*colon = '\0';
+		name += strspn(name, " ");
+		printf("%s%s", first ? "" : " ", name);
+		first = 0;
+	}
+	if (dev)
+		fclose(dev);
+	printf("\",");
+	/* Which namespace: the test compares runs with each other and with its own. */
+	n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+	ns[n > 0 ? n : 0] = '\0';
+	printf("\"netns\":\"%s\",", ns);
+	fd = print_fds();
+	printf("}\n");
+	return fd;
 }
 
 static int cmd_env(void)
@@ -381,6 +519,8 @@ int main(int argc, char **argv)
 		return cmd_mark(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "peek"))
 		return cmd_peek(argv[2]);
+	if (argc >= 5 && !strcmp(argv[1], "net"))
+		return cmd_net(atoi(argv[2]), atoi(argv[3]), argv[4]);
 	if (argc >= 2 && !strcmp(argv[1], "escape"))
 		return cmd_escape(argc - 2, argv + 2);
 	fprintf(stderr, "usage: olp-probe fds|env|read PATH|write PATH|spin\n");
