@@ -92,7 +92,8 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	static const char *const creds[] = { "~/.codex/auth.json", NULL };
 	const char *mp = pv->model_provider;
 	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
-	char real[PATH_MAX], native[PATH_MAX];
+	char real[PATH_MAX], native[PATH_MAX], toml[sizeof(CODEX_HOME "/config.toml")];
+	const char *codex_home = CODEX_HOME;
 	int ret;
 
 	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
@@ -144,13 +145,20 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	}
 	strv_push(&plan->argv, "-");
 	prov_flatten_messages(req->messages, &plan->stdin_data);
-	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
+	/* codex refuses a CODEX_HOME that does not exist, and only a bind makes ~/.codex: a
+	 * run that binds no auth.json (secretless, or "credentials": []) and no config.toml
+	 * gets the scratch home itself as its CODEX_HOME. */
+	if (prov_net_secretless(&pv->net) ||
+	    (pv->credentials_set && !pv->cred_host.n && pv->config_toml_off))
+		codex_home = SBX_HOME_PATH;
+	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", codex_home)) ||
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		return ret;
 	if (pv->config_toml_off)
 		return 0;
+	snprintf(toml, sizeof(toml), "%s/config.toml", codex_home);
 	ret = prov_cli_bind_file(plan, pv->config_toml ? pv->config_toml : "~/.codex/config.toml",
-				 CODEX_HOME "/config.toml", false);
+				 toml, false);
 	/* The default file may not exist (or HOME may be unknown): then there is none. */
 	if (ret && pv->config_toml) {
 		snprintf(out->message, sizeof(out->message),
