@@ -461,6 +461,24 @@ static int check_route(struct net_reader *r)
 	return ret;
 }
 
+/* Settings that upstream mode replaces, said once at load rather than found out later. */
+static void warn_overrides(const struct prov_provider *pv, const json_t *v, const char *where)
+{
+	const struct prov_network *n = &pv->net;
+
+	if (prov_net_secretless(n) && pv->ops && pv->ops->api_key_env &&
+	    strv_find(&pv->env_names, pv->ops->api_key_env) >= 0)
+		log_warnx(NULL,
+			  "%s.env.%s: not given to runs: network.set_headers adds the credential, "
+			  "the run holds a placeholder; remove it from env",
+			  where, pv->ops->api_key_env);
+	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider)
+		log_warnx(NULL,
+			  "%s.model_provider: its base_url is replaced by the forwarder's, which "
+			  "goes to %s; set network.upstream to the base_url it had",
+			  where, n->upstream);
+}
+
 int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, bool strict,
 		  struct buf *err)
 {
@@ -499,6 +517,8 @@ int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, 
 	}
 	if (!ret && pv->net.mode == PROV_NET_UPSTREAM)
 		ret = check_route(&r);
+	if (!ret && !strict)
+		warn_overrides(pv, v, where);
 	return ret;
 }
 
