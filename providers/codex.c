@@ -6,7 +6,8 @@
  *   "providers": { "openai": { "bin": "…", "max_retries": 1,
  *       "credentials": "~/.codex/auth.json", "config_toml": "~/.codex/config.toml",
  *       "model_provider": "<id of a [model_providers.<id>] table in config.toml>",
- *       "env": { "OPENAI_API_KEY": "…" }, "network": true } }
+ *       "network": { "upstream": "https://api.openai.com/v1",
+ *       "set_headers": { "authorization": "Bearer file:/etc/olp/openai.key" } } } }
  *
  * Our sandbox is the boundary: codex's own sandbox would need the user namespaces that
  * ours forbids, so it is switched off inside (the flag codex documents for "externally

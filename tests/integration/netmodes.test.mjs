@@ -54,6 +54,17 @@ const SCRIPT = [
   'tr "\\0" " " </proc/self/cmdline',
 ].join('\n');
 
+// CONNECT mode: curl takes the proxy from HTTPS_PROXY; what the forwarder answered each
+// CONNECT is %{http_connect}.
+const CONNECT_SCRIPT = [
+  'cat >/dev/null',
+  'echo "proxy $HTTPS_PROXY"',
+  'for u in https://192.0.2.1/ https://127.0.0.1:443/ https://not-listed.example/; do',
+  '  /usr/bin/curl -s --max-time 20 -o /dev/null -w "connect $u %{http_connect}\\n" "$u"',
+  'done',
+  '/usr/bin/curl -s --noproxy "*" --max-time 5 -o /dev/null -w "direct %{http_code}\\n" https://192.0.2.1/ || echo "direct failed $?"',
+].join('\n');
+
 function registry(upURL, keyFile) {
   const cmd = (id, network, argv = ['/bin/sh', '-c', SCRIPT]) => ({
     type: 'command', argv, timeout_s: 30, network, models: [{ id, created: 1700000000 }],
@@ -62,7 +73,7 @@ function registry(upURL, keyFile) {
     providers: {
       up: cmd('up-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` }, allow_paths: ['/v1/echo'] }),
       pass: cmd('pass-model', { upstream: upURL }),
-      conn: cmd('conn-model', { allow_hosts: ['api.anthropic.com:443'] }),
+      conn: cmd('conn-model', { allow_hosts: ['api.anthropic.com:443'] }, ['/bin/sh', '-c', CONNECT_SCRIPT]),
       hostnet: cmd('host-model', 'host', ['/usr/bin/cat']),
       nonet: cmd('none-model', false, ['/usr/bin/cat']),
     },
@@ -157,6 +168,22 @@ describe('network modes', () => {
     assert.equal(seen.at(-2).headers['x-api-key'], PLACEHOLDER);
   });
 
+  it('CONNECT mode: only listed names; raw IPs and unlisted hosts refused, no way around the proxy', async (t) => {
+    const r = await curl(srv, { method: 'POST', path: '/v1/chat/completions', body: chatBody('conn-model', 'go') });
+    if (r.status === 503) {
+      t.skip(`the sandbox gives no loopback namespace here: ${r.json?.error?.message}`);
+      return;
+    }
+    assert.equal(r.status, 200, r.text);
+    const out = r.json.choices[0].message.content;
+    assert.match(out, /^proxy http:\/\/127\.0\.0\.1:4180$/m, out);
+    assert.match(out, /^connect https:\/\/192\.0\.2\.1\/ 403$/m, out);
+    assert.match(out, /^connect https:\/\/127\.0\.0\.1:443\/ 403$/m, out);
+    assert.match(out, /^connect https:\/\/not-listed\.example\/ 403$/m, out);
+    // Around the proxy: no route at all.
+    assert.match(out, /^direct 000$|^direct failed/m, out);
+  });
+
   it('a key file that went away fails the run with 502 before it starts, naming the file in the log only', async () => {
     const keyFile = path.join(work, 'upstream.key');
     fs.renameSync(keyFile, keyFile + '.away');
@@ -199,5 +226,35 @@ describe('network modes with the sandbox off', () => {
     assert.match(r.json.error.message, /network "upstream".*sandbox.*"host"/);
     assert.equal(seen.length, before);
     assert.match(off.errorLog(), /provider up: network \\?"upstream\\?" needs the sandbox, which is off/);
+  });
+});
+
+describe('network modes with warm sandboxes', () => {
+  let warm;
+  before(async () => {
+    warm = await startServer({
+      registry: registry(`http://127.0.0.1:${upstream.address().port}`, path.join(work, 'upstream.key')),
+      config: { ...testConfig(), sandbox: { mode: 'bwrap', warm: true } },
+      maxProcs: 1,
+      threads: 2,
+    });
+  });
+  after(async () => {
+    await warm?.stop();
+  });
+
+  it('each run, warm or not, gets a forwarder with the real key', async (t) => {
+    for (let i = 0; i < 3; i++) {
+      const before = seen.length;
+      const r = await curl(warm, { method: 'POST', path: '/v1/chat/completions', body: chatBody('up-model', `go ${i}`) });
+      if (r.status === 503) {
+        t.skip(`the sandbox gives no loopback namespace here: ${r.json?.error?.message}`);
+        return;
+      }
+      assert.equal(r.status, 200, r.text);
+      assert.match(r.json.choices[0].message.content, /^upstream-answer POST \/v1\/echo\?x=1$/m);
+      assert.equal(seen.length, before + 1);
+      assert.equal(seen.at(-1).headers['x-api-key'], KEY);
+    }
   });
 });
