@@ -144,16 +144,17 @@ function secretlessRegistry() {
   const toml = path.join(work, 'codex-plain.toml');
   writeFileSync(toml, ['[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
   return writeJson('secretless.json', { providers: {
-    anthropic: { type: 'claude', bin: claudeBin, timeout_s: 60, models: models('claude'),
+    anthropic: { type: 'claude', bin: claudeBin, timeout_s: 60, models: [{ id: 'claude-secretless' }],
       network: { upstream: anthropic.url, allow_paths: ['/v1/messages'], set_headers: { 'x-api-key': `file:${key}` } } },
-    openai: { type: 'codex', bin: codexJs, timeout_s: 60, config_toml: toml, models: models('gpt'),
+    openai: { type: 'codex', bin: codexJs, timeout_s: 60, config_toml: toml, models: [{ id: 'gpt-secretless' }],
       network: { upstream: `${openai.url}/v1`, allow_paths: ['/responses'],
         set_headers: { authorization: `Bearer file:${key}` } } } } });
 }
 
 for (const [model, server, text, auth, p] of [
-  ['claude-fake', () => anthropic, CLAUDE_TEXT, 'x-api-key', '/v1/messages'],
-  ['gpt-fake', () => openai, CODEX_TEXT, 'bearer', '/v1/responses']]) {
+  // Models of their own: other tests count the requests of theirs.
+  ['claude-secretless', () => anthropic, CLAUDE_TEXT, 'x-api-key', '/v1/messages'],
+  ['gpt-secretless', () => openai, CODEX_TEXT, 'bearer', '/v1/responses']]) {
   test(`${model}: secretless upstream mode through the worker's forwarder`, async () => {
     const before = (await requests(server())).length;
     const r = await run(secretlessRegistry(), model);
@@ -164,7 +165,7 @@ for (const [model, server, text, auth, p] of [
     }
     assert.equal(o.code, 'OK', JSON.stringify(o));
     assert.equal(deltas(r).map((d) => d.text).join(''), text);
-    const mine = (await requests(server())).slice(before);
+    const mine = (await requests(server())).slice(before).filter((q) => q.model === model);
     assert.equal(mine.length, 1, JSON.stringify(mine));
     assert.equal(mine[0].auth, auth);
     assert.equal(mine[0].path.split('?')[0], p);
