@@ -281,8 +281,9 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 			/* Fail closed: without its own namespace the run would have the host's. */
 			fail(out, PROV_ERR_SANDBOX,
 			     "The network namespace for provider %s (network \"%s\") could not "
-			     "be set up (%s); the request was not run",
+			     "be set up (%s: %s); the request was not run",
 			     pv->name, prov_net_mode_name(pv->net.mode),
+			     res->spawn_stage ? res->spawn_stage : "netns",
 			     res->spawn_errno ? strerror(res->spawn_errno) : "refused");
 			break;
 		}
