@@ -420,8 +420,10 @@ static int set_default(struct net_reader *r, const struct prov_provider *pv,
 	r->n->mode = PROV_NET_UPSTREAM;
 	if (i >= 0) {
 		url = pv->env_values.v[i];
-		if ((ret = check_url(r, url)))
+		if ((ret = check_url(r, url))) {
+			buf_addf(r->err, " (it comes from env.%s)", pv->ops->base_url_env);
 			return ret;
+		}
 		if (!r->strict)
 			log_warnx(NULL,
 				  "%s.env.%s: taken as the network's upstream (%s); move it to "
