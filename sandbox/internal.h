@@ -143,6 +143,14 @@ struct sbx_ident {
 int sbx_ident_acquire(struct sbx_ident *id, const char *rid);
 void sbx_ident_release(struct sbx_ident *id);
 
+/* ---- network (netns.c) ------------------------------------------------------------------ */
+
+/* Identity shared: sbx_netns_init's namespace, owned by a user namespace the helper makes
+ * for it (root mapped to the worker's uid and gid, nothing else), since the run has none
+ * of its own; *userns_fd gets it (close-on-exec), for the child to join before the network
+ * namespace. bwrap then nests its own user namespace inside. 0 or -errno (*userns_fd -1). */
+int sbx_netns_init_userns(struct sbx_netns *ns, int *userns_fd, uint16_t port);
+
 /* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */
 
 /* How each bind of the policy reaches the sandbox: a regular file as a copy (read-only:

@@ -33,6 +33,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -42,7 +43,7 @@
 #include <linux/close_range.h>
 
 #include "common/common.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/internal.h"
 #include "common/banned.h"
 
 /* The helper's steps, reported with errno when one fails. */
@@ -50,6 +51,7 @@ enum {
 	NS_STAGE_OK = 0,
 	NS_STAGE_FDS,
 	NS_STAGE_USERNS,
+	NS_STAGE_IDMAP,
 	NS_STAGE_UNSHARE,
 	NS_STAGE_LO,
 	NS_STAGE_SOCKET,
@@ -65,6 +67,18 @@ struct ns_report {
 	uint16_t port;
 };
 
+/* The descriptors the helper sends: the listener, the namespace, and (identity shared)
+ * the user namespace it made. */
+#define NS_MAX_FDS 3
+
+/* What the helper is told, all of it prepared before it starts (it formats nothing). */
+struct ns_args {
+	int sock, userns_fd;
+	uint16_t port;
+	bool own_userns; /* the helper was started in a user namespace of its own */
+	char uid_map[32], gid_map[32];
+};
+
 #define LISTEN_BACKLOG 128
 
 static void ns_send(int sock, int stage, int err, uint16_t port, const int *fds, int nfds)
@@ -72,7 +86,7 @@ static void ns_send(int sock, int stage, int err, uint16_t port, const int *fds,
 	struct ns_report r = { .stage = stage, .err = err, .port = port };
 	struct iovec iov = { .iov_base = &r, .iov_len = sizeof(r) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(NS_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
@@ -99,13 +113,27 @@ static void __attribute__((noreturn)) ns_fail(int sock, int stage)
 	_exit(1);
 }
 
-/* The helper, between fork and _exit: system calls only (the worker may hold any lock). */
-static void __attribute__((noreturn)) ns_helper(int sock, int userns_fd, uint16_t port)
+/* Write text to a /proc file of our own; false on failure (errno set). */
+static bool ns_write(const char *path, const char *text)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	size_t len = strlen(text);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = write(fd, text, len) == (ssize_t)len;
+	close(fd);
+	return ok;
+}
+
+/* The helper, between fork and _exit: system calls only (the worker may hold any lock). */
+static void __attribute__((noreturn)) ns_helper(const struct ns_args *a)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(a->port) };
 	socklen_t salen = sizeof(sa);
 	struct ifreq ifr;
-	int fds[2], s, u = -1;
+	int fds[NS_MAX_FDS], nfds = 2, s, u = -1, sock = a->sock, userns_fd = a->userns_fd;
 
 	/* Nothing of the worker's but our two descriptors, for as long as we live: another
 	 * thread's pipe whose EOF it waits for must not stay open here. */
@@ -123,8 +151,18 @@ static void __attribute__((noreturn)) ns_helper(int sock, int userns_fd, uint16_
 	 * and we hold CAP_SYS_ADMIN and CAP_NET_ADMIN there for what follows. */
 	if (userns_fd >= 0 && setns(userns_fd, CLONE_NEWUSER) < 0)
 		ns_fail(sock, NS_STAGE_USERNS);
-	if (unshare(CLONE_NEWNET) < 0)
+	if (a->own_userns) {
+		/* Started in a user namespace and a network namespace of our own (identity
+		 * shared: the run has no user namespace for it to belong to). Its root is the
+		 * worker's uid and gid, and nothing else: the one map an unprivileged process
+		 * may write for itself, setgroups denied first. */
+		if (!ns_write("/proc/self/setgroups", "deny") ||
+		    !ns_write("/proc/self/uid_map", a->uid_map) ||
+		    !ns_write("/proc/self/gid_map", a->gid_map))
+			ns_fail(sock, NS_STAGE_IDMAP);
+	} else if (unshare(CLONE_NEWNET) < 0) {
 		ns_fail(sock, NS_STAGE_UNSHARE);
+	}
 	/* A new namespace has `lo`, down, and nothing else. Up, it carries 127.0.0.1/8
 	 * (and ::1): the only addresses the run will have. */
 	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -152,7 +190,12 @@ static void __attribute__((noreturn)) ns_helper(int sock, int userns_fd, uint16_
 	fds[1] = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (fds[1] < 0)
 		ns_fail(sock, NS_STAGE_NSFD);
-	ns_send(sock, NS_STAGE_OK, 0, ntohs(sa.sin_port), fds, 2);
+	if (a->own_userns) {
+		fds[nfds] = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
+		if (fds[nfds++] < 0)
+			ns_fail(sock, NS_STAGE_NSFD);
+	}
+	ns_send(sock, NS_STAGE_OK, 0, ntohs(sa.sin_port), fds, nfds);
 	_exit(0);
 }
 
@@ -161,6 +204,7 @@ static const char *ns_stage_name(int stage)
 	switch (stage) {
 	case NS_STAGE_FDS: return "descriptors";
 	case NS_STAGE_USERNS: return "setns(user)";
+	case NS_STAGE_IDMAP: return "id maps";
 	case NS_STAGE_UNSHARE: return "unshare(net)";
 	case NS_STAGE_LO: return "lo up";
 	case NS_STAGE_SOCKET: return "socket";
@@ -172,13 +216,14 @@ static const char *ns_stage_name(int stage)
 	}
 }
 
-/* Read the helper's report; on success take the two descriptors. 0 or -errno. */
-static int ns_receive(int sock, struct sbx_netns *ns)
+/* Read the helper's report; on success take the descriptors (the user namespace's, when
+ * it made one, to *userns_fd). 0 or -errno. */
+static int ns_receive(int sock, struct sbx_netns *ns, int *userns_fd)
 {
 	struct ns_report r = { .stage = NS_STAGE_SEND, .err = EPROTO };
 	struct iovec iov = { .iov_base = &r, .iov_len = sizeof(r) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(NS_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = { .msg_iov = &iov,
@@ -186,7 +231,7 @@ static int ns_receive(int sock, struct sbx_netns *ns)
 			      .msg_control = u.buf,
 			      .msg_controllen = sizeof(u.buf) };
 	struct cmsghdr *c;
-	int fds[2] = { -1, -1 };
+	int fds[NS_MAX_FDS] = { -1, -1, -1 }, want = userns_fd ? 3 : 2;
 	ssize_t n;
 
 	do
@@ -196,11 +241,11 @@ static int ns_receive(int sock, struct sbx_netns *ns)
 		return -errno;
 	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(2 * sizeof(int)))
-			memcpy(fds, CMSG_DATA(c), sizeof(fds));
+		    c->cmsg_len == CMSG_LEN((size_t)want * sizeof(int)))
+			memcpy(fds, CMSG_DATA(c), (size_t)want * sizeof(int));
 	if (n != (ssize_t)sizeof(r) || (msg.msg_flags & MSG_CTRUNC) || r.stage != NS_STAGE_OK ||
-	    fds[0] < 0 || fds[1] < 0) {
-		for (int i = 0; i < 2; i++)
+	    fds[0] < 0 || fds[1] < 0 || (userns_fd && fds[2] < 0)) {
+		for (int i = 0; i < NS_MAX_FDS; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		if (n == (ssize_t)sizeof(r) && r.stage != NS_STAGE_OK) {
@@ -213,32 +258,39 @@ static int ns_receive(int sock, struct sbx_netns *ns)
 	ns->listen_fd = fds[0];
 	ns->netns_fd = fds[1];
 	ns->port = r.port;
+	if (userns_fd)
+		*userns_fd = fds[2];
 	return 0;
 }
 
-struct ns_args {
-	int sock, userns_fd;
-	uint16_t port;
-};
-
 static int ns_helper_start(void *arg)
 {
-	const struct ns_args *a = arg;
-
-	ns_helper(a->sock, a->userns_fd, a->port);
+	ns_helper(arg);
 }
 
 #define HELPER_STACK ((size_t)64 * 1024)
 
-int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port)
+/* userns_out NULL: the namespace belongs to userns_fd's user namespace (or ours); else to
+ * a user namespace the helper is started in, whose fd goes to *userns_out. */
+static int netns_make(struct sbx_netns *ns, int userns_fd, int *userns_out, uint16_t port)
 {
-	struct ns_args a = { .userns_fd = userns_fd, .port = port };
+	struct ns_args a = { .userns_fd = userns_fd,
+			     .port = port,
+			     .own_userns = userns_out != NULL };
+	int sv[2], ret, st, flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
 	sigset_t all, old;
-	int sv[2], ret, st;
 	char *stack;
 	pid_t pid;
 
 	*ns = (struct sbx_netns)SBX_NETNS_INIT;
+	if (userns_out) {
+		/* A process may unshare a user namespace only while it shares its memory with
+		 * no other (the kernel's rule): the helper is cloned into both instead. */
+		*userns_out = -1;
+		flags |= CLONE_NEWUSER | CLONE_NEWNET;
+		snprintf(a.uid_map, sizeof(a.uid_map), "0 %u 1\n", (unsigned)geteuid());
+		snprintf(a.gid_map, sizeof(a.gid_map), "0 %u 1\n", (unsigned)getegid());
+	}
 	stack = malloc(HELPER_STACK);
 	if (!stack)
 		return -ENOMEM;
@@ -251,18 +303,28 @@ int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	/* The stack grows down on every architecture this runs on. */
-	pid = clone(ns_helper_start, stack + HELPER_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	pid = clone(ns_helper_start, stack + HELPER_STACK, flags, &a);
 	ret = pid < 0 ? -errno : 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	free(stack);
 	close(sv[1]);
 	if (!ret)
-		ret = ns_receive(sv[0], ns);
+		ret = ns_receive(sv[0], ns, userns_out);
 	close(sv[0]);
 	if (pid > 0)
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	return ret;
+}
+
+int sbx_netns_init(struct sbx_netns *ns, int userns_fd, uint16_t port)
+{
+	return netns_make(ns, userns_fd, NULL, port);
+}
+
+int sbx_netns_init_userns(struct sbx_netns *ns, int *userns_fd, uint16_t port)
+{
+	return netns_make(ns, -1, userns_fd, port);
 }
 
 void sbx_netns_release(struct sbx_netns *ns)

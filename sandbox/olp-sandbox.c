@@ -1,11 +1,15 @@
 /* olp-sandbox: run any command under exactly the policy olp-fcgi uses for provider
  * commands (for operators, tests and benchmarks), or check whether this host can.
  *
- *   olp-sandbox [--profile NAME] [--net] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
+ *   olp-sandbox [--profile NAME] [--net] [--network none|host|loopback[:PORT]] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
  *               [--as-mb MB] [--nproc N] [--disk-mb MB] [--memory-mb MB] [--pids N]
  *               [--cpu-pct PCT] [--cgroup auto|off|PATH] [--identity per_run|shared]
  *               [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND [ARGS...]
  *   olp-sandbox --doctor [--json]
+ *
+ * --network loopback gives the run a namespace of its own with only lo, and a socket
+ * listening on 127.0.0.1:PORT in it (PORT 0 or none: the kernel picks one; it is printed
+ * on stderr). Nothing answers there: connections are queued, never read.
  *
  * Exit status: the command's own; 128+N when it died of signal N; 124 on timeout; 125
  * when the sandbox could not be set up; 2 on a usage error. */
@@ -27,6 +31,7 @@ static void usage(FILE *f)
 {
 	(void)fputs(
 		"usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
+		"                   [--network none|host|loopback[:PORT]]\n"
 		"                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--disk-mb MB]\n"
 		"                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
 		"                   [--cgroup auto|off|PATH] [--identity per_run|shared]\n"
@@ -38,6 +43,9 @@ static void usage(FILE *f)
 		"with new namespaces, an allowlisted read-only root, a size-limited scratch HOME,\n"
 		"a seccomp filter, no capabilities, a host uid of its own, rlimits, and its own\n"
 		"cgroup when a cgroup v2 is delegated to it. Only fds 0-2 reach the command.\n"
+		"--network: no network (the default), the host's (--net), or a namespace with "
+		"only\n"
+		"lo and a listener on 127.0.0.1:PORT that nothing answers (its port on stderr).\n"
 		"--doctor checks that this host can start that sandbox (exit 0 only if it can).\n",
 		f);
 }
@@ -361,6 +369,8 @@ struct options {
 	const char *profile;
 	char runtime[PATH_MAX];
 	double timeout; /* seconds, 0 = none */
+	int network;	/* --network: an enum sbx_net, or -1 for the profile's */
+	uint16_t port;	/* --network loopback:PORT */
 	bool net, doctor, json;
 	int first_cmd; /* argv index of COMMAND, or -1 */
 };
@@ -378,6 +388,26 @@ static int add_path(struct sbx_policy *p, const char *opt, const char *path)
 	ret = !strcmp(opt, "--ro") ? sbx_policy_add_ro(p, real) : sbx_policy_add_rw(p, real);
 	free(real);
 	return ret ? 2 : 0;
+}
+
+/* --network none|host|loopback[:PORT]: 0 or the exit status. */
+static int network_option(struct options *o, const char *v)
+{
+	uint64_t port = 0;
+
+	if (!strcmp(v, "none")) {
+		o->network = SBX_NET_NONE;
+	} else if (!strcmp(v, "host")) {
+		o->network = SBX_NET_HOST;
+	} else if (!strncmp(v, "loopback", 8) &&
+		   (!v[8] || (v[8] == ':' && !parse_u64(v + 9, &port) && port <= 65535))) {
+		o->network = SBX_NET_LOOPBACK;
+		o->port = (uint16_t)port;
+	} else {
+		fprintf(stderr, "olp-sandbox: --network is none, host or loopback[:PORT]\n");
+		return 2;
+	}
+	return 0;
 }
 
 /* An option that takes a value, argv[i] with its value v: 0 or the exit status. */
@@ -401,6 +431,8 @@ static int value_option(struct options *o, struct sbx_policy *p, const char *a, 
 			fprintf(stderr, "olp-sandbox: --timeout takes seconds\n");
 			return 2;
 		}
+	} else if (!strcmp(a, "--network")) {
+		return network_option(o, v);
 	} else if (!strcmp(a, "--cgroup")) {
 		o->cfg.cgroup = v;
 	} else if (!strcmp(a, "--identity")) {
@@ -462,6 +494,8 @@ static int apply_options(struct options *o, struct sbx_policy *p)
 	}
 	if (o->net)
 		sbx_policy_set_network(p, true);
+	if (o->network >= 0)
+		sbx_policy_set_net(p, (enum sbx_net)o->network, o->port);
 	sbx_policy_set_limits(p, &o->limits);
 	if (o->timeout > 0)
 		sbx_policy_set_timeout_ms(p, (uint64_t)(o->timeout * 1000));
@@ -474,11 +508,25 @@ static int apply_options(struct options *o, struct sbx_policy *p)
 	return -1;
 }
 
+/* --network loopback: say where the listener is and keep it, unanswered, for the run. */
+static int listener_fd = -1;
+
+static int on_listener(void *ctx, int fd, uint16_t port)
+{
+	(void)ctx;
+	listener_fd = fd;
+	fprintf(stderr, "olp-sandbox: the run's listener: 127.0.0.1:%u (nothing answers)\n",
+		(unsigned)port);
+	return 0;
+}
+
 /* Run COMMAND (argv[first]...) under p: our exit status. */
 static int run_command(struct sbx_policy *p, char **argv, int first)
 {
 	struct sbx_run_options opt = { .pass_stdin = true, .pass_stderr = true, .hangup_fd = -1 };
-	struct sbx_callbacks cb = { .on_stdout = to_stdout, .on_result = answer_now };
+	struct sbx_callbacks cb = { .on_stdout = to_stdout,
+				    .on_result = answer_now,
+				    .on_listener = on_listener };
 	struct sbx_result res;
 	char auto_free *exe = resolve(argv[first]);
 	int ret;
@@ -497,6 +545,8 @@ static int run_command(struct sbx_policy *p, char **argv, int first)
 	}
 	opt.hangup_fd = stop_pipe[0];
 	ret = sbx_run(p, (const char *const *)argv + first, &opt, &cb, &res);
+	if (listener_fd >= 0)
+		close(listener_fd);
 	sbx_global_release();
 	if (ret) {
 		fprintf(stderr, "olp-sandbox: cannot start: %s (%s)\n", strerror(-ret),
@@ -513,6 +563,7 @@ int main(int argc, char **argv)
 {
 	struct options o = { .cfg = { .mode = SBX_MODE_BWRAP },
 			     .profile = "command",
+			     .network = -1,
 			     .first_cmd = -1 };
 	/* Freed on every way out, so that a sanitizer build exits clean. */
 	struct sbx_policy *p __attribute__((cleanup(policy_freep))) = NULL;

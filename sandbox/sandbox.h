@@ -222,9 +222,10 @@ enum sbx_failure {
 	SBX_FAIL_EXEC,	   /* the command itself could not be executed: ENOENT, EACCES, E2BIG
 			      ... (end SBX_END_EXITED, exit_status 127; without bwrap, mode
 			      off, end SBX_END_SPAWN_FAILED) */
-	SBX_FAIL_NETWORK,  /* a SBX_NET_LOOPBACK run's namespace or listener could not be made,
-			      or on_listener refused it, or mode off / an identity that cannot
-			      have one (end SBX_END_SPAWN_FAILED; nothing ran) */
+	SBX_FAIL_NETWORK,  /* a SBX_NET_LOOPBACK run's namespace or listener could not be made
+			      (stage "netns") or joined ("setns(net)"), on_listener is missing
+			      or refused it ("listener"), or the sandbox is in mode off ("netns
+			      (sandbox mode off)") (end SBX_END_SPAWN_FAILED; nothing ran) */
 };
 
 struct sbx_result {

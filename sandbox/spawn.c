@@ -814,6 +814,7 @@ struct instance {
 	/* listen_fd until handed to on_listener (a warm sandbox keeps it until taken);
 	 * netns_fd until the child has joined the namespace. Both close-on-exec. */
 	struct sbx_netns ns;
+	int ns_userns_fd; /* identity shared: the user namespace made for ns, or -1 */
 	struct copy *copies;
 	size_t ncopies;
 };
@@ -825,10 +826,10 @@ struct instance {
 		.cg = {.dir_fd = -1,                                                              \
 		       .procs_fd = -1 }                                                           \
 	}
-#define INSTANCE_INIT                                                          \
-	{                                                                      \
-		.r = RUN_INIT, .scratch = { .home_fd = -1 },                   \
-		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT \
+#define INSTANCE_INIT                                                                              \
+	{                                                                                          \
+		.r = RUN_INIT, .scratch = { .home_fd = -1 },                                       \
+		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT, .ns_userns_fd = -1 \
 	}
 
 /* Credentials are small: a file bigger than this is not copied in or back. */
@@ -1040,10 +1041,10 @@ static int make_netns(const struct sbx_policy *p, struct instance *in, const cha
 {
 	int ret;
 
-	/* Identity shared has no user namespace of the run's to own it (sbx_run refuses
-	 * that before anything is made). */
+	/* Identity shared: the run has no user namespace of its own; the namespace gets one
+	 * made for it, which the child joins instead, and bwrap nests its own inside. */
 	if (in->id.userns_fd < 0)
-		ret = -EOPNOTSUPP;
+		ret = sbx_netns_init_userns(&in->ns, &in->ns_userns_fd, p->net_port);
 	else
 		ret = sbx_netns_init(&in->ns, in->id.userns_fd, p->net_port);
 	if (ret) {
@@ -1163,12 +1164,15 @@ static int start_instance(const struct sbx_policy *p, const char *const argv[],
 	plan.fds[SBX_FD_REPORT] = ends[END_REPORT];
 	plan.cgroup_fd = in->r.cg.procs_fd;
 	plan.netns_fd = in->ns.netns_fd;
+	if (in->ns_userns_fd >= 0)
+		plan.userns_fd = in->ns_userns_fd;
 	set_rlimits(&plan, p);
 	if (argv && in->ns.listen_fd >= 0 && (ret = hand_listener(in, cb, res)))
 		goto out_close_fds;
 	ret = start_child(&plan, &in->r, res);
-	/* The child is in the namespace (or gone): the run's processes keep it alive. */
+	/* The child is in the namespaces (or gone): the run's processes keep them alive. */
 	close_fd(&in->ns.netns_fd);
+	close_fd(&in->ns_userns_fd);
 out_close_fds:
 	for (size_t i = 0; i < END_N; i++)
 		close_fd(&ends[i]);
@@ -1197,8 +1201,7 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	/* The same namespace as a run's; its listener has no one to go to and is closed at
 	 * exec (close-on-exec), the namespace living on through the process in it. */
 	if (!ret && p->net == SBX_NET_LOOPBACK)
-		ret = sbx_g.ident == SBX_IDENTITY_PER_RUN ? make_netns(p, &in, NULL, &res)
-							  : -EOPNOTSUPP;
+		ret = make_netns(p, &in, NULL, &res);
 	if (!ret)
 		ret = plan_bwrap(p, argv, &in, &inputs, &plan, &args, &res);
 	if (!ret && (null = open("/dev/null", O_WRONLY | O_CLOEXEC)) < 0)
@@ -1215,6 +1218,8 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[])
 	plan.report_fd = null;
 	plan.parent = getppid();
 	plan.netns_fd = in.ns.netns_fd;
+	if (in.ns_userns_fd >= 0)
+		plan.userns_fd = in.ns_userns_fd;
 	set_rlimits(&plan, p);
 	child_exec(&plan);
 out_release_plan:
@@ -1222,6 +1227,7 @@ out_release_plan:
 	free(inputs.binds);
 	strv_release(&args);
 	sbx_netns_release(&in.ns);
+	close_fd(&in.ns_userns_fd);
 	sbx_ident_release(&in.id);
 	return ret;
 }
@@ -1237,6 +1243,7 @@ static void instance_release(struct instance *in, const char *rid)
 	run_close(&in->r);
 	/* A listener never handed on (a warm sandbox dropped or shut down) goes with it. */
 	sbx_netns_release(&in->ns);
+	close_fd(&in->ns_userns_fd);
 	for (size_t i = 0; i < in->ncopies; i++) {
 		if (in->copies[i].path)
 			write_back(&in->copies[i], rid);
@@ -1491,19 +1498,13 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 }
 
 /* Whether a SBX_NET_LOOPBACK run can keep its promise here; checked before anything is
- * made. Only runs in bwrap with a user namespace of their own get a network namespace: mode
- * off has no namespace at all, and identity shared none for the network namespace to
- * belong to (ADR 0015). Either way nothing runs, rather than a run with more network than
- * its policy says. 0 or -errno. */
+ * made. Mode off has no namespace at all: nothing runs, rather than a run with more
+ * network than its policy says (ADR 0015). 0 or -errno. */
 static int loopback_possible(bool bwrap, const struct sbx_callbacks *cb, struct sbx_result *res)
 {
 	res->failure = SBX_FAIL_NETWORK;
 	if (!bwrap) {
 		res->spawn_stage = "netns (sandbox mode off)";
-		return -EOPNOTSUPP;
-	}
-	if (sbx_g.ident != SBX_IDENTITY_PER_RUN) {
-		res->spawn_stage = "netns (identity shared)";
 		return -EOPNOTSUPP;
 	}
 	if (!cb || !cb->on_listener) {

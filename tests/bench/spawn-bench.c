@@ -4,7 +4,10 @@
  *   warm     sbx_run with warm sandboxes on (the server's default): the sandbox was
  *            started ahead of time; runs are 50 ms apart, as requests with a pause
  * "Learn how it ended" is sbx_run's on_result: when olp-fcgi sends the end of an answer.
- * usage: spawn-bench RUNTIME_DIR N STUB CMD [ARGS...]   (STUB: olp-sandbox-exec; CMD absolute) */
+ * --net loopback: the sandboxed runs get a loopback-only network namespace of their own
+ * (SBX_NET_LOOPBACK; its listener is closed unused), to compare with the default (none).
+ * usage: spawn-bench [--net none|loopback] RUNTIME_DIR N STUB CMD [ARGS...]
+ *        (STUB: olp-sandbox-exec; CMD absolute) */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,15 @@
 extern char **environ;
 
 static uint64_t t_result;
+static enum sbx_net net_mode = SBX_NET_NONE;
+
+static int on_listener(void *ctx, int fd, uint16_t port)
+{
+	(void)ctx;
+	(void)port;
+	close(fd);
+	return 0;
+}
 
 static void on_result(void *ctx, const struct sbx_result *res)
 {
@@ -44,12 +56,15 @@ static double median_ms(uint64_t *v, int n)
 /* n sandboxed runs of argv; returns 0 and fills v, or 1. */
 static int sandboxed(char **argv, int n, uint64_t *v, bool pause)
 {
-	struct sbx_callbacks cb = { .on_result = on_result };
+	struct sbx_callbacks cb = { .on_result = on_result, .on_listener = on_listener };
 
 	for (int i = 0; i < n; i++) {
 		struct sbx_policy *p = sbx_policy_new();
 		struct sbx_result res;
-		uint64_t t0 = mono_ns();
+		uint64_t t0;
+
+		sbx_policy_set_net(p, net_mode, 0);
+		t0 = mono_ns();
 
 		if (sbx_run(p, (const char *const *)argv, NULL, &cb, &res) || res.exit_status) {
 			fprintf(stderr, "spawn-bench: sandboxed run failed: %s\n", res.stderr_tail);
@@ -69,8 +84,18 @@ int main(int argc, char **argv)
 	uint64_t *bare, *cold, *warm;
 	int n, i, ret = 1;
 
+	if (argc > 2 && !strcmp(argv[1], "--net")) {
+		if (strcmp(argv[2], "none") && strcmp(argv[2], "loopback")) {
+			fprintf(stderr, "spawn-bench: --net is none or loopback\n");
+			return 2;
+		}
+		net_mode = strcmp(argv[2], "loopback") ? SBX_NET_NONE : SBX_NET_LOOPBACK;
+		argv += 2;
+		argc -= 2;
+	}
 	if (argc < 5) {
-		fprintf(stderr, "usage: spawn-bench RUNTIME_DIR N STUB CMD [ARGS...]\n");
+		fprintf(stderr, "usage: spawn-bench [--net none|loopback] RUNTIME_DIR N STUB CMD "
+				"[ARGS...]\n");
 		return 2;
 	}
 	cfg.runtime_dir = argv[1];

@@ -150,6 +150,25 @@ for (const id of identities()) {
     assert.ok(!r.stdout.includes('MANIFEST-'), 'key store bytes leaked');
   });
 
+  // Loopback mode (issue 12): a namespace with only lo and a listener the probe is not
+  // told about; every escape check holds the same, the network ones included.
+  test(`escape checks in loopback network mode as ${id.name}`, () => {
+    const hex = Buffer.from(secret).toString('hex');
+    const r = sandboxed(id, ['--network', 'loopback:18080'], ['escape', '--keyfile', keyFile,
+      '--keydir', path.join(home, 'keys'), '--runtime', runtimeFor(id),
+      '--hostpid', String(process.pid), '--unix', unixPath, '--tcp', `127.0.0.1:${tcpPort}`,
+      '--shmid', String(shmid), '--secret-hex', hex, '--worker-uid', String(id.uid)]);
+    const checks = r.stdout.trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.check);
+    const failed = checks.filter((c) => !c.ok);
+    assert.deepEqual(failed, [], 'escapes found:\n' + failed.map((c) => `${c.check}: ${c.detail}`).join('\n'));
+    for (const name of ['tcp_to_host_fails', 'udp_to_resolver_fails', 'no_route_out',
+      'only_fds_0_1_2', 'fd0_not_socket', 'host_unix_socket_absent', 'status_Seccomp']) {
+      assert.ok(checks.some((c) => c.check === name), `check ${name} did not run`);
+    }
+    assert.match(r.stderr, /listener: 127\.0\.0\.1:18080/);
+    assert.equal(r.status, 0, r.stderr);
+  });
+
   // The probe itself never starts more than 1,200 processes, whatever the sandbox does:
   // a broken limit must not take the host's pid space.
   test(`a fork-hold of 3000 stops below 1000 and leaves nothing behind (${id.name})`, async () => {

@@ -1,10 +1,11 @@
 #!/bin/sh
-# netns-as-www-data.sh — the test_netns CTest again as www-data, the user a web server's
-# FastCGI workers run as: the namespace is then made inside a user namespace. Only root
+# netns-as-www-data.sh — a network-namespace suite (test_netns, test_sandbox_net) again as
+# www-data, the user a web server's FastCGI workers run as: the namespace is then made
+# inside a user namespace. Only root
 # can switch users: anyone else, or a host without www-data or setpriv, or a build tree
 # www-data cannot read, is a SKIP (77), saying why.
 #
-# usage: netns-as-www-data.sh TEST_NETNS
+# usage: netns-as-www-data.sh TEST_BINARY
 set -u
 t=$1
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: not root: cannot run as www-data"; exit 77; }

@@ -467,14 +467,54 @@ static void test_mode_off_refuses(void)
 	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
 }
 
-static void test_identity_shared_refuses(void)
+/* Identity shared (a non-root worker only): no user namespace of the run's, so the
+ * namespace comes with one of its own, which bwrap nests inside. The same view as per run,
+ * cold and warm. A root worker refuses shared identity altogether: nothing runs. */
+static void test_identity_shared(void)
 {
 	struct sbx_global_config cfg = base_cfg();
+	struct buf out[3] = { BUF_INIT, BUF_INIT, BUF_INIT };
+	struct server s = { .out = &out[0] };
+	struct sbx_result res;
+	int socks = count_kind("socket:"), nets = count_kind("net:"), users;
 
 	cfg.identity = SBX_IDENTITY_SHARED;
-	check_refused_here(&cfg, "netns (identity shared)");
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	users = count_kind("user:");
+	if (geteuid() == 0) {
+		CU_ASSERT_NOT_EQUAL(run_net(SBX_NET_LOOPBACK, &s, &res), 0);
+		CU_ASSERT_EQUAL(res.end, SBX_END_SPAWN_FAILED);
+		CU_ASSERT_EQUAL(s.calls, 0);
+		CU_ASSERT_EQUAL(out[0].len, 0);
+		goto out;
+	}
+	CU_ASSERT_EQUAL(run_net(SBX_NET_LOOPBACK, &s, &res), 0);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(s.accepted, 1);
+	if (res.failure)
+		fprintf(stderr, "\n  %s: %s; %s\n", res.spawn_stage, strerror(res.spawn_errno),
+			res.stderr_tail);
+	check_loopback(out[0].data);
+	/* The user namespace made for it is the run's only: none stays open here. */
+	CU_ASSERT_EQUAL(count_kind("user:"), users);
+	cfg.warm = true;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	s = (struct server){ .out = &out[1] };
+	CU_ASSERT_EQUAL(run_net(SBX_NET_LOOPBACK, &s, &res), 0);
+	check_loopback(out[1].data);
+	usleep(300000);
+	s = (struct server){ .out = &out[2] };
+	CU_ASSERT_EQUAL(run_net(SBX_NET_LOOPBACK, &s, &res), 0);
+	CU_ASSERT_EQUAL(s.accepted, 1);
+	check_loopback(out[2].data);
+	sbx_warm_shutdown();
+	CU_ASSERT_EQUAL(count_kind("socket:"), socks);
+	CU_ASSERT_EQUAL(count_kind("net:"), nets);
+out:
 	cfg = base_cfg();
 	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	for (int i = 0; i < 3; i++)
+		buf_release(&out[i]);
 }
 
 /* ---- main --------------------------------------------------------------------------- */
@@ -545,7 +585,7 @@ int main(void)
 	CU_add_test(s, "none sees nothing", test_none_sees_nothing);
 	CU_add_test(s, "loopback, warm", test_loopback_warm);
 	CU_add_test(s, "mode off refuses loopback", test_mode_off_refuses);
-	CU_add_test(s, "identity shared refuses loopback", test_identity_shared_refuses);
+	CU_add_test(s, "identity shared", test_identity_shared);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();
