@@ -189,16 +189,13 @@ static void report_ready(void)
 				  "network (loopback services, metadata, private ranges)",
 				  prov_provider_name(pv));
 		else if ((!strcmp(ni.mode, "upstream") || !strcmp(ni.mode, "connect")) &&
-			 (app.cfg.sandbox_mode == SBX_MODE_OFF || strcmp(st->identity, "per_run")))
-			/* Only a run with a user namespace of its own gets a network namespace
-			 * (sandbox/spawn.c): without one it fails closed, every time. */
+			 app.cfg.sandbox_mode == SBX_MODE_OFF)
+			/* No namespace at all in mode off: every run fails closed. */
 			log_errx(NULL,
-				 "provider %s: network \"%s\" needs the sandbox with identity "
-				 "per_run (%s): its requests fail with 503 (set its network to "
-				 "\"host\" to give it the host's network)",
-				 prov_provider_name(pv), ni.mode,
-				 app.cfg.sandbox_mode == SBX_MODE_OFF ? "the sandbox is off"
-								      : "identity is not per_run");
+				 "provider %s: network \"%s\" needs the sandbox, which is off: "
+				 "its requests fail with 503 (network \"host\" gives it the "
+				 "host's network)",
+				 prov_provider_name(pv), ni.mode);
 	}
 	log_info(NULL,
 		 "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s, limits %s (%s), "

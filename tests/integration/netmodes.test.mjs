@@ -225,7 +225,7 @@ describe('network modes with the sandbox off', () => {
     assert.equal(r.status, 503, r.text);
     assert.match(r.json.error.message, /network "upstream".*sandbox.*"host"/);
     assert.equal(seen.length, before);
-    assert.match(off.errorLog(), /provider up: network \\?"upstream\\?" needs the sandbox with identity per_run \(the sandbox is off\)/);
+    assert.match(off.errorLog(), /provider up: network \\?"upstream\\?" needs the sandbox, which is off/);
   });
 });
 
