@@ -18,7 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { chatBody, curl, startServer, testConfig } from './harness.mjs';
+import { cfg, chatBody, curl, startServer, testConfig } from './harness.mjs';
 
 const KEY = 'sk-real-' + randomBytes(18).toString('hex');
 const PLACEHOLDER = 'placeholder-in-the-run';
@@ -76,6 +76,8 @@ function registry(upURL, keyFile) {
       conn: cmd('conn-model', { allow_hosts: ['api.anthropic.com:443'] }, ['/bin/sh', '-c', CONNECT_SCRIPT]),
       hostnet: cmd('host-model', 'host', ['/usr/bin/cat']),
       nonet: cmd('none-model', false, ['/usr/bin/cat']),
+      // The listener and the key file stay the worker's: the run has fds 0-2 only.
+      upfd: cmd('upfd-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` } }, [cfg.fdcheck]),
     },
   };
 }
@@ -152,6 +154,18 @@ describe('network modes', () => {
     assert.ok(!out.includes(KEY), out);
     assert.ok(!out.includes(srv.token), out);
     assert.ok(!srv.errorLog().includes(KEY), 'the key is in a log');
+  });
+
+  it('upstream mode: the run inherits no descriptor beyond 0-2 (not the listener)', async (t) => {
+    const r = await curl(srv, { method: 'POST', path: '/v1/chat/completions', body: chatBody('upfd-model', 'go') });
+    if (r.status === 503) {
+      t.skip(`the sandbox gives no loopback namespace here: ${r.json?.error?.message}`);
+      return;
+    }
+    assert.equal(r.status, 200, r.text);
+    const report = JSON.parse(r.json.choices[0].message.content.trim());
+    assert.deepEqual(report.fds, [0, 1, 2], `child fds: ${JSON.stringify(report)}`);
+    assert.equal(report.fd0_socket, false);
   });
 
   it('upstream mode without set_headers: the command\'s own credentials pass through', async (t) => {
