@@ -474,6 +474,11 @@ static void warn_overrides(const struct prov_provider *pv, const json_t *v, cons
 			  "%s.env.%s: not given to runs: network.set_headers adds the credential, "
 			  "the run holds a placeholder; remove it from env",
 			  where, pv->ops->api_key_env);
+	if (n->mode == PROV_NET_UPSTREAM && pv->type && !strcmp(pv->type, "vibe"))
+		log_warnx(NULL,
+			  "%s.network: vibe takes its API base from its config.toml only: its "
+			  "provider's api_base must be " PROV_NET_URL "/v1 (docs/providers.md)",
+			  where);
 	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider)
 		log_warnx(NULL,
 			  "%s.model_provider: its base_url is replaced by the forwarder's, which "
