@@ -276,6 +276,20 @@ static void add_sandbox_block(struct buf *b)
 	buf_addch(b, '}');
 }
 
+/* How the provider's runs reach the network: "host" is the one to notice. */
+static void add_network(struct buf *b, const struct prov_provider *pv)
+{
+	struct prov_net_info ni;
+
+	prov_provider_net_info(pv, &ni);
+	buf_addf(b, ",\"network\":\"%s\"", ni.mode);
+	if (ni.upstream_host) {
+		buf_adds(b, ",\"upstream_host\":");
+		buf_add_json_str(b, ni.upstream_host, strlen(ni.upstream_host));
+	}
+	buf_addf(b, ",\"secretless\":%s", ni.secretless ? "true" : "false");
+}
+
 static void handle_health(struct req_ctx *rc)
 {
 	struct buf b = BUF_INIT;
@@ -304,6 +318,7 @@ static void handle_health(struct req_ctx *rc)
 			buf_adds(&b, ",\"displayName\":");
 			buf_add_json_str(&b, prov_provider_display_name(pv),
 					 strlen(prov_provider_display_name(pv)));
+			add_network(&b, pv);
 			buf_adds(&b, ",\"models\":[");
 			for (j = 0; j < prov_registry_model_count(reg); j++) {
 				const struct prov_model *m = prov_registry_model_at(reg, j);

@@ -178,6 +178,25 @@ static void report_ready(void)
 			 st->message);
 	if (!strcmp(st->identity, "shared"))
 		log_warnx(NULL, "SANDBOX IDENTITY SHARED: %s", st->identity_detail);
+	for (size_t i = 0; i < prov_registry_provider_count(app.reg); i++) {
+		const struct prov_provider *pv = prov_registry_provider_at(app.reg, i);
+		struct prov_net_info ni;
+
+		prov_provider_net_info(pv, &ni);
+		if (!strcmp(ni.mode, "host"))
+			log_warnx(NULL,
+				  "PROVIDER NETWORK HOST: provider %s runs with the host's whole "
+				  "network (loopback services, metadata, private ranges)",
+				  prov_provider_name(pv));
+		else if ((!strcmp(ni.mode, "upstream") || !strcmp(ni.mode, "connect")) &&
+			 app.cfg.sandbox_mode == SBX_MODE_OFF)
+			/* No namespace at all in mode off: every run fails closed. */
+			log_errx(NULL,
+				 "provider %s: network \"%s\" needs the sandbox, which is off: "
+				 "its requests fail with 503 (network \"host\" gives it the "
+				 "host's network)",
+				 prov_provider_name(pv), ni.mode);
+	}
 	log_info(NULL,
 		 "olp-fcgi %s ready: %zu models from %s, %u threads, sandbox %s, limits %s (%s), "
 		 "identity %s (%s)",

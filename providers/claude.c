@@ -10,7 +10,8 @@
  *   "providers": { "anthropic": { "bin": "…", "tools": "", "max_retries": 2,
  *       "credentials": "~/.claude/.credentials.json", "credentials_writable": false,
  *       "env": { "ANTHROPIC_BASE_URL": "…", "ANTHROPIC_API_KEY": "…" },
- *       "system_prompt": "…", "network": true } }
+ *       "system_prompt": "…", "network": { "upstream": "https://api.anthropic.com",
+ *       "set_headers": { "x-api-key": "file:/etc/olp/anthropic.key" } } } }
  *
  * The system prompt S goes in the SDK's "initialize" request on stdin, as the Agent SDK
  * sends it, not in argv (--system-prompt): there a client's prompt above 128 KiB
@@ -365,6 +366,8 @@ static void claude_parser_free(void *st)
 
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
+	.base_url_env = "ANTHROPIC_BASE_URL",
+	.api_key_env = "ANTHROPIC_API_KEY",
 	.plan = claude_plan,
 	.parser_new = claude_parser_new,
 	.parser_feed = claude_feed,

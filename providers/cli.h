@@ -26,8 +26,9 @@ int prov_cli_find(const struct prov_provider *pv, const char *env_name, const ch
  * lies under /usr, which every sandbox sees). */
 int prov_cli_bind_install(struct sbx_policy *p, const char *real);
 
-/* Bind credential files into the scratch home: pv's "credentials" (see struct
- * prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
+/* Bind credential files into the scratch home: none at all for a secretless provider
+ * (network.set_headers: the worker adds the credential), else pv's "credentials" (see
+ * struct prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
  * left out). A host path with no place given keeps its place relative to HOME inside.
  * Read-only unless "credentials_writable" (OAuth clients that refresh tokens). Missing
  * files are skipped when the run starts. 0, or -errno with out->message set. */

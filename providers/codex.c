@@ -6,7 +6,8 @@
  *   "providers": { "openai": { "bin": "…", "max_retries": 1,
  *       "credentials": "~/.codex/auth.json", "config_toml": "~/.codex/config.toml",
  *       "model_provider": "<id of a [model_providers.<id>] table in config.toml>",
- *       "env": { "OPENAI_API_KEY": "…" }, "network": true } }
+ *       "network": { "upstream": "https://api.openai.com/v1",
+ *       "set_headers": { "authorization": "Bearer file:/etc/olp/openai.key" } } } }
  *
  * Our sandbox is the boundary: codex's own sandbox would need the user namespaces that
  * ours forbids, so it is switched off inside (the flag codex documents for "externally
@@ -92,7 +93,8 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	static const char *const creds[] = { "~/.codex/auth.json", NULL };
 	const char *mp = pv->model_provider;
 	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
-	char real[PATH_MAX], native[PATH_MAX];
+	char real[PATH_MAX], native[PATH_MAX], toml[sizeof(CODEX_HOME "/config.toml")];
+	const char *codex_home = CODEX_HOME;
 	int ret;
 
 	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
@@ -114,6 +116,26 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 			strv_push(&plan->argv, args[i]);
 	}
+	/* Upstream mode: the model provider's base URL is the forwarder inside the run. The
+	 * built-in "openai" provider cannot be pointed elsewhere, so without a configured one
+	 * a provider of our own ("olp") is defined here. */
+	if (pv->net.mode == PROV_NET_UPSTREAM) {
+		bool own = !mp;
+
+		if (own) {
+			mp = "olp";
+			push_config(plan, "model_providers.olp.name=\"OLP forwarder\"");
+			push_config(plan, "model_providers.olp.wire_api=\"responses\"");
+		}
+		push_config(plan, "model_providers.%s.base_url=\"%s\"", mp, PROV_NET_URL);
+		/* Secretless: the key variable holds a placeholder (run.c); passing through, an
+		 * "env" OPENAI_API_KEY, else auth.json (codex login). */
+		if (prov_net_secretless(&pv->net) ||
+		    (own && strv_find(&pv->env_names, "OPENAI_API_KEY") >= 0))
+			push_config(plan, "model_providers.%s.env_key=\"OPENAI_API_KEY\"", mp);
+		else if (own)
+			push_config(plan, "model_providers.olp.requires_openai_auth=true");
+	}
 	/* Bounded retries of the model provider, so that an upstream 401 or 500 reaches the
 	 * client in seconds. The retry settings belong to a [model_providers.<id>] table
 	 * (an id of letters, digits, - and _ only, checked at load). */
@@ -124,13 +146,20 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	}
 	strv_push(&plan->argv, "-");
 	prov_flatten_messages(req->messages, &plan->stdin_data);
-	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", CODEX_HOME)) ||
+	/* codex refuses a CODEX_HOME that does not exist, and only a bind makes ~/.codex: a
+	 * run that binds no auth.json (secretless, or "credentials": []) and no config.toml
+	 * gets the scratch home itself as its CODEX_HOME. */
+	if (prov_net_secretless(&pv->net) ||
+	    (pv->credentials_set && !pv->cred_host.n && pv->config_toml_off))
+		codex_home = SBX_HOME_PATH;
+	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", codex_home)) ||
 	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
 		return ret;
 	if (pv->config_toml_off)
 		return 0;
+	snprintf(toml, sizeof(toml), "%s/config.toml", codex_home);
 	ret = prov_cli_bind_file(plan, pv->config_toml ? pv->config_toml : "~/.codex/config.toml",
-				 CODEX_HOME "/config.toml", false);
+				 toml, false);
 	/* The default file may not exist (or HOME may be unknown): then there is none. */
 	if (ret && pv->config_toml) {
 		snprintf(out->message, sizeof(out->message),
@@ -275,6 +304,8 @@ static void codex_parser_free(void *st)
 
 const struct provider_ops prov_codex_ops = {
 	.type = "codex",
+	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */
+	.api_key_env = "OPENAI_API_KEY",
 	.plan = codex_plan,
 	.parser_new = codex_parser_new,
 	.parser_feed = codex_feed,

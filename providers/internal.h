@@ -14,6 +14,11 @@ struct prov_plan {
 
 struct provider_ops {
 	const char *type;
+	/* Upstream mode: the variable that takes the base URL (claude's ANTHROPIC_BASE_URL),
+	 * and the API-key variable the CLI insists on, given a placeholder when the run is
+	 * secretless; NULL when the type has none (codex takes its base URL in argv). */
+	const char *base_url_env;
+	const char *api_key_env;
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */
@@ -33,6 +38,40 @@ extern const struct provider_ops prov_claude_ops, prov_codex_ops, prov_vibe_ops;
 
 const struct provider_ops *prov_ops_for_type(const char *type);
 
+/* How a provider's runs reach the network ("network"; issue 12, ADR 0015, ADR 0018). */
+enum prov_net {
+	PROV_NET_NONE = 0, /* no network at all: false, "none"; a command's default */
+	PROV_NET_HOST,	   /* the host's network: "host", an explicit and loud opt-in */
+	PROV_NET_UPSTREAM, /* loopback only, the worker forwards to one base URL: the CLIs'
+			       default */
+	PROV_NET_CONNECT,  /* loopback only, the worker tunnels CONNECT to listed hosts */
+};
+
+/* The fixed port the forwarder listens on inside a run's namespace: argv and the
+ * environment name it before the run starts, and every run has a namespace of its own,
+ * so one port serves all. */
+#define PROV_NET_PORT 4180
+#define PROV_NET_URL "http://127.0.0.1:4180"
+
+struct prov_network {
+	enum prov_net mode;
+	char *upstream;		 /* upstream: the base URL */
+	char *upstream_host;	 /* upstream: its host[:port], for /health and logs */
+	char *ca_file;		 /* upstream: "upstream_ca", or NULL for the system store */
+	struct strv hdr_names;	 /* upstream: "set_headers" names (lower case) ... */
+	struct strv hdr_srcs;	 /* ... and their sources ("file:/abs", "env:NAME", either
+				    maybe after "Bearer "), never the values */
+	struct strv allow_paths; /* upstream: none = any path */
+	struct strv allow_hosts; /* connect: "host:port" */
+};
+
+/* Secretless: the run holds no credential at all, the worker adds it on the way out
+ * (upstream mode with set_headers). Then no credentials file is bound either. */
+static inline bool prov_net_secretless(const struct prov_network *n)
+{
+	return n->mode == PROV_NET_UPSTREAM && n->hdr_names.n > 0;
+}
+
 /* How a command provider's stdout is read ("output"). */
 enum prov_output { PROV_OUTPUT_TEXT, PROV_OUTPUT_SSE, PROV_OUTPUT_NDJSON };
 
@@ -48,7 +87,7 @@ struct prov_provider {
 	uint64_t timeout_ms;	  /* "timeout_s" */
 	struct sbx_limits limits; /* "limits"; 0 in a field: the sandbox's default */
 	unsigned max_concurrent;  /* runs at once across the pool; 0 = no cap */
-	bool network;		  /* "network": off by default for a command, on for a CLI */
+	struct prov_network net;  /* "network" (network.c) */
 	struct strv env_names;	  /* "env": the variables set in the child ... */
 	struct strv env_values;	  /* ... and their values, in the same order */
 	/* The command provider. */
@@ -79,6 +118,21 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 		       struct buf *err);
 /* Free what prov_settings_read allocated in pv. */
 void prov_settings_release(struct prov_provider *pv);
+
+/* ---- network.c ---- */
+/* Read "network" (v, or NULL when not given) into pv->net, after the rest of pv's settings
+ * (the type's default upstream, the legacy "true"). where: "<file>: providers.<name>";
+ * strict: a credential source that cannot be read now is an error, else a warning.
+ * 0, or -EINVAL with err set to "<where>.network…: <what it must be>". */
+int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, bool strict,
+		  struct buf *err);
+void prov_net_release(struct prov_network *n);
+/* "none", "host", "upstream", "connect". */
+const char *prov_net_mode_name(enum prov_net mode);
+/* Read one credential source ("file:/abs" or "env:NAME", maybe after "Bearer ") into
+ * value (reset first). 0, or -errno with why set to a message naming the file or the
+ * variable, never its content. */
+int prov_net_resolve(const char *src, struct buf *value, struct buf *why);
 
 /* Take one of pv's concurrency slots (slots.c): an fd to hand back to prov_slot_release,
  * PROV_SLOT_NONE when there is no cap, -EBUSY when all are taken, -errno on failure. */

@@ -70,6 +70,15 @@ uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
+/* How a provider's runs reach the network ("network"; docs/providers.md), for /health
+ * and the start-up log. The strings belong to the provider. */
+struct prov_net_info {
+	const char *mode;	   /* "none", "host", "upstream" or "connect" */
+	const char *upstream_host; /* upstream mode: "api.anthropic.com", else NULL */
+	bool secretless;	   /* the run holds no API credential: the worker adds it */
+};
+void prov_provider_net_info(const struct prov_provider *pv, struct prov_net_info *out);
+
 /* One provider without a registry, for tests, fuzzing and tools: entry is what
  * models-registry.json holds under providers.<name> ("models" and "aliases" are not
  * read), checked as prov_registry_load checks it. Copies what it keeps of name and entry;

@@ -5,8 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "egress/egress.h"
 #include "providers/internal.h"
 #include "common/banned.h"
+
+/* What a secretless run's API-key variable holds: the CLI insists on one, the forwarder
+ * drops it (EGR_DEFAULT_DROP) and sets the real one. */
+#define NET_PLACEHOLDER_KEY "olp-placeholder-not-a-key"
 
 static const struct {
 	const char *code;
@@ -89,6 +94,57 @@ void prov_parser_free(struct prov_parser *ps)
 	free(ps);
 }
 
+/* ---- a run's way out (upstream and CONNECT modes) ------------------------------------- */
+
+struct net_run {
+	struct egr_route route;
+	struct egr_header *hdrs;
+	struct buf *values; /* the credentials read for this run: wiped once egr copied them */
+	size_t n;
+	uint64_t deadline_ms;
+	struct egr_forwarder *fwd;
+};
+
+static void net_wipe(struct net_run *nr)
+{
+	for (size_t i = 0; i < nr->n; i++) {
+		if (nr->values[i].len)
+			explicit_bzero(nr->values[i].data, nr->values[i].len);
+		buf_release(&nr->values[i]);
+	}
+	free(nr->values);
+	free(nr->hdrs);
+	nr->values = NULL;
+	nr->hdrs = NULL;
+	nr->n = 0;
+}
+
+/* The route for this run, with each credential read now (a rotated key is picked up). A
+ * credential that cannot be read fails the run before anything starts; the log names the
+ * file or variable, never what it holds. 0, or -1 after failing out. */
+static int net_prepare(const struct prov_provider *pv, const struct prov_request *req,
+		       uint64_t deadline_ms, struct net_run *nr, struct prov_outcome *out);
+
+/* The forwarder's stats, one line per run: counts only, never a header, path or key. */
+static void net_finish(const struct prov_provider *pv, const char *rid, struct net_run *nr)
+{
+	struct egr_stats st = { 0 };
+
+	net_wipe(nr);
+	if (!nr->fwd)
+		return;
+	egr_stop(nr->fwd, &st);
+	nr->fwd = NULL;
+	log_info(rid,
+		 "provider %s: network %s%s%s: %llu connections, %llu requests, %llu refused, "
+		 "%llu upstream errors, %llu bytes up, %llu bytes down",
+		 pv->name, prov_net_mode_name(pv->net.mode), pv->net.upstream_host ? " " : "",
+		 pv->net.upstream_host ? pv->net.upstream_host : "", (unsigned long long)st.conns,
+		 (unsigned long long)st.requests, (unsigned long long)st.refused,
+		 (unsigned long long)st.upstream_errors, (unsigned long long)st.bytes_up,
+		 (unsigned long long)st.bytes_down);
+}
+
 /* ---- one run ------------------------------------------------------------------------- */
 
 struct run_ctx {
@@ -104,6 +160,7 @@ struct run_ctx {
 	enum prov_error failure;
 	int upstream_status;
 	char failure_msg[200];
+	struct net_run net;
 };
 
 /* Deltas go through at once (no buffering here); usage and finish are kept for the
@@ -220,6 +277,16 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	case SBX_END_ABORTED: fail(out, PROV_ERR_CLIENT_GONE, "The client went away"); break;
 	case SBX_END_STOPPED: break;
 	case SBX_END_SPAWN_FAILED:
+		if (res->failure == SBX_FAIL_NETWORK) {
+			/* Fail closed: without its own namespace the run would have the host's. */
+			fail(out, PROV_ERR_SANDBOX,
+			     "The network namespace for provider %s (network \"%s\") could not "
+			     "be set up (%s: %s); the request was not run",
+			     pv->name, prov_net_mode_name(pv->net.mode),
+			     res->spawn_stage ? res->spawn_stage : "netns",
+			     res->spawn_errno ? strerror(res->spawn_errno) : "refused");
+			break;
+		}
 		if (worker_exhausted(res->spawn_errno)) {
 			/* The worker's own resources, not the provider: no run can start here
 			 * now, whichever provider it is (503, as for a sandbox that cannot). */
@@ -281,6 +348,47 @@ static void on_result(void *ctx, const struct sbx_result *res)
 	}
 }
 
+/* The variables that lead a run to the forwarder, set after "env" so that they win: the
+ * namespace has no other way out anyway, and a secretless run must hold the placeholder,
+ * never a key of "env". */
+static int net_env(const struct prov_provider *pv, struct sbx_policy *p)
+{
+	int ret = 0;
+
+	switch (pv->net.mode) {
+	case PROV_NET_UPSTREAM:
+		ret = sbx_policy_setenv(p, "OLP_UPSTREAM_URL", PROV_NET_URL);
+		if (!ret && pv->ops->base_url_env)
+			ret = sbx_policy_setenv(p, pv->ops->base_url_env, PROV_NET_URL);
+		if (!ret && pv->ops->api_key_env && prov_net_secretless(&pv->net))
+			ret = sbx_policy_setenv(p, pv->ops->api_key_env, NET_PLACEHOLDER_KEY);
+		break;
+	case PROV_NET_CONNECT:
+		if (!(ret = sbx_policy_setenv(p, "HTTPS_PROXY", PROV_NET_URL)))
+			ret = sbx_policy_setenv(p, "https_proxy", PROV_NET_URL);
+		break;
+	default: break;
+	}
+	return ret;
+}
+
+static int on_listener(void *ctx, int listen_fd, uint16_t port)
+{
+	struct run_ctx *rc = ctx;
+	struct egr_limits lim = { .deadline_ms = rc->net.deadline_ms };
+	int ret = 0;
+
+	(void)port;
+	rc->net.fwd = egr_start(listen_fd, &rc->net.route, &lim);
+	if (!rc->net.fwd) {
+		ret = -errno;
+		log_warnx(rc->req->request_id, "provider %s: the forwarder could not start: %s",
+			  rc->req->model->provider->name, strerror(errno));
+	}
+	net_wipe(&rc->net); /* egr_start copied what it keeps */
+	return ret;
+}
+
 /* The sandbox policy every provider gets, the provider's own plan, and its "env" on top
  * (set last: it may replace what the plan set). 0, or -errno after failing out. */
 static int make_plan(const struct prov_provider *pv, const struct prov_request *req,
@@ -289,12 +397,21 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 	int ret;
 
 	plan->policy = sbx_policy_new();
-	sbx_policy_set_network(plan->policy, pv->network);
+	switch (pv->net.mode) {
+	case PROV_NET_NONE: sbx_policy_set_net(plan->policy, SBX_NET_NONE, 0); break;
+	case PROV_NET_HOST: sbx_policy_set_net(plan->policy, SBX_NET_HOST, 0); break;
+	case PROV_NET_UPSTREAM:
+	case PROV_NET_CONNECT:
+		sbx_policy_set_net(plan->policy, SBX_NET_LOOPBACK, PROV_NET_PORT);
+		break;
+	}
 	sbx_policy_set_timeout_ms(plan->policy, pv->timeout_ms);
 	sbx_policy_set_limits(plan->policy, &pv->limits);
 	ret = pv->ops->plan(pv, req, plan, out);
 	for (size_t i = 0; !ret && i < pv->env_names.n; i++)
 		ret = sbx_policy_setenv(plan->policy, pv->env_names.v[i], pv->env_values.v[i]);
+	if (!ret)
+		ret = net_env(pv, plan->policy);
 	if (ret) {
 		/* A copy: fail() formats into out->message, which must not also be its source. */
 		char why[sizeof(out->message)];
@@ -306,6 +423,52 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 	return ret;
 }
 
+static int net_prepare(const struct prov_provider *pv, const struct prov_request *req,
+		       uint64_t deadline_ms, struct net_run *nr, struct prov_outcome *out)
+{
+	/* Passing through (no set_headers): the CLI's own credentials go out as it sent them. */
+	static const char *const drop_nothing[] = { NULL };
+	const struct prov_network *n = &pv->net;
+	struct buf why = BUF_INIT;
+
+	nr->deadline_ms = deadline_ms;
+	nr->route.request_id = req->request_id;
+	if (n->mode == PROV_NET_CONNECT) {
+		nr->route.mode = EGR_MODE_CONNECT;
+		nr->route.allow_hosts = (const char *const *)n->allow_hosts.v;
+		return 0;
+	}
+	nr->route.mode = EGR_MODE_UPSTREAM;
+	nr->route.upstream = n->upstream;
+	nr->route.ca_file = n->ca_file;
+	nr->route.allow_paths = n->allow_paths.n ? (const char *const *)n->allow_paths.v : NULL;
+	nr->route.drop_headers = n->hdr_names.n ? NULL : drop_nothing;
+	nr->n = n->hdr_names.n;
+	nr->hdrs = xcalloc(nr->n + 1, sizeof(*nr->hdrs));
+	nr->values = xcalloc(nr->n + 1, sizeof(*nr->values));
+	for (size_t i = 0; i < nr->n; i++) {
+		buf_init(&nr->values[i]);
+		if (prov_net_resolve(n->hdr_srcs.v[i], &nr->values[i], &why)) {
+			log_warnx(
+				req->request_id,
+				"provider %s: network.set_headers.%s: %s; the request was not run",
+				pv->name, n->hdr_names.v[i], why.data);
+			fail(out, PROV_ERR_AUTH_MISSING,
+			     "Provider %s: the credential the worker adds for it could not be "
+			     "read; the request was not run (the worker's log says which)",
+			     pv->name);
+			buf_release(&why);
+			net_wipe(nr);
+			return -1;
+		}
+		nr->hdrs[i] = (struct egr_header){ n->hdr_names.v[i], nr->values[i].data };
+	}
+	nr->route.set_headers = nr->hdrs;
+	nr->route.n_set_headers = nr->n;
+	buf_release(&why);
+	return 0;
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
@@ -313,8 +476,13 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	struct prov_plan plan = { .argv = STRV_INIT, .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
 	struct sbx_run_options opt = { .hangup_fd = hangup_fd, .request_id = req->request_id };
-	struct sbx_callbacks cb = { .on_stdout = on_stdout, .on_result = on_result, .ctx = &rc };
+	struct sbx_callbacks cb = { .on_stdout = on_stdout,
+				    .on_result = on_result,
+				    .on_listener = on_listener,
+				    .ctx = &rc };
 	struct sbx_result *res = NULL;
+	uint64_t deadline_ms = mono_ms() + pv->timeout_ms;
+	bool own_net = pv->net.mode == PROV_NET_UPSTREAM || pv->net.mode == PROV_NET_CONNECT;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
@@ -324,6 +492,16 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 		     "The sandbox is not available on this host (%s); "
 		     "the request was not run",
 		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+		goto out_run;
+	}
+	if (own_net && sbx_global_mode() == SBX_MODE_OFF) {
+		/* Fail closed: with the sandbox off there is no namespace of the run's own,
+		 * and its only network would be the host's. */
+		fail(out, PROV_ERR_SANDBOX,
+		     "Provider %s has network \"%s\", which needs the sandbox (sandbox.mode is "
+		     "\"off\"); the request was not run. Set its network to \"host\" to give "
+		     "it the host's network",
+		     pv->name, prov_net_mode_name(pv->net.mode));
 		goto out_run;
 	}
 	rc.slot = prov_slot_acquire(pv);
@@ -338,6 +516,8 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 			  pv->name, strerror(-rc.slot));
 	if (make_plan(pv, req, &plan, out))
 		goto out_run;
+	if (own_net && net_prepare(pv, req, deadline_ms, &rc.net, out))
+		goto out_run;
 	res = xmalloc(sizeof(*res));
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;
@@ -349,6 +529,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
 out_run:
+	net_finish(pv, req->request_id, &rc.net);
 	prov_slot_release(rc.slot);
 	if (!rc.done_sent && sink->done)
 		sink->done(sink->ctx, out);

@@ -31,6 +31,7 @@ struct reader {
 	const char *where; /* "<file>: providers.<name>" */
 	bool strict;
 	struct buf *err;
+	const json_t *network; /* read last (network.c): its defaults depend on "env" */
 };
 
 static void vsay(struct buf *b, const struct reader *r, const char *key, const char *fmt,
@@ -337,7 +338,9 @@ static int read_model_provider(struct reader *r, const char *key, const json_t *
 
 static int read_network(struct reader *r, const char *key, const json_t *v)
 {
-	return read_bool(r, key, v, &r->pv->network);
+	(void)key;
+	r->network = v;
+	return 0;
 }
 
 static int read_writable(struct reader *r, const char *key, const json_t *v)
@@ -371,7 +374,7 @@ static const struct setting {
 	{ "timeout_s", T_ALL, false, read_timeout },
 	{ "max_concurrent", T_ALL, false, read_max_concurrent },
 	{ "limits", T_ALL, false, read_limits },
-	{ "network", T_ALL, false, read_network },
+	{ "network", T_ALL, true, read_network },
 	{ "env", T_ALL, false, read_env },
 	{ "argv", T_COMMAND, false, read_argv },
 	{ "ro_paths", T_COMMAND, false, read_ro_paths },
@@ -410,7 +413,6 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 
 	pv->timeout_ms = 600000;
 	pv->max_concurrent = 4;
-	pv->network = !(mask & T_COMMAND); /* the CLIs talk to their API */
 	pv->max_retries = -1;
 	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
 		const json_t *v = json_object_get(conf, settings[i].key);
@@ -423,11 +425,12 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 	}
 	if (mask == T_COMMAND && !pv->argv.n)
 		return bad(&r, "argv", ": must be a non-empty array of strings");
-	return 0;
+	return prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err);
 }
 
 void prov_settings_release(struct prov_provider *pv)
 {
+	prov_net_release(&pv->net);
 	strv_release(&pv->env_names);
 	strv_release(&pv->env_values);
 	strv_release(&pv->argv);

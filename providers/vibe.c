@@ -3,7 +3,7 @@
  *   vibe --prompt P --output streaming
  *
  *   "providers": { "mistral": { "bin": "…", "credentials": ["~/.vibe/.env"],
- *       "env": { "MISTRAL_API_KEY": "…" }, "network": true } }
+ *       "network": { "upstream": "https://api.mistral.ai", "set_headers": {…} } } }
  *
  * The prompt travels in argv (vibe takes it nowhere else), so it is bounded
  * (prov_cli_push_bounded_arg): a longer one is the client's 400. The output is read as
@@ -172,6 +172,8 @@ static void vibe_parser_free(void *st)
 
 const struct provider_ops prov_vibe_ops = {
 	.type = "vibe",
+	/* vibe takes its API base from its config.toml only (docs/providers.md). */
+	.api_key_env = "MISTRAL_API_KEY",
 	.plan = vibe_plan,
 	.parser_new = vibe_parser_new,
 	.parser_feed = vibe_feed,

@@ -131,7 +131,9 @@ function codexToml() {
 }
 
 function config({ capped = false } = {}) {
-  const claude = (url) => ({ bin: claudeBin, timeout_s: 60, credentials: [],
+  // network "host": the fake upstreams listen on the host's loopback (the forwarder's
+  // upstream mode is exercised in netmodes.test.mjs).
+  const claude = (url) => ({ bin: claudeBin, timeout_s: 60, credentials: [], network: 'host',
     env: { ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' } });
   return {
     auth: { allow_anonymous: false },
@@ -139,7 +141,7 @@ function config({ capped = false } = {}) {
     providers: {
       anthropic: claude(anthropic.url),
       anthropic2: { ...claude(local.url), ...(capped ? { max_concurrent: 1 } : {}) },
-      openai: { bin: codexJs, timeout_s: 60, credentials: [], config_toml: codexToml(), model_provider: 'fake',
+      openai: { bin: codexJs, timeout_s: 60, credentials: [], config_toml: codexToml(), model_provider: 'fake', network: 'host',
         env: { OPENAI_API_KEY: 'sk-fake-key' } },
     },
     routing: {

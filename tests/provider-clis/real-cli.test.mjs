@@ -79,7 +79,7 @@ const models = (prefix) => ['fake', 'fail401', 'fail429', 'fail500', 'cut'].map(
 
 function claudeRegistry(extra = {}) {
   return writeJson(`claude-${Object.keys(extra).join('-') || 'base'}.json`, { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [],
+    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host',
     env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' },
     models: models('claude'), ...extra } } });
 }
@@ -92,7 +92,7 @@ function codexRegistry() {
     'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
     '[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
   return writeJson('codex.json', { providers: { openai: {
-    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake',
+    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake', network: 'host',
     env: { OPENAI_API_KEY: 'sk-fake-key' }, models: models('gpt') } } });
 }
 
@@ -135,6 +135,43 @@ test('claude: text streamed as ordered deltas, usage, finish, answered at the re
   assert.ok(reqs.every((q) => q.path.startsWith('/v1/messages')), JSON.stringify(reqs.map((q) => q.path)));
 });
 
+// Upstream mode, secretless (issue 12): the CLI gets only the forwarder's loopback URL and
+// a placeholder key; the worker reads the real one from a 0600 file and adds it. The
+// allow_paths are the defaults network.c gives each type (what each CLI was seen calling).
+function secretlessRegistry() {
+  const key = path.join(work, 'upstream.key');
+  writeFileSync(key, 'sk-real-upstream-key\n', { mode: 0o600 });
+  const toml = path.join(work, 'codex-plain.toml');
+  writeFileSync(toml, ['[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
+  return writeJson('secretless.json', { providers: {
+    anthropic: { type: 'claude', bin: claudeBin, timeout_s: 60, models: [{ id: 'claude-secretless' }],
+      network: { upstream: anthropic.url, allow_paths: ['/v1/messages'], set_headers: { 'x-api-key': `file:${key}` } } },
+    openai: { type: 'codex', bin: codexJs, timeout_s: 60, config_toml: toml, models: [{ id: 'gpt-secretless' }],
+      network: { upstream: `${openai.url}/v1`, allow_paths: ['/responses'],
+        set_headers: { authorization: `Bearer file:${key}` } } } } });
+}
+
+for (const [model, server, text, auth, p] of [
+  // Models of their own: other tests count the requests of theirs.
+  ['claude-secretless', () => anthropic, CLAUDE_TEXT, 'x-api-key', '/v1/messages'],
+  ['gpt-secretless', () => openai, CODEX_TEXT, 'bearer', '/v1/responses']]) {
+  test(`${model}: secretless upstream mode through the worker's forwarder`, async () => {
+    const before = (await requests(server())).length;
+    const r = await run(secretlessRegistry(), model);
+    const o = outcome(r);
+    if (sandbox === 'off') {
+      assert.equal(o.code, 'SANDBOX_UNAVAILABLE', JSON.stringify(o)); // fail closed
+      return;
+    }
+    assert.equal(o.code, 'OK', JSON.stringify(o));
+    assert.equal(deltas(r).map((d) => d.text).join(''), text);
+    const mine = (await requests(server())).slice(before).filter((q) => q.model === model);
+    assert.equal(mine.length, 1, JSON.stringify(mine));
+    assert.equal(mine[0].auth, auth);
+    assert.equal(mine[0].path.split('?')[0], p);
+  });
+}
+
 for (const [status, client] of [[401, 502], [429, 429], [500, 502]]) {
   test(`claude: upstream ${status} → PROVIDER_ERROR, status ${client}, within seconds`, async () => {
     const before = (await requests(anthropic)).length;
@@ -168,7 +205,7 @@ test('claude: a stream cut midway is retried and the words are not repeated', as
 
 test('claude: no credentials at all → AUTH_MISSING with the fix', async () => {
   const reg = writeJson('claude-nocreds.json', { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [], env: { ANTHROPIC_BASE_URL: anthropic.url },
+    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host', env: { ANTHROPIC_BASE_URL: anthropic.url },
     models: models('claude') } } });
   const r = await run(reg, 'claude-fake');
   const o = outcome(r);

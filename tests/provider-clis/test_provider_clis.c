@@ -542,7 +542,7 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	buf_addf(&path, "%s/registry.json", tmpdir);
 	buf_addf(&reg,
 		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/"
-		 "fake-cli.sh\",\"timeout_s\":20,"
+		 "fake-cli.sh\",\"timeout_s\":20,\"network\":false,"
 		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\","
 		 "\"%s/stdin.txt\":\"stdin.txt\"},"
 		 "\"credentials_writable\":true,"

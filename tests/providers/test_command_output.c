@@ -380,6 +380,77 @@ static void test_run_sse(void)
 	buf_release(&path);
 }
 
+/* A command provider in upstream mode (network.c, run.c): the key file is read for each
+ * run, so one that went away fails the run before anything starts (502, the log naming
+ * the file, the client's message not); with the key in place the run gets
+ * OLP_UPSTREAM_URL, or, where the sandbox cannot give it a namespace of its own, fails
+ * closed (503) naming the network mode. */
+static void test_run_upstream(void)
+{
+	struct buf err = BUF_INIT, path = BUF_INIT, key = BUF_INIT, src = BUF_INIT;
+	json_t *regj, *msgs;
+	struct prov_registry *r;
+	struct prov_outcome o;
+	struct ts_rec rec;
+	struct prov_sink sink = ts_rec_sink(&rec);
+	struct prov_request req = { .model_name = "up-model", .request_id = "test-up" };
+	int fd;
+
+	buf_addf(&key, "%s/key", tmpdir);
+	fd = open(key.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write_all(fd, "sk-run-key\n", 11), 0);
+	close(fd);
+	buf_addf(&src, "file:%s", key.data);
+	buf_addf(&path, "%s/registry-up.json", tmpdir);
+	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:{s:s,s:{s:s}},s:[{s:s}]}}}", "providers",
+			 "local", "type", "command", "argv", "/bin/sh", "-c",
+			 "cat >/dev/null; printf %s \"$OLP_UPSTREAM_URL\"", "timeout_s", 20,
+			 "network", "upstream", "http://127.0.0.1:9", "set_headers", "x-api-key",
+			 src.data, "models", "id", "up-model");
+	CU_ASSERT_FATAL(regj != NULL);
+	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
+	json_decref(regj);
+	r = prov_registry_load(path.data, NULL, &err);
+	if (!r)
+		fprintf(stderr, "registry: %s\n", err.data);
+	CU_ASSERT_FATAL(r != NULL);
+	msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hello");
+	req.model = prov_registry_find(r, "up-model");
+	req.messages = msgs;
+	CU_ASSERT_FATAL(req.model != NULL);
+
+	ts_rec_init(&rec);
+	prov_run(&req, &sink, -1, &o);
+	if (o.err == PROV_OK) {
+		CU_ASSERT_STRING_EQUAL(rec.text.data, "http://127.0.0.1:4180");
+	} else {
+		CU_ASSERT_EQUAL(o.err, PROV_ERR_SANDBOX);
+		CU_ASSERT_EQUAL(o.status, 503);
+		CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "network \"upstream\""));
+		fprintf(stderr, "upstream run refused: %s\n", o.message);
+	}
+	ts_rec_release(&rec);
+
+	unlink(key.data);
+	ts_rec_init(&rec);
+	prov_run(&req, &sink, -1, &o);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_AUTH_MISSING);
+	CU_ASSERT_EQUAL(o.status, 502);
+	CU_ASSERT_PTR_NULL(strstr(o.message, key.data));
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.message, "credential"));
+	CU_ASSERT_EQUAL(rec.text.len, 0);
+	ts_rec_release(&rec);
+
+	json_decref(msgs);
+	prov_registry_free(r);
+	unlink(path.data);
+	buf_release(&err);
+	buf_release(&path);
+	buf_release(&key);
+	buf_release(&src);
+}
+
 /* The sandbox is not there on every host: then the run is not tried. */
 static void test_run_sse_if_possible(void)
 {
@@ -389,6 +460,7 @@ static void test_run_sse_if_possible(void)
 		return;
 	}
 	test_run_sse();
+	test_run_upstream();
 }
 
 int main(void)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -1167,7 +1168,8 @@ static void test_config_check(void)
 		{ "{\"enabled\":\"a\"}", "providers.enabled: must be" },
 		{ "{\"enabled\":[\"a\",1]}", "providers.enabled[1]: must be" },
 		{ "{\"a\":[]}", "providers.a: must be an object" },
-		{ "{\"a\":{\"network\":\"yes\"}}", "providers.a.network: must be true or false" },
+		{ "{\"a\":{\"network\":\"yes\"}}",
+		  "providers.a.network: must be false, \"none\", \"host\", true, or an object" },
 		{ "{\"a\":{\"env\":[\"X=1\"]}}", "providers.a.env: must be an object" },
 		{ "{\"a\":{\"env\":{\"X\":1}}}", "providers.a.env.X: must be a string" },
 		{ "{\"a\":{\"env\":{\"X=Y\":\"1\"}}}", "providers.a.env.X=Y: is not a variable" },
@@ -1218,6 +1220,230 @@ static void test_config_check(void)
 				err.data, bad[i].path);
 		json_decref(conf);
 	}
+	buf_release(&err);
+}
+
+/* ---- "network" (network.c) ------------------------------------------------------------ */
+
+/* A key file in tmpdir with mode (and, as root, owner uid; -1 = ours). */
+static void key_file(const char *name, const char *content, mode_t mode, int uid, char *path,
+		     size_t n)
+{
+	int fd;
+
+	snprintf(path, n, "%s/%s", tmpdir, name);
+	unlink(path);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write_all(fd, content, strlen(content)), 0);
+	CU_ASSERT_EQUAL(fchmod(fd, mode), 0);
+	if (uid >= 0) {
+		CU_ASSERT_EQUAL(fchown(fd, (uid_t)uid, (gid_t)-1), 0);
+	}
+	close(fd);
+}
+
+/* The provider name/entry as from_json reads it (a registry entry: a credential that
+ * cannot be read now is a warning), and its network as /health shows it. */
+static void expect_net(const char *name, const char *entry, const char *mode, const char *host,
+		       bool secretless)
+{
+	json_t *e = parse(entry);
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv = prov_provider_from_json(name, e, &err);
+	struct prov_net_info ni;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	prov_provider_net_info(pv, &ni);
+	CU_ASSERT_STRING_EQUAL(ni.mode, mode);
+	if (host) {
+		CU_ASSERT_TRUE(ni.upstream_host && !strcmp(ni.upstream_host, host));
+	} else {
+		CU_ASSERT_PTR_NULL(ni.upstream_host);
+	}
+	CU_ASSERT_EQUAL(ni.secretless, secretless);
+	if (strcmp(ni.mode, mode) || ni.secretless != secretless ||
+	    (host && (!ni.upstream_host || strcmp(ni.upstream_host, host))))
+		fprintf(stderr, "%s: got %s %s %d\n", entry, ni.mode,
+			ni.upstream_host ? ni.upstream_host : "-", ni.secretless);
+	prov_provider_free(pv);
+	json_decref(e);
+	buf_release(&err);
+}
+
+/* Every form of "network", and each type's default. */
+static void test_network_forms(void)
+{
+	char key[256], tmp[1024];
+
+	key_file("key-ok", "sk-real-key\n", 0600, -1, key, sizeof(key));
+	/* The defaults: the CLIs in upstream mode with their public API, passing their own
+	 * credentials through; a command with no network at all. */
+	expect_net("anthropic", "{\"type\":\"claude\"}", "upstream", "api.anthropic.com", false);
+	expect_net("openai", "{\"type\":\"codex\"}", "upstream", "api.openai.com", false);
+	expect_net("mistral", "{\"type\":\"vibe\"}", "upstream", "api.mistral.ai", false);
+	expect_net("local", "{\"argv\":[\"/bin/cat\"]}", "none", NULL, false);
+	expect_net("a", "{\"type\":\"claude\",\"network\":false}", "none", NULL, false);
+	expect_net("a", "{\"type\":\"claude\",\"network\":\"none\"}", "none", NULL, false);
+	expect_net("a", "{\"type\":\"claude\",\"network\":\"host\"}", "host", NULL, false);
+	expect_net("a", "{\"argv\":[\"/bin/cat\"],\"network\":\"host\"}", "host", NULL, false);
+	/* Legacy true: a CLI's default upstream; a command's host network (deprecated). */
+	expect_net("a", "{\"type\":\"codex\",\"network\":true}", "upstream", "api.openai.com",
+		   false);
+	expect_net("a", "{\"argv\":[\"/bin/cat\"],\"network\":true}", "host", NULL, false);
+	/* An old config's ANTHROPIC_BASE_URL stays its upstream. */
+	expect_net(
+		"a",
+		"{\"type\":\"claude\",\"env\":{\"ANTHROPIC_BASE_URL\":\"http://127.0.0.1:9/x\"}}",
+		"upstream", "127.0.0.1:9", false);
+	/* Upstream mode with the real key added by the worker: secretless. */
+	snprintf(tmp, sizeof(tmp),
+		 "{\"type\":\"claude\",\"network\":{\"upstream\":\"https://up.example:8443/base\","
+		 "\"set_headers\":{\"X-Api-Key\":\"file:%s\"},\"allow_paths\":[\"/v1/messages\"]}}",
+		 key);
+	expect_net("a", tmp, "upstream", "up.example:8443", true);
+	setenv("OLP_TEST_NET_KEY", "sk-env-key", 1);
+	expect_net("a",
+		   "{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":\"http://127.0.0.1:1\","
+		   "\"set_headers\":{\"authorization\":\"Bearer env:OLP_TEST_NET_KEY\"}}}",
+		   "upstream", "127.0.0.1:1", true);
+	/* Without set_headers the CLI's own credentials pass through: not secretless. */
+	expect_net("a", "{\"type\":\"codex\",\"network\":{\"upstream\":\"https://x.example/v1\"}}",
+		   "upstream", "x.example", false);
+	/* CONNECT mode: the credentials file stays bound, never secretless. */
+	expect_net("a",
+		   "{\"type\":\"claude\",\"network\":{\"allow_hosts\":[\"api.anthropic.com:443\","
+		   "\"console.anthropic.com:443\"]}}",
+		   "connect", NULL, false);
+	/* A registry entry whose key cannot be read now still loads (with a warning): the
+	 * file may be put in place before the first run, which reads it again. */
+	expect_net("a",
+		   "{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":\"http://127.0.0.1:1\","
+		   "\"set_headers\":{\"x-api-key\":\"file:/nonexistent/olp-key\"}}}",
+		   "upstream", "127.0.0.1:1", true);
+	unsetenv("OLP_TEST_NET_KEY");
+	unlink(key);
+}
+
+/* config.json's "network": every bad form refused with its JSON path, and a credential
+ * source the worker could not use refused with why (never the value). */
+static void test_network_errors(void)
+{
+	char k644[256], kother[256], knl[256], klink[256], kok[256];
+	struct {
+		char config[1024];
+		const char *path;
+	} bad[32];
+	size_t n = 0;
+	struct buf err = BUF_INIT;
+
+	key_file("key-644", "sk-secret-644\n", 0644, -1, k644, sizeof(k644));
+	key_file("key-nl", "sk-a\nX-Evil: 1\n", 0600, -1, knl, sizeof(knl));
+	key_file("key-ok2", "sk-secret-ok\n", 0600, -1, kok, sizeof(kok));
+	snprintf(klink, sizeof(klink), "%s/key-link", tmpdir);
+	unlink(klink);
+	CU_ASSERT_EQUAL(symlink(kok, klink), 0);
+	unsetenv("OLP_TEST_UNSET_VAR");
+#define NET_BAD(path_, ...)                                    \
+	do {                                                   \
+		snprintf(bad[n].config, sizeof(bad[n].config), \
+			 "{\"a\":{\"network\":" __VA_ARGS__);  \
+		bad[n++].path = (path_);                       \
+	} while (0)
+#define UP "{\"upstream\":\"https://api.example\","
+	NET_BAD("providers.a.network.set_headers.x-api-key: file ",
+		UP "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}", k644);
+	NET_BAD("mode 0644 lets group or others in; must be 0600",
+		UP "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}", k644);
+	NET_BAD("providers.a.network.set_headers.x-api-key: file /nonexistent/k: No such file",
+		UP "\"set_headers\":{\"x-api-key\":\"file:/nonexistent/k\"}}}}");
+	NET_BAD("providers.a.network.set_headers.x-api-key: file ",
+		UP "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}", klink);
+	NET_BAD("holds a line break or control character",
+		UP "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}", knl);
+	NET_BAD("providers.a.network.set_headers.x-api-key: variable OLP_TEST_UNSET_VAR is not set",
+		UP "\"set_headers\":{\"x-api-key\":\"env:OLP_TEST_UNSET_VAR\"}}}}");
+	NET_BAD("providers.a.network.set_headers.x-api-key: must be \"file:",
+		UP "\"set_headers\":{\"x-api-key\":\"sk-inline-key\"}}}}");
+	NET_BAD("providers.a.network.set_headers.x-api-key: a file: source needs an absolute",
+		UP "\"set_headers\":{\"x-api-key\":\"file:rel/k\"}}}}");
+	NET_BAD("providers.a.network.set_headers.bad name: is not a header name",
+		UP "\"set_headers\":{\"bad name\":\"env:HOME\"}}}}");
+	NET_BAD("providers.a.network.set_headers: must be an object", UP "\"set_headers\":[]}}}");
+	NET_BAD("providers.a.network.upstream: must be an http:// or https:// URL",
+		"{\"upstream\":\"ftp://api.example\"}}}");
+	NET_BAD("providers.a.network.upstream: must be an http:// or https:// URL",
+		"{\"upstream\":\"api.example\"}}}");
+	NET_BAD("providers.a.network.upstream: must not hold a user",
+		"{\"upstream\":\"https://u:p@api.example\"}}}");
+	NET_BAD("providers.a.network.upstream: must not hold a query",
+		"{\"upstream\":\"https://api.example/v1?x=1\"}}}");
+	NET_BAD("providers.a.network.upstream: names no host", "{\"upstream\":\"https:///v1\"}}}");
+	NET_BAD("providers.a.network.upstream: must be a base URL", "{\"upstream\":5}}}");
+	NET_BAD("providers.a.network.allow_paths[0]: must start with /",
+		UP "\"allow_paths\":[\"v1/messages\"]}}}");
+	NET_BAD("providers.a.network.upstream_ca: must be an absolute path",
+		UP "\"upstream_ca\":\"ca.pem\"}}}");
+	NET_BAD("providers.a.network.upstream_ca: /nonexistent/ca.pem:",
+		UP "\"upstream_ca\":\"/nonexistent/ca.pem\"}}}");
+	NET_BAD("providers.a.network.allow_hosts[0]:", "{\"allow_hosts\":[\"127.0.0.1:443\"]}}}");
+	NET_BAD("providers.a.network.allow_hosts[1]:",
+		"{\"allow_hosts\":[\"api.example:443\",\"[::1]:443\"]}}}");
+	NET_BAD("providers.a.network.allow_hosts[0]:", "{\"allow_hosts\":[\"api.example\"]}}}");
+	NET_BAD("providers.a.network.allow_hosts: must list", "{\"allow_hosts\":[]}}}");
+	NET_BAD("providers.a.network: an object needs \"upstream\"", "{}}}");
+	NET_BAD("providers.a.network: an object needs \"upstream\"",
+		UP "\"allow_hosts\":[\"api.example:443\"]}}}");
+	NET_BAD("providers.a.network.set_header: unknown setting",
+		UP "\"set_header\":{\"x-api-key\":\"env:HOME\"}}}}");
+	NET_BAD("providers.a.network: must be false", "\"everything\"}}");
+	NET_BAD("providers.a.network: must be false", "1}}");
+	if (geteuid() == 0) {
+		key_file("key-other", "sk-secret-other\n", 0600, 65534, kother, sizeof(kother));
+		NET_BAD("owned by uid 65534, not by the worker's uid 0",
+			UP "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}", kother);
+	} else {
+		fprintf(stderr, "not root: the wrong-owner case is not tried\n");
+	}
+#undef UP
+#undef NET_BAD
+	CU_ASSERT_FATAL(n <= ARRAY_SIZE(bad));
+	for (size_t i = 0; i < n; i++) {
+		json_t *conf = parse(bad[i].config);
+
+		buf_reset(&err);
+		CU_ASSERT_EQUAL(prov_config_check(conf, &err), -EINVAL);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, bad[i].path));
+		if (!strstr(err.data, bad[i].path))
+			fprintf(stderr, "%s: message \"%s\" lacks \"%s\"\n", bad[i].config,
+				err.data, bad[i].path);
+		/* No message ever holds a key. */
+		CU_ASSERT_PTR_NULL(strstr(err.data, "sk-secret"));
+		CU_ASSERT_PTR_NULL(strstr(err.data, "sk-a"));
+		json_decref(conf);
+	}
+	/* The same file, 0600 and the worker's: accepted. */
+	{
+		char ok[512];
+		json_t *conf;
+
+		snprintf(ok, sizeof(ok),
+			 "{\"a\":{\"network\":{\"upstream\":\"https://api.example\","
+			 "\"set_headers\":{\"x-api-key\":\"file:%s\"}}}}",
+			 kok);
+		conf = parse(ok);
+		buf_reset(&err);
+		CU_ASSERT_EQUAL(prov_config_check(conf, &err), 0);
+		if (err.len)
+			fprintf(stderr, "refused: %s\n", err.data);
+		json_decref(conf);
+	}
+	unlink(k644);
+	unlink(knl);
+	unlink(kok);
+	unlink(klink);
+	if (geteuid() == 0)
+		unlink(kother);
 	buf_release(&err);
 }
 
@@ -1374,6 +1600,8 @@ int main(void)
 		{ "registry: names checked at load", test_registry_names },
 		{ "registry: bad settings of an entry skip it", test_registry_bad_settings },
 		{ "config.json providers checked at start", test_config_check },
+		{ "network: every form, and each type's default", test_network_forms },
+		{ "network: bad forms and unusable credentials refused", test_network_errors },
 		{ "a provider from JSON, without a registry", test_provider_from_json },
 		{ "registry: shipped default loads", test_registry_shipped_default },
 		{ NULL, NULL },
