@@ -18,6 +18,9 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const upstreamDir = path.join(here, '..', 'upstream');
 const driver = process.env.PROV_DRIVER;
 const sandbox = process.env.OLP_PCLI_SANDBOX === 'off' ? 'off' : 'bwrap';
+// A base URL reached through the worker's forwarder (upstream mode, the default), or, with
+// the sandbox off, where upstream mode fails closed, straight over the host's network.
+const via = (url) => (sandbox === 'off' ? 'host' : { upstream: url });
 const claudeBin = path.join(here, 'node_modules/@anthropic-ai/claude-code/bin/claude.exe');
 const codexJs = path.join(here, 'node_modules/@openai/codex/bin/codex.js');
 const CLAUDE_TEXT = 'Hello from the fake Anthropic server!';
@@ -79,7 +82,9 @@ const models = (prefix) => ['fake', 'fail401', 'fail429', 'fail500', 'cut'].map(
 
 function claudeRegistry(extra = {}) {
   return writeJson(`claude-${Object.keys(extra).join('-') || 'base'}.json`, { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host',
+    // Upstream mode, the default (issue 12): the run reaches the fake upstream only
+    // through the worker's forwarder; without set_headers its own key passes through.
+    bin: claudeBin, timeout_s: 60, credentials: [], network: via(anthropic.url),
     env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' },
     models: models('claude'), ...extra } } });
 }
@@ -92,7 +97,8 @@ function codexRegistry() {
     'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
     '[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
   return writeJson('codex.json', { providers: { openai: {
-    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake', network: 'host',
+    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake',
+    network: via(`${openai.url}/v1`),
     env: { OPENAI_API_KEY: 'sk-fake-key' }, models: models('gpt') } } });
 }
 
@@ -205,7 +211,7 @@ test('claude: a stream cut midway is retried and the words are not repeated', as
 
 test('claude: no credentials at all → AUTH_MISSING with the fix', async () => {
   const reg = writeJson('claude-nocreds.json', { providers: { anthropic: {
-    bin: claudeBin, timeout_s: 60, credentials: [], network: 'host', env: { ANTHROPIC_BASE_URL: anthropic.url },
+    bin: claudeBin, timeout_s: 60, credentials: [], network: via(anthropic.url), env: { ANTHROPIC_BASE_URL: anthropic.url },
     models: models('claude') } } });
   const r = await run(reg, 'claude-fake');
   const o = outcome(r);
