@@ -158,6 +158,10 @@ static inline uint64_t mono_ms(void)
 /* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno (-EAGAIN when fd is
  * non-blocking and full: use write_all_until for that). */
 int write_all(int fd, const void *buf, size_t len);
+/* Write text to the existing file path in one write(2), neither creating nor truncating
+ * it: for the kernel's control files (/proc/PID/uid_map, setgroups...), which take their
+ * whole value at once. 0, or -errno (-EIO for a short write). */
+int write_control_file(const char *path, const char *text);
 /* Write all of buf to fd, waiting for the reader no later than deadline_ms (mono_ms();
  * 0 = no limit): 0; -ETIMEDOUT when the reader had not taken it all by then (part of it
  * may have been written); or -errno (-EPIPE: the reader is gone). What can be written

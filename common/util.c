@@ -221,6 +221,25 @@ int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int write_control_file(const char *path, const char *text)
+{
+	size_t len = strlen(text);
+	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	do
+		n = write(fd, text, len);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		ret = -errno;
+	else if ((size_t)n != len)
+		ret = -EIO;
+	close(fd);
+	return ret;
+}
+
 int wait_writable(int fd, uint64_t deadline_ms)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLOUT };

@@ -360,18 +360,6 @@ static int slot_lock(unsigned int slot)
 	return fd;
 }
 
-static int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-		ret = -errno;
-	close(fd);
-	return ret ? ret : 0;
-}
-
 /* The holder of a new user namespace: waits until its map is written, then forbids user
  * namespaces below it, and exits (the namespace lives on through the worker's fd). Raw
  * clone, like fork: only system calls here. */
@@ -413,12 +401,12 @@ static int userns_create(unsigned int slot)
 		snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
 		snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", (unsigned)geteuid(), SBX_UID,
 			 (unsigned)hu);
-		ret = write_file(path, map);
+		ret = write_control_file(path, map);
 		snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
 		snprintf(map, sizeof(map), "0 %u 1\n%d %u 1\n", (unsigned)getegid(), SBX_GID,
 			 (unsigned)hg);
 		if (!ret)
-			ret = write_file(path, map);
+			ret = write_control_file(path, map);
 	} else {
 		ret = helper_map(pid, hu, hg);
 	}

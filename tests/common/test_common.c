@@ -801,6 +801,31 @@ static void *slow_read(void *arg)
 	return NULL;
 }
 
+static void test_write_control_file(void)
+{
+	char path[256], got[64] = { 0 };
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/control", tmpdir);
+	/* Never creates: a control file that is not there is an error. */
+	CU_ASSERT_EQUAL(write_control_file(path, "deny"), -ENOENT);
+	CU_ASSERT_EQUAL(access(path, F_OK), -1);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "0123456789", 10), 10);
+	close(fd);
+	/* One write at offset 0, no truncation (what /proc's files expect of a writer). */
+	CU_ASSERT_EQUAL(write_control_file(path, "0 1000 1\n"), 0);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(read(fd, got, sizeof(got) - 1), 10);
+	close(fd);
+	CU_ASSERT_STRING_EQUAL(got, "0 1000 1\n9");
+	/* A directory cannot be written. */
+	CU_ASSERT_EQUAL(write_control_file(tmpdir, "x"), -EISDIR);
+	unlink(path);
+}
+
 static void test_write_all_until(void)
 {
 	size_t big = 4u << 20;
@@ -1090,6 +1115,7 @@ int main(void)
 		{ "x* allocators, and aborting on an impossible size", test_alloc },
 		{ "auto_free and steal_pointer", test_cleanup_helpers },
 		{ "write_all_until: a reader that stops reading", test_write_all_until },
+		{ "write_control_file: one write, never creates", test_write_control_file },
 		{ NULL, NULL },
 	};
 	int fails;

@@ -1206,8 +1206,28 @@ static bool make_ca(void)
 
 int main(void)
 {
-	CU_pSuite s;
-	unsigned fails;
+	static const struct ts_test tests[] = {
+		{ "plain request and response", test_plain_get },
+		{ "request bodies: length, chunked, 100-continue", test_request_bodies },
+		{ "placeholder dropped, credential set", test_credentials },
+		{ "allowed paths", test_allow_paths },
+		{ "body cap", test_body_cap },
+		{ "keep-alive and pipelining", test_keep_alive },
+		{ "streaming keeps the upstream's timing", test_streaming },
+		{ "concurrent clients", test_concurrent },
+		{ "https with a private CA", test_https },
+		{ "upstream unreachable", test_unreachable },
+		{ "malformed requests", test_malformed },
+		{ "connection limit", test_max_conns },
+		{ "CONNECT: listed names only", test_connect },
+		{ "CONNECT: TLS through the tunnel", test_connect_tls },
+		{ "deadline closes everything", test_deadline },
+		{ "stop is prompt", test_stop_is_prompt },
+		{ "route validation", test_route_check },
+		{ "no secret in the logs", test_no_secrets_logged },
+		{ NULL, NULL },
+	};
+	int fails;
 
 	(void)signal(SIGPIPE, SIG_IGN);
 	log_set_program("test_egress");
@@ -1226,30 +1246,7 @@ int main(void)
 	if (up_tls)
 		snprintf(upstream_tls_url, sizeof(upstream_tls_url), "https://localhost:%u",
 			 tu_port(up_tls));
-	CU_initialize_registry();
-	s = CU_add_suite("egress", NULL, NULL);
-	CU_add_test(s, "plain request and response", test_plain_get);
-	CU_add_test(s, "request bodies: length, chunked, 100-continue", test_request_bodies);
-	CU_add_test(s, "placeholder dropped, credential set", test_credentials);
-	CU_add_test(s, "allowed paths", test_allow_paths);
-	CU_add_test(s, "body cap", test_body_cap);
-	CU_add_test(s, "keep-alive and pipelining", test_keep_alive);
-	CU_add_test(s, "streaming keeps the upstream's timing", test_streaming);
-	CU_add_test(s, "concurrent clients", test_concurrent);
-	CU_add_test(s, "https with a private CA", test_https);
-	CU_add_test(s, "upstream unreachable", test_unreachable);
-	CU_add_test(s, "malformed requests", test_malformed);
-	CU_add_test(s, "connection limit", test_max_conns);
-	CU_add_test(s, "CONNECT: listed names only", test_connect);
-	CU_add_test(s, "CONNECT: TLS through the tunnel", test_connect_tls);
-	CU_add_test(s, "deadline closes everything", test_deadline);
-	CU_add_test(s, "stop is prompt", test_stop_is_prompt);
-	CU_add_test(s, "route validation", test_route_check);
-	CU_add_test(s, "no secret in the logs", test_no_secrets_logged);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("egress", tests);
 	tu_stop(up_plain);
 	if (up_tls)
 		tu_stop(up_tls);
@@ -1260,5 +1257,5 @@ int main(void)
 		(void)!system(cmd.data);
 		buf_release(&cmd);
 	}
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

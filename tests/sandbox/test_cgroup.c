@@ -315,9 +315,24 @@ static void test_stale_cgroup_swept(void)
 int main(void)
 {
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
+	static const struct ts_test tests[] = {
+		{ "resource control mode reported", test_mode_reported },
+		{ "fallbacks to rlimits say why", test_fallbacks_say_why },
+		{ "a run gets its own cgroup with its limits", test_run_has_own_cgroup },
+		{ "pids.max stops a fork bomb", test_pids_stop_fork_bomb },
+		{ "memory.max kills a memory hog", test_memory_kills_hog },
+		{ "cpu.max throttles", test_cpu_throttled },
+		{ "stale run cgroups swept", test_stale_cgroup_swept },
+		{ NULL, NULL },
+	};
+	/* The first two: what is reported without a cgroup of ours. */
+	static const struct ts_test tests_without_cgroup[] = {
+		{ "resource control mode reported", test_mode_reported },
+		{ "fallbacks to rlimits say why", test_fallbacks_say_why },
+		{ NULL, NULL },
+	};
 	static char base_buf[4096];
-	CU_pSuite s;
-	unsigned fails;
+	int fails;
 
 	if (getenv("OLP_PROBE"))
 		probe = getenv("OLP_PROBE");
@@ -335,26 +350,11 @@ int main(void)
 		snprintf(base_buf, sizeof(base_buf), "%s", sbx_status_get()->cgroup_detail);
 		base = base_buf;
 	}
-	CU_initialize_registry();
-	s = CU_add_suite("sandbox_cgroup", NULL, NULL);
-	CU_add_test(s, "resource control mode reported", test_mode_reported);
-	CU_add_test(s, "fallbacks to rlimits say why", test_fallbacks_say_why);
 	/* The limits themselves only where a cgroup is ours (tests/vm makes sure of one). */
-	if (base) {
-		CU_add_test(s, "a run gets its own cgroup with its limits",
-			    test_run_has_own_cgroup);
-		CU_add_test(s, "pids.max stops a fork bomb", test_pids_stop_fork_bomb);
-		CU_add_test(s, "memory.max kills a memory hog", test_memory_kills_hog);
-		CU_add_test(s, "cpu.max throttles", test_cpu_throttled);
-		CU_add_test(s, "stale run cgroups swept", test_stale_cgroup_swept);
-	} else {
+	if (!base)
 		printf("no delegated cgroup v2 here: the limit tests run in tests/vm\n");
-	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("sandbox_cgroup", base ? tests : tests_without_cgroup);
 	sbx_global_release();
 	rmdir(runtime_dir);
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

@@ -71,18 +71,6 @@ static int count_fds(void)
 	return n - 1; /* the DIR's own */
 }
 
-static int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC), ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 /* A user namespace like ident.c's per-slot one, as far as this process can make it: root
  * maps 0 -> 0 and 1000 -> an unused high uid; anyone else maps 0 -> itself only. Its fd,
  * or -errno. */
@@ -108,21 +96,21 @@ static int make_userns(void)
 	}
 	snprintf(path, sizeof(path), "/proc/%d/setgroups", (int)pid);
 	if (geteuid() != 0)
-		ret = write_file(path, "deny");
+		ret = write_control_file(path, "deny");
 	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
 	if (geteuid() == 0)
 		snprintf(map, sizeof(map), "0 0 1\n1000 %u 1\n", 0x70000000u + 4242u);
 	else
 		snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)geteuid());
 	if (!ret)
-		ret = write_file(path, map);
+		ret = write_control_file(path, map);
 	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
 	if (geteuid() == 0)
 		snprintf(map, sizeof(map), "0 0 1\n1000 %u 1\n", 0x70000000u + 4242u);
 	else
 		snprintf(map, sizeof(map), "0 %u 1\n", (unsigned)getegid());
 	if (!ret)
-		ret = write_file(path, map);
+		ret = write_control_file(path, map);
 	if (!ret) {
 		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -439,11 +427,18 @@ static int namespaces_possible(const char **why)
 
 int main(void)
 {
+	static const struct ts_test tests[] = {
+		{ "inside a user namespace", test_with_userns },
+		{ "without a user namespace", test_root_without_userns },
+		{ "the same port in two namespaces", test_same_port_twice },
+		{ "not a user namespace", test_bad_userns },
+		{ "from several threads at once", test_concurrent },
+		{ NULL, NULL },
+	};
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	socklen_t alen = sizeof(a);
 	const char *why = NULL;
-	CU_pSuite s;
-	unsigned fails;
+	int fails;
 
 	/* A host loopback service the probe must not reach. */
 	host_listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -462,19 +457,9 @@ int main(void)
 		printf("SKIP: %s\n", why);
 		return SKIP;
 	}
-	CU_initialize_registry();
-	s = CU_add_suite("netns", NULL, NULL);
-	CU_add_test(s, "inside a user namespace", test_with_userns);
-	CU_add_test(s, "without a user namespace", test_root_without_userns);
-	CU_add_test(s, "the same port in two namespaces", test_same_port_twice);
-	CU_add_test(s, "not a user namespace", test_bad_userns);
-	CU_add_test(s, "from several threads at once", test_concurrent);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("netns", tests);
 	if (own_userns >= 0)
 		close(own_userns);
 	close(host_listen_fd);
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

@@ -807,9 +807,36 @@ static void test_warm_sandboxes(void)
 
 int main(void)
 {
+	static const struct ts_test tests[] = {
+		{ "status probe starts a real sandbox", test_status },
+		{ "echo and exit status", test_echo_and_exit_status },
+		{ "3 MiB through stdin and stdout", test_stdin_roundtrip_large },
+		{ "relative argv refused", test_relative_argv_refused },
+		{ "missing binary fails", test_missing_binary_fails },
+		{ "bwrap's own failure", test_setup_failure },
+		{ "the stub's identity failure", test_identity_failure },
+		{ "a failure is never learnt from text", test_failure_not_from_text },
+		{ "timeout kills the tree", test_timeout_kills_tree },
+		{ "callback stop and abort", test_callback_stop_and_abort },
+		{ "the run ends with the command", test_ends_with_the_command },
+		{ "hangup fd aborts", test_hangup_fd_aborts },
+		{ "no process left behind", test_no_process_left },
+		{ "only fds 0-2 inherited", test_only_stdio_inherited },
+		{ "environment allowlisted", test_environment_is_allowlisted },
+		{ "filesystem view", test_filesystem_view },
+		{ "credential files as copies", test_credential_copies },
+		{ "log lines name the request", test_log_lines_name_the_request },
+		{ "scratch removed", test_scratch_removed },
+		{ "concurrent runs", test_concurrent_runs },
+		{ "mode off still closes fds", test_mode_off_still_closes_fds },
+		{ "stale scratch swept", test_stale_scratch_swept },
+		{ "what a dead worker left running is killed", test_stale_run_killed },
+		{ "sweep never follows links", test_sweep_never_follows_links },
+		{ "warm sandboxes", test_warm_sandboxes },
+		{ NULL, NULL },
+	};
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
-	CU_pSuite s;
-	unsigned fails;
+	int fails;
 
 	if (!mkdtemp(runtime_dir))
 		return 1;
@@ -818,38 +845,8 @@ int main(void)
 		fprintf(stderr, "sbx_global_init failed\n");
 		return 1;
 	}
-	CU_initialize_registry();
-	s = CU_add_suite("sandbox", NULL, NULL);
-	CU_add_test(s, "status probe starts a real sandbox", test_status);
-	CU_add_test(s, "echo and exit status", test_echo_and_exit_status);
-	CU_add_test(s, "3 MiB through stdin and stdout", test_stdin_roundtrip_large);
-	CU_add_test(s, "relative argv refused", test_relative_argv_refused);
-	CU_add_test(s, "missing binary fails", test_missing_binary_fails);
-	CU_add_test(s, "bwrap's own failure", test_setup_failure);
-	CU_add_test(s, "the stub's identity failure", test_identity_failure);
-	CU_add_test(s, "a failure is never learnt from text", test_failure_not_from_text);
-	CU_add_test(s, "timeout kills the tree", test_timeout_kills_tree);
-	CU_add_test(s, "callback stop and abort", test_callback_stop_and_abort);
-	CU_add_test(s, "the run ends with the command", test_ends_with_the_command);
-	CU_add_test(s, "hangup fd aborts", test_hangup_fd_aborts);
-	CU_add_test(s, "no process left behind", test_no_process_left);
-	CU_add_test(s, "only fds 0-2 inherited", test_only_stdio_inherited);
-	CU_add_test(s, "environment allowlisted", test_environment_is_allowlisted);
-	CU_add_test(s, "filesystem view", test_filesystem_view);
-	CU_add_test(s, "credential files as copies", test_credential_copies);
-	CU_add_test(s, "log lines name the request", test_log_lines_name_the_request);
-	CU_add_test(s, "scratch removed", test_scratch_removed);
-	CU_add_test(s, "concurrent runs", test_concurrent_runs);
-	CU_add_test(s, "mode off still closes fds", test_mode_off_still_closes_fds);
-	CU_add_test(s, "stale scratch swept", test_stale_scratch_swept);
-	CU_add_test(s, "what a dead worker left running is killed", test_stale_run_killed);
-	CU_add_test(s, "sweep never follows links", test_sweep_never_follows_links);
-	CU_add_test(s, "warm sandboxes", test_warm_sandboxes);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("sandbox", tests);
 	sbx_global_release();
 	rmdir(runtime_dir);
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }

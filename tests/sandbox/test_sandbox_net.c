@@ -552,10 +552,19 @@ static int host_services(void)
 
 int main(void)
 {
+	static const struct ts_test tests[] = {
+		{ "loopback, cold", test_loopback_cold },
+		{ "on_listener refuses: nothing runs", test_listener_refused },
+		{ "host sees the host", test_host_sees_host },
+		{ "none sees nothing", test_none_sees_nothing },
+		{ "loopback, warm", test_loopback_warm },
+		{ "mode off refuses loopback", test_mode_off_refuses },
+		{ "identity shared", test_identity_shared },
+		{ NULL, NULL },
+	};
 	struct sbx_global_config cfg;
 	const struct sbx_status *st;
-	CU_pSuite s;
-	unsigned fails;
+	int fails;
 
 	if (!mkdtemp(runtime_dir) || host_services()) {
 		perror("setup");
@@ -577,23 +586,11 @@ int main(void)
 		       st->message ? st->message : st->identity_detail);
 		return SKIP;
 	}
-	CU_initialize_registry();
-	s = CU_add_suite("sandbox network", NULL, NULL);
-	CU_add_test(s, "loopback, cold", test_loopback_cold);
-	CU_add_test(s, "on_listener refuses: nothing runs", test_listener_refused);
-	CU_add_test(s, "host sees the host", test_host_sees_host);
-	CU_add_test(s, "none sees nothing", test_none_sees_nothing);
-	CU_add_test(s, "loopback, warm", test_loopback_warm);
-	CU_add_test(s, "mode off refuses loopback", test_mode_off_refuses);
-	CU_add_test(s, "identity shared", test_identity_shared);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	fails = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	fails = ts_cunit_run("sandbox network", tests);
 	sbx_global_release();
 	rmdir(runtime_dir);
 	close(unix_fd);
 	unlink(unix_path);
 	rmdir(unix_dir);
-	return fails ? 1 : 0;
+	return ts_exit_status(fails);
 }
