@@ -723,20 +723,6 @@ static void test_https(void)
 	egr_stop(f, NULL);
 }
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 static void test_unreachable(void)
 {
 	struct egr_route r = { .mode = EGR_MODE_UPSTREAM };
@@ -750,7 +736,7 @@ static void test_unreachable(void)
 	close(fd); /* nothing listens there now */
 	snprintf(url, sizeof(url), "http://127.0.0.1:%u", dead);
 	r.upstream = url;
-	fds = count_fds();
+	fds = ts_count_fds();
 	f = fwd(&r, NULL, &port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
 	CU_ASSERT_EQUAL(one_request(port, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &resp), 0);
@@ -760,7 +746,7 @@ static void test_unreachable(void)
 	egr_stop(f, &st);
 	CU_ASSERT_EQUAL(st.upstream_errors, 1);
 	/* Nothing left open: listener, eventfd, client and upstream sockets. */
-	CU_ASSERT_EQUAL(count_fds(), fds);
+	CU_ASSERT_EQUAL(ts_count_fds(), fds);
 }
 
 static void test_malformed(void)

@@ -12,6 +12,7 @@
  * Exits 77 (CTest SKIP) when this host cannot make the namespaces at all (a container
  * without CAP_SYS_ADMIN and user namespaces disabled), saying why. */
 #include "tests/support/cunit.h"
+#include "tests/support/support.h"
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -55,21 +56,6 @@ static uint16_t host_port;
 static int own_userns = -1; /* a user namespace made by the test, or -1 */
 
 /* ---- helpers ------------------------------------------------------------------------ */
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the DIR's own */
-}
 
 /* A user namespace like ident.c's per-slot one, as far as this process can make it: root
  * maps 0 -> 0 and 1000 -> an unused high uid; anyone else maps 0 -> itself only. Its fd,
@@ -317,11 +303,11 @@ static void test_root_without_userns(void)
 
 	if (geteuid() != 0) {
 		/* Without CAP_SYS_ADMIN and without a user namespace: refused, cleanly. */
-		int before = count_fds();
+		int before = ts_count_fds();
 
 		CU_ASSERT_EQUAL(sbx_netns_init(&ns, -1, 0), -EPERM);
 		CU_ASSERT_EQUAL(ns.listen_fd, -1);
-		CU_ASSERT_EQUAL(count_fds(), before);
+		CU_ASSERT_EQUAL(ts_count_fds(), before);
 		return;
 	}
 	CU_ASSERT_EQUAL_FATAL(sbx_netns_init(&ns, -1, 0), 0);
@@ -351,12 +337,12 @@ static void test_same_port_twice(void)
 static void test_bad_userns(void)
 {
 	struct sbx_netns ns;
-	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC), before = count_fds();
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC), before = ts_count_fds();
 
 	CU_ASSERT_EQUAL(sbx_netns_init(&ns, fd, 0), -EINVAL);
 	CU_ASSERT_EQUAL(ns.listen_fd, -1);
 	CU_ASSERT_EQUAL(ns.netns_fd, -1);
-	CU_ASSERT_EQUAL(count_fds(), before);
+	CU_ASSERT_EQUAL(ts_count_fds(), before);
 	close(fd);
 }
 

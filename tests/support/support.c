@@ -1,3 +1,4 @@
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -68,4 +69,18 @@ int ts_capture_stderr(const char *path, void (*fn)(void *), void *arg)
 	close(saved);
 	close(fd);
 	return ret;
+}
+
+int ts_count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1; /* the DIR's own */
 }

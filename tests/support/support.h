@@ -11,5 +11,8 @@ bool ts_valid_utf8(const unsigned char *s, size_t n);
 /* Run fn(arg) with stderr going to the file path (created or truncated), then put stderr
  * back: the caller reads what fn logged from path. 0 or -errno (stderr is as it was). */
 int ts_capture_stderr(const char *path, void (*fn)(void *), void *arg);
+/* How many descriptors this process has open (from /proc/self/fd, not counting the one
+ * used to read it), or -1. For checking that a call leaves none behind. */
+int ts_count_fds(void);
 
 #endif
