@@ -169,58 +169,56 @@ static void refuse(struct egr_conn *c, int status, const char *type, const char 
 	egr_conn_error(c, status, type, msg);
 }
 
-void egr_connect_serve(struct egr_conn *c)
+/* Whether the request r read from c names a listed host:port; refused (answered,
+ * logged) if not. */
+static bool admit(struct egr_conn *c, const struct egr_req *r)
+{
+	struct egr_forwarder *f = c->f;
+	bool ip, listed = false;
+
+	if (strcmp(r->method, "CONNECT")) {
+		refuse(c, 405, "invalid_request_error", "OLP egress: only CONNECT is allowed here",
+		       r->target);
+		return false;
+	}
+	if (!egr_host_port_valid(r->target, &ip)) {
+		refuse(c, 403, "permission_error", "OLP egress: not a host name and port",
+		       r->target);
+		return false;
+	}
+	if (ip) {
+		refuse(c, 403, "permission_error", "OLP egress: raw IP addresses are refused",
+		       r->target);
+		return false;
+	}
+	for (size_t i = 0; f->allow_hosts[i] && !listed; i++)
+		listed = !strcasecmp(f->allow_hosts[i], r->target);
+	if (!listed)
+		refuse(c, 403, "permission_error", "OLP egress: this host is not allowed",
+		       r->target);
+	return listed;
+}
+
+/* Resolve the admitted "host:port" and connect to it (never to an address of this
+ * machine, unless the route allows local targets): the socket, or -1 after answering
+ * the client (or when the forwarder stops). */
+static int open_target(struct egr_conn *c, const char *target)
 {
 	struct egr_forwarder *f = c->f;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV },
 			*res = NULL;
-	struct half a = { 0 }, b = { 0 };
-	struct egr_req r;
+	const char *colon = strrchr(target, ':');
 	char host[256];
-	const char *colon;
-	bool ip, listed = false, any_local = false;
-	int st, up = -EHOSTUNREACH, gai;
-	uint64_t t0;
+	bool any_local = false;
+	int up = -EHOSTUNREACH, gai;
 
-	st = egr_conn_read_head(c, &r);
-	if (st < 0)
-		goto out;
-	if (st > 0) {
-		refuse(c, st, st == 431 ? "request_too_large" : "invalid_request_error",
-		       "OLP egress: malformed request", "-");
-		goto out;
-	}
-	if (strcmp(r.method, "CONNECT")) {
-		refuse(c, 405, "invalid_request_error", "OLP egress: only CONNECT is allowed here",
-		       r.target);
-		goto out;
-	}
-	if (!egr_host_port_valid(r.target, &ip)) {
-		refuse(c, 403, "permission_error", "OLP egress: not a host name and port",
-		       r.target);
-		goto out;
-	}
-	if (ip) {
-		refuse(c, 403, "permission_error", "OLP egress: raw IP addresses are refused",
-		       r.target);
-		goto out;
-	}
-	for (size_t i = 0; f->allow_hosts[i] && !listed; i++)
-		listed = !strcasecmp(f->allow_hosts[i], r.target);
-	if (!listed) {
-		refuse(c, 403, "permission_error", "OLP egress: this host is not allowed",
-		       r.target);
-		goto out;
-	}
-	colon = strrchr(r.target, ':');
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - r.target), r.target);
-	t0 = mono_ms();
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - target), target);
 	gai = getaddrinfo(host, colon + 1, &hints, &res);
 	if (gai) {
-		log_warnx(f->rid, "%s: CONNECT %s: cannot resolve: %s", c->tag, r.target,
+		log_warnx(f->rid, "%s: CONNECT %s: cannot resolve: %s", c->tag, target,
 			  gai_strerror(gai));
 		egr_conn_error(c, 502, "api_error", "OLP egress: the host could not be resolved");
-		goto out;
+		return -1;
 	}
 	for (const struct addrinfo *ai = res; ai && up < 0; ai = ai->ai_next) {
 		if (!(f->flags & EGR_ALLOW_LOCAL_TARGETS) && local_addr(ai->ai_addr)) {
@@ -232,20 +230,41 @@ void egr_connect_serve(struct egr_conn *c)
 			break;
 	}
 	freeaddrinfo(res);
-	if (up < 0) {
-		if (up == -ECANCELED)
-			goto out;
-		if (any_local) {
-			refuse(c, 403, "permission_error",
-			       "OLP egress: the host resolves to an address of this machine",
-			       r.target);
-			goto out;
-		}
-		errno = -up;
-		log_warn(f->rid, "%s: CONNECT %s: cannot connect", c->tag, r.target);
-		egr_conn_error(c, 502, "api_error", "OLP egress: the host could not be reached");
+	if (up >= 0 || up == -ECANCELED)
+		return up >= 0 ? up : -1;
+	if (any_local) {
+		refuse(c, 403, "permission_error",
+		       "OLP egress: the host resolves to an address of this machine", target);
+		return -1;
+	}
+	errno = -up;
+	log_warn(f->rid, "%s: CONNECT %s: cannot connect", c->tag, target);
+	egr_conn_error(c, 502, "api_error", "OLP egress: the host could not be reached");
+	return -1;
+}
+
+void egr_connect_serve(struct egr_conn *c)
+{
+	struct egr_forwarder *f = c->f;
+	struct half a = { 0 }, b = { 0 };
+	struct egr_req r;
+	int st, up;
+	uint64_t t0;
+
+	st = egr_conn_read_head(c, &r);
+	if (st < 0)
+		goto out;
+	if (st > 0) {
+		refuse(c, st, st == 431 ? "request_too_large" : "invalid_request_error",
+		       "OLP egress: malformed request", "-");
 		goto out;
 	}
+	if (!admit(c, &r))
+		goto out;
+	t0 = mono_ms();
+	up = open_target(c, r.target);
+	if (up < 0)
+		goto out;
 	if (egr_conn_write(c, c->fd, "HTTP/1.1 200 Connection Established\r\n\r\n", 39))
 		goto out_close;
 	atomic_fetch_add(&f->n_requests, 1);

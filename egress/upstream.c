@@ -667,13 +667,10 @@ static bool refuse(struct egr_conn *c, const struct egr_req *r, int status, cons
 	return false;
 }
 
-/* Serve one request; whether the connection may carry another. */
-static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
+/* Whether the route lets r through; refused (answered, logged) if not. */
+static bool admit(struct egr_conn *c, const struct egr_req *r)
 {
 	struct egr_forwarder *f = c->f;
-	uint64_t t0 = mono_ms();
-	CURLcode res;
-	bool keep;
 
 	if (!strcmp(r->method, "CONNECT"))
 		return refuse(c, r, 405, "invalid_request_error",
@@ -690,8 +687,12 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 	if (r->has_length && r->length > f->lim.max_body_bytes)
 		return refuse(c, r, 413, "request_too_large",
 			      "OLP egress: the request body is too large");
+	return true;
+}
 
-	/* Per request state; the handles and buffers stay. */
+/* Per request state; the handles and buffers stay. */
+static void up_begin(struct up *u, const struct egr_req *r)
+{
 	curl_slist_free_all(u->hdrs);
 	u->hdrs = NULL;
 	buf_reset(&u->rlines);
@@ -708,7 +709,71 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 	buf_reset(&u->pending);
 	u->stopped = false;
 	u->errbuf[0] = '\0';
+}
 
+#define PATH_FMT_ARGS(r) (int)((r)->path_len < 256 ? (r)->path_len : 256), (r)->target
+
+/* The request failed before any of the answer reached the client: it still gets a proper
+ * error, unless it is gone or the run is over. */
+static void fail_before_head(struct egr_conn *c, struct up *u, const struct egr_req *r,
+			     CURLcode res)
+{
+	struct egr_forwarder *f = c->f;
+
+	if (u->client_err)
+		return; /* gone or stalled: nobody to answer */
+	if (u->body_status == 413) {
+		refuse(c, r, 413, "request_too_large", "OLP egress: the request body is too large");
+		return;
+	}
+	if (u->body_status) {
+		refuse(c, r, u->body_status, "invalid_request_error",
+		       "OLP egress: malformed chunked request body");
+		return;
+	}
+	if (u->stopped && !(f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms))
+		return; /* egr_stop(): the run is over */
+	if (u->stopped || res == CURLE_OPERATION_TIMEDOUT) {
+		log_warnx(f->rid, "%s: %s %.*s: the run's deadline passed", c->tag, r->method,
+			  PATH_FMT_ARGS(r));
+		egr_conn_error(c, 504, "api_error", "OLP egress: the run's deadline passed");
+		return;
+	}
+	log_warnx(f->rid, "%s: %s %.*s: upstream failed: %s", c->tag, r->method, PATH_FMT_ARGS(r),
+		  u->errbuf[0] ? u->errbuf : curl_easy_strerror(res));
+	egr_conn_error(c, 502, "api_error", "OLP egress: the upstream could not be reached");
+}
+
+/* The request failed after the answer had begun: it is cut (no final chunk), so the client
+ * sees it incomplete rather than short. */
+static void fail_after_head(struct egr_conn *c, struct up *u, const struct egr_req *r, CURLcode res)
+{
+	struct egr_forwarder *f = c->f;
+
+	if (u->stopped || res == CURLE_OPERATION_TIMEDOUT) {
+		log_info(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag, r->method,
+			 PATH_FMT_ARGS(r), (unsigned long long)u->down,
+			 f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms
+				 ? "the run's deadline passed"
+				 : "the forwarder stopped");
+	} else if (!u->client_err) {
+		atomic_fetch_add(&f->n_upstream_errors, 1);
+		log_warnx(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag, r->method,
+			  PATH_FMT_ARGS(r), (unsigned long long)u->down,
+			  u->errbuf[0] ? u->errbuf : curl_easy_strerror(res));
+	}
+}
+
+/* Serve one request; whether the connection may carry another. */
+static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
+{
+	struct egr_forwarder *f = c->f;
+	uint64_t t0 = mono_ms();
+	CURLcode res;
+
+	if (!admit(c, r))
+		return false;
+	up_begin(u, r);
 	if (r->expect_continue && u->has_body &&
 	    egr_conn_write(c, c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25))
 		return false;
@@ -721,61 +786,22 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 		u->head_sent = false;
 		buf_reset(&u->pending);
 	}
-
 	if (!u->head_sent) {
-		if (u->client_err)
-			return false; /* gone or stalled: nobody to answer */
-		if (u->body_status == 413)
-			return refuse(c, r, 413, "request_too_large",
-				      "OLP egress: the request body is too large");
-		if (u->body_status)
-			return refuse(c, r, u->body_status, "invalid_request_error",
-				      "OLP egress: malformed chunked request body");
-		if (u->stopped && !(f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms))
-			return false; /* egr_stop(): the run is over */
-		if (u->stopped || res == CURLE_OPERATION_TIMEDOUT) {
-			log_warnx(f->rid, "%s: %s %.*s: the run's deadline passed", c->tag,
-				  r->method, (int)(r->path_len < 256 ? r->path_len : 256),
-				  r->target);
-			egr_conn_error(c, 504, "api_error",
-				       "OLP egress: the run's deadline passed");
-			return false;
-		}
-		log_warnx(f->rid, "%s: %s %.*s: upstream failed: %s", c->tag, r->method,
-			  (int)(r->path_len < 256 ? r->path_len : 256), r->target,
-			  u->errbuf[0] ? u->errbuf : curl_easy_strerror(res));
-		egr_conn_error(c, 502, "api_error",
-			       "OLP egress: the upstream could not be reached");
+		fail_before_head(c, u, r, res);
 		return false;
 	}
 	if (res != CURLE_OK) {
-		/* The answer had begun: cut it (no final chunk), so the client sees it
-		 * incomplete rather than short. */
-		if (u->stopped || res == CURLE_OPERATION_TIMEDOUT) {
-			log_info(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag, r->method,
-				 (int)(r->path_len < 256 ? r->path_len : 256), r->target,
-				 (unsigned long long)u->down,
-				 f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms
-					 ? "the run's deadline passed"
-					 : "the forwarder stopped");
-		} else if (!u->client_err) {
-			atomic_fetch_add(&f->n_upstream_errors, 1);
-			log_warnx(f->rid, "%s: %s %.*s: cut after %llu bytes: %s", c->tag,
-				  r->method, (int)(r->path_len < 256 ? r->path_len : 256),
-				  r->target, (unsigned long long)u->down,
-				  u->errbuf[0] ? u->errbuf : curl_easy_strerror(res));
-		}
+		fail_after_head(c, u, r, res);
 		return false;
 	}
 	if (u->chunked_out)
 		buf_adds(&u->pending, "0\r\n\r\n");
 	if (flush_pending(u))
 		return false;
-	keep = !u->close_after;
 	log_debug(f->rid, "%s: %s %.*s: %d, %llu bytes in %llu ms", c->tag, r->method,
-		  (int)(r->path_len < 256 ? r->path_len : 256), r->target, u->status,
-		  (unsigned long long)u->down, (unsigned long long)(mono_ms() - t0));
-	return keep;
+		  PATH_FMT_ARGS(r), u->status, (unsigned long long)u->down,
+		  (unsigned long long)(mono_ms() - t0));
+	return !u->close_after;
 }
 
 void egr_upstream_serve(struct egr_conn *c)
