@@ -277,18 +277,35 @@ static int check_number_range(const json_t *root, const char *name, double lo, d
 	return 0;
 }
 
+static int check_stop_one(const json_t *s, struct fcgi_error *err)
+{
+	size_t n = json_string_length(s);
+
+	/* Empty would match at once; a NUL would cut it short in the matcher. */
+	if (!n || n > FCGI_MAX_STOP_LEN || strlen(json_string_value(s)) != n)
+		return bad(err, "stop", "each stop sequence must be 1 to %d bytes without NUL",
+			   FCGI_MAX_STOP_LEN);
+	return 0;
+}
+
 static int check_stop(const json_t *root, struct fcgi_error *err)
 {
 	const json_t *v = json_object_get(root, "stop"), *s;
 	size_t i;
 
-	if (!v || json_is_null(v) || json_is_string(v))
+	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_array(v))
-		return bad(err, "stop", "stop must be a string or an array of strings");
+	if (json_is_string(v))
+		return check_stop_one(v, err);
+	if (!json_is_array(v) || json_array_size(v) > FCGI_MAX_STOP)
+		return bad(err, "stop", "stop must be a string or an array of up to %d strings",
+			   FCGI_MAX_STOP);
 	json_array_foreach(v, i, s)
-		if (!json_is_string(s))
-			return bad(err, "stop", "stop must be a string or an array of strings");
+		if (!json_is_string(s) || check_stop_one(s, err))
+			return bad(err, "stop",
+				   "stop must be a string or an array of strings, each 1 to %d "
+				   "bytes without NUL",
+				   FCGI_MAX_STOP_LEN);
 	return 0;
 }
 
@@ -301,6 +318,152 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 		return 0;
 	if (parse_json_int(v, 1, INT64_MAX, out))
 		return bad(err, name, "%s must be a positive integer", name);
+	return 0;
+}
+
+/* Every top-level field of a chat request, and what OLP does with it (docs/openai-compat.md
+ * is the same list for people). A field not listed is refused: a client must never believe
+ * that something it asked for was done when it was dropped. */
+enum field_use {
+	FIELD_USED,    /* honoured; checked by its own code below */
+	FIELD_IGNORED, /* accepted and ignored on purpose: no CLI has the knob, and an
+			   answer without it is still the answer the client asked for */
+	FIELD_DEFAULT, /* accepted only with its default value (checked below) */
+	FIELD_REFUSED, /* refused unless null: OLP cannot do it */
+};
+
+static const struct {
+	const char *name;
+	enum field_use use;
+	const char *why; /* FIELD_REFUSED: the end of the message */
+} fields[] = {
+	{ "model", FIELD_USED, NULL },
+	{ "messages", FIELD_USED, NULL },
+	{ "stream", FIELD_USED, NULL },
+	{ "stream_options", FIELD_USED, NULL },
+	{ "max_tokens", FIELD_USED, NULL },
+	{ "max_completion_tokens", FIELD_USED, NULL },
+	{ "stop", FIELD_USED, NULL },
+	{ "temperature", FIELD_IGNORED, NULL },
+	{ "top_p", FIELD_IGNORED, NULL },
+	{ "seed", FIELD_IGNORED, NULL },
+	{ "user", FIELD_IGNORED, NULL },
+	{ "frequency_penalty", FIELD_IGNORED, NULL },
+	{ "presence_penalty", FIELD_IGNORED, NULL },
+	{ "metadata", FIELD_IGNORED, NULL },
+	{ "store", FIELD_IGNORED, NULL },
+	{ "service_tier", FIELD_IGNORED, NULL },
+	{ "prompt_cache_key", FIELD_IGNORED, NULL },
+	{ "safety_identifier", FIELD_IGNORED, NULL },
+	{ "reasoning_effort", FIELD_IGNORED, NULL },
+	{ "verbosity", FIELD_IGNORED, NULL },
+	{ "parallel_tool_calls", FIELD_IGNORED, NULL },
+	{ "n", FIELD_DEFAULT, NULL },
+	{ "logprobs", FIELD_DEFAULT, NULL },
+	{ "logit_bias", FIELD_DEFAULT, NULL },
+	{ "modalities", FIELD_DEFAULT, NULL },
+	{ "response_format", FIELD_DEFAULT, NULL },
+	{ "top_logprobs", FIELD_REFUSED, "the provider CLIs report no token probabilities" },
+	{ "audio", FIELD_REFUSED, "OLP answers with text only" },
+	{ "prediction", FIELD_REFUSED, "the provider CLIs take no predicted output" },
+	{ "web_search_options", FIELD_REFUSED,
+	  "OLP runs the provider CLIs with their own tools (web search among them) off" },
+	{ "tools", FIELD_REFUSED, "function calling is not supported yet" },
+	{ "tool_choice", FIELD_REFUSED, "function calling is not supported yet" },
+	{ "functions", FIELD_REFUSED, "function calling is not supported; it would be \"tools\"" },
+	{ "function_call", FIELD_REFUSED,
+	  "function calling is not supported; it would be \"tool_choice\"" },
+};
+
+/* A refused field's value that asks for nothing: null, an empty list or object ("tools":
+ * []), or a tool_choice of "none" or "auto" (with no tools declared, both are what
+ * happens anyway). */
+static bool asks_nothing(const char *key, const json_t *v)
+{
+	const char *s = json_string_value(v);
+
+	if (json_is_null(v) || (json_is_array(v) && !json_array_size(v)) ||
+	    (json_is_object(v) && !json_object_size(v)))
+		return true;
+	return !strcmp(key, "tool_choice") && s && (!strcmp(s, "none") || !strcmp(s, "auto"));
+}
+
+/* Refuse what OLP cannot honour, naming the field. The fields a provider run uses have
+ * their own checks. */
+static int check_fields(const json_t *root, struct fcgi_error *err)
+{
+	const char *key;
+	const json_t *v;
+
+	json_object_foreach((json_t *)root, key, v) {
+		size_t i;
+
+		for (i = 0; i < ARRAY_SIZE(fields); i++)
+			if (!strcmp(key, fields[i].name))
+				break;
+		if (i == ARRAY_SIZE(fields))
+			return bad(err, key,
+				   "Unrecognized request argument supplied: %.48s (OLP refuses "
+				   "what it would not honour; docs/openai-compat.md lists every "
+				   "field)",
+				   key);
+		if (fields[i].use == FIELD_REFUSED && !asks_nothing(key, v))
+			return bad(err, key, "%s is not supported: %s", key, fields[i].why);
+	}
+	return 0;
+}
+
+/* The fields accepted only with their default (or an equivalent) value. */
+static int check_defaults(const json_t *root, struct fcgi_error *err)
+{
+	const json_t *v;
+	int64_t n;
+	size_t i;
+
+	v = json_object_get(root, "n");
+	if (v && !json_is_null(v)) {
+		if (parse_json_int(v, 1, INT64_MAX, &n))
+			return bad(err, "n", "n must be a positive integer");
+		if (n != 1)
+			return bad(err, "n",
+				   "n must be 1: a provider CLI gives one answer a run "
+				   "(send the request again for another)");
+	}
+	v = json_object_get(root, "logprobs");
+	if (v && !json_is_null(v) && !json_is_false(v))
+		return bad(err, "logprobs",
+			   "logprobs must be false or absent: the provider CLIs report no token "
+			   "probabilities");
+	v = json_object_get(root, "logit_bias");
+	if (v && !json_is_null(v) && !(json_is_object(v) && !json_object_size(v)))
+		return bad(err, "logit_bias",
+			   "logit_bias is not supported (only {} or null): the provider CLIs "
+			   "take no token biases");
+	v = json_object_get(root, "modalities");
+	if (v && !json_is_null(v)) {
+		const json_t *m;
+
+		if (!json_is_array(v))
+			return bad(err, "modalities", "modalities must be an array of strings");
+		json_array_foreach(v, i, m)
+			if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+				return bad(err, "modalities",
+					   "modalities may only hold \"text\": OLP answers with "
+					   "text only");
+	}
+	v = json_object_get(root, "response_format");
+	if (v && !json_is_null(v)) {
+		const char *t = json_string_value(json_object_get(v, "type"));
+
+		if (!json_is_object(v) || !t)
+			return bad(err, "response_format",
+				   "response_format must be an object with a \"type\"");
+		if (strcmp(t, "text"))
+			return bad(err, "response_format",
+				   "response_format type %.32s is not supported yet (only "
+				   "\"text\")",
+				   t);
+	}
 	return 0;
 }
 
@@ -328,12 +491,16 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
-	if (check_messages(out->messages, err) ||
+	if (check_fields(root, err) || check_messages(out->messages, err) ||
+	    check_defaults(root, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
 	    check_number_range(root, "top_p", 0, 1, err) || check_stop(root, err))
 		goto fail_release_req;
+	out->stop = json_object_get(root, "stop");
+	if (json_is_null(out->stop))
+		out->stop = NULL;
 	v = json_object_get(root, "stream");
 	if (v && !json_is_null(v) && !json_is_boolean(v)) {
 		bad(err, "stream", "stream must be a boolean");

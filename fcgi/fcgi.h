@@ -66,6 +66,10 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 				 const char *prefix, struct buf *pathbuf, const char **allow);
 
 /* ---- chat requests ----------------------------------------------------------------------- */
+/* "stop": at most this many sequences (as OpenAI), each 1 to FCGI_MAX_STOP_LEN bytes. */
+#define FCGI_MAX_STOP 4
+#define FCGI_MAX_STOP_LEN 256
+
 struct fcgi_chat_request {
 	json_t *root; /* the parsed body; owns everything below */
 	const char *model;
@@ -73,11 +77,15 @@ struct fcgi_chat_request {
 	bool stream;
 	bool include_usage;
 	int64_t max_tokens; /* 0 = not set */
+	const json_t *stop; /* a string, an array of strings (checked), or NULL */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release
  * with fcgi_chat_release), -1 with err filled (status 400, type invalid_request_error,
- * param naming the field). */
+ * param naming the field). A field OLP would not honour is refused by name, never dropped
+ * in silence: an unknown one, one OLP cannot do (audio, logprobs, n above 1, …); the
+ * ones accepted and ignored on purpose (temperature, seed, user, …) are listed in api.c
+ * and docs/openai-compat.md. */
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err);
 void fcgi_chat_release(struct fcgi_chat_request *req);

@@ -437,6 +437,13 @@ struct answer {
 	size_t failed;	   /* hops that failed before output and were passed over */
 	bool exhausted;	   /* every hop failed */
 	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
+	/* "stop": the sequences, and the text held back because it may be the start of one
+	 * (at most the longest sequence less one byte). */
+	const char *stops[FCGI_MAX_STOP];
+	size_t stop_lens[FCGI_MAX_STOP];
+	size_t nstops, stop_max;
+	struct buf held;
+	bool stopped; /* a stop sequence was seen: the run was ended on purpose */
 };
 
 static void stream_start(struct answer *a)
@@ -447,28 +454,91 @@ static void stream_start(struct answer *a)
 	a->started = true;
 }
 
-static int answer_emit(void *ctx, const struct prov_event *ev)
+/* Answer text on its way to the client: kept (non-stream) or sent as a chunk. */
+static int answer_text(struct answer *a, const char *text, size_t len)
 {
-	struct answer *a = ctx;
-
-	if (ev->kind != PROV_EV_DELTA)
+	if (!len)
 		return 0;
 	if (!a->req->stream) {
-		if (a->text.len + ev->len > MAX_BUFFERED_ANSWER) {
+		if (a->text.len + len > MAX_BUFFERED_ANSWER) {
 			a->too_large = true;
 			return -1;
 		}
-		buf_add(&a->text, ev->text, ev->len);
+		buf_add(&a->text, text, len);
 		return 0;
 	}
 	buf_reset(&a->out);
 	if (!a->started) {
 		stream_start(a);
-		fcgi_sse_chunk(&a->out, &a->meta, "assistant", ev->text, ev->len, NULL);
+		fcgi_sse_chunk(&a->out, &a->meta, "assistant", text, len, NULL);
 	} else {
-		fcgi_sse_chunk(&a->out, &a->meta, NULL, ev->text, ev->len, NULL);
+		fcgi_sse_chunk(&a->out, &a->meta, NULL, text, len, NULL);
 	}
 	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static void stops_init(struct answer *a, const json_t *stop)
+{
+	const json_t *s;
+	size_t i;
+
+	if (json_is_string(stop)) {
+		a->stops[0] = json_string_value(stop);
+		a->stop_lens[0] = json_string_length(stop);
+		a->nstops = 1;
+	}
+	json_array_foreach(stop, i, s) {
+		if (a->nstops == FCGI_MAX_STOP)
+			break;
+		a->stops[a->nstops] = json_string_value(s);
+		a->stop_lens[a->nstops++] = json_string_length(s);
+	}
+	for (i = 0; i < a->nstops; i++)
+		if (a->stop_lens[i] > a->stop_max)
+			a->stop_max = a->stop_lens[i];
+}
+
+/* The text with stop sequences applied: everything before the first one goes out, and the
+ * run is ended there (returning < 0 aborts it; answer_done knows it was on purpose). A
+ * tail that may start a sequence is held back until the next delta settles it. */
+static int answer_delta(struct answer *a, const char *text, size_t len)
+{
+	const char *hit = NULL;
+	size_t i, keep, ready;
+	int ret;
+
+	if (!a->nstops)
+		return answer_text(a, text, len);
+	buf_add(&a->held, text, len);
+	for (i = 0; i < a->nstops; i++) {
+		const char *p = memmem(a->held.data, a->held.len, a->stops[i], a->stop_lens[i]);
+
+		if (p && (!hit || p < hit))
+			hit = p;
+	}
+	if (hit) {
+		ret = answer_text(a, a->held.data, (size_t)(hit - a->held.data));
+		buf_reset(&a->held);
+		a->stopped = true;
+		return ret ?: -1;
+	}
+	keep = a->stop_max - 1 < a->held.len ? a->stop_max - 1 : a->held.len;
+	ready = a->held.len - keep;
+	/* Never cut a UTF-8 sequence: a chunk's text must be whole characters. */
+	while (ready && ready < a->held.len && ((unsigned char)a->held.data[ready] & 0xc0) == 0x80)
+		ready--;
+	ret = answer_text(a, a->held.data, ready);
+	buf_consume(&a->held, ready);
+	return ret;
+}
+
+static int answer_emit(void *ctx, const struct prov_event *ev)
+{
+	struct answer *a = ctx;
+
+	if (ev->kind != PROV_EV_DELTA || a->stopped)
+		return 0;
+	return answer_delta(a, ev->text, ev->len);
 }
 
 static void finish_stream(struct answer *a, const struct prov_outcome *o)
@@ -532,10 +602,17 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	const struct prov_outcome *o = reported;
 
 	/* A provider that reports no usage (a local command) used no upstream tokens: say
-	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. */
-	if (!reported->usage.present) {
+	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. A run
+	 * ended at a stop sequence ended well, whatever its process said. */
+	if (!reported->usage.present || a->stopped) {
 		zeroed = *reported;
-		zeroed.usage = (struct prov_usage){ .present = true };
+		if (!zeroed.usage.present)
+			zeroed.usage = (struct prov_usage){ .present = true };
+		if (a->stopped) {
+			zeroed.err = PROV_OK;
+			zeroed.status = 0;
+			snprintf(zeroed.finish_reason, sizeof(zeroed.finish_reason), "stop");
+		}
 		o = &zeroed;
 	}
 
@@ -546,6 +623,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		if (a->cur + 1 < a->nhops) {
 			a->failed++;
 			buf_reset(&a->text);
+			buf_reset(&a->held);
 			return;
 		}
 		if (a->nhops > 1)
@@ -554,6 +632,10 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
 	fcgi_io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
+	/* The text held back for a stop sequence that never came is the answer's end. */
+	if (a->held.len && o->err != PROV_ERR_CLIENT_GONE)
+		(void)answer_text(a, a->held.data, a->held.len);
+	buf_reset(&a->held);
 	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
@@ -652,9 +734,12 @@ static void handle_chat(struct req_ctx *rc)
 	struct buf body = BUF_INIT;
 	struct fcgi_chat_request req;
 	struct fcgi_error err;
-	struct answer a = {
-		.rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT, .detail = BUF_INIT
-	};
+	struct answer a = { .rc = rc,
+			    .req = &req,
+			    .text = BUF_INIT,
+			    .out = BUF_INIT,
+			    .detail = BUF_INIT,
+			    .held = BUF_INIT };
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
@@ -676,6 +761,7 @@ static void handle_chat(struct req_ctx *rc)
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
+	stops_init(&a, req.stop);
 	rc->answer = &a;
 	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
 		const struct prov_model *m = a.hops[a.cur].m;
@@ -701,6 +787,7 @@ out_answer:
 	buf_release(&a.text);
 	buf_release(&a.out);
 	buf_release(&a.detail);
+	buf_release(&a.held);
 }
 
 /* ---- the request ----------------------------------------------------------------------- */

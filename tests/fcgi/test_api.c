@@ -247,6 +247,32 @@ static void test_parse_failures(void)
 		{ BODY(",\"stop\":[\"a\",null]"), "stop" },
 		{ BODY(",\"stop\":{}"), "stop" },
 		{ BODY(",\"stop\":true"), "stop" },
+		{ BODY(",\"stop\":\"\""), "stop" },
+		{ BODY(",\"stop\":[\"a\",\"\"]"), "stop" },
+		{ BODY(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop" },
+		{ BODY(",\"stop\":\"a\\u0000b\""), "stop" },
+		/* no silent drops: what OLP cannot honour is refused by name */
+		{ BODY(",\"n\":2"), "n" },
+		{ BODY(",\"n\":0"), "n" },
+		{ BODY(",\"n\":\"1\""), "n" },
+		{ BODY(",\"logprobs\":true"), "logprobs" },
+		{ BODY(",\"top_logprobs\":2"), "top_logprobs" },
+		{ BODY(",\"logit_bias\":{\"50256\":-100}"), "logit_bias" },
+		{ BODY(",\"modalities\":[\"text\",\"audio\"]"), "modalities" },
+		{ BODY(",\"modalities\":\"text\""), "modalities" },
+		{ BODY(",\"audio\":{\"voice\":\"alloy\",\"format\":\"mp3\"}"), "audio" },
+		{ BODY(",\"prediction\":{\"type\":\"content\",\"content\":\"x\"}"), "prediction" },
+		{ BODY(",\"web_search_options\":{\"search_context_size\":\"low\"}"),
+		  "web_search_options" },
+		{ BODY(",\"functions\":[{\"name\":\"f\"}]"), "functions" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
+		  "tools" },
+		{ BODY(",\"tool_choice\":\"required\""), "tool_choice" },
+		{ BODY(",\"function_call\":\"auto\""), "function_call" },
+		{ BODY(",\"response_format\":\"json\""), "response_format" },
+		{ BODY(",\"response_format\":{}"), "response_format" },
+		{ BODY(",\"frobnicate\":true"), "frobnicate" },
+		{ BODY(",\"Temperature\":1"), "Temperature" },
 		/* stream, stream_options */
 		{ BODY(",\"stream\":\"yes\""), "stream" },
 		{ BODY(",\"stream\":1"), "stream" },
@@ -343,6 +369,15 @@ static void test_parse_valid(void)
 		BODY(",\"stream_options\":null"),
 		BODY(",\"stream_options\":{}"),
 		BODY(",\"n\":1,\"tools\":[],\"user\":\"x\",\"seed\":4,\"metadata\":{\"a\":\"b\"}"),
+		/* ignored on purpose, or asked with the default OLP gives anyway */
+		BODY(",\"frequency_penalty\":1,\"presence_penalty\":-1,\"store\":false,"
+		     "\"service_tier\":\"auto\",\"reasoning_effort\":\"low\","
+		     "\"parallel_tool_calls\":true,\"prompt_cache_key\":\"k\","
+		     "\"safety_identifier\":\"s\",\"verbosity\":\"low\""),
+		BODY(",\"n\":null,\"logprobs\":false,\"logit_bias\":{},\"modalities\":[\"text\"],"
+		     "\"top_logprobs\":null,\"audio\":null,\"tool_choice\":\"none\","
+		     "\"response_format\":{\"type\":\"text\"}"),
+		BODY(",\"tool_choice\":\"auto\",\"functions\":[]"),
 		"  \n{\"messages\":" MSG ",\"model\":\"m\"}\n  ",
 	};
 	size_t i;
