@@ -451,20 +451,64 @@ static int check_defaults(const json_t *root, struct fcgi_error *err)
 					   "modalities may only hold \"text\": OLP answers with "
 					   "text only");
 	}
-	v = json_object_get(root, "response_format");
-	if (v && !json_is_null(v)) {
-		const char *t = json_string_value(json_object_get(v, "type"));
-
-		if (!json_is_object(v) || !t)
-			return bad(err, "response_format",
-				   "response_format must be an object with a \"type\"");
-		if (strcmp(t, "text"))
-			return bad(err, "response_format",
-				   "response_format type %.32s is not supported yet (only "
-				   "\"text\")",
-				   t);
-	}
 	return 0;
+}
+
+/* response_format: text, json_object, or json_schema with {"name", "schema"?, …}. */
+static int check_format(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *v = json_object_get(root, "response_format"), *js, *name, *schema;
+	const char *t;
+
+	if (!v || json_is_null(v))
+		return 0;
+	t = json_string_value(json_object_get(v, "type"));
+	if (!json_is_object(v) || !t)
+		return bad(err, "response_format",
+			   "response_format must be an object with a \"type\"");
+	if (!strcmp(t, "text"))
+		return 0;
+	if (!strcmp(t, "json_object")) {
+		out->format = PROV_FORMAT_JSON_OBJECT;
+		return 0;
+	}
+	if (strcmp(t, "json_schema"))
+		return bad(err, "response_format.type",
+			   "response_format.type must be text, json_object or json_schema");
+	js = json_object_get(v, "json_schema");
+	name = json_object_get(js, "name");
+	schema = json_object_get(js, "schema");
+	if (!json_is_object(js))
+		return bad(err, "response_format.json_schema",
+			   "response_format.json_schema must be an object");
+	/* The name goes into the model's instruction: a short plain one, as OpenAI allows. */
+	if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > 64 ||
+	    strspn(json_string_value(name),
+		   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+		    json_string_length(name))
+		return bad(err, "response_format.json_schema.name",
+			   "response_format.json_schema.name must be 1 to 64 of a-z, A-Z, 0-9, "
+			   "_ and -");
+	if (schema && !json_is_null(schema) && !json_is_object(schema))
+		return bad(err, "response_format.json_schema.schema",
+			   "response_format.json_schema.schema must be an object");
+	out->format = PROV_FORMAT_JSON_SCHEMA;
+	out->json_schema = js;
+	return 0;
+}
+
+bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len)
+{
+	json_error_t jerr;
+	json_t *v;
+	bool ok;
+
+	if (format == PROV_FORMAT_TEXT)
+		return true;
+	v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+	ok = v && (format != PROV_FORMAT_JSON_OBJECT || json_is_object(v));
+	json_decref(v);
+	return ok;
 }
 
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
@@ -492,7 +536,7 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
 	if (check_fields(root, err) || check_messages(out->messages, err) ||
-	    check_defaults(root, err) ||
+	    check_defaults(root, err) || check_format(root, out, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
@@ -543,6 +587,7 @@ void fcgi_completion_init(struct fcgi_completion *m, const char *model)
 	snprintf(m->id, sizeof(m->id), "chatcmpl-%s", hex);
 	m->created = (int64_t)time(NULL);
 	m->model = model;
+	m->warning = NULL;
 }
 
 static void meta_head(struct buf *out, const struct fcgi_completion *m, const char *object)
@@ -550,6 +595,14 @@ static void meta_head(struct buf *out, const struct fcgi_completion *m, const ch
 	buf_addf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", m->id, object,
 		 (long long)m->created);
 	buf_add_json_str(out, m->model, strlen(m->model));
+}
+
+static void add_warning(struct buf *out, const struct fcgi_completion *m)
+{
+	if (!m->warning)
+		return;
+	buf_adds(out, ",\"olp_warning\":");
+	buf_add_json_str(out, m->warning, strlen(m->warning));
 }
 
 void fcgi_usage_json(struct buf *out, const struct prov_usage *u)
@@ -584,7 +637,10 @@ void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char
 		buf_add_json_str(out, finish_reason, strlen(finish_reason));
 	else
 		buf_adds(out, "null");
-	buf_adds(out, "}]}\n\n");
+	buf_adds(out, "}]");
+	if (finish_reason)
+		add_warning(out, m);
+	buf_adds(out, "}\n\n");
 }
 
 void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u)
@@ -615,5 +671,6 @@ void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, cons
 		buf_adds(out, ",\"usage\":");
 		fcgi_usage_json(out, u);
 	}
+	add_warning(out, m);
 	buf_addch(out, '}');
 }

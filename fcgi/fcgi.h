@@ -76,8 +76,10 @@ struct fcgi_chat_request {
 	const json_t *messages;
 	bool stream;
 	bool include_usage;
-	int64_t max_tokens; /* 0 = not set */
-	const json_t *stop; /* a string, an array of strings (checked), or NULL */
+	int64_t max_tokens;	   /* 0 = not set */
+	const json_t *stop;	   /* a string, an array of strings (checked), or NULL */
+	enum prov_format format;   /* response_format */
+	const json_t *json_schema; /* PROV_FORMAT_JSON_SCHEMA: {"name", "schema"?, …} */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release
@@ -89,6 +91,9 @@ struct fcgi_chat_request {
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err);
 void fcgi_chat_release(struct fcgi_chat_request *req);
+/* Whether an answer is what response_format asked for: JSON (an object for json_object),
+ * whitespace around it allowed. The schema itself is not checked. Always true for text. */
+bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len);
 
 /* ---- answers --------------------------------------------------------------------------- */
 /* The identity of one completion: the same id and created on every chunk. */
@@ -96,6 +101,10 @@ struct fcgi_completion {
 	char id[48]; /* "chatcmpl-…" */
 	int64_t created;
 	const char *model; /* as the client asked */
+	/* Or NULL: why the answer may not be what the client asked for (response_format
+	 * not met). Goes into the whole object and the final chunk as "olp_warning": a
+	 * stream's headers are gone by the time it is known (docs/openai-compat.md). */
+	const char *warning;
 };
 void fcgi_completion_init(struct fcgi_completion *m, const char *model);
 

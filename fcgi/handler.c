@@ -444,6 +444,10 @@ struct answer {
 	size_t nstops, stop_max;
 	struct buf held;
 	bool stopped; /* a stop sequence was seen: the run was ended on purpose */
+	/* response_format: a stream's text is kept too (in text), to be checked at the end;
+	 * past MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
+	bool unchecked;
+	char warning[128]; /* meta.warning points here when set */
 };
 
 static void stream_start(struct answer *a)
@@ -466,6 +470,12 @@ static int answer_text(struct answer *a, const char *text, size_t len)
 		}
 		buf_add(&a->text, text, len);
 		return 0;
+	}
+	if (a->req->format != PROV_FORMAT_TEXT && !a->unchecked) {
+		if (a->text.len + len > MAX_BUFFERED_ANSWER)
+			a->unchecked = true;
+		else
+			buf_add(&a->text, text, len);
 	}
 	buf_reset(&a->out);
 	if (!a->started) {
@@ -582,6 +592,27 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 		add_header(a->rc, h, "X-OLP-Fallback-Detail", a->detail.data);
 }
 
+/* response_format asked for JSON: say so when the answer is not (it still goes out as
+ * it is, with its own finish_reason: the model's words are the client's to judge). */
+static void check_format(struct answer *a, const struct prov_outcome *o)
+{
+	const char *what =
+		a->req->format == PROV_FORMAT_JSON_OBJECT ? "a JSON object" : "valid JSON";
+
+	if (o->err || a->req->format == PROV_FORMAT_TEXT || a->too_large)
+		return;
+	if (a->unchecked)
+		snprintf(a->warning, sizeof(a->warning),
+			 "response_format: the answer is too large to be checked to be %s", what);
+	else if (!fcgi_format_satisfied(a->req->format, a->text.data, a->text.len))
+		snprintf(a->warning, sizeof(a->warning), "response_format: the answer is not %s",
+			 what);
+	else
+		return;
+	a->meta.warning = a->warning;
+	log_warnx(a->rc->rid, "%s", a->warning);
+}
+
 /* Failures before any output that another provider may not have: worth the next hop. */
 static bool worth_next_hop(enum prov_error e)
 {
@@ -636,6 +667,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	if (a->held.len && o->err != PROV_ERR_CLIENT_GONE)
 		(void)answer_text(a, a->held.data, a->held.len);
 	buf_reset(&a->held);
+	check_format(a, o);
 	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
@@ -657,7 +689,10 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		buf_reset(&a->out);
 		fcgi_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
 				     &o->usage);
-		send_json(rc, 200, &a->out, NULL);
+		send_json(rc, 200, &a->out,
+			  (const struct hdr[]){
+				  { a->meta.warning ? "X-OLP-Warning" : NULL, a->meta.warning },
+				  { 0 } });
 	}
 	/* The answer is complete: the client need not wait for the sandbox's teardown. */
 	fcgi_io_finish(rc->io);
@@ -743,6 +778,7 @@ static void handle_chat(struct req_ctx *rc)
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
+	json_t *messages = NULL;
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
@@ -762,6 +798,7 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);
+	messages = prov_format_messages(req.messages, req.format, req.json_schema);
 	rc->answer = &a;
 	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
 		const struct prov_model *m = a.hops[a.cur].m;
@@ -770,7 +807,7 @@ static void handle_chat(struct req_ctx *rc)
 		rc->provider = prov_provider_name(m->provider);
 		preq = (struct prov_request){ .model = m,
 					      .model_name = req.model,
-					      .messages = req.messages,
+					      .messages = messages,
 					      .max_tokens = req.max_tokens,
 					      .request_id = rc->rid };
 		/* The run's output must be taken by the end of the run: a write that waits
@@ -781,6 +818,7 @@ static void handle_chat(struct req_ctx *rc)
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
 	}
 out_answer:
+	json_decref(messages);
 	fcgi_chat_release(&req);
 	buf_release(&body);
 	rc->answer = NULL;

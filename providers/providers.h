@@ -184,6 +184,20 @@ void prov_parser_free(struct prov_parser *ps);
  * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". */
 void prov_flatten_messages(const json_t *messages, struct buf *out);
 
+/* response_format: what the answer must be. */
+enum prov_format {
+	PROV_FORMAT_TEXT = 0,
+	PROV_FORMAT_JSON_OBJECT, /* one JSON object */
+	PROV_FORMAT_JSON_SCHEMA, /* JSON matching a client's schema */
+};
+
+/* No CLI has a JSON mode a run can switch on, so the format is asked for in words, as
+ * the Node OLP does: messages plus a last system message saying to answer with JSON only
+ * (for PROV_FORMAT_JSON_SCHEMA, with schema — {"name", "schema", …} as the client sent
+ * it — in it). A new reference (the caller decrefs it); messages itself when format is
+ * PROV_FORMAT_TEXT (a new reference too). Never NULL (allocation failure aborts). */
+json_t *prov_format_messages(const json_t *messages, enum prov_format format, const json_t *schema);
+
 /* Where the pool's worker processes share state (the per-provider concurrency slots, in
  * <dir>/slots): the same directory for every process of the pool. Without it there is no
  * concurrency cap. 0 or -errno. */

@@ -1,4 +1,5 @@
 /* Plain-text output → delta events, and prompt flattening. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "providers/internal.h"
@@ -144,4 +145,46 @@ void prov_flatten_messages(const json_t *messages, struct buf *out)
 		buf_add(out, text.data, text.len);
 	}
 	buf_release(&text);
+}
+
+/* ---- response_format ------------------------------------------------------------------ */
+
+static const char json_only[] =
+	"Respond with one valid JSON object and nothing else: no text before or after it, "
+	"no Markdown code fences. The whole reply must parse as JSON.";
+
+json_t *prov_format_messages(const json_t *messages, enum prov_format format, const json_t *schema)
+{
+	struct buf text = BUF_INIT;
+	json_t *out, *msg;
+
+	if (format == PROV_FORMAT_TEXT)
+		return json_incref((json_t *)messages);
+	buf_adds(&text, json_only);
+	if (format == PROV_FORMAT_JSON_SCHEMA) {
+		const json_t *body = json_object_get(schema, "schema");
+		const char *name = json_string_value(json_object_get(schema, "name"));
+		const char *desc = json_string_value(json_object_get(schema, "description"));
+		char *dump = body ? json_dumps(body, JSON_COMPACT) : NULL;
+
+		if (name)
+			buf_addf(&text, " The JSON describes \"%s\"", name);
+		if (name && desc)
+			buf_addf(&text, " (%s)", desc);
+		if (name)
+			buf_addch(&text, '.');
+		if (dump) {
+			buf_adds(&text, " It must conform to this JSON Schema:\n");
+			buf_adds(&text, dump);
+			free(dump);
+		} else if (body) {
+			abort(); /* json_dumps fails only when out of memory: one OOM policy */
+		}
+	}
+	out = json_copy((json_t *)messages); /* shallow: the messages themselves are shared */
+	msg = json_pack("{s:s, s:s%}", "role", "system", "content", text.data, text.len);
+	if (!out || !msg || json_array_append_new(out, msg))
+		abort();
+	buf_release(&text);
+	return out;
 }

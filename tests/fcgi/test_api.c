@@ -537,6 +537,74 @@ static void test_parse_len(void)
 	CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
 }
 
+/* response_format: what counts as JSON, and as a JSON object. */
+static void test_format_satisfied(void)
+{
+	static const struct {
+		const char *text;
+		bool object, any;
+	} cases[] = {
+		{ "{\"a\":1}", true, true },
+		{ "  \n{\"a\": [1, 2]}\n ", true, true },
+		{ "[1,2]", false, true },
+		{ "42", false, true },
+		{ "\"s\"", false, true },
+		{ "", false, false },
+		{ "{\"a\":1} trailing", false, false },
+		{ "```json\n{\"a\":1}\n```", false, false },
+		{ "Sure: {\"a\":1}", false, false },
+		{ "{\"a\":", false, false },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		size_t n = strlen(cases[i].text);
+
+		CU_ASSERT_EQUAL(fcgi_format_satisfied(PROV_FORMAT_JSON_OBJECT, cases[i].text, n),
+				cases[i].object);
+		CU_ASSERT_EQUAL(fcgi_format_satisfied(PROV_FORMAT_JSON_SCHEMA, cases[i].text, n),
+				cases[i].any);
+		CU_ASSERT_TRUE(fcgi_format_satisfied(PROV_FORMAT_TEXT, cases[i].text, n));
+	}
+}
+
+/* response_format parsed into the request; the warning goes into the whole object and the
+ * final chunk only. */
+static void test_format_fields(void)
+{
+	static const char js[] = BODY(",\"response_format\":{\"type\":\"json_schema\","
+				      "\"json_schema\":{\"name\":\"r\",\"schema\":{}}}");
+	static const char jo[] = BODY(",\"response_format\":{\"type\":\"json_object\"}");
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct fcgi_completion m;
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(js, strlen(js), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_JSON_SCHEMA);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(req.json_schema, "name")), "r");
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(jo, strlen(jo), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_JSON_OBJECT);
+	CU_ASSERT_PTR_NULL(req.json_schema);
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(""), strlen(BODY("")), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_TEXT);
+	fcgi_chat_release(&req);
+
+	fcgi_completion_init(&m, "m");
+	CU_ASSERT_PTR_NULL(m.warning);
+	m.warning = "not \"JSON\"";
+	fcgi_completion_json(&out, &m, "x", 1, "stop", NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, ",\"olp_warning\":\"not \\\"JSON\\\"\"}"));
+	buf_reset(&out);
+	fcgi_sse_chunk(&out, &m, "assistant", "x", 1, NULL);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "olp_warning"));
+	buf_reset(&out);
+	fcgi_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"olp_warning\""));
+	buf_release(&out);
+}
+
 /* ---- encoders ------------------------------------------------------------------------------ */
 
 static json_t *load(const char *s, size_t len)
@@ -951,6 +1019,8 @@ int main(void)
 		{ "parse: valid forms", test_parse_valid },
 		{ "parse: fields set", test_parse_fields },
 		{ "parse: body length honoured", test_parse_len },
+		{ "parse: response_format into the request, olp_warning out", test_format_fields },
+		{ "response_format: what is JSON", test_format_satisfied },
 		{ "error object", test_error_json },
 		{ "status text", test_status_text },
 		{ "response headers refuse control characters", test_headers },

@@ -6,13 +6,28 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { chatBody, curl, curlStream, startServer } from './harness.mjs';
+import { chatBody, curl, curlStream, startServer, testRegistry } from './harness.mjs';
 
 let srv;
 let initialWorkers;
 
+// Command providers that answer fixed text, whatever they are asked.
+function fixed(name, text) {
+  return {
+    type: 'command',
+    argv: ['/bin/sh', '-c', `cat >/dev/null; printf '%s' '${text}'`],
+    timeout_s: 20,
+    network: false,
+    models: [{ id: name, created: 1700000000 }],
+  };
+}
+
 before(async () => {
-  srv = await startServer();
+  const registry = testRegistry();
+  registry.providers['json-object'] = fixed('json-object', '  {"ok": true, "n": [1, 2]}\n');
+  registry.providers['json-array'] = fixed('json-array', '[1, 2, 3]');
+  registry.providers['not-json'] = fixed('not-json', 'Sure! Here is your JSON: {"ok": true}');
+  srv = await startServer({ registry });
   initialWorkers = srv.workerPids();
 });
 
@@ -138,6 +153,80 @@ describe('stop sequences', () => {
     }
     assert.equal(streamedText(cs), text);
   });
+});
+
+describe('response_format', () => {
+  const schema = {
+    name: 'weather_report',
+    description: 'a city and its temperature',
+    schema: { type: 'object', properties: { city: { type: 'string' }, celsius: { type: 'number' } }, required: ['city'] },
+  };
+
+  it('json_object: the JSON-only instruction reaches the provider, last', async () => {
+    const r = await post(chatBody('echo', 'give me data', { response_format: { type: 'json_object' } }));
+    assert.equal(r.status, 200, r.text);
+    const prompt = r.json.choices[0].message.content;
+    assert.match(prompt, /^give me data\n\n\[System\] Respond with one valid JSON object and nothing else/);
+    assert.ok(!prompt.includes('JSON Schema'), prompt);
+  });
+
+  it('json_schema: the schema is in the instruction', async () => {
+    const r = await post(chatBody('echo', 'weather?', { response_format: { type: 'json_schema', json_schema: schema } }));
+    assert.equal(r.status, 200, r.text);
+    const prompt = r.json.choices[0].message.content;
+    assert.ok(prompt.includes('"weather_report" (a city and its temperature)'), prompt);
+    assert.ok(prompt.includes(JSON.stringify(schema.schema)), prompt);
+  });
+
+  it('a JSON answer: no warning', async () => {
+    const r = await post(chatBody('json-object', 'x', { response_format: { type: 'json_object' } }));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-olp-warning'], undefined);
+    assert.equal(r.json.olp_warning, undefined);
+    assert.deepEqual(JSON.parse(r.json.choices[0].message.content), { ok: true, n: [1, 2] });
+  });
+
+  it('not JSON: the answer as it is, finish_reason kept, X-OLP-Warning and olp_warning', async () => {
+    const r = await post(chatBody('not-json', 'x', { response_format: { type: 'json_object' } }));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.choices[0].message.content, 'Sure! Here is your JSON: {"ok": true}');
+    assert.equal(r.json.choices[0].finish_reason, 'stop');
+    assert.match(r.headers['x-olp-warning'] ?? '', /the answer is not a JSON object/);
+    assert.equal(r.json.olp_warning, r.headers['x-olp-warning']);
+  });
+
+  it('json_object wants an object; json_schema takes any JSON', async () => {
+    const obj = await post(chatBody('json-array', 'x', { response_format: { type: 'json_object' } }));
+    assert.ok(obj.headers['x-olp-warning'], obj.text);
+    const sch = await post(chatBody('json-array', 'x', { response_format: { type: 'json_schema', json_schema: schema } }));
+    assert.equal(sch.headers['x-olp-warning'], undefined, sch.text);
+  });
+
+  it('streamed: the final chunk carries olp_warning when the answer is not JSON', async () => {
+    const bad = chunks(await stream(chatBody('not-json', 'x', { response_format: { type: 'json_object' } })));
+    const last = bad.findLast((c) => c.choices[0]?.finish_reason);
+    assert.equal(last.choices[0].finish_reason, 'stop');
+    assert.match(last.olp_warning ?? '', /not a JSON object/);
+    assert.equal(bad.filter((c) => c.olp_warning).length, 1);
+    const good = chunks(await stream(chatBody('json-object', 'x', { response_format: { type: 'json_object' } })));
+    assert.equal(good.filter((c) => c.olp_warning).length, 0);
+  });
+
+  const badFormats = [
+    ['an unknown type', { type: 'yaml' }, 'response_format.type'],
+    ['no type', {}, 'response_format'],
+    ['json_schema without json_schema', { type: 'json_schema' }, 'response_format.json_schema'],
+    ['json_schema without a name', { type: 'json_schema', json_schema: { schema: {} } }, 'response_format.json_schema.name'],
+    ['a name with a newline', { type: 'json_schema', json_schema: { name: 'a\nb' } }, 'response_format.json_schema.name'],
+    ['a schema not an object', { type: 'json_schema', json_schema: { name: 'n', schema: 'x' } }, 'response_format.json_schema.schema'],
+  ];
+  for (const [name, rf, param] of badFormats) {
+    it(`${name}: 400 naming ${param}`, async () => {
+      const r = await post(chatBody('echo', 'x', { response_format: rf }));
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.param, param, r.text);
+    });
+  }
 });
 
 describe('afterwards', () => {
