@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "fcgi/fcgi.h"
@@ -203,9 +204,121 @@ static int bad(struct fcgi_error *err, const char *param, const char *fmt, ...)
 	return -1;
 }
 
-static int check_content(const json_t *content, size_t i, struct fcgi_error *err)
+static int base64_value(unsigned char c)
 {
-	char param[64];
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Check standard base64 (padded, no whitespace); *size := the decoded size, and head :=
+ * its first bytes (up to head_len, zero-filled). 0 or -1. */
+static int base64_check(const char *s, size_t len, size_t *size, unsigned char *head,
+			size_t head_len)
+{
+	size_t pad = 0, i, out = 0;
+	uint32_t acc = 0;
+
+	memset(head, 0, head_len);
+	if (!len || len % 4)
+		return -1;
+	if (s[len - 1] == '=')
+		pad = s[len - 2] == '=' ? 2 : 1;
+	for (i = 0; i < len - pad; i++) {
+		int v = base64_value((unsigned char)s[i]);
+
+		if (v < 0)
+			return -1;
+		acc = (acc << 6) | (uint32_t)v;
+		if (i % 4 == 3) {
+			for (int k = 2; k >= 0; k--, out++)
+				if (out < head_len)
+					head[out] = (unsigned char)(acc >> (8 * k));
+			acc = 0;
+		}
+	}
+	*size = len / 4 * 3 - pad;
+	return 0;
+}
+
+/* What an image's first bytes say it is, so that a part whose bytes are not the type it
+ * names is refused here rather than by the provider's API in the middle of a run. */
+static bool image_magic_ok(const char *type, const unsigned char *h)
+{
+	if (!strcmp(type, "png"))
+		return !memcmp(h, "\x89PNG\r\n\x1a\n", 8);
+	if (!strcmp(type, "jpeg"))
+		return h[0] == 0xff && h[1] == 0xd8 && h[2] == 0xff;
+	if (!strcmp(type, "gif"))
+		return !memcmp(h, "GIF87a", 6) || !memcmp(h, "GIF89a", 6);
+	return !memcmp(h, "RIFF", 4) && !memcmp(h + 8, "WEBP", 4); /* webp */
+}
+
+/* An image_url part: a data: URL of a PNG, JPEG, GIF or WebP image under the size cap.
+ * Nothing is ever fetched on a client's behalf: an http(s) URL is refused. */
+static int check_image(const json_t *part, const char *param, struct fcgi_chat_request *out,
+		       struct fcgi_error *err)
+{
+	static const char *const types[] = { "png", "jpeg", "gif", "webp" };
+	const json_t *iu = json_object_get(part, "image_url"), *detail;
+	const char *url = json_string_value(json_object_get(iu, "url")), *mt, *comma;
+	char uparam[128];
+	unsigned char head[16];
+	size_t size, t;
+
+	snprintf(uparam, sizeof(uparam), "%s.image_url.url", param);
+	if (!json_is_object(iu) || !url ||
+	    strlen(url) != json_string_length(json_object_get(iu, "url")))
+		return bad(err, uparam, "%s must be a string (a data: URL)", uparam);
+	detail = json_object_get(iu, "detail");
+	if (detail && !json_is_null(detail) && !json_is_string(detail))
+		return bad(err, param, "%s.image_url.detail must be a string", param);
+	if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8))
+		return bad(err, uparam,
+			   "%s: remote image URLs are not fetched (OLP fetches nothing on a "
+			   "client's behalf); send the image inline as a data: URL "
+			   "(data:image/png;base64,…)",
+			   uparam);
+	if (strncmp(url, "data:image/", 11))
+		return bad(err, uparam,
+			   "%s must be a data: URL of an image (data:image/png;base64,…)", uparam);
+	mt = url + 11;
+	comma = strchr(mt, ',');
+	for (t = 0; t < ARRAY_SIZE(types); t++)
+		if (comma && !strncmp(mt, types[t], strlen(types[t])) &&
+		    !strncmp(mt + strlen(types[t]), ";base64,", 8))
+			break;
+	if (t == ARRAY_SIZE(types))
+		return bad(err, uparam,
+			   "%s: the image must be image/png, image/jpeg, image/gif or image/webp, "
+			   "base64-encoded (data:image/png;base64,…)",
+			   uparam);
+	if (base64_check(comma + 1, strlen(comma + 1), &size, head, sizeof(head)))
+		return bad(err, uparam, "%s: the image data is not valid base64", uparam);
+	if (size > FCGI_MAX_IMAGE_BYTES) {
+		bad(err, uparam, "%s: the image is %zu bytes, above the limit of %d", uparam, size,
+		    FCGI_MAX_IMAGE_BYTES);
+		err->status = 413;
+		err->type = "request_too_large";
+		return -1;
+	}
+	if (!image_magic_ok(types[t], head))
+		return bad(err, uparam, "%s: the data is not a %s image", uparam, types[t]);
+	if (++out->nimages > FCGI_MAX_IMAGES)
+		return bad(err, uparam, "at most %d images a request", FCGI_MAX_IMAGES);
+	if (out->nimages == 1)
+		snprintf(out->image_param, sizeof(out->image_param), "%s", uparam);
+	return 0;
+}
+
+static int check_content(const json_t *content, size_t i, bool user, struct fcgi_chat_request *out,
+			 struct fcgi_error *err)
+{
+	char param[48], pparam[80];
 	const json_t *part;
 	size_t j;
 
@@ -213,23 +326,37 @@ static int check_content(const json_t *content, size_t i, struct fcgi_error *err
 	if (!content || json_is_null(content) || json_is_string(content))
 		return 0;
 	if (!json_is_array(content))
-		return bad(err, param, "%s must be a string, an array of text parts, or null",
+		return bad(err, param, "%s must be a string, an array of content parts, or null",
 			   param);
 	json_array_foreach(content, j, part) {
-		const json_t *type = json_object_get(part, "type");
+		const json_t *tv = json_object_get(part, "type");
+		/* The body may hold NULs: "text\u0000image" is no "text". */
+		const char *type = json_is_string(tv) && strlen(json_string_value(tv)) ==
+								 json_string_length(tv)
+					   ? json_string_value(tv)
+					   : NULL;
 
-		if (!json_is_object(part) || !json_is_string(type) ||
-		    json_string_length(type) != 4 || strcmp(json_string_value(type), "text") ||
-		    !json_is_string(json_object_get(part, "text")))
-			return bad(
-				err, param,
-				"%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
-				param, j);
+		snprintf(pparam, sizeof(pparam), "%s[%zu]", param, j);
+		if (json_is_object(part) && type && !strcmp(type, "text") &&
+		    json_is_string(json_object_get(part, "text")))
+			continue;
+		if (json_is_object(part) && type && !strcmp(type, "image_url") && user) {
+			if (check_image(part, pparam, out, err))
+				return -1;
+			continue;
+		}
+		if (json_is_object(part) && type && !strcmp(type, "image_url"))
+			return bad(err, pparam, "%s: images may only be in user messages", pparam);
+		return bad(err, param,
+			   "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"}) or, "
+			   "in a user message, an image_url part with a data: URL",
+			   param, j);
 	}
 	return 0;
 }
 
-static int check_messages(const json_t *messages, struct fcgi_error *err)
+static int check_messages(const json_t *messages, struct fcgi_chat_request *out,
+			  struct fcgi_error *err)
 {
 	const json_t *msg;
 	size_t i, r;
@@ -257,7 +384,8 @@ static int check_messages(const json_t *messages, struct fcgi_error *err)
 				   "%s must be one of system, developer, user, assistant, "
 				   "tool, function",
 				   param);
-		if (check_content(json_object_get(msg, "content"), i, err))
+		if (check_content(json_object_get(msg, "content"), i, !strcmp(role, "user"), out,
+				  err))
 			return -1;
 	}
 	return 0;
@@ -535,7 +663,7 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
-	if (check_fields(root, err) || check_messages(out->messages, err) ||
+	if (check_fields(root, err) || check_messages(out->messages, out, err) ||
 	    check_defaults(root, err) || check_format(root, out, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||

@@ -22,7 +22,7 @@ struct fcgi_error {
 	int status;
 	const char *type; /* static string */
 	const char *code; /* static string or NULL */
-	char param[64];	  /* the offending field, or "" */
+	char param[128];  /* the offending field, or "" */
 	char message[512];
 };
 
@@ -69,6 +69,10 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 /* "stop": at most this many sequences (as OpenAI), each 1 to FCGI_MAX_STOP_LEN bytes. */
 #define FCGI_MAX_STOP 4
 #define FCGI_MAX_STOP_LEN 256
+/* image_url parts: at most this many a request, each at most this many bytes decoded
+ * (the Anthropic API's own limit per image); above the size, 413. */
+#define FCGI_MAX_IMAGES 20
+#define FCGI_MAX_IMAGE_BYTES (5 * 1024 * 1024)
 
 struct fcgi_chat_request {
 	json_t *root; /* the parsed body; owns everything below */
@@ -80,6 +84,8 @@ struct fcgi_chat_request {
 	const json_t *stop;	   /* a string, an array of strings (checked), or NULL */
 	enum prov_format format;   /* response_format */
 	const json_t *json_schema; /* PROV_FORMAT_JSON_SCHEMA: {"name", "schema"?, …} */
+	unsigned nimages;	   /* image_url parts (checked data: URLs) */
+	char image_param[128];	   /* the first one's param, for a provider that takes none */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release

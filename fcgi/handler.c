@@ -764,6 +764,30 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 	return -1;
 }
 
+/* Keep the hops whose provider can take what the request holds (images). 0, or -1 after
+ * answering 400 naming the field when none can. */
+static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
+{
+	struct fcgi_error e;
+	size_t i, n = 0;
+
+	if (!req->nimages)
+		return 0;
+	for (i = 0; i < a->nhops; i++)
+		if (prov_provider_caps(a->hops[i].m->provider) & PROV_CAP_IMAGES)
+			a->hops[n++] = a->hops[i];
+	if (n) {
+		a->nhops = n;
+		return 0;
+	}
+	fcgi_error_set(&e, 400, "invalid_request_error", NULL, req->image_param,
+		       "%s: model '%.200s' (provider type %s) takes no images; only claude "
+		       "models do",
+		       req->image_param, req->model, prov_provider_type(a->hops[0].m->provider));
+	send_error(rc, &e, NULL);
+	return -1;
+}
+
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
@@ -794,7 +818,8 @@ static void handle_chat(struct req_ctx *rc)
 		send_error(rc, &err, NULL);
 		goto out_answer;
 	}
-	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
+	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
+	    check_hop_caps(rc, &req, &a))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);

@@ -40,14 +40,42 @@ static const char default_system_prompt[] =
 	"the conversation below directly, as a chat assistant would; do not mention tools, "
 	"files or a terminal.";
 
+/* The user message's content: the flattened conversation as one string, or, when it holds
+ * images, as content blocks (text and image blocks in the conversation's order), which
+ * stream-json input passes on to the Messages API as they are. */
+static void claude_user_content(const json_t *blocks, struct buf *in)
+{
+	const json_t *b;
+	char *dump;
+	size_t i;
+
+	json_array_foreach(blocks, i, b) {
+		if (strcmp(prov_json_str(b, "type") ?: "", "image"))
+			continue;
+		dump = json_dumps(blocks, JSON_COMPACT);
+		if (!dump)
+			abort(); /* out of memory: one OOM policy */
+		buf_adds(in, dump);
+		free(dump);
+		return;
+	}
+	/* Text only (at most one block): the string form, as always. */
+	b = json_array_get(blocks, 0);
+	buf_add_json_str(in, prov_json_str(b, "text") ?: "",
+			 json_string_length(json_object_get(b, "text")));
+}
+
 /* The run's stdin: the initialize request carrying the system prompt (the configured or
  * built-in one, then the client's system messages), then the rest of the conversation,
  * flattened, as one user message. */
 static void claude_stdin(const struct prov_provider *pv, const json_t *messages, struct buf *in)
 {
-	struct buf system = BUF_INIT, prompt = BUF_INIT;
+	struct buf system = BUF_INIT;
+	json_t *blocks = json_array();
 
-	prov_cli_split_messages(messages, &system, &prompt);
+	if (!blocks)
+		abort();
+	prov_cli_split_messages(messages, &system, NULL, blocks);
 	buf_adds(in, "{\"type\":\"control_request\",\"request_id\":\"olp-init\","
 		     "\"request\":{\"subtype\":\"initialize\",\"systemPrompt\":");
 	if (system.len) {
@@ -64,10 +92,10 @@ static void claude_stdin(const struct prov_provider *pv, const json_t *messages,
 		buf_add_json_str(in, dflt, strlen(dflt));
 	}
 	buf_adds(in, "}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":");
-	buf_add_json_str(in, prompt.data, prompt.len);
+	claude_user_content(blocks, in);
 	buf_adds(in, "},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n");
 	buf_release(&system);
-	buf_release(&prompt);
+	json_decref(blocks);
 }
 
 static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
@@ -365,6 +393,7 @@ static void claude_parser_free(void *st)
 
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
+	.caps = PROV_CAP_IMAGES,
 	.plan = claude_plan,
 	.parser_new = claude_parser_new,
 	.parser_feed = claude_feed,

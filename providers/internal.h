@@ -14,6 +14,7 @@ struct prov_plan {
 
 struct provider_ops {
 	const char *type;
+	unsigned caps; /* enum prov_caps */
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */

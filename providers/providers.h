@@ -67,6 +67,12 @@ const char *prov_provider_name(const struct prov_provider *pv); /* "local", "ant
 const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
+/* What a provider's runs can take beyond text (a request that needs more is the caller's
+ * to refuse, naming the field, before any run). */
+enum prov_caps {
+	PROV_CAP_IMAGES = 1 << 0, /* image_url parts (checked data: URLs) in user messages */
+};
+unsigned prov_provider_caps(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
@@ -181,8 +187,14 @@ int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
 void prov_parser_free(struct prov_parser *ps);
 
 /* Flatten chat messages into one prompt as the Node OLP does: parts joined by a blank
- * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". */
+ * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". Image
+ * parts have no text form and are left out. */
 void prov_flatten_messages(const json_t *messages, struct buf *out);
+/* The same prompt as Anthropic content blocks, appended to the array blocks: the text as
+ * text blocks, cut where an image part of a user message stands, which becomes an image
+ * block ({"type":"image","source":{"type":"base64","media_type","data"}}). The image
+ * parts must be checked data: URLs (fcgi_chat_parse does). */
+void prov_flatten_blocks(const json_t *messages, json_t *blocks);
 
 /* response_format: what the answer must be. */
 enum prov_format {

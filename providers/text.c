@@ -88,62 +88,126 @@ int prov_text_finish(struct prov_text_reader *tr, const struct prov_sink *sink)
 
 /* ---- prompt flattening --------------------------------------------------------------- */
 
-/* The text of a message's content: a string, an array of parts (text parts joined by a
- * newline; other part types have no text form here), or null. */
-static void content_text(const json_t *content, struct buf *out)
+/* Where the text flattened so far goes when an image part interrupts it. */
+struct flat {
+	struct buf *out;
+	json_t *blocks; /* NULL: images are left out */
+};
+
+static void flush_text(struct flat *f)
+{
+	json_t *b;
+
+	if (!f->blocks || !f->out->len)
+		return;
+	b = json_pack("{s:s, s:s%}", "type", "text", "text", f->out->data, f->out->len);
+	if (!b || json_array_append_new(f->blocks, b))
+		abort(); /* jansson's allocation failed */
+	buf_reset(f->out);
+}
+
+/* An image part (a checked data: URL) as an Anthropic image block. */
+static void add_image(struct flat *f, const json_t *part)
+{
+	const char *url =
+		json_string_value(json_object_get(json_object_get(part, "image_url"), "url"));
+	const char *semi = url ? strchr(url, ';') : NULL, *comma = url ? strchr(url, ',') : NULL;
+	json_t *b;
+
+	if (!f->blocks || !semi || !comma || strncmp(url, "data:", 5))
+		return;
+	flush_text(f);
+	b = json_pack("{s:s, s:{s:s, s:s%, s:s}}", "type", "image", "source", "type", "base64",
+		      "media_type", url + 5, (size_t)(semi - url - 5), "data", comma + 1);
+	if (!b || json_array_append_new(f->blocks, b))
+		abort();
+}
+
+/* A message's content: a string, an array of parts (text parts joined by a newline; an
+ * image part cuts the text, see prov_flatten_blocks), or null. prefix goes before the
+ * first text. */
+static void content_flat(struct flat *f, const json_t *content, const char *prefix)
 {
 	size_t i;
 	const json_t *part;
 	bool first = true;
 
 	if (json_is_string(content)) {
-		buf_add(out, json_string_value(content), json_string_length(content));
+		if (!json_string_length(content))
+			return;
+		if (f->out->len)
+			buf_adds(f->out, "\n\n");
+		buf_adds(f->out, prefix);
+		buf_add(f->out, json_string_value(content), json_string_length(content));
 		return;
 	}
 	if (!json_is_array(content))
 		return;
 	json_array_foreach(content, i, part) {
 		const json_t *text = json_object_get(part, "text");
+		const char *type = json_string_value(json_object_get(part, "type"));
 
 		if (json_is_string(part))
 			text = part;
-		if (!json_is_string(text))
+		if (type && !strcmp(type, "image_url")) {
+			add_image(f, part);
 			continue;
-		if (!first)
-			buf_addch(out, '\n');
-		buf_add(out, json_string_value(text), json_string_length(text));
+		}
+		if (!json_is_string(text) || !json_string_length(text))
+			continue;
+		if (first && f->out->len)
+			buf_adds(f->out, "\n\n");
+		else if (!first && f->out->len)
+			buf_addch(f->out, '\n');
+		if (first)
+			buf_adds(f->out, prefix);
+		buf_add(f->out, json_string_value(text), json_string_length(text));
 		first = false;
 	}
 }
 
-void prov_flatten_messages(const json_t *messages, struct buf *out)
+static void flatten(const json_t *messages, struct flat *f)
 {
-	struct buf text = BUF_INIT;
+	struct buf prefix = BUF_INIT;
 	const json_t *msg;
 	size_t i;
 
 	json_array_foreach(messages, i, msg) {
 		const char *role = json_string_value(json_object_get(msg, "role"));
 
-		buf_reset(&text);
-		content_text(json_object_get(msg, "content"), &text);
-		if (!role || !text.len)
+		if (!role)
 			continue;
-		if (out->len)
-			buf_adds(out, "\n\n");
+		buf_reset(&prefix);
 		if (!strcmp(role, "system") || !strcmp(role, "developer")) {
-			buf_adds(out, "[System] ");
+			buf_adds(&prefix, "[System] ");
 		} else if (!strcmp(role, "assistant")) {
-			buf_adds(out, "[Assistant] ");
+			buf_adds(&prefix, "[Assistant] ");
 		} else if (!strcmp(role, "tool") || !strcmp(role, "function")) {
 			const char *name = json_string_value(json_object_get(msg, "name"));
 
 			if (!name)
 				name = json_string_value(json_object_get(msg, "tool_call_id"));
-			buf_addf(out, "[Tool Result (%s)] ", name ? name : "tool");
+			buf_addf(&prefix, "[Tool Result (%s)] ", name ? name : "tool");
 		}
-		buf_add(out, text.data, text.len);
+		content_flat(f, json_object_get(msg, "content"), prefix.data);
 	}
+	buf_release(&prefix);
+}
+
+void prov_flatten_messages(const json_t *messages, struct buf *out)
+{
+	struct flat f = { .out = out };
+
+	flatten(messages, &f);
+}
+
+void prov_flatten_blocks(const json_t *messages, json_t *blocks)
+{
+	struct buf text = BUF_INIT;
+	struct flat f = { .out = &text, .blocks = blocks };
+
+	flatten(messages, &f);
+	flush_text(&f);
 	buf_release(&text);
 }
 

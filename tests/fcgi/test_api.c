@@ -138,6 +138,9 @@ static void test_route(void)
 
 #define MSG "[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define BODY(extra) "{\"model\":\"m\",\"messages\":" MSG extra "}"
+#define IMG(url)                                                                                  \
+	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"," \
+	"\"image_url\":{\"url\":" url "}}]}]}"
 
 static void test_parse_failures(void)
 {
@@ -196,7 +199,31 @@ static void test_parse_failures(void)
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
 		  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
 		  "\"image_url\":{\"url\":\"http://x\"}}]}]}",
-		  "messages[0].content" },
+		  "messages[0].content[1].image_url.url" },
+		/* images: data: URLs of png, jpeg, gif, webp only, checked; nothing fetched */
+		{ IMG("\"https://example.com/cat.png\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"HTTPS://example.com/cat.png\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/bmp;base64,Qk0=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/svg+xml;base64,PHN2Zz4=\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png,iVBORw0KGgo=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,iVBORw0KGgo\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,iVBO Rw0KGgo=\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,R0lGODlhAQABAA==\""), /* a GIF named png */
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:text/plain;base64,aGk=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"file:///etc/passwd\""), "messages[0].content[0].image_url.url" },
+		{ IMG("5"), "messages[0].content[0].image_url.url" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		  "[{\"type\":\"image_url\",\"image_url\":\"data:image/gif;base64,"
+		  "R0lGODlhAQABAA==\"}]}]}",
+		  "messages[0].content[0].image_url.url" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":"
+		  "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/gif;base64,"
+		  "R0lGODlhAQABAA==\"}}]}]}",
+		  "messages[0].content[0]" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
 		  "\"text\"}]}]}",
 		  "messages[0].content" },
@@ -535,6 +562,55 @@ static void test_parse_len(void)
 	CU_ASSERT_EQUAL(fcgi_chat_parse(NULL, 0, &req, &err), -1);
 	CU_ASSERT_EQUAL(err.status, 400);
 	CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
+}
+
+/* The four image types pass, counted, the first one's param kept; above the size cap, 413. */
+static void test_images(void)
+{
+	static const char *const urls[] = {
+		"\"data:image/"
+		"png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+		"+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\"",
+		"\"data:image/jpeg;base64,/9j/4AAQSkZJRg==\"",
+		"\"data:image/gif;base64,R0lGODlhAQABAA==\"",
+		"\"data:image/webp;base64,UklGRiQAAABXRUJQVlA4IA==\"",
+	};
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct buf body = BUF_INIT;
+	size_t i, n;
+
+	for (i = 0; i < ARRAY_SIZE(urls); i++) {
+		buf_reset(&body);
+		buf_addf(&body,
+			 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":["
+			 "{\"type\":\"text\",\"text\":\"what is it?\"},{\"type\":\"image_url\","
+			 "\"image_url\":{\"url\":%s,\"detail\":\"low\"}},{\"type\":\"image_url\","
+			 "\"image_url\":{\"url\":%s}}]}]}",
+			 urls[i], urls[i]);
+		CU_ASSERT_EQUAL(fcgi_chat_parse(body.data, body.len, &req, &err), 0);
+		if (!req.root) {
+			fprintf(stderr, "refused (%s): %s\n", err.message, urls[i]);
+			continue;
+		}
+		CU_ASSERT_EQUAL(req.nimages, 2);
+		CU_ASSERT_STRING_EQUAL(req.image_param, "messages[0].content[1].image_url.url");
+		fcgi_chat_release(&req);
+	}
+
+	/* One byte above the cap (decoded), as a PNG: 413 naming the part. */
+	n = ((size_t)FCGI_MAX_IMAGE_BYTES + 3) / 3 * 4;
+	buf_reset(&body);
+	buf_adds(&body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":["
+			"{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,"
+			"iVBORw0KGgo");
+	for (i = 11; i < n; i++)
+		buf_addch(&body, 'A');
+	buf_adds(&body, "\"}}]}]}");
+	CU_ASSERT_EQUAL(fcgi_chat_parse(body.data, body.len, &req, &err), -1);
+	CU_ASSERT_EQUAL(err.status, 413);
+	CU_ASSERT_STRING_EQUAL(err.param, "messages[0].content[0].image_url.url");
+	buf_release(&body);
 }
 
 /* response_format: what counts as JSON, and as a JSON object. */
@@ -1021,6 +1097,7 @@ int main(void)
 		{ "parse: body length honoured", test_parse_len },
 		{ "parse: response_format into the request, olp_warning out", test_format_fields },
 		{ "response_format: what is JSON", test_format_satisfied },
+		{ "images: data: URLs checked and counted, 413 above the cap", test_images },
 		{ "error object", test_error_json },
 		{ "status text", test_status_text },
 		{ "response headers refuse control characters", test_headers },

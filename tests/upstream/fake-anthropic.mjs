@@ -8,9 +8,17 @@
 //         *-cut sends half the deltas and then drops the connection;
 //         *-maxtok stops with stop_reason "max_tokens".
 // FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one.
+// A last user message holding image blocks is answered "I see N image(s): <media types>."
 import { serve, failStatus, isCut, TOKENS, sleep, sse } from './common.mjs';
 
-const TEXT = 'Hello from the fake Anthropic server!';
+const HELLO = 'Hello from the fake Anthropic server!';
+
+// The image blocks of the last user message (base64 sources), as "image/png, …".
+function imagesSeen(body) {
+  const last = [...(body.messages ?? [])].reverse().find((m) => m.role === 'user');
+  const blocks = Array.isArray(last?.content) ? last.content : [];
+  return blocks.filter((b) => b?.type === 'image' && b.source?.type === 'base64').map((b) => b.source.media_type);
+}
 const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
 let seq = 0;
 const errType = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error',
@@ -34,6 +42,8 @@ serve('anthropic', async (req, res, body) => {
       error: { type: errType[status] ?? 'api_error', message: `fake ${status}` }, request_id: reqId }));
     return;
   }
+  const images = imagesSeen(body);
+  const TEXT = images.length ? `I see ${images.length} image(s): ${images.join(', ')}.` : HELLO;
   const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   if (!body.stream) {
