@@ -355,6 +355,32 @@ static int check_content(const json_t *content, size_t i, bool user, struct fcgi
 	return 0;
 }
 
+/* An assistant message's tool_calls (the history of an earlier turn). */
+static int check_tool_calls(const json_t *msg, size_t i, struct fcgi_error *err)
+{
+	const json_t *calls = json_object_get(msg, "tool_calls"), *c;
+	char param[64];
+	size_t j;
+
+	if (!calls || json_is_null(calls))
+		return 0;
+	snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+	if (!json_is_array(calls))
+		return bad(err, param, "%s must be an array", param);
+	json_array_foreach(calls, j, c) {
+		const json_t *fn = json_object_get(c, "function");
+
+		if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")) ||
+		    !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+		    !json_is_string(json_object_get(fn, "arguments")))
+			return bad(err, param,
+				   "%s[%zu] must be {\"id\",\"type\":\"function\",\"function\":"
+				   "{\"name\",\"arguments\"}} with strings",
+				   param, j);
+	}
+	return 0;
+}
+
 static int check_messages(const json_t *messages, struct fcgi_chat_request *out,
 			  struct fcgi_error *err)
 {
@@ -385,7 +411,8 @@ static int check_messages(const json_t *messages, struct fcgi_chat_request *out,
 				   "tool, function",
 				   param);
 		if (check_content(json_object_get(msg, "content"), i, !strcmp(role, "user"), out,
-				  err))
+				  err) ||
+		    (!strcmp(role, "assistant") && check_tool_calls(msg, i, err)))
 			return -1;
 	}
 	return 0;
@@ -496,11 +523,10 @@ static const struct {
 	{ "prediction", FIELD_REFUSED, "the provider CLIs take no predicted output" },
 	{ "web_search_options", FIELD_REFUSED,
 	  "OLP runs the provider CLIs with their own tools (web search among them) off" },
-	{ "tools", FIELD_REFUSED, "function calling is not supported yet" },
-	{ "tool_choice", FIELD_REFUSED, "function calling is not supported yet" },
-	{ "functions", FIELD_REFUSED, "function calling is not supported; it would be \"tools\"" },
-	{ "function_call", FIELD_REFUSED,
-	  "function calling is not supported; it would be \"tool_choice\"" },
+	{ "tools", FIELD_USED, NULL },
+	{ "tool_choice", FIELD_USED, NULL },
+	{ "functions", FIELD_REFUSED, "the deprecated form; send \"tools\"" },
+	{ "function_call", FIELD_REFUSED, "the deprecated form; send \"tool_choice\"" },
 };
 
 /* A refused field's value that asks for nothing: null, an empty list or object ("tools":
@@ -625,6 +651,103 @@ static int check_format(const json_t *root, struct fcgi_chat_request *out, struc
 	return 0;
 }
 
+/* A function name as OpenAI allows it; it is also what claude shows the model
+ * (mcp__olp__<name>), so nothing else may pass. */
+static bool tool_name_ok(const json_t *name)
+{
+	size_t n = json_string_length(name);
+
+	return json_is_string(name) && n && n <= 64 &&
+	       strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
+					       "VWXYZ0123456789_-") == n;
+}
+
+/* tools and tool_choice. */
+static int check_tools(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *tools = json_object_get(root, "tools"),
+		     *tc = json_object_get(root, "tool_choice");
+	const json_t *t, *name = NULL;
+	const char *choice = json_string_value(tc);
+	char param[64];
+	size_t i, j;
+
+	if (tools && !json_is_null(tools)) {
+		if (!json_is_array(tools) || json_array_size(tools) > FCGI_MAX_TOOLS)
+			return bad(err, "tools",
+				   "tools must be an array of up to %d function tools",
+				   FCGI_MAX_TOOLS);
+		json_array_foreach(tools, i, t) {
+			const json_t *fn = json_object_get(t, "function"), *v;
+			const char *type = json_string_value(json_object_get(t, "type"));
+
+			snprintf(param, sizeof(param), "tools[%zu]", i);
+			if (!json_is_object(t) || !type || strcmp(type, "function") ||
+			    !json_is_object(fn))
+				return bad(err, param,
+					   "%s must be {\"type\":\"function\",\"function\":{…}} "
+					   "(the only kind of tool OLP passes on)",
+					   param);
+			snprintf(param, sizeof(param), "tools[%zu].function.name", i);
+			if (!tool_name_ok(json_object_get(fn, "name")))
+				return bad(err, param,
+					   "%s must be 1 to 64 of a-z, A-Z, 0-9, _ and -", param);
+			for (j = 0; j < i; j++)
+				if (json_equal(json_object_get(fn, "name"),
+					       json_object_get(
+						       json_object_get(json_array_get(tools, j),
+								       "function"),
+						       "name")))
+					return bad(err, param, "%s: two tools have the name %s",
+						   param,
+						   json_string_value(json_object_get(fn, "name")));
+			v = json_object_get(fn, "description");
+			snprintf(param, sizeof(param), "tools[%zu].function.description", i);
+			if (v && !json_is_null(v) && !json_is_string(v))
+				return bad(err, param, "%s must be a string", param);
+			v = json_object_get(fn, "parameters");
+			snprintf(param, sizeof(param), "tools[%zu].function.parameters", i);
+			if (v && !json_is_null(v) && !json_is_object(v))
+				return bad(err, param, "%s must be a JSON Schema object", param);
+		}
+		if (json_array_size(tools))
+			out->tools = tools;
+	}
+	if (!tc || json_is_null(tc) || (choice && !strcmp(choice, "auto")))
+		return 0;
+	if (choice && !strcmp(choice, "none")) {
+		out->tools = NULL; /* declared to no one: the model cannot call any */
+		return 0;
+	}
+	if (choice && !strcmp(choice, "required")) {
+		out->tool_choice = PROV_TOOLS_REQUIRED;
+	} else if (json_is_object(tc) &&
+		   !strcmp(json_string_value(json_object_get(tc, "type")) ?: "", "function")) {
+		name = json_object_get(json_object_get(tc, "function"), "name");
+		if (!tool_name_ok(name))
+			return bad(err, "tool_choice.function.name",
+				   "tool_choice.function.name must name one of the tools");
+		out->tool_choice = PROV_TOOLS_NAMED;
+		out->tool_name = json_string_value(name);
+	} else {
+		return bad(err, "tool_choice",
+			   "tool_choice must be \"none\", \"auto\", \"required\" or "
+			   "{\"type\":\"function\",\"function\":{\"name\":…}}");
+	}
+	if (!out->tools)
+		return bad(err, "tool_choice",
+			   "tool_choice asks for a tool call, but there are no tools");
+	json_array_foreach(out->tools, i, t)
+		if (name &&
+		    json_equal(name, json_object_get(json_object_get(t, "function"), "name")))
+			return 0;
+	if (name)
+		return bad(err, "tool_choice.function.name",
+			   "tool_choice.function.name: there is no tool named %s",
+			   json_string_value(name));
+	return 0;
+}
+
 bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len)
 {
 	json_error_t jerr;
@@ -665,6 +788,7 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	out->messages = json_object_get(root, "messages");
 	if (check_fields(root, err) || check_messages(out->messages, out, err) ||
 	    check_defaults(root, err) || check_format(root, out, err) ||
+	    check_tools(root, out, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
@@ -771,6 +895,32 @@ void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char
 	buf_adds(out, "}\n\n");
 }
 
+void fcgi_sse_tool_call(struct buf *out, const struct fcgi_completion *m, bool first,
+			unsigned index, const char *id, const char *name, const char *args,
+			size_t len)
+{
+	buf_adds(out, "data: ");
+	meta_head(out, m, "chat.completion.chunk");
+	buf_adds(out, ",\"choices\":[{\"index\":0,\"delta\":{");
+	if (first)
+		buf_adds(out, "\"role\":\"assistant\",");
+	buf_addf(out, "\"tool_calls\":[{\"index\":%u,", index);
+	if (id) {
+		buf_adds(out, "\"id\":");
+		buf_add_json_str(out, id, strlen(id));
+		buf_adds(out, ",\"type\":\"function\",");
+	}
+	buf_adds(out, "\"function\":{");
+	if (name) {
+		buf_adds(out, "\"name\":");
+		buf_add_json_str(out, name, strlen(name));
+		buf_addch(out, ',');
+	}
+	buf_adds(out, "\"arguments\":");
+	buf_add_json_str(out, args ? args : "", args ? len : 0);
+	buf_adds(out, "}}]},\"finish_reason\":null}]}\n\n");
+}
+
 void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u)
 {
 	buf_adds(out, "data: ");
@@ -788,10 +938,35 @@ void fcgi_sse_done(struct buf *out)
 void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
 			  size_t len, const char *finish_reason, const struct prov_usage *u)
 {
+	fcgi_completion_json_calls(out, m, content, len, NULL, 0, finish_reason, u);
+}
+
+void fcgi_completion_json_calls(struct buf *out, const struct fcgi_completion *m,
+				const char *content, size_t len, const struct fcgi_tool_call *calls,
+				size_t ncalls, const char *finish_reason,
+				const struct prov_usage *u)
+{
 	meta_head(out, m, "chat.completion");
 	buf_adds(out,
 		 ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-	buf_add_json_str(out, content, len);
+	/* With calls and no text, content is null, as OpenAI sends it. */
+	if (ncalls && !len)
+		buf_adds(out, "null");
+	else
+		buf_add_json_str(out, content, len);
+	if (ncalls) {
+		buf_adds(out, ",\"tool_calls\":[");
+		for (size_t i = 0; i < ncalls; i++) {
+			buf_adds(out, i ? ",{\"id\":" : "{\"id\":");
+			buf_add_json_str(out, calls[i].id, strlen(calls[i].id));
+			buf_adds(out, ",\"type\":\"function\",\"function\":{\"name\":");
+			buf_add_json_str(out, calls[i].name, strlen(calls[i].name));
+			buf_adds(out, ",\"arguments\":");
+			buf_add_json_str(out, calls[i].args, calls[i].args_len);
+			buf_adds(out, "}}");
+		}
+		buf_addch(out, ']');
+	}
 	buf_adds(out, "},\"finish_reason\":");
 	buf_add_json_str(out, finish_reason, strlen(finish_reason));
 	buf_adds(out, "}]");

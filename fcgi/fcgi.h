@@ -73,6 +73,8 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
  * (the Anthropic API's own limit per image); above the size, 413. */
 #define FCGI_MAX_IMAGES 20
 #define FCGI_MAX_IMAGE_BYTES (5 * 1024 * 1024)
+/* tools: at most this many function tools a request. */
+#define FCGI_MAX_TOOLS 128
 
 struct fcgi_chat_request {
 	json_t *root; /* the parsed body; owns everything below */
@@ -86,6 +88,9 @@ struct fcgi_chat_request {
 	const json_t *json_schema; /* PROV_FORMAT_JSON_SCHEMA: {"name", "schema"?, …} */
 	unsigned nimages;	   /* image_url parts (checked data: URLs) */
 	char image_param[128];	   /* the first one's param, for a provider that takes none */
+	const json_t *tools;	   /* checked, non-empty; NULL for none or tool_choice "none" */
+	enum prov_tool_choice tool_choice;
+	const char *tool_name; /* PROV_TOOLS_NAMED */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release
@@ -123,6 +128,25 @@ void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char
  * is null when the provider did not report it. */
 void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u);
 void fcgi_sse_done(struct buf *out);
+/* One streamed piece of a function call: first (the answer's first chunk) adds the role;
+ * id and name (or NULL) go on the call's first piece; args/len is a piece of its JSON
+ * arguments. */
+void fcgi_sse_tool_call(struct buf *out, const struct fcgi_completion *m, bool first,
+			unsigned index, const char *id, const char *name, const char *args,
+			size_t len);
+/* A function call of the model's, whole. */
+struct fcgi_tool_call {
+	const char *id;
+	const char *name;
+	const char *args; /* JSON text */
+	size_t args_len;
+};
+/* A whole chat.completion object, with the model's calls (content null when it said
+ * nothing else). */
+void fcgi_completion_json_calls(struct buf *out, const struct fcgi_completion *m,
+				const char *content, size_t len, const struct fcgi_tool_call *calls,
+				size_t ncalls, const char *finish_reason,
+				const struct prov_usage *u);
 /* A whole chat.completion object. */
 void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
 			  size_t len, const char *finish_reason, const struct prov_usage *u);

@@ -22,6 +22,9 @@
  * /health, /v1/models) or the end of one once the run is over; a run's output has the
  * run's own deadline (handle_chat). A client still not reading then is dropped. */
 #define ANSWER_WRITE_MS 30000
+/* The model's function calls kept for one answer; more are dropped with a warning in the
+ * log (no model makes that many in one turn). */
+#define MAX_CALLS 32
 
 struct req_ctx {
 	struct fcgi_app *app;
@@ -448,6 +451,13 @@ struct answer {
 	 * past MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
 	bool unchecked;
 	char warning[128]; /* meta.warning points here when set */
+	/* The model's function calls, in the order they started. */
+	struct call {
+		char id[128];
+		char name[72];
+		struct buf args;
+	} calls[MAX_CALLS];
+	size_t ncalls;
 };
 
 static void stream_start(struct answer *a)
@@ -542,11 +552,67 @@ static int answer_delta(struct answer *a, const char *text, size_t len)
 	return ret;
 }
 
+/* A piece of one of the model's function calls: kept, and streamed as a tool_calls
+ * delta. */
+static int answer_tool(struct answer *a, const struct prov_event *ev)
+{
+	struct call *c;
+	bool first;
+	int ret;
+
+	/* Text held back for a stop sequence comes before the call. */
+	if (a->held.len) {
+		ret = answer_text(a, a->held.data, a->held.len);
+		buf_reset(&a->held);
+		if (ret)
+			return ret;
+	}
+	if (ev->tool_name) {
+		if (ev->tool_index != a->ncalls || a->ncalls == MAX_CALLS) {
+			log_warnx(a->rc->rid, "tool call %u left out (out of order or too many)",
+				  ev->tool_index);
+			return 0;
+		}
+		c = &a->calls[a->ncalls++];
+		snprintf(c->id, sizeof(c->id), "%s", ev->tool_id ? ev->tool_id : "");
+		snprintf(c->name, sizeof(c->name), "%s", ev->tool_name);
+		buf_init(&c->args);
+	} else if (ev->tool_index >= a->ncalls) {
+		return 0;
+	}
+	c = &a->calls[ev->tool_index];
+	if (c->args.len + ev->len > MAX_BUFFERED_ANSWER) {
+		a->too_large = true;
+		return -1;
+	}
+	buf_add(&c->args, ev->text, ev->len);
+	if (!a->req->stream)
+		return 0;
+	buf_reset(&a->out);
+	first = !a->started;
+	if (first)
+		stream_start(a);
+	fcgi_sse_tool_call(&a->out, &a->meta, first, ev->tool_index, ev->tool_name ? c->id : NULL,
+			   ev->tool_name ? c->name : NULL, ev->text, ev->len);
+	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static void calls_reset(struct answer *a)
+{
+	for (size_t i = 0; i < a->ncalls; i++)
+		buf_release(&a->calls[i].args);
+	a->ncalls = 0;
+}
+
 static int answer_emit(void *ctx, const struct prov_event *ev)
 {
 	struct answer *a = ctx;
 
-	if (ev->kind != PROV_EV_DELTA || a->stopped)
+	if (a->stopped)
+		return 0;
+	if (ev->kind == PROV_EV_TOOL_CALL)
+		return answer_tool(a, ev);
+	if (ev->kind != PROV_EV_DELTA)
 		return 0;
 	return answer_delta(a, ev->text, ev->len);
 }
@@ -558,6 +624,11 @@ static void finish_stream(struct answer *a, const struct prov_outcome *o)
 		stream_start(a);
 		fcgi_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
 	}
+	/* A call without arguments still has a JSON object of them, as OpenAI sends it. */
+	for (size_t i = 0; !o->err && i < a->ncalls; i++)
+		if (!a->calls[i].args.len)
+			fcgi_sse_tool_call(&a->out, &a->meta, false, (unsigned)i, NULL, NULL, "{}",
+					   2);
 	/* An error after output cannot change the status any more: the stream ends with a
 	 * final chunk saying so, and [DONE]. */
 	fcgi_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
@@ -599,7 +670,7 @@ static void check_format(struct answer *a, const struct prov_outcome *o)
 	const char *what =
 		a->req->format == PROV_FORMAT_JSON_OBJECT ? "a JSON object" : "valid JSON";
 
-	if (o->err || a->req->format == PROV_FORMAT_TEXT || a->too_large)
+	if (o->err || a->req->format == PROV_FORMAT_TEXT || a->too_large || a->ncalls)
 		return;
 	if (a->unchecked)
 		snprintf(a->warning, sizeof(a->warning),
@@ -655,6 +726,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 			a->failed++;
 			buf_reset(&a->text);
 			buf_reset(&a->held);
+			calls_reset(a);
 			return;
 		}
 		if (a->nhops > 1)
@@ -686,9 +758,18 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	} else if (a->req->stream) {
 		finish_stream(a, o);
 	} else {
+		struct fcgi_tool_call calls[MAX_CALLS];
+
+		for (size_t i = 0; i < a->ncalls; i++)
+			calls[i] = (struct fcgi_tool_call){
+				.id = a->calls[i].id,
+				.name = a->calls[i].name,
+				.args = a->calls[i].args.len ? a->calls[i].args.data : "{}",
+				.args_len = a->calls[i].args.len ? a->calls[i].args.len : 2,
+			};
 		buf_reset(&a->out);
-		fcgi_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
-				     &o->usage);
+		fcgi_completion_json_calls(&a->out, &a->meta, a->text.data, a->text.len, calls,
+					   a->ncalls, o->finish_reason, &o->usage);
 		send_json(rc, 200, &a->out,
 			  (const struct hdr[]){
 				  { a->meta.warning ? "X-OLP-Warning" : NULL, a->meta.warning },
@@ -764,21 +845,36 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 	return -1;
 }
 
-/* Keep the hops whose provider can take what the request holds (images). 0, or -1 after
+/* Keep the hops whose provider can take what the request holds (images, tools). 0, or -1 after
  * answering 400 naming the field when none can. */
 static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
 {
+	unsigned need = (req->nimages ? PROV_CAP_IMAGES : 0) | (req->tools ? PROV_CAP_TOOLS : 0);
 	struct fcgi_error e;
 	size_t i, n = 0;
 
-	if (!req->nimages)
+	if (!need)
 		return 0;
 	for (i = 0; i < a->nhops; i++)
-		if (prov_provider_caps(a->hops[i].m->provider) & PROV_CAP_IMAGES)
+		if ((prov_provider_caps(a->hops[i].m->provider) & need) == need)
 			a->hops[n++] = a->hops[i];
 	if (n) {
 		a->nhops = n;
 		return 0;
+	}
+	if (req->tools && !(prov_provider_caps(a->hops[0].m->provider) & PROV_CAP_TOOLS)) {
+		const char *type = prov_provider_type(a->hops[0].m->provider);
+
+		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "tools",
+			       "tools: model '%.200s' (provider type %s) cannot take tools; only "
+			       "claude models can%s",
+			       req->model, type,
+			       strcmp(type, "codex")
+				       ? ""
+				       : " (codex exec runs every MCP tool it is given itself and "
+					 "cannot hand a call back to the client)");
+		send_error(rc, &e, NULL);
+		return -1;
 	}
 	fcgi_error_set(&e, 400, "invalid_request_error", NULL, req->image_param,
 		       "%s: model '%.200s' (provider type %s) takes no images; only claude "
@@ -834,7 +930,10 @@ static void handle_chat(struct req_ctx *rc)
 					      .model_name = req.model,
 					      .messages = messages,
 					      .max_tokens = req.max_tokens,
-					      .request_id = rc->rid };
+					      .request_id = rc->rid,
+					      .tools = req.tools,
+					      .tool_choice = req.tool_choice,
+					      .tool_name = req.tool_name };
 		/* The run's output must be taken by the end of the run: a write that waits
 		 * for the client cannot outlast the run's timeout (see prov_sink). */
 		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
@@ -851,6 +950,7 @@ out_answer:
 	buf_release(&a.out);
 	buf_release(&a.detail);
 	buf_release(&a.held);
+	calls_reset(&a);
 }
 
 /* ---- the request ----------------------------------------------------------------------- */

@@ -89,6 +89,12 @@ void prov_slot_release(int fd);
 
 void prov_plan_release(struct prov_plan *plan);
 
+/* The tool-list files (toolfile.c): <state_dir>/tools, made 0700. 0 or -errno. */
+int prov_toolfile_set_dir(const char *state_dir);
+/* The file holding json (a request's tool list), written if it is not there yet; its path
+ * into path. -ENOENT when no state dir was set, else 0 or -errno. */
+int prov_toolfile_get(const char *json, size_t len, char *path, size_t size);
+
 /* The text reader shared by plain-text outputs: emits deltas as bytes arrive, holding
  * back only an incomplete trailing UTF-8 sequence (at most 3 bytes). */
 struct prov_text_reader {

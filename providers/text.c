@@ -166,6 +166,52 @@ static void content_flat(struct flat *f, const json_t *content, const char *pref
 	}
 }
 
+/* The function name of the assistant's earlier call with this id, or NULL. */
+static const char *call_name(const json_t *messages, size_t before, const char *id)
+{
+	const json_t *msg, *call;
+	size_t i, j;
+
+	if (!id)
+		return NULL;
+	json_array_foreach(messages, i, msg) {
+		if (i >= before)
+			break;
+		json_array_foreach(json_object_get(msg, "tool_calls"), j, call) {
+			const char *cid = json_string_value(json_object_get(call, "id"));
+
+			if (cid && !strcmp(cid, id))
+				return json_string_value(
+					json_object_get(json_object_get(call, "function"), "name"));
+		}
+	}
+	return NULL;
+}
+
+/* An assistant's tool_calls, as text the model reads as its own earlier calls. */
+static void calls_flat(struct flat *f, const json_t *calls)
+{
+	const json_t *call;
+	size_t i;
+
+	json_array_foreach(calls, i, call) {
+		const json_t *fn = json_object_get(call, "function");
+		const char *name = json_string_value(json_object_get(fn, "name"));
+		const char *id = json_string_value(json_object_get(call, "id"));
+		const json_t *args = json_object_get(fn, "arguments");
+
+		if (f->out->len)
+			buf_adds(f->out, "\n\n");
+		buf_addf(f->out, "[Assistant called tool %s", name ? name : "?");
+		if (id)
+			buf_addf(f->out, " (id %s)", id);
+		buf_adds(f->out, " with arguments: ");
+		if (json_is_string(args))
+			buf_add(f->out, json_string_value(args), json_string_length(args));
+		buf_addch(f->out, ']');
+	}
+}
+
 static void flatten(const json_t *messages, struct flat *f)
 {
 	struct buf prefix = BUF_INIT;
@@ -183,13 +229,22 @@ static void flatten(const json_t *messages, struct flat *f)
 		} else if (!strcmp(role, "assistant")) {
 			buf_adds(&prefix, "[Assistant] ");
 		} else if (!strcmp(role, "tool") || !strcmp(role, "function")) {
+			const char *id = json_string_value(json_object_get(msg, "tool_call_id"));
 			const char *name = json_string_value(json_object_get(msg, "name"));
 
 			if (!name)
-				name = json_string_value(json_object_get(msg, "tool_call_id"));
-			buf_addf(&prefix, "[Tool Result (%s)] ", name ? name : "tool");
+				name = call_name(messages, i, id);
+			if (name && id)
+				buf_addf(&prefix, "[Tool Result (%s, id %s)] ", name, id);
+			else
+				buf_addf(&prefix, "[Tool Result (%s)] ",
+					 name ? name
+					 : id ? id
+					      : "tool");
 		}
 		content_flat(f, json_object_get(msg, "content"), prefix.data);
+		if (!strcmp(role, "assistant"))
+			calls_flat(f, json_object_get(msg, "tool_calls"));
 	}
 	buf_release(&prefix);
 }

@@ -138,6 +138,7 @@ static void test_route(void)
 
 #define MSG "[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define BODY(extra) "{\"model\":\"m\",\"messages\":" MSG extra "}"
+#define TOOL(name) "{\"type\":\"function\",\"function\":{\"name\":\"" name "\"}}"
 #define IMG(url)                                                                                  \
 	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"," \
 	"\"image_url\":{\"url\":" url "}}]}]}"
@@ -292,9 +293,28 @@ static void test_parse_failures(void)
 		{ BODY(",\"web_search_options\":{\"search_context_size\":\"low\"}"),
 		  "web_search_options" },
 		{ BODY(",\"functions\":[{\"name\":\"f\"}]"), "functions" },
-		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
-		  "tools" },
+		/* tools, tool_choice, and the calls of earlier turns */
+		{ BODY(",\"tools\":{}"), "tools" },
+		{ BODY(",\"tools\":[{\"type\":\"retrieval\"}]"), "tools[0]" },
+		{ BODY(",\"tools\":[{\"type\":\"function\"}]"), "tools[0]" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{}}]"),
+		  "tools[0].function.name" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"),
+		  "tools[0].function.name" },
+		{ BODY(",\"tools\":[" TOOL("f") "," TOOL("f") "]"), "tools[1].function.name" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+		       "\"parameters\":[]}}]"),
+		  "tools[0].function.parameters" },
 		{ BODY(",\"tool_choice\":\"required\""), "tool_choice" },
+		{ BODY(",\"tools\":[" TOOL("f") "],\"tool_choice\":\"always\""), "tool_choice" },
+		{ BODY(",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"function\","
+						"\"function\":{\"name\":\"g\"}}"),
+		  "tool_choice.function.name" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":"
+		  "[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}",
+		  "messages[0].tool_calls" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}",
+		  "messages[0].tool_calls" },
 		{ BODY(",\"function_call\":\"auto\""), "function_call" },
 		{ BODY(",\"response_format\":\"json\""), "response_format" },
 		{ BODY(",\"response_format\":{}"), "response_format" },
@@ -1087,6 +1107,60 @@ static void test_same_id(void)
 	buf_release(&out);
 }
 
+/* tools into the request; tool_choice none drops them; calls encoded as OpenAI does. */
+static void test_tools(void)
+{
+	static const char named[] = BODY(",\"tools\":[" TOOL("a") "," TOOL(
+		"b") "],\"tool_choice\":{\"type\":"
+		     "\"function\",\"function\":{\"name\":\"b\"}}");
+	static const char none[] = BODY(",\"tools\":[" TOOL("a") "],\"tool_choice\":\"none\"");
+	static const char req_[] = BODY(",\"tools\":[" TOOL("a") "],\"tool_choice\":\"required\"");
+	struct fcgi_tool_call calls[2] = { { "call_1", "a", "{\"x\":1}", 7 },
+					   { "call_2", "b", "{}", 2 } };
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct fcgi_completion m;
+	struct buf out = BUF_INIT;
+	json_t *c, *msg;
+
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(named, strlen(named), &req, &err), 0);
+	CU_ASSERT_EQUAL(json_array_size(req.tools), 2);
+	CU_ASSERT_EQUAL(req.tool_choice, PROV_TOOLS_NAMED);
+	CU_ASSERT_STRING_EQUAL(req.tool_name, "b");
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(none, strlen(none), &req, &err), 0);
+	CU_ASSERT_PTR_NULL(req.tools);
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(req_, strlen(req_), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.tool_choice, PROV_TOOLS_REQUIRED);
+	fcgi_chat_release(&req);
+
+	fcgi_completion_init(&m, "m");
+	fcgi_completion_json_calls(&out, &m, "", 0, calls, 2, "tool_calls", NULL);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	msg = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "message");
+	CU_ASSERT_TRUE(json_is_null(json_object_get(msg, "content")));
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(msg, "tool_calls")), 2);
+	CU_ASSERT_STRING_EQUAL(
+		sget(json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0),
+				     "function"),
+		     "arguments"),
+		"{\"x\":1}");
+	json_decref(c);
+	buf_reset(&out);
+	fcgi_sse_tool_call(&out, &m, true, 1, "call_2", "b", "{\"", 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"delta\":{\"role\":\"assistant\",\"tool_calls\":"
+						"[{\"index\":1,\"id\":\"call_2\",\"type\":"
+						"\"function\",\"function\":{\"name\":\"b\","
+						"\"arguments\":\"{\\\"\"}}]}"));
+	buf_reset(&out);
+	fcgi_sse_tool_call(&out, &m, false, 0, NULL, NULL, "1}", 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"delta\":{\"tool_calls\":[{\"index\":0,"
+						"\"function\":{\"arguments\":\"1}\"}}]}"));
+	buf_release(&out);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1098,6 +1172,7 @@ int main(void)
 		{ "parse: response_format into the request, olp_warning out", test_format_fields },
 		{ "response_format: what is JSON", test_format_satisfied },
 		{ "images: data: URLs checked and counted, 413 above the cap", test_images },
+		{ "tools: parsed, tool_choice, calls encoded", test_tools },
 		{ "error object", test_error_json },
 		{ "status text", test_status_text },
 		{ "response headers refuse control characters", test_headers },

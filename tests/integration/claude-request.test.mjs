@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
 
 import { startServer, curl, curlStream, chatBody, testRegistry } from './harness.mjs';
 
@@ -120,4 +121,131 @@ test('response_format json_object with claude: the answer is checked', async () 
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.choices[0].message.content, 'Hello from the fake Anthropic server!');
   assert.match(r.headers['x-olp-warning'] ?? '', /not a JSON object/);
+});
+
+// ---- tools (function calling): declared through olp-mcp-tools, never run -------------------
+
+const weather = { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } };
+const clock = { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } };
+const toolBody = (content, extra = {}) => chatBody('claude-fake', content, { tools: [weather, clock], ...extra });
+const streamChunks = async (body) => {
+  const res = await curlStream(server, { method: 'POST', path: '/v1/chat/completions', auth: true,
+    body: { ...body, stream: true } });
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.events.at(-1).data, '[DONE]');
+  return res.events.slice(0, -1).map((e) => JSON.parse(e.data));
+};
+
+test('tools: one call comes back as tool_calls, finish_reason tool_calls', async () => {
+  const r = await post(toolBody('What is the weather? call:get_weather'));
+  assert.equal(r.status, 200, r.text);
+  const choice = r.json.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.content, null);
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^toolu_fake_/);
+  assert.equal(call.function.name, 'get_weather'); // the mcp__olp__ prefix is gone
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+  assert.ok(r.json.usage.total_tokens > 0, r.text);
+});
+
+test('tools: several calls in one turn', async () => {
+  const r = await post(toolBody('call:get_weather,get_time'));
+  assert.equal(r.status, 200, r.text);
+  const calls = r.json.choices[0].message.tool_calls;
+  assert.deepEqual(calls.map((c) => c.function.name), ['get_weather', 'get_time']);
+  assert.deepEqual(calls.map((c) => JSON.parse(c.function.arguments)), [{ city: 'Paris' }, { n: 1 }]);
+  assert.notEqual(calls[0].id, calls[1].id);
+});
+
+test('tools: streamed as tool_calls deltas that assemble into the calls', async () => {
+  const cs = await streamChunks(toolBody('call:get_weather,get_time'));
+  const calls = [];
+  for (const c of cs) {
+    for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+      calls[d.index] ??= { id: '', name: '', args: '' };
+      if (d.id) calls[d.index].id = d.id;
+      if (d.function?.name) calls[d.index].name = d.function.name;
+      calls[d.index].args += d.function?.arguments ?? '';
+    }
+  }
+  assert.equal(cs[0].choices[0].delta.role, 'assistant');
+  assert.deepEqual(calls.map((c) => c.name), ['get_weather', 'get_time']);
+  assert.deepEqual(JSON.parse(calls[0].args), { city: 'Paris' });
+  assert.deepEqual(JSON.parse(calls[1].args), { n: 1 });
+  assert.ok(calls.every((c) => c.id.startsWith('toolu_fake_')));
+  const finishes = cs.map((c) => c.choices[0]?.finish_reason).filter(Boolean);
+  assert.deepEqual(finishes, ['tool_calls']);
+});
+
+test('tools: an answer without a call is still text', async () => {
+  const r = await post(toolBody('just say hello'));
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.content, 'Hello from the fake Anthropic server!');
+  assert.equal(r.json.choices[0].message.tool_calls, undefined);
+  assert.equal(r.json.choices[0].finish_reason, 'stop');
+});
+
+test('tools: a tool result turn reaches the model as text it answers', async () => {
+  const r = await post({ model: 'claude-fake', tools: [weather], messages: [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+      function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '22 C and sunny' },
+  ] });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.content, 'Tool said: 22 C and sunny');
+  assert.equal(r.json.choices[0].finish_reason, 'stop');
+});
+
+test('tool_choice required: the model is told to call one', async () => {
+  const r = await post(toolBody('no call asked here', { tool_choice: 'required' }));
+  assert.equal(r.json.choices[0].finish_reason, 'tool_calls', r.text);
+  // The fake model calls the first tool claude lists (claude orders them its own way).
+  assert.ok(['get_weather', 'get_time'].includes(r.json.choices[0].message.tool_calls[0].function.name), r.text);
+});
+
+test('tool_choice named: the model is told which', async () => {
+  const r = await post(toolBody('no call asked here', { tool_choice: { type: 'function', function: { name: 'get_time' } } }));
+  assert.equal(r.json.choices[0].finish_reason, 'tool_calls', r.text);
+  assert.deepEqual(r.json.choices[0].message.tool_calls.map((c) => c.function.name), ['get_time']);
+});
+
+test('tool_choice none: no tools are declared, the answer is text', async () => {
+  const r = await post(toolBody('call:get_weather', { tool_choice: 'none' }));
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.tool_calls, undefined);
+  assert.equal(r.json.choices[0].message.content, 'Hello from the fake Anthropic server!');
+});
+
+test('tools on a provider that cannot take them: 400 naming tools', async () => {
+  const r = await post({ model: 'echo', tools: [weather], messages: [{ role: 'user', content: 'x' }] });
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.json.error.param, 'tools');
+  assert.match(r.json.error.message, /cannot take tools/);
+});
+
+test('the official openai SDK: a whole tool round trip, and a streamed call from deltas', async () => {
+  const client = new OpenAI({ baseURL: server.url('/v1'), apiKey: server.token, maxRetries: 0, timeout: 60000 });
+  const messages = [{ role: 'user', content: 'Weather in Paris? call:get_weather' }];
+  const first = await client.chat.completions.create({ model: 'claude-fake', messages, tools: [weather] });
+  assert.equal(first.choices[0].finish_reason, 'tool_calls');
+  const call = first.choices[0].message.tool_calls[0];
+  assert.equal(call.function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
+  messages.push(first.choices[0].message, { role: 'tool', tool_call_id: call.id, content: 'sunny, 24 C' });
+  const second = await client.chat.completions.create({ model: 'claude-fake', messages, tools: [weather] });
+  assert.equal(second.choices[0].finish_reason, 'stop');
+  assert.equal(second.choices[0].message.content, 'Tool said: sunny, 24 C');
+
+  // Streamed, assembled by the SDK's own helper.
+  const runner = client.chat.completions.stream({ model: 'claude-fake', tools: [weather, clock],
+    messages: [{ role: 'user', content: 'call:get_weather,get_time' }] });
+  const done = await runner.finalChatCompletion();
+  assert.equal(done.choices[0].finish_reason, 'tool_calls');
+  assert.deepEqual(done.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+    [['get_weather', { city: 'Paris' }], ['get_time', { n: 1 }]]);
 });

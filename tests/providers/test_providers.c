@@ -52,7 +52,17 @@ static void test_flatten(void)
 		/* tool results: name, else tool_call_id, else "tool" */
 		{ "[{\"role\":\"tool\",\"name\":\"get_weather\",\"tool_call_id\":\"call_1\","
 		  "\"content\":\"sunny\"}]",
-		  "[Tool Result (get_weather)] sunny" },
+		  "[Tool Result (get_weather, id call_1)] sunny" },
+		/* an assistant's calls as text; a result named after its call */
+		{ "[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\","
+		  "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+		  "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":"
+		  "\\\"Paris\\\"}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":"
+		  "{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+		  "\"tool_call_id\":\"c2\",\"content\":\"noon\"}]",
+		  "weather?\n\n[Assistant called tool get_weather (id c1) with arguments: "
+		  "{\"city\":\"Paris\"}]\n\n[Assistant called tool get_time (id c2) with "
+		  "arguments: {}]\n\n[Tool Result (get_time, id c2)] noon" },
 		{ "[{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}]",
 		  "[Tool Result (call_1)] sunny" },
 		{ "[{\"role\":\"tool\",\"content\":\"sunny\"}]", "[Tool Result (tool)] sunny" },
