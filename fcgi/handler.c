@@ -5,11 +5,13 @@
  * model (404). Nothing is sent until the answer's first byte exists, so an error before
  * any output is still a proper JSON error with the right status. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fcgi/worker.h"
@@ -458,19 +460,106 @@ struct answer {
 		struct buf args;
 	} calls[MAX_CALLS];
 	size_t ncalls;
+	bool role_sent; /* stream: the first chunk (with the role) is out */
+	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
+	 * ": keep-alive" when nothing was written for hb_ms. lock orders its writes with the
+	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	pthread_t hb;
+	bool hb_on, hb_stop;
+	uint64_t hb_ms, last_write;
 };
 
+/* The stream's head (200, text/event-stream), once. */
 static void stream_start(struct answer *a)
 {
+	if (a->started)
+		return;
 	send_head(a->rc, 200, "text/event-stream",
 		  (const struct hdr[]){
 			  { "Cache-Control", "no-cache" }, { "X-Accel-Buffering", "no" }, { 0 } });
 	a->started = true;
 }
 
+/* a->out on the stream, after the head; the time of the write is kept for heartbeats. */
+static int stream_write(struct answer *a)
+{
+	stream_start(a);
+	a->role_sent = true;
+	a->last_write = mono_ms();
+	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static void *heartbeat_main(void *arg)
+{
+	static const char beat[] = ": keep-alive\n\n";
+	struct answer *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	while (!a->hb_stop) {
+		uint64_t now = mono_ms(), due = a->last_write + a->hb_ms;
+		struct timespec ts;
+
+		if (now >= due) {
+			/* Before any output this commits the answer to 200 and a stream: a
+			 * later failure is told in it, and no next hop of a chain is tried
+			 * (docs/openai-compat.md). A silent proxy cutting us off is worse. */
+			stream_start(a);
+			a->last_write = now;
+			if (fcgi_io_write(a->rc->io, beat, sizeof(beat) - 1))
+				break; /* the client is gone: the run learns it on its own */
+			continue;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)((due - now) / 1000);
+		ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&a->cv, &a->lock, &ts);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+static void heartbeat_start(struct answer *a, uint64_t ms)
+{
+	pthread_condattr_t ca;
+
+	a->hb_ms = ms;
+	a->last_write = mono_ms();
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&a->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	/* No heartbeat thread (out of threads): the answer goes on without heartbeats. */
+	a->hb_on = !pthread_create(&a->hb, NULL, heartbeat_main, a);
+	if (!a->hb_on) {
+		log_warnx(a->rc->rid, "no heartbeat thread; streaming without heartbeats");
+		pthread_cond_destroy(&a->cv);
+	}
+}
+
+static void heartbeat_stop(struct answer *a)
+{
+	if (!a->hb_on)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->hb_stop = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->lock);
+	pthread_join(a->hb, NULL);
+	pthread_cond_destroy(&a->cv);
+	a->hb_on = false;
+}
+
 /* Answer text on its way to the client: kept (non-stream) or sent as a chunk. */
 static int answer_text(struct answer *a, const char *text, size_t len)
 {
+	int ret;
+
 	if (!len)
 		return 0;
 	if (!a->req->stream) {
@@ -487,14 +576,12 @@ static int answer_text(struct answer *a, const char *text, size_t len)
 		else
 			buf_add(&a->text, text, len);
 	}
+	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
-	if (!a->started) {
-		stream_start(a);
-		fcgi_sse_chunk(&a->out, &a->meta, "assistant", text, len, NULL);
-	} else {
-		fcgi_sse_chunk(&a->out, &a->meta, NULL, text, len, NULL);
-	}
-	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+	fcgi_sse_chunk(&a->out, &a->meta, a->role_sent ? NULL : "assistant", text, len, NULL);
+	ret = stream_write(a);
+	pthread_mutex_unlock(&a->lock);
+	return ret;
 }
 
 static void stops_init(struct answer *a, const json_t *stop)
@@ -557,7 +644,6 @@ static int answer_delta(struct answer *a, const char *text, size_t len)
 static int answer_tool(struct answer *a, const struct prov_event *ev)
 {
 	struct call *c;
-	bool first;
 	int ret;
 
 	/* Text held back for a stop sequence comes before the call. */
@@ -588,13 +674,14 @@ static int answer_tool(struct answer *a, const struct prov_event *ev)
 	buf_add(&c->args, ev->text, ev->len);
 	if (!a->req->stream)
 		return 0;
+	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
-	first = !a->started;
-	if (first)
-		stream_start(a);
-	fcgi_sse_tool_call(&a->out, &a->meta, first, ev->tool_index, ev->tool_name ? c->id : NULL,
-			   ev->tool_name ? c->name : NULL, ev->text, ev->len);
-	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+	fcgi_sse_tool_call(&a->out, &a->meta, !a->role_sent, ev->tool_index,
+			   ev->tool_name ? c->id : NULL, ev->tool_name ? c->name : NULL, ev->text,
+			   ev->len);
+	ret = stream_write(a);
+	pthread_mutex_unlock(&a->lock);
+	return ret;
 }
 
 static void calls_reset(struct answer *a)
@@ -617,13 +704,12 @@ static int answer_emit(void *ctx, const struct prov_event *ev)
 	return answer_delta(a, ev->text, ev->len);
 }
 
+/* The end of a stream; the heartbeat thread is stopped already. */
 static void finish_stream(struct answer *a, const struct prov_outcome *o)
 {
 	buf_reset(&a->out);
-	if (!a->started) {
-		stream_start(a);
+	if (!a->role_sent)
 		fcgi_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
-	}
 	/* A call without arguments still has a JSON object of them, as OpenAI sends it. */
 	for (size_t i = 0; !o->err && i < a->ncalls; i++)
 		if (!a->calls[i].args.len)
@@ -635,7 +721,7 @@ static void finish_stream(struct answer *a, const struct prov_outcome *o)
 	if (a->req->include_usage)
 		fcgi_sse_usage(&a->out, &a->meta, &o->usage);
 	fcgi_sse_done(&a->out);
-	fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+	(void)stream_write(a);
 }
 
 static const char *provider_error_type(enum prov_error e);
@@ -702,6 +788,7 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	const struct prov_model *m = a->hops[a->cur].m;
 	struct prov_outcome zeroed;
 	const struct prov_outcome *o = reported;
+	bool started;
 
 	/* A provider that reports no usage (a local command) used no upstream tokens: say
 	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. A run
@@ -718,20 +805,28 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		o = &zeroed;
 	}
 
-	if (o->err && worth_next_hop(o->err) && !o->output_started && !a->started) {
+	/* Locked: a heartbeat may start the stream, whose head reads the hop fields. */
+	pthread_mutex_lock(&a->lock);
+	started = a->started;
+	if (o->err && worth_next_hop(o->err) && !o->output_started && !started) {
 		/* Provider and model names are checked at registry load; codes are ours. */
 		buf_addf(&a->detail, "%s%s/%s: %s", a->detail.len ? "; " : "",
 			 prov_provider_name(m->provider), m->id, prov_error_code(o->err));
 		if (a->cur + 1 < a->nhops) {
 			a->failed++;
+			a->cur++; /* the next hop, whose headers a heartbeat would send */
 			buf_reset(&a->text);
 			buf_reset(&a->held);
 			calls_reset(a);
+			pthread_mutex_unlock(&a->lock);
 			return;
 		}
 		if (a->nhops > 1)
 			a->exhausted = true;
 	}
+	pthread_mutex_unlock(&a->lock);
+	/* The last hop: from here on one thread writes the answer. */
+	heartbeat_stop(a);
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
 	fcgi_io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
@@ -894,7 +989,8 @@ static void handle_chat(struct req_ctx *rc)
 			    .text = BUF_INIT,
 			    .out = BUF_INIT,
 			    .detail = BUF_INIT,
-			    .held = BUF_INIT };
+			    .held = BUF_INIT,
+			    .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
@@ -919,10 +1015,14 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);
+	if (req.stream && rc->app->cfg.heartbeat_ms)
+		heartbeat_start(&a, rc->app->cfg.heartbeat_ms);
 	messages = prov_format_messages(req.messages, req.format, req.json_schema);
 	rc->answer = &a;
-	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
+	/* answer_done moves a.cur to the next hop when this one failed before any output. */
+	for (a.cur = 0; a.cur < a.nhops && !a.answered;) {
 		const struct prov_model *m = a.hops[a.cur].m;
+		size_t hop = a.cur;
 
 		rc->model = m->id;
 		rc->provider = prov_provider_name(m->provider);
@@ -940,6 +1040,8 @@ static void handle_chat(struct req_ctx *rc)
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+		if (!a.answered && a.cur == hop) /* done never came: never loop on a hop */
+			break;
 	}
 out_answer:
 	json_decref(messages);
@@ -951,6 +1053,8 @@ out_answer:
 	buf_release(&a.detail);
 	buf_release(&a.held);
 	calls_reset(&a);
+	heartbeat_stop(&a);
+	pthread_mutex_destroy(&a.lock);
 }
 
 /* ---- the request ----------------------------------------------------------------------- */

@@ -46,7 +46,8 @@ before(async () => {
     registry,
     config: {
       auth: { allow_anonymous: false },
-      sandbox: { mode: 'bwrap', warm: false },
+      // Warm sandboxes on, as deployed: tool-list files are bound into them too.
+      sandbox: { mode: 'bwrap' },
       // Room for an image above the 5 MiB cap (base64: 4/3 of it) in one body.
       server: { max_body_bytes: 16 * 1024 * 1024 },
       providers: {

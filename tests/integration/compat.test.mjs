@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { chatBody, curl, curlStream, startServer, testRegistry } from './harness.mjs';
+import { chatBody, curl, curlStream, startServer, testConfig, testRegistry } from './harness.mjs';
 
 let srv;
 let initialWorkers;
@@ -27,7 +27,9 @@ before(async () => {
   registry.providers['json-object'] = fixed('json-object', '  {"ok": true, "n": [1, 2]}\n');
   registry.providers['json-array'] = fixed('json-array', '[1, 2, 3]');
   registry.providers['not-json'] = fixed('not-json', 'Sure! Here is your JSON: {"ok": true}');
-  srv = await startServer({ registry });
+  // Silent for 1.5 s, then one word: what a CLI thinking for a while looks like.
+  registry.providers.thinker = { ...fixed('thinker', ''), argv: ['/bin/sh', '-c', 'cat >/dev/null; sleep 1.5; printf late'] };
+  srv = await startServer({ registry, config: { ...testConfig(), streaming: { heartbeat_interval_ms: 300 } } });
   initialWorkers = srv.workerPids();
 });
 
@@ -227,6 +229,52 @@ describe('response_format', () => {
       assert.equal(r.json.error.param, param, r.text);
     });
   }
+});
+
+describe('heartbeats', () => {
+  const beats = (res) => res.text.split('\n').filter((l) => l === ': keep-alive').length;
+
+  it('a silent CLI: ": keep-alive" comments until the answer, which is whole', async () => {
+    const res = await stream(chatBody('thinker', 'x'));
+    assert.equal(res.status, 200, res.text);
+    // 1.5 s of silence with a 300 ms interval: some beats, however loaded the machine.
+    assert.ok(beats(res) >= 1, `no heartbeat in: ${res.text}`);
+    assert.ok(res.text.indexOf(': keep-alive') < res.text.indexOf('data: '), 'the first beat comes before any data');
+    const cs = chunks(res);
+    assert.equal(streamedText(cs), 'late');
+    assert.equal(cs[0].choices[0].delta.role, 'assistant');
+    assert.deepEqual(finishOf(cs), ['stop']);
+  });
+
+  it('a CLI that fails after a heartbeat: the error is told in the stream', async () => {
+    const res = await curlStream(srv, { method: 'POST', path: PATH, auth: true,
+      body: chatBody('sleeper', 'x', { stream: true }) });
+    assert.equal(res.status, 200, res.text); // sleeper times out after 1 s: beats came first
+    assert.ok(beats(res) >= 1, res.text);
+    assert.deepEqual(finishOf(chunks(res)), ['error']);
+  });
+
+  it('not streamed: no heartbeat, plain JSON', async () => {
+    const r = await post(chatBody('thinker', 'x'));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.choices[0].message.content, 'late');
+  });
+
+  it('off (0): no comment at all', async () => {
+    const quiet = await startServer({ registry: (() => {
+      const reg = testRegistry();
+      reg.providers.thinker = { ...fixed('thinker', ''), argv: ['/bin/sh', '-c', 'cat >/dev/null; sleep 1; printf late'] };
+      return reg;
+    })(), config: { ...testConfig(), streaming: { heartbeat_interval_ms: 0 } } });
+    try {
+      const res = await curlStream(quiet, { method: 'POST', path: PATH, auth: true,
+        body: chatBody('thinker', 'x', { stream: true }) });
+      assert.equal(beats(res), 0, res.text);
+      assert.equal(streamedText(chunks(res)), 'late');
+    } finally {
+      await quiet.stop();
+    }
+  });
 });
 
 describe('afterwards', () => {
