@@ -300,7 +300,7 @@ static int check_image(const json_t *part, const char *param, struct fcgi_chat_r
 	if (base64_check(comma + 1, strlen(comma + 1), &size, head, sizeof(head)))
 		return bad(err, uparam, "%s: the image data is not valid base64", uparam);
 	if (size > FCGI_MAX_IMAGE_BYTES) {
-		bad(err, uparam, "%s: the image is %zu bytes, above the limit of %d", uparam, size,
+		bad(err, uparam, "%s: the image is %zu bytes, above the limit of %zu", uparam, size,
 		    FCGI_MAX_IMAGE_BYTES);
 		err->status = 413;
 		err->type = "request_too_large";

@@ -72,7 +72,7 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 /* image_url parts: at most this many a request, each at most this many bytes decoded
  * (the Anthropic API's own limit per image); above the size, 413. */
 #define FCGI_MAX_IMAGES 20
-#define FCGI_MAX_IMAGE_BYTES (5 * 1024 * 1024)
+#define FCGI_MAX_IMAGE_BYTES ((size_t)5 << 20)
 /* tools: at most this many function tools a request. */
 #define FCGI_MAX_TOOLS 128
 

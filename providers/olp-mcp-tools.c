@@ -41,10 +41,10 @@ static void reply(const json_t *id, json_t *result)
 
 	if (!s)
 		abort();
-	/* One line a message: jansson's compact form holds no raw newline. */
-	fputs(s, stdout);
-	fputc('\n', stdout);
-	fflush(stdout);
+	/* One line a message: jansson's compact form holds no raw newline. Nobody left to
+	 * read it (claude gone): nothing more to do. */
+	if (fputs(s, stdout) == EOF || fputc('\n', stdout) == EOF || fflush(stdout) == EOF)
+		exit(0);
 	free(s);
 	json_decref(msg);
 }
