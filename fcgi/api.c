@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "fcgi/fcgi.h"
@@ -203,9 +204,121 @@ static int bad(struct fcgi_error *err, const char *param, const char *fmt, ...)
 	return -1;
 }
 
-static int check_content(const json_t *content, size_t i, struct fcgi_error *err)
+static int base64_value(unsigned char c)
 {
-	char param[64];
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Check standard base64 (padded, no whitespace); *size := the decoded size, and head :=
+ * its first bytes (up to head_len, zero-filled). 0 or -1. */
+static int base64_check(const char *s, size_t len, size_t *size, unsigned char *head,
+			size_t head_len)
+{
+	size_t pad = 0, i, out = 0;
+	uint32_t acc = 0;
+
+	memset(head, 0, head_len);
+	if (!len || len % 4)
+		return -1;
+	if (s[len - 1] == '=')
+		pad = s[len - 2] == '=' ? 2 : 1;
+	for (i = 0; i < len - pad; i++) {
+		int v = base64_value((unsigned char)s[i]);
+
+		if (v < 0)
+			return -1;
+		acc = (acc << 6) | (uint32_t)v;
+		if (i % 4 == 3) {
+			for (int k = 2; k >= 0; k--, out++)
+				if (out < head_len)
+					head[out] = (unsigned char)(acc >> (8 * k));
+			acc = 0;
+		}
+	}
+	*size = len / 4 * 3 - pad;
+	return 0;
+}
+
+/* What an image's first bytes say it is, so that a part whose bytes are not the type it
+ * names is refused here rather than by the provider's API in the middle of a run. */
+static bool image_magic_ok(const char *type, const unsigned char *h)
+{
+	if (!strcmp(type, "png"))
+		return !memcmp(h, "\x89PNG\r\n\x1a\n", 8);
+	if (!strcmp(type, "jpeg"))
+		return h[0] == 0xff && h[1] == 0xd8 && h[2] == 0xff;
+	if (!strcmp(type, "gif"))
+		return !memcmp(h, "GIF87a", 6) || !memcmp(h, "GIF89a", 6);
+	return !memcmp(h, "RIFF", 4) && !memcmp(h + 8, "WEBP", 4); /* webp */
+}
+
+/* An image_url part: a data: URL of a PNG, JPEG, GIF or WebP image under the size cap.
+ * Nothing is ever fetched on a client's behalf: an http(s) URL is refused. */
+static int check_image(const json_t *part, const char *param, struct fcgi_chat_request *out,
+		       struct fcgi_error *err)
+{
+	static const char *const types[] = { "png", "jpeg", "gif", "webp" };
+	const json_t *iu = json_object_get(part, "image_url"), *detail;
+	const char *url = json_string_value(json_object_get(iu, "url")), *mt, *comma;
+	char uparam[128];
+	unsigned char head[16];
+	size_t size, t;
+
+	snprintf(uparam, sizeof(uparam), "%s.image_url.url", param);
+	if (!json_is_object(iu) || !url ||
+	    strlen(url) != json_string_length(json_object_get(iu, "url")))
+		return bad(err, uparam, "%s must be a string (a data: URL)", uparam);
+	detail = json_object_get(iu, "detail");
+	if (detail && !json_is_null(detail) && !json_is_string(detail))
+		return bad(err, param, "%s.image_url.detail must be a string", param);
+	if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8))
+		return bad(err, uparam,
+			   "%s: remote image URLs are not fetched (OLP fetches nothing on a "
+			   "client's behalf); send the image inline as a data: URL "
+			   "(data:image/png;base64,…)",
+			   uparam);
+	if (strncmp(url, "data:image/", 11))
+		return bad(err, uparam,
+			   "%s must be a data: URL of an image (data:image/png;base64,…)", uparam);
+	mt = url + 11;
+	comma = strchr(mt, ',');
+	for (t = 0; t < ARRAY_SIZE(types); t++)
+		if (comma && !strncmp(mt, types[t], strlen(types[t])) &&
+		    !strncmp(mt + strlen(types[t]), ";base64,", 8))
+			break;
+	if (t == ARRAY_SIZE(types))
+		return bad(err, uparam,
+			   "%s: the image must be image/png, image/jpeg, image/gif or image/webp, "
+			   "base64-encoded (data:image/png;base64,…)",
+			   uparam);
+	if (base64_check(comma + 1, strlen(comma + 1), &size, head, sizeof(head)))
+		return bad(err, uparam, "%s: the image data is not valid base64", uparam);
+	if (size > FCGI_MAX_IMAGE_BYTES) {
+		bad(err, uparam, "%s: the image is %zu bytes, above the limit of %zu", uparam, size,
+		    FCGI_MAX_IMAGE_BYTES);
+		err->status = 413;
+		err->type = "request_too_large";
+		return -1;
+	}
+	if (!image_magic_ok(types[t], head))
+		return bad(err, uparam, "%s: the data is not a %s image", uparam, types[t]);
+	if (++out->nimages > FCGI_MAX_IMAGES)
+		return bad(err, uparam, "at most %d images a request", FCGI_MAX_IMAGES);
+	if (out->nimages == 1)
+		snprintf(out->image_param, sizeof(out->image_param), "%s", uparam);
+	return 0;
+}
+
+static int check_content(const json_t *content, size_t i, bool user, struct fcgi_chat_request *out,
+			 struct fcgi_error *err)
+{
+	char param[48], pparam[80];
 	const json_t *part;
 	size_t j;
 
@@ -213,23 +326,63 @@ static int check_content(const json_t *content, size_t i, struct fcgi_error *err
 	if (!content || json_is_null(content) || json_is_string(content))
 		return 0;
 	if (!json_is_array(content))
-		return bad(err, param, "%s must be a string, an array of text parts, or null",
+		return bad(err, param, "%s must be a string, an array of content parts, or null",
 			   param);
 	json_array_foreach(content, j, part) {
-		const json_t *type = json_object_get(part, "type");
+		const json_t *tv = json_object_get(part, "type");
+		/* The body may hold NULs: "text\u0000image" is no "text". */
+		const char *type = json_is_string(tv) && strlen(json_string_value(tv)) ==
+								 json_string_length(tv)
+					   ? json_string_value(tv)
+					   : NULL;
 
-		if (!json_is_object(part) || !json_is_string(type) ||
-		    json_string_length(type) != 4 || strcmp(json_string_value(type), "text") ||
-		    !json_is_string(json_object_get(part, "text")))
-			return bad(
-				err, param,
-				"%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"})",
-				param, j);
+		snprintf(pparam, sizeof(pparam), "%s[%zu]", param, j);
+		if (json_is_object(part) && type && !strcmp(type, "text") &&
+		    json_is_string(json_object_get(part, "text")))
+			continue;
+		if (json_is_object(part) && type && !strcmp(type, "image_url") && user) {
+			if (check_image(part, pparam, out, err))
+				return -1;
+			continue;
+		}
+		if (json_is_object(part) && type && !strcmp(type, "image_url"))
+			return bad(err, pparam, "%s: images may only be in user messages", pparam);
+		return bad(err, param,
+			   "%s[%zu] must be a text part ({\"type\":\"text\",\"text\":\"…\"}) or, "
+			   "in a user message, an image_url part with a data: URL",
+			   param, j);
 	}
 	return 0;
 }
 
-static int check_messages(const json_t *messages, struct fcgi_error *err)
+/* An assistant message's tool_calls (the history of an earlier turn). */
+static int check_tool_calls(const json_t *msg, size_t i, struct fcgi_error *err)
+{
+	const json_t *calls = json_object_get(msg, "tool_calls"), *c;
+	char param[64];
+	size_t j;
+
+	if (!calls || json_is_null(calls))
+		return 0;
+	snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+	if (!json_is_array(calls))
+		return bad(err, param, "%s must be an array", param);
+	json_array_foreach(calls, j, c) {
+		const json_t *fn = json_object_get(c, "function");
+
+		if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")) ||
+		    !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+		    !json_is_string(json_object_get(fn, "arguments")))
+			return bad(err, param,
+				   "%s[%zu] must be {\"id\",\"type\":\"function\",\"function\":"
+				   "{\"name\",\"arguments\"}} with strings",
+				   param, j);
+	}
+	return 0;
+}
+
+static int check_messages(const json_t *messages, struct fcgi_chat_request *out,
+			  struct fcgi_error *err)
 {
 	const json_t *msg;
 	size_t i, r;
@@ -257,7 +410,9 @@ static int check_messages(const json_t *messages, struct fcgi_error *err)
 				   "%s must be one of system, developer, user, assistant, "
 				   "tool, function",
 				   param);
-		if (check_content(json_object_get(msg, "content"), i, err))
+		if (check_content(json_object_get(msg, "content"), i, !strcmp(role, "user"), out,
+				  err) ||
+		    (!strcmp(role, "assistant") && check_tool_calls(msg, i, err)))
 			return -1;
 	}
 	return 0;
@@ -277,18 +432,35 @@ static int check_number_range(const json_t *root, const char *name, double lo, d
 	return 0;
 }
 
+static int check_stop_one(const json_t *s, struct fcgi_error *err)
+{
+	size_t n = json_string_length(s);
+
+	/* Empty would match at once; a NUL would cut it short in the matcher. */
+	if (!n || n > FCGI_MAX_STOP_LEN || strlen(json_string_value(s)) != n)
+		return bad(err, "stop", "each stop sequence must be 1 to %d bytes without NUL",
+			   FCGI_MAX_STOP_LEN);
+	return 0;
+}
+
 static int check_stop(const json_t *root, struct fcgi_error *err)
 {
 	const json_t *v = json_object_get(root, "stop"), *s;
 	size_t i;
 
-	if (!v || json_is_null(v) || json_is_string(v))
+	if (!v || json_is_null(v))
 		return 0;
-	if (!json_is_array(v))
-		return bad(err, "stop", "stop must be a string or an array of strings");
+	if (json_is_string(v))
+		return check_stop_one(v, err);
+	if (!json_is_array(v) || json_array_size(v) > FCGI_MAX_STOP)
+		return bad(err, "stop", "stop must be a string or an array of up to %d strings",
+			   FCGI_MAX_STOP);
 	json_array_foreach(v, i, s)
-		if (!json_is_string(s))
-			return bad(err, "stop", "stop must be a string or an array of strings");
+		if (!json_is_string(s) || check_stop_one(s, err))
+			return bad(err, "stop",
+				   "stop must be a string or an array of strings, each 1 to %d "
+				   "bytes without NUL",
+				   FCGI_MAX_STOP_LEN);
 	return 0;
 }
 
@@ -302,6 +474,292 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 	if (parse_json_int(v, 1, INT64_MAX, out))
 		return bad(err, name, "%s must be a positive integer", name);
 	return 0;
+}
+
+/* Every top-level field of a chat request, and what OLP does with it (docs/openai-compat.md
+ * is the same list for people). A field not listed is refused: a client must never believe
+ * that something it asked for was done when it was dropped. */
+enum field_use {
+	FIELD_USED,    /* honoured; checked by its own code below */
+	FIELD_IGNORED, /* accepted and ignored on purpose: no CLI has the knob, and an
+			   answer without it is still the answer the client asked for */
+	FIELD_DEFAULT, /* accepted only with its default value (checked below) */
+	FIELD_REFUSED, /* refused unless null: OLP cannot do it */
+};
+
+static const struct {
+	const char *name;
+	enum field_use use;
+	const char *why; /* FIELD_REFUSED: the end of the message */
+} fields[] = {
+	{ "model", FIELD_USED, NULL },
+	{ "messages", FIELD_USED, NULL },
+	{ "stream", FIELD_USED, NULL },
+	{ "stream_options", FIELD_USED, NULL },
+	{ "max_tokens", FIELD_USED, NULL },
+	{ "max_completion_tokens", FIELD_USED, NULL },
+	{ "stop", FIELD_USED, NULL },
+	{ "temperature", FIELD_IGNORED, NULL },
+	{ "top_p", FIELD_IGNORED, NULL },
+	{ "seed", FIELD_IGNORED, NULL },
+	{ "user", FIELD_IGNORED, NULL },
+	{ "frequency_penalty", FIELD_IGNORED, NULL },
+	{ "presence_penalty", FIELD_IGNORED, NULL },
+	{ "metadata", FIELD_IGNORED, NULL },
+	{ "store", FIELD_IGNORED, NULL },
+	{ "service_tier", FIELD_IGNORED, NULL },
+	{ "prompt_cache_key", FIELD_IGNORED, NULL },
+	{ "safety_identifier", FIELD_IGNORED, NULL },
+	{ "reasoning_effort", FIELD_IGNORED, NULL },
+	{ "verbosity", FIELD_IGNORED, NULL },
+	{ "parallel_tool_calls", FIELD_IGNORED, NULL },
+	{ "n", FIELD_DEFAULT, NULL },
+	{ "logprobs", FIELD_DEFAULT, NULL },
+	{ "logit_bias", FIELD_DEFAULT, NULL },
+	{ "modalities", FIELD_DEFAULT, NULL },
+	{ "response_format", FIELD_DEFAULT, NULL },
+	{ "top_logprobs", FIELD_REFUSED, "the provider CLIs report no token probabilities" },
+	{ "audio", FIELD_REFUSED, "OLP answers with text only" },
+	{ "prediction", FIELD_REFUSED, "the provider CLIs take no predicted output" },
+	{ "web_search_options", FIELD_REFUSED,
+	  "OLP runs the provider CLIs with their own tools (web search among them) off" },
+	{ "tools", FIELD_USED, NULL },
+	{ "tool_choice", FIELD_USED, NULL },
+	{ "functions", FIELD_REFUSED, "the deprecated form; send \"tools\"" },
+	{ "function_call", FIELD_REFUSED, "the deprecated form; send \"tool_choice\"" },
+};
+
+/* A refused field's value that asks for nothing: null, an empty list or object ("tools":
+ * []), or a tool_choice of "none" or "auto" (with no tools declared, both are what
+ * happens anyway). */
+static bool asks_nothing(const char *key, const json_t *v)
+{
+	const char *s = json_string_value(v);
+
+	if (json_is_null(v) || (json_is_array(v) && !json_array_size(v)) ||
+	    (json_is_object(v) && !json_object_size(v)))
+		return true;
+	return !strcmp(key, "tool_choice") && s && (!strcmp(s, "none") || !strcmp(s, "auto"));
+}
+
+/* Refuse what OLP cannot honour, naming the field. The fields a provider run uses have
+ * their own checks. */
+static int check_fields(const json_t *root, struct fcgi_error *err)
+{
+	const char *key;
+	const json_t *v;
+
+	json_object_foreach((json_t *)root, key, v) {
+		size_t i;
+
+		for (i = 0; i < ARRAY_SIZE(fields); i++)
+			if (!strcmp(key, fields[i].name))
+				break;
+		if (i == ARRAY_SIZE(fields))
+			return bad(err, key,
+				   "Unrecognized request argument supplied: %.48s (OLP refuses "
+				   "what it would not honour; docs/openai-compat.md lists every "
+				   "field)",
+				   key);
+		if (fields[i].use == FIELD_REFUSED && !asks_nothing(key, v))
+			return bad(err, key, "%s is not supported: %s", key, fields[i].why);
+	}
+	return 0;
+}
+
+/* The fields accepted only with their default (or an equivalent) value. */
+static int check_defaults(const json_t *root, struct fcgi_error *err)
+{
+	const json_t *v;
+	int64_t n;
+	size_t i;
+
+	v = json_object_get(root, "n");
+	if (v && !json_is_null(v)) {
+		if (parse_json_int(v, 1, INT64_MAX, &n))
+			return bad(err, "n", "n must be a positive integer");
+		if (n != 1)
+			return bad(err, "n",
+				   "n must be 1: a provider CLI gives one answer a run "
+				   "(send the request again for another)");
+	}
+	v = json_object_get(root, "logprobs");
+	if (v && !json_is_null(v) && !json_is_false(v))
+		return bad(err, "logprobs",
+			   "logprobs must be false or absent: the provider CLIs report no token "
+			   "probabilities");
+	v = json_object_get(root, "logit_bias");
+	if (v && !json_is_null(v) && !(json_is_object(v) && !json_object_size(v)))
+		return bad(err, "logit_bias",
+			   "logit_bias is not supported (only {} or null): the provider CLIs "
+			   "take no token biases");
+	v = json_object_get(root, "modalities");
+	if (v && !json_is_null(v)) {
+		const json_t *m;
+
+		if (!json_is_array(v))
+			return bad(err, "modalities", "modalities must be an array of strings");
+		json_array_foreach(v, i, m)
+			if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+				return bad(err, "modalities",
+					   "modalities may only hold \"text\": OLP answers with "
+					   "text only");
+	}
+	return 0;
+}
+
+/* response_format: text, json_object, or json_schema with {"name", "schema"?, …}. */
+static int check_format(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *v = json_object_get(root, "response_format"), *js, *name, *schema;
+	const char *t;
+
+	if (!v || json_is_null(v))
+		return 0;
+	t = json_string_value(json_object_get(v, "type"));
+	if (!json_is_object(v) || !t)
+		return bad(err, "response_format",
+			   "response_format must be an object with a \"type\"");
+	if (!strcmp(t, "text"))
+		return 0;
+	if (!strcmp(t, "json_object")) {
+		out->format = PROV_FORMAT_JSON_OBJECT;
+		return 0;
+	}
+	if (strcmp(t, "json_schema"))
+		return bad(err, "response_format.type",
+			   "response_format.type must be text, json_object or json_schema");
+	js = json_object_get(v, "json_schema");
+	name = json_object_get(js, "name");
+	schema = json_object_get(js, "schema");
+	if (!json_is_object(js))
+		return bad(err, "response_format.json_schema",
+			   "response_format.json_schema must be an object");
+	/* The name goes into the model's instruction: a short plain one, as OpenAI allows. */
+	if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > 64 ||
+	    strspn(json_string_value(name),
+		   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+		    json_string_length(name))
+		return bad(err, "response_format.json_schema.name",
+			   "response_format.json_schema.name must be 1 to 64 of a-z, A-Z, 0-9, "
+			   "_ and -");
+	if (schema && !json_is_null(schema) && !json_is_object(schema))
+		return bad(err, "response_format.json_schema.schema",
+			   "response_format.json_schema.schema must be an object");
+	out->format = PROV_FORMAT_JSON_SCHEMA;
+	out->json_schema = js;
+	return 0;
+}
+
+/* A function name as OpenAI allows it; it is also what claude shows the model
+ * (mcp__olp__<name>), so nothing else may pass. */
+static bool tool_name_ok(const json_t *name)
+{
+	size_t n = json_string_length(name);
+
+	return json_is_string(name) && n && n <= 64 &&
+	       strspn(json_string_value(name), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
+					       "VWXYZ0123456789_-") == n;
+}
+
+/* tools and tool_choice. */
+static int check_tools(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *tools = json_object_get(root, "tools"),
+		     *tc = json_object_get(root, "tool_choice");
+	const json_t *t, *name = NULL;
+	const char *choice = json_string_value(tc);
+	char param[64];
+	size_t i, j;
+
+	if (tools && !json_is_null(tools)) {
+		if (!json_is_array(tools) || json_array_size(tools) > FCGI_MAX_TOOLS)
+			return bad(err, "tools",
+				   "tools must be an array of up to %d function tools",
+				   FCGI_MAX_TOOLS);
+		json_array_foreach(tools, i, t) {
+			const json_t *fn = json_object_get(t, "function"), *v;
+			const char *type = json_string_value(json_object_get(t, "type"));
+
+			snprintf(param, sizeof(param), "tools[%zu]", i);
+			if (!json_is_object(t) || !type || strcmp(type, "function") ||
+			    !json_is_object(fn))
+				return bad(err, param,
+					   "%s must be {\"type\":\"function\",\"function\":{…}} "
+					   "(the only kind of tool OLP passes on)",
+					   param);
+			snprintf(param, sizeof(param), "tools[%zu].function.name", i);
+			if (!tool_name_ok(json_object_get(fn, "name")))
+				return bad(err, param,
+					   "%s must be 1 to 64 of a-z, A-Z, 0-9, _ and -", param);
+			for (j = 0; j < i; j++)
+				if (json_equal(json_object_get(fn, "name"),
+					       json_object_get(
+						       json_object_get(json_array_get(tools, j),
+								       "function"),
+						       "name")))
+					return bad(err, param, "%s: two tools have the name %s",
+						   param,
+						   json_string_value(json_object_get(fn, "name")));
+			v = json_object_get(fn, "description");
+			snprintf(param, sizeof(param), "tools[%zu].function.description", i);
+			if (v && !json_is_null(v) && !json_is_string(v))
+				return bad(err, param, "%s must be a string", param);
+			v = json_object_get(fn, "parameters");
+			snprintf(param, sizeof(param), "tools[%zu].function.parameters", i);
+			if (v && !json_is_null(v) && !json_is_object(v))
+				return bad(err, param, "%s must be a JSON Schema object", param);
+		}
+		if (json_array_size(tools))
+			out->tools = tools;
+	}
+	if (!tc || json_is_null(tc) || (choice && !strcmp(choice, "auto")))
+		return 0;
+	if (choice && !strcmp(choice, "none")) {
+		out->tools = NULL; /* declared to no one: the model cannot call any */
+		return 0;
+	}
+	if (choice && !strcmp(choice, "required")) {
+		out->tool_choice = PROV_TOOLS_REQUIRED;
+	} else if (json_is_object(tc) &&
+		   !strcmp(json_string_value(json_object_get(tc, "type")) ?: "", "function")) {
+		name = json_object_get(json_object_get(tc, "function"), "name");
+		if (!tool_name_ok(name))
+			return bad(err, "tool_choice.function.name",
+				   "tool_choice.function.name must name one of the tools");
+		out->tool_choice = PROV_TOOLS_NAMED;
+		out->tool_name = json_string_value(name);
+	} else {
+		return bad(err, "tool_choice",
+			   "tool_choice must be \"none\", \"auto\", \"required\" or "
+			   "{\"type\":\"function\",\"function\":{\"name\":…}}");
+	}
+	if (!out->tools)
+		return bad(err, "tool_choice",
+			   "tool_choice asks for a tool call, but there are no tools");
+	json_array_foreach(out->tools, i, t)
+		if (name &&
+		    json_equal(name, json_object_get(json_object_get(t, "function"), "name")))
+			return 0;
+	if (name)
+		return bad(err, "tool_choice.function.name",
+			   "tool_choice.function.name: there is no tool named %s",
+			   json_string_value(name));
+	return 0;
+}
+
+bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len)
+{
+	json_error_t jerr;
+	json_t *v;
+	bool ok;
+
+	if (format == PROV_FORMAT_TEXT)
+		return true;
+	v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+	ok = v && (format != PROV_FORMAT_JSON_OBJECT || json_is_object(v));
+	json_decref(v);
+	return ok;
 }
 
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
@@ -328,12 +786,17 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
-	if (check_messages(out->messages, err) ||
+	if (check_fields(root, err) || check_messages(out->messages, out, err) ||
+	    check_defaults(root, err) || check_format(root, out, err) ||
+	    check_tools(root, out, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||
 	    check_number_range(root, "top_p", 0, 1, err) || check_stop(root, err))
 		goto fail_release_req;
+	out->stop = json_object_get(root, "stop");
+	if (json_is_null(out->stop))
+		out->stop = NULL;
 	v = json_object_get(root, "stream");
 	if (v && !json_is_null(v) && !json_is_boolean(v)) {
 		bad(err, "stream", "stream must be a boolean");
@@ -376,6 +839,7 @@ void fcgi_completion_init(struct fcgi_completion *m, const char *model)
 	snprintf(m->id, sizeof(m->id), "chatcmpl-%s", hex);
 	m->created = (int64_t)time(NULL);
 	m->model = model;
+	m->warning = NULL;
 }
 
 static void meta_head(struct buf *out, const struct fcgi_completion *m, const char *object)
@@ -383,6 +847,14 @@ static void meta_head(struct buf *out, const struct fcgi_completion *m, const ch
 	buf_addf(out, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", m->id, object,
 		 (long long)m->created);
 	buf_add_json_str(out, m->model, strlen(m->model));
+}
+
+static void add_warning(struct buf *out, const struct fcgi_completion *m)
+{
+	if (!m->warning)
+		return;
+	buf_adds(out, ",\"olp_warning\":");
+	buf_add_json_str(out, m->warning, strlen(m->warning));
 }
 
 void fcgi_usage_json(struct buf *out, const struct prov_usage *u)
@@ -417,7 +889,36 @@ void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char
 		buf_add_json_str(out, finish_reason, strlen(finish_reason));
 	else
 		buf_adds(out, "null");
-	buf_adds(out, "}]}\n\n");
+	buf_adds(out, "}]");
+	if (finish_reason)
+		add_warning(out, m);
+	buf_adds(out, "}\n\n");
+}
+
+void fcgi_sse_tool_call(struct buf *out, const struct fcgi_completion *m, bool first,
+			unsigned index, const char *id, const char *name, const char *args,
+			size_t len)
+{
+	buf_adds(out, "data: ");
+	meta_head(out, m, "chat.completion.chunk");
+	buf_adds(out, ",\"choices\":[{\"index\":0,\"delta\":{");
+	if (first)
+		buf_adds(out, "\"role\":\"assistant\",");
+	buf_addf(out, "\"tool_calls\":[{\"index\":%u,", index);
+	if (id) {
+		buf_adds(out, "\"id\":");
+		buf_add_json_str(out, id, strlen(id));
+		buf_adds(out, ",\"type\":\"function\",");
+	}
+	buf_adds(out, "\"function\":{");
+	if (name) {
+		buf_adds(out, "\"name\":");
+		buf_add_json_str(out, name, strlen(name));
+		buf_addch(out, ',');
+	}
+	buf_adds(out, "\"arguments\":");
+	buf_add_json_str(out, args ? args : "", args ? len : 0);
+	buf_adds(out, "}}]},\"finish_reason\":null}]}\n\n");
 }
 
 void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u)
@@ -437,10 +938,35 @@ void fcgi_sse_done(struct buf *out)
 void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
 			  size_t len, const char *finish_reason, const struct prov_usage *u)
 {
+	fcgi_completion_json_calls(out, m, content, len, NULL, 0, finish_reason, u);
+}
+
+void fcgi_completion_json_calls(struct buf *out, const struct fcgi_completion *m,
+				const char *content, size_t len, const struct fcgi_tool_call *calls,
+				size_t ncalls, const char *finish_reason,
+				const struct prov_usage *u)
+{
 	meta_head(out, m, "chat.completion");
 	buf_adds(out,
 		 ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-	buf_add_json_str(out, content, len);
+	/* With calls and no text, content is null, as OpenAI sends it. */
+	if (ncalls && !len)
+		buf_adds(out, "null");
+	else
+		buf_add_json_str(out, content, len);
+	if (ncalls) {
+		buf_adds(out, ",\"tool_calls\":[");
+		for (size_t i = 0; i < ncalls; i++) {
+			buf_adds(out, i ? ",{\"id\":" : "{\"id\":");
+			buf_add_json_str(out, calls[i].id, strlen(calls[i].id));
+			buf_adds(out, ",\"type\":\"function\",\"function\":{\"name\":");
+			buf_add_json_str(out, calls[i].name, strlen(calls[i].name));
+			buf_adds(out, ",\"arguments\":");
+			buf_add_json_str(out, calls[i].args, calls[i].args_len);
+			buf_adds(out, "}}");
+		}
+		buf_addch(out, ']');
+	}
 	buf_adds(out, "},\"finish_reason\":");
 	buf_add_json_str(out, finish_reason, strlen(finish_reason));
 	buf_adds(out, "}]");
@@ -448,5 +974,6 @@ void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, cons
 		buf_adds(out, ",\"usage\":");
 		fcgi_usage_json(out, u);
 	}
+	add_warning(out, m);
 	buf_addch(out, '}');
 }

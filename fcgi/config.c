@@ -170,6 +170,22 @@ static int read_server(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* streaming.heartbeat_interval_ms, as in the Node OLP: 0 turns heartbeats off. */
+static int read_streaming(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *v =
+		json_object_get(json_object_get(c->json, "streaming"), "heartbeat_interval_ms");
+	int64_t ms = 15000;
+
+	/* At most a day: a longer silence is no heartbeat. */
+	if (v && !json_is_null(v) && parse_json_int(v, 0, 86400000, &ms))
+		return conf_err(c, err,
+				"streaming.heartbeat_interval_ms: must be an integer from 0 (off) "
+				"to 86400000");
+	c->heartbeat_ms = (uint64_t)ms;
+	return 0;
+}
+
 static int read_auth(struct fcgi_config *c, struct buf *err)
 {
 	const json_t *auth = json_object_get(c->json, "auth"), *v;
@@ -257,7 +273,8 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 		buf_release(&why);
 		return -1;
 	}
-	if (read_server(c, err) || read_auth(c, err) || read_sandbox(c, err))
+	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
+	    read_sandbox(c, err))
 		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");

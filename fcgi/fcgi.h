@@ -22,7 +22,7 @@ struct fcgi_error {
 	int status;
 	const char *type; /* static string */
 	const char *code; /* static string or NULL */
-	char param[64];	  /* the offending field, or "" */
+	char param[128];  /* the offending field, or "" */
 	char message[512];
 };
 
@@ -66,21 +66,45 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 				 const char *prefix, struct buf *pathbuf, const char **allow);
 
 /* ---- chat requests ----------------------------------------------------------------------- */
+/* "stop": at most this many sequences (as OpenAI), each 1 to FCGI_MAX_STOP_LEN bytes. */
+#define FCGI_MAX_STOP 4
+#define FCGI_MAX_STOP_LEN 256
+/* image_url parts: at most this many a request, each at most this many bytes decoded
+ * (the Anthropic API's own limit per image); above the size, 413. */
+#define FCGI_MAX_IMAGES 20
+#define FCGI_MAX_IMAGE_BYTES ((size_t)5 << 20)
+/* tools: at most this many function tools a request. */
+#define FCGI_MAX_TOOLS 128
+
 struct fcgi_chat_request {
 	json_t *root; /* the parsed body; owns everything below */
 	const char *model;
 	const json_t *messages;
 	bool stream;
 	bool include_usage;
-	int64_t max_tokens; /* 0 = not set */
+	int64_t max_tokens;	   /* 0 = not set */
+	const json_t *stop;	   /* a string, an array of strings (checked), or NULL */
+	enum prov_format format;   /* response_format */
+	const json_t *json_schema; /* PROV_FORMAT_JSON_SCHEMA: {"name", "schema"?, …} */
+	unsigned nimages;	   /* image_url parts (checked data: URLs) */
+	char image_param[128];	   /* the first one's param, for a provider that takes none */
+	const json_t *tools;	   /* checked, non-empty; NULL for none or tool_choice "none" */
+	enum prov_tool_choice tool_choice;
+	const char *tool_name; /* PROV_TOOLS_NAMED */
 };
 
 /* Parse and validate a chat completion body as the Node OLP does. 0 on success (release
  * with fcgi_chat_release), -1 with err filled (status 400, type invalid_request_error,
- * param naming the field). */
+ * param naming the field). A field OLP would not honour is refused by name, never dropped
+ * in silence: an unknown one, one OLP cannot do (audio, logprobs, n above 1, …); the
+ * ones accepted and ignored on purpose (temperature, seed, user, …) are listed in api.c
+ * and docs/openai-compat.md. */
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err);
 void fcgi_chat_release(struct fcgi_chat_request *req);
+/* Whether an answer is what response_format asked for: JSON (an object for json_object),
+ * whitespace around it allowed. The schema itself is not checked. Always true for text. */
+bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len);
 
 /* ---- answers --------------------------------------------------------------------------- */
 /* The identity of one completion: the same id and created on every chunk. */
@@ -88,6 +112,10 @@ struct fcgi_completion {
 	char id[48]; /* "chatcmpl-…" */
 	int64_t created;
 	const char *model; /* as the client asked */
+	/* Or NULL: why the answer may not be what the client asked for (response_format
+	 * not met). Goes into the whole object and the final chunk as "olp_warning": a
+	 * stream's headers are gone by the time it is known (docs/openai-compat.md). */
+	const char *warning;
 };
 void fcgi_completion_init(struct fcgi_completion *m, const char *model);
 
@@ -100,6 +128,25 @@ void fcgi_sse_chunk(struct buf *out, const struct fcgi_completion *m, const char
  * is null when the provider did not report it. */
 void fcgi_sse_usage(struct buf *out, const struct fcgi_completion *m, const struct prov_usage *u);
 void fcgi_sse_done(struct buf *out);
+/* One streamed piece of a function call: first (the answer's first chunk) adds the role;
+ * id and name (or NULL) go on the call's first piece; args/len is a piece of its JSON
+ * arguments. */
+void fcgi_sse_tool_call(struct buf *out, const struct fcgi_completion *m, bool first,
+			unsigned index, const char *id, const char *name, const char *args,
+			size_t len);
+/* A function call of the model's, whole. */
+struct fcgi_tool_call {
+	const char *id;
+	const char *name;
+	const char *args; /* JSON text */
+	size_t args_len;
+};
+/* A whole chat.completion object, with the model's calls (content null when it said
+ * nothing else). */
+void fcgi_completion_json_calls(struct buf *out, const struct fcgi_completion *m,
+				const char *content, size_t len, const struct fcgi_tool_call *calls,
+				size_t ncalls, const char *finish_reason,
+				const struct prov_usage *u);
 /* A whole chat.completion object. */
 void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, const char *content,
 			  size_t len, const char *finish_reason, const struct prov_usage *u);

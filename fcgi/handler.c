@@ -5,11 +5,13 @@
  * model (404). Nothing is sent until the answer's first byte exists, so an error before
  * any output is still a proper JSON error with the right status. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fcgi/worker.h"
@@ -22,6 +24,9 @@
  * /health, /v1/models) or the end of one once the run is over; a run's output has the
  * run's own deadline (handle_chat). A client still not reading then is dropped. */
 #define ANSWER_WRITE_MS 30000
+/* The model's function calls kept for one answer; more are dropped with a warning in the
+ * log (no model makes that many in one turn). */
+#define MAX_CALLS 32
 
 struct req_ctx {
 	struct fcgi_app *app;
@@ -452,54 +457,286 @@ struct answer {
 	size_t failed;	   /* hops that failed before output and were passed over */
 	bool exhausted;	   /* every hop failed */
 	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
+	/* "stop": the sequences, and the text held back because it may be the start of one
+	 * (at most the longest sequence less one byte). */
+	const char *stops[FCGI_MAX_STOP];
+	size_t stop_lens[FCGI_MAX_STOP];
+	size_t nstops, stop_max;
+	struct buf held;
+	bool stopped; /* a stop sequence was seen: the run was ended on purpose */
+	/* response_format: a stream's text is kept too (in text), to be checked at the end;
+	 * past MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
+	bool unchecked;
+	char warning[128]; /* meta.warning points here when set */
+	/* The model's function calls, in the order they started. */
+	struct call {
+		char id[128];
+		char name[72];
+		struct buf args;
+	} calls[MAX_CALLS];
+	size_t ncalls;
+	bool role_sent; /* stream: the first chunk (with the role) is out */
+	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
+	 * ": keep-alive" when nothing was written for hb_ms. lock orders its writes with the
+	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	pthread_t hb;
+	bool hb_on, hb_stop;
+	uint64_t hb_ms, last_write;
 };
 
+/* The stream's head (200, text/event-stream), once. */
 static void stream_start(struct answer *a)
 {
+	if (a->started)
+		return;
 	send_head(a->rc, 200, "text/event-stream",
 		  (const struct hdr[]){
 			  { "Cache-Control", "no-cache" }, { "X-Accel-Buffering", "no" }, { 0 } });
 	a->started = true;
 }
 
+/* a->out on the stream, after the head; the time of the write is kept for heartbeats. */
+static int stream_write(struct answer *a)
+{
+	stream_start(a);
+	a->role_sent = true;
+	a->last_write = mono_ms();
+	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+}
+
+static void *heartbeat_main(void *arg)
+{
+	static const char beat[] = ": keep-alive\n\n";
+	struct answer *a = arg;
+
+	pthread_mutex_lock(&a->lock);
+	while (!a->hb_stop) {
+		uint64_t now = mono_ms(), due = a->last_write + a->hb_ms;
+		struct timespec ts;
+
+		if (now >= due) {
+			/* Before any output this commits the answer to 200 and a stream: a
+			 * later failure is told in it, and no next hop of a chain is tried
+			 * (docs/openai-compat.md). A silent proxy cutting us off is worse. */
+			stream_start(a);
+			a->last_write = now;
+			if (fcgi_io_write(a->rc->io, beat, sizeof(beat) - 1))
+				break; /* the client is gone: the run learns it on its own */
+			continue;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)((due - now) / 1000);
+		ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&a->cv, &a->lock, &ts);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+static void heartbeat_start(struct answer *a, uint64_t ms)
+{
+	pthread_condattr_t ca;
+
+	a->hb_ms = ms;
+	a->last_write = mono_ms();
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&a->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	/* No heartbeat thread (out of threads): the answer goes on without heartbeats. */
+	a->hb_on = !pthread_create(&a->hb, NULL, heartbeat_main, a);
+	if (!a->hb_on) {
+		log_warnx(a->rc->rid, "no heartbeat thread; streaming without heartbeats");
+		pthread_cond_destroy(&a->cv);
+	}
+}
+
+static void heartbeat_stop(struct answer *a)
+{
+	if (!a->hb_on)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->hb_stop = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->lock);
+	pthread_join(a->hb, NULL);
+	pthread_cond_destroy(&a->cv);
+	a->hb_on = false;
+}
+
+/* Answer text on its way to the client: kept (non-stream) or sent as a chunk. */
+static int answer_text(struct answer *a, const char *text, size_t len)
+{
+	int ret;
+
+	if (!len)
+		return 0;
+	if (!a->req->stream) {
+		if (a->text.len + len > MAX_BUFFERED_ANSWER) {
+			a->too_large = true;
+			return -1;
+		}
+		buf_add(&a->text, text, len);
+		return 0;
+	}
+	if (a->req->format != PROV_FORMAT_TEXT && !a->unchecked) {
+		if (a->text.len + len > MAX_BUFFERED_ANSWER)
+			a->unchecked = true;
+		else
+			buf_add(&a->text, text, len);
+	}
+	pthread_mutex_lock(&a->lock);
+	buf_reset(&a->out);
+	fcgi_sse_chunk(&a->out, &a->meta, a->role_sent ? NULL : "assistant", text, len, NULL);
+	ret = stream_write(a);
+	pthread_mutex_unlock(&a->lock);
+	return ret;
+}
+
+static void stops_init(struct answer *a, const json_t *stop)
+{
+	const json_t *s;
+	size_t i;
+
+	if (json_is_string(stop)) {
+		a->stops[0] = json_string_value(stop);
+		a->stop_lens[0] = json_string_length(stop);
+		a->nstops = 1;
+	}
+	json_array_foreach(stop, i, s) {
+		if (a->nstops == FCGI_MAX_STOP)
+			break;
+		a->stops[a->nstops] = json_string_value(s);
+		a->stop_lens[a->nstops++] = json_string_length(s);
+	}
+	for (i = 0; i < a->nstops; i++)
+		if (a->stop_lens[i] > a->stop_max)
+			a->stop_max = a->stop_lens[i];
+}
+
+/* The text with stop sequences applied: everything before the first one goes out, and the
+ * run is ended there (returning < 0 aborts it; answer_done knows it was on purpose). A
+ * tail that may start a sequence is held back until the next delta settles it. */
+static int answer_delta(struct answer *a, const char *text, size_t len)
+{
+	const char *hit = NULL;
+	size_t i, keep, ready;
+	int ret;
+
+	if (!a->nstops)
+		return answer_text(a, text, len);
+	buf_add(&a->held, text, len);
+	for (i = 0; i < a->nstops; i++) {
+		const char *p = memmem(a->held.data, a->held.len, a->stops[i], a->stop_lens[i]);
+
+		if (p && (!hit || p < hit))
+			hit = p;
+	}
+	if (hit) {
+		ret = answer_text(a, a->held.data, (size_t)(hit - a->held.data));
+		buf_reset(&a->held);
+		a->stopped = true;
+		return ret ?: -1;
+	}
+	keep = a->stop_max - 1 < a->held.len ? a->stop_max - 1 : a->held.len;
+	ready = a->held.len - keep;
+	/* Never cut a UTF-8 sequence: a chunk's text must be whole characters. */
+	while (ready && ready < a->held.len && ((unsigned char)a->held.data[ready] & 0xc0) == 0x80)
+		ready--;
+	ret = answer_text(a, a->held.data, ready);
+	buf_consume(&a->held, ready);
+	return ret;
+}
+
+/* A piece of one of the model's function calls: kept, and streamed as a tool_calls
+ * delta. */
+static int answer_tool(struct answer *a, const struct prov_event *ev)
+{
+	struct call *c;
+	int ret;
+
+	/* Text held back for a stop sequence comes before the call. */
+	if (a->held.len) {
+		ret = answer_text(a, a->held.data, a->held.len);
+		buf_reset(&a->held);
+		if (ret)
+			return ret;
+	}
+	if (ev->tool_name) {
+		if (ev->tool_index != a->ncalls || a->ncalls == MAX_CALLS) {
+			log_warnx(a->rc->rid, "tool call %u left out (out of order or too many)",
+				  ev->tool_index);
+			return 0;
+		}
+		c = &a->calls[a->ncalls++];
+		snprintf(c->id, sizeof(c->id), "%s", ev->tool_id ? ev->tool_id : "");
+		snprintf(c->name, sizeof(c->name), "%s", ev->tool_name);
+		buf_init(&c->args);
+	} else if (ev->tool_index >= a->ncalls) {
+		return 0;
+	}
+	c = &a->calls[ev->tool_index];
+	if (c->args.len + ev->len > MAX_BUFFERED_ANSWER) {
+		a->too_large = true;
+		return -1;
+	}
+	buf_add(&c->args, ev->text, ev->len);
+	if (!a->req->stream)
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	buf_reset(&a->out);
+	fcgi_sse_tool_call(&a->out, &a->meta, !a->role_sent, ev->tool_index,
+			   ev->tool_name ? c->id : NULL, ev->tool_name ? c->name : NULL, ev->text,
+			   ev->len);
+	ret = stream_write(a);
+	pthread_mutex_unlock(&a->lock);
+	return ret;
+}
+
+static void calls_reset(struct answer *a)
+{
+	for (size_t i = 0; i < a->ncalls; i++)
+		buf_release(&a->calls[i].args);
+	a->ncalls = 0;
+}
+
 static int answer_emit(void *ctx, const struct prov_event *ev)
 {
 	struct answer *a = ctx;
 
+	if (a->stopped)
+		return 0;
+	if (ev->kind == PROV_EV_TOOL_CALL)
+		return answer_tool(a, ev);
 	if (ev->kind != PROV_EV_DELTA)
 		return 0;
-	if (!a->req->stream) {
-		if (a->text.len + ev->len > MAX_BUFFERED_ANSWER) {
-			a->too_large = true;
-			return -1;
-		}
-		buf_add(&a->text, ev->text, ev->len);
-		return 0;
-	}
-	buf_reset(&a->out);
-	if (!a->started) {
-		stream_start(a);
-		fcgi_sse_chunk(&a->out, &a->meta, "assistant", ev->text, ev->len, NULL);
-	} else {
-		fcgi_sse_chunk(&a->out, &a->meta, NULL, ev->text, ev->len, NULL);
-	}
-	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+	return answer_delta(a, ev->text, ev->len);
 }
 
+/* The end of a stream; the heartbeat thread is stopped already. */
 static void finish_stream(struct answer *a, const struct prov_outcome *o)
 {
 	buf_reset(&a->out);
-	if (!a->started) {
-		stream_start(a);
+	if (!a->role_sent)
 		fcgi_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
-	}
+	/* A call without arguments still has a JSON object of them, as OpenAI sends it. */
+	for (size_t i = 0; !o->err && i < a->ncalls; i++)
+		if (!a->calls[i].args.len)
+			fcgi_sse_tool_call(&a->out, &a->meta, false, (unsigned)i, NULL, NULL, "{}",
+					   2);
 	/* An error after output cannot change the status any more: the stream ends with a
 	 * final chunk saying so, and [DONE]. */
 	fcgi_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
 	if (a->req->include_usage)
 		fcgi_sse_usage(&a->out, &a->meta, &o->usage);
 	fcgi_sse_done(&a->out);
-	fcgi_io_write(a->rc->io, a->out.data, a->out.len);
+	(void)stream_write(a);
 }
 
 static const char *provider_error_type(enum prov_error e);
@@ -527,6 +764,27 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 		add_header(a->rc, h, "X-OLP-Fallback-Detail", a->detail.data);
 }
 
+/* response_format asked for JSON: say so when the answer is not (it still goes out as
+ * it is, with its own finish_reason: the model's words are the client's to judge). */
+static void check_format(struct answer *a, const struct prov_outcome *o)
+{
+	const char *what =
+		a->req->format == PROV_FORMAT_JSON_OBJECT ? "a JSON object" : "valid JSON";
+
+	if (o->err || a->req->format == PROV_FORMAT_TEXT || a->too_large || a->ncalls)
+		return;
+	if (a->unchecked)
+		snprintf(a->warning, sizeof(a->warning),
+			 "response_format: the answer is too large to be checked to be %s", what);
+	else if (!fcgi_format_satisfied(a->req->format, a->text.data, a->text.len))
+		snprintf(a->warning, sizeof(a->warning), "response_format: the answer is not %s",
+			 what);
+	else
+		return;
+	a->meta.warning = a->warning;
+	log_warnx(a->rc->rid, "%s", a->warning);
+}
+
 /* Failures before any output that another provider may not have: worth the next hop. */
 static bool worth_next_hop(enum prov_error e)
 {
@@ -545,30 +803,53 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	const struct prov_model *m = a->hops[a->cur].m;
 	struct prov_outcome zeroed;
 	const struct prov_outcome *o = reported;
+	bool started;
 
 	/* A provider that reports no usage (a local command) used no upstream tokens: say
-	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. */
-	if (!reported->usage.present) {
+	 * 0 rather than null, which SDKs reading usage.total_tokens do not expect. A run
+	 * ended at a stop sequence ended well, whatever its process said. */
+	if (!reported->usage.present || a->stopped) {
 		zeroed = *reported;
-		zeroed.usage = (struct prov_usage){ .present = true };
+		if (!zeroed.usage.present)
+			zeroed.usage = (struct prov_usage){ .present = true };
+		if (a->stopped) {
+			zeroed.err = PROV_OK;
+			zeroed.status = 0;
+			snprintf(zeroed.finish_reason, sizeof(zeroed.finish_reason), "stop");
+		}
 		o = &zeroed;
 	}
 
-	if (o->err && worth_next_hop(o->err) && !o->output_started && !a->started) {
+	/* Locked: a heartbeat may start the stream, whose head reads the hop fields. */
+	pthread_mutex_lock(&a->lock);
+	started = a->started;
+	if (o->err && worth_next_hop(o->err) && !o->output_started && !started) {
 		/* Provider and model names are checked at registry load; codes are ours. */
 		buf_addf(&a->detail, "%s%s/%s: %s", a->detail.len ? "; " : "",
 			 prov_provider_name(m->provider), m->id, prov_error_code(o->err));
 		if (a->cur + 1 < a->nhops) {
 			a->failed++;
+			a->cur++; /* the next hop, whose headers a heartbeat would send */
 			buf_reset(&a->text);
+			buf_reset(&a->held);
+			calls_reset(a);
+			pthread_mutex_unlock(&a->lock);
 			return;
 		}
 		if (a->nhops > 1)
 			a->exhausted = true;
 	}
+	pthread_mutex_unlock(&a->lock);
+	/* The last hop: from here on one thread writes the answer. */
+	heartbeat_stop(a);
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
 	fcgi_io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
+	/* The text held back for a stop sequence that never came is the answer's end. */
+	if (a->held.len && o->err != PROV_ERR_CLIENT_GONE)
+		(void)answer_text(a, a->held.data, a->held.len);
+	buf_reset(&a->held);
+	check_format(a, o);
 	a->answered = true;
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
@@ -587,10 +868,22 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	} else if (a->req->stream) {
 		finish_stream(a, o);
 	} else {
+		struct fcgi_tool_call calls[MAX_CALLS];
+
+		for (size_t i = 0; i < a->ncalls; i++)
+			calls[i] = (struct fcgi_tool_call){
+				.id = a->calls[i].id,
+				.name = a->calls[i].name,
+				.args = a->calls[i].args.len ? a->calls[i].args.data : "{}",
+				.args_len = a->calls[i].args.len ? a->calls[i].args.len : 2,
+			};
 		buf_reset(&a->out);
-		fcgi_completion_json(&a->out, &a->meta, a->text.data, a->text.len, o->finish_reason,
-				     &o->usage);
-		send_json(rc, 200, &a->out, NULL);
+		fcgi_completion_json_calls(&a->out, &a->meta, a->text.data, a->text.len, calls,
+					   a->ncalls, o->finish_reason, &o->usage);
+		send_json(rc, 200, &a->out,
+			  (const struct hdr[]){
+				  { a->meta.warning ? "X-OLP-Warning" : NULL, a->meta.warning },
+				  { 0 } });
 	}
 	/* The answer is complete: the client need not wait for the sandbox's teardown. */
 	fcgi_io_finish(rc->io);
@@ -662,17 +955,61 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 	return -1;
 }
 
+/* Keep the hops whose provider can take what the request holds (images, tools). 0, or -1 after
+ * answering 400 naming the field when none can. */
+static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
+{
+	unsigned need = (req->nimages ? PROV_CAP_IMAGES : 0) | (req->tools ? PROV_CAP_TOOLS : 0);
+	struct fcgi_error e;
+	size_t i, n = 0;
+
+	if (!need)
+		return 0;
+	for (i = 0; i < a->nhops; i++)
+		if ((prov_provider_caps(a->hops[i].m->provider) & need) == need)
+			a->hops[n++] = a->hops[i];
+	if (n) {
+		a->nhops = n;
+		return 0;
+	}
+	if (req->tools && !(prov_provider_caps(a->hops[0].m->provider) & PROV_CAP_TOOLS)) {
+		const char *type = prov_provider_type(a->hops[0].m->provider);
+
+		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "tools",
+			       "tools: model '%.200s' (provider type %s) cannot take tools; only "
+			       "claude models can%s",
+			       req->model, type,
+			       strcmp(type, "codex")
+				       ? ""
+				       : " (codex exec runs every MCP tool it is given itself and "
+					 "cannot hand a call back to the client)");
+		send_error(rc, &e, NULL);
+		return -1;
+	}
+	fcgi_error_set(&e, 400, "invalid_request_error", NULL, req->image_param,
+		       "%s: model '%.200s' (provider type %s) takes no images; only claude "
+		       "models do",
+		       req->image_param, req->model, prov_provider_type(a->hops[0].m->provider));
+	send_error(rc, &e, NULL);
+	return -1;
+}
+
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
 	struct fcgi_chat_request req;
 	struct fcgi_error err;
-	struct answer a = {
-		.rc = rc, .req = &req, .text = BUF_INIT, .out = BUF_INIT, .detail = BUF_INIT
-	};
+	struct answer a = { .rc = rc,
+			    .req = &req,
+			    .text = BUF_INIT,
+			    .out = BUF_INIT,
+			    .detail = BUF_INIT,
+			    .held = BUF_INIT,
+			    .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
 	struct prov_request preq;
 	struct prov_outcome o;
+	json_t *messages = NULL;
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
@@ -688,34 +1025,51 @@ static void handle_chat(struct req_ctx *rc)
 		send_error(rc, &err, NULL);
 		goto out_answer;
 	}
-	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a))
+	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
+	    check_hop_caps(rc, &req, &a))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
+	stops_init(&a, req.stop);
+	if (req.stream && rc->app->cfg.heartbeat_ms)
+		heartbeat_start(&a, rc->app->cfg.heartbeat_ms);
+	messages = prov_format_messages(req.messages, req.format, req.json_schema);
 	rc->answer = &a;
-	for (a.cur = 0; a.cur < a.nhops && !a.answered; a.cur++) {
+	/* answer_done moves a.cur to the next hop when this one failed before any output. */
+	for (a.cur = 0; a.cur < a.nhops && !a.answered;) {
 		const struct prov_model *m = a.hops[a.cur].m;
+		size_t hop = a.cur;
 
 		rc->model = m->id;
 		rc->provider = prov_provider_name(m->provider);
 		preq = (struct prov_request){ .model = m,
 					      .model_name = req.model,
-					      .messages = req.messages,
+					      .messages = messages,
 					      .max_tokens = req.max_tokens,
-					      .request_id = rc->rid };
+					      .request_id = rc->rid,
+					      .tools = req.tools,
+					      .tool_choice = req.tool_choice,
+					      .tool_name = req.tool_name };
 		/* The run's output must be taken by the end of the run: a write that waits
 		 * for the client cannot outlast the run's timeout (see prov_sink). */
 		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+		if (!a.answered && a.cur == hop) /* done never came: never loop on a hop */
+			break;
 	}
 out_answer:
+	json_decref(messages);
 	fcgi_chat_release(&req);
 	buf_release(&body);
 	rc->answer = NULL;
 	buf_release(&a.text);
 	buf_release(&a.out);
 	buf_release(&a.detail);
+	buf_release(&a.held);
+	calls_reset(&a);
+	heartbeat_stop(&a);
+	pthread_mutex_destroy(&a.lock);
 }
 
 /* ---- the request ----------------------------------------------------------------------- */

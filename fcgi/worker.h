@@ -30,6 +30,7 @@ struct fcgi_config {
 	unsigned threads;
 	size_t max_body;
 	char *route_prefix;
+	uint64_t heartbeat_ms; /* streaming.heartbeat_interval_ms (default 15000; 0: off) */
 	bool allow_anonymous;
 	struct strv owner_only;	   /* auth.owner_only_endpoints: paths only the owner may call */
 	struct fcgi_chain *chains; /* routing.chains, once bound to the registry */

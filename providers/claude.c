@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "providers/cli.h"
 #include "providers/ndjson.h"
@@ -41,34 +42,175 @@ static const char default_system_prompt[] =
 	"the conversation below directly, as a chat assistant would; do not mention tools, "
 	"files or a terminal.";
 
-/* The run's stdin: the initialize request carrying the system prompt (the configured or
- * built-in one, then the client's system messages), then the rest of the conversation,
- * flattened, as one user message. */
-static void claude_stdin(const struct prov_provider *pv, const json_t *messages, struct buf *in)
+/* The user message's content: the flattened conversation as one string, or, when it holds
+ * images, as content blocks (text and image blocks in the conversation's order), which
+ * stream-json input passes on to the Messages API as they are. */
+static void claude_user_content(const json_t *blocks, struct buf *in)
 {
-	struct buf system = BUF_INIT, prompt = BUF_INIT;
+	const json_t *b;
+	char *dump;
+	size_t i;
 
-	prov_cli_split_messages(messages, &system, &prompt);
+	json_array_foreach(blocks, i, b) {
+		if (strcmp(prov_json_str(b, "type") ?: "", "image"))
+			continue;
+		dump = json_dumps(blocks, JSON_COMPACT);
+		if (!dump)
+			abort(); /* out of memory: one OOM policy */
+		buf_adds(in, dump);
+		free(dump);
+		return;
+	}
+	/* Text only (at most one block): the string form, as always. */
+	b = json_array_get(blocks, 0);
+	buf_add_json_str(in, prov_json_str(b, "text") ?: "",
+			 json_string_length(json_object_get(b, "text")));
+}
+
+/* ---- the client's function tools (ADR 0019) ---------------------------------------------
+ * Declared to claude through olp-mcp-tools, a stdio MCP server of ours that lists them and
+ * runs nothing; claude shows them to the model as mcp__olp__<name>. Its own tools stay off
+ * (--tools ""). When the model calls one, the parser reports the call and ends the run at
+ * the end of that message: claude would otherwise be refused permission (print mode) and
+ * ask the model again, at the client's cost. */
+#define MCP_PREFIX "mcp__olp__"
+/* The tool list reaches olp-mcp-tools as a file in the run's home (toolfile.c says why). */
+#define MCP_TOOLS_INSIDE SBX_HOME_PATH "/.olp-tools.json"
+#define MCP_MAX_TOOLS_JSON ((size_t)1 << 20)
+
+/* Where olp-mcp-tools is: OLP_MCP_TOOLS, else the path compiled in. */
+static const char *mcp_tools_bin(void)
+{
+	const char *bin = getenv("OLP_MCP_TOOLS");
+
+	return bin && *bin ? bin : PROV_DEFAULT_MCP_TOOLS;
+}
+
+/* The MCP tool list: the client's functions with their schemas as they are ("type":
+ * "object" added where a schema lacks it, which MCP requires). */
+static json_t *mcp_tool_list(const json_t *tools)
+{
+	json_t *list = json_array(), *t;
+	size_t i;
+
+	if (!list)
+		abort();
+	json_array_foreach(tools, i, t) {
+		const json_t *fn = json_object_get(t, "function");
+		const json_t *params = json_object_get(fn, "parameters");
+		const char *desc = json_string_value(json_object_get(fn, "description"));
+		json_t *schema =
+			json_is_object(params) ? json_copy((json_t *)params) : json_object();
+		json_t *tool;
+
+		if (!schema || (!json_object_get(schema, "type") &&
+				json_object_set_new(schema, "type", json_string("object"))))
+			abort();
+		tool = json_pack("{s:O, s:s, s:o}", "name", json_object_get(fn, "name"),
+				 "description", desc ? desc : "", "inputSchema", schema);
+		if (!tool || json_array_append_new(list, tool))
+			abort();
+	}
+	return list;
+}
+
+static int claude_plan_tools(const struct prov_provider *pv, const struct prov_request *req,
+			     struct prov_plan *plan, struct prov_outcome *out)
+{
+	const char *bin = mcp_tools_bin();
+	json_t *list = mcp_tool_list(req->tools), *conf;
+	char *dump = json_dumps(list, JSON_COMPACT), *cdump;
+	size_t len = dump ? strlen(dump) : 0;
+	char path[PATH_MAX];
+	int ret;
+
+	json_decref(list);
+	if (!dump)
+		abort();
+	if (bin[0] != '/' || access(bin, X_OK)) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: the tool lister %s is not an executable file (install "
+			 "olp-mcp-tools, or name it in OLP_MCP_TOOLS)",
+			 pv->name, bin);
+		ret = -ENOENT;
+		goto out_free;
+	}
+	if (len > MCP_MAX_TOOLS_JSON) {
+		snprintf(out->message, sizeof(out->message),
+			 "the tools take %zu bytes as JSON, above the limit of %zu", len,
+			 MCP_MAX_TOOLS_JSON);
+		ret = -E2BIG;
+		goto out_free;
+	}
+	if ((ret = prov_toolfile_get(dump, len, path, sizeof(path)))) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: the tool list could not be written (%s; is the runtime "
+			 "dir writable?)",
+			 pv->name, strerror(-ret));
+		goto out_free;
+	}
+	if ((ret = sbx_policy_add_ro(plan->policy, bin)) ||
+	    (ret = sbx_policy_add_bind(plan->policy, path, MCP_TOOLS_INSIDE, false)))
+		goto out_free;
+	/* Nothing of the client's in argv: the server's path and where its list is. */
+	conf = json_pack("{s:{s:{s:s, s:[s]}}}", "mcpServers", "olp", "command", bin, "args",
+			 MCP_TOOLS_INSIDE);
+	cdump = conf ? json_dumps(conf, JSON_COMPACT) : NULL;
+	if (!cdump)
+		abort();
+	strv_push(&plan->argv, "--mcp-config");
+	strv_push(&plan->argv, cdump);
+	strv_push(&plan->argv, "--strict-mcp-config");
+	free(cdump);
+	json_decref(conf);
+out_free:
+	free(dump);
+	return ret;
+}
+
+/* What the model is told about the client's tools, after the system prompt. */
+static void claude_tool_instructions(const struct prov_request *req, struct buf *s)
+{
+	if (!req->tools)
+		return;
+	buf_adds(s, "\n\nThe API client declared functions you may call; you see them as tools "
+		    "named " MCP_PREFIX "<name>. Calling one hands the call to the client, which "
+		    "runs it and sends you its result in a later message. To call several, make "
+		    "all the calls in one reply.");
+	if (req->tool_choice == PROV_TOOLS_REQUIRED)
+		buf_adds(s, " In this reply you must call at least one of these tools.");
+	else if (req->tool_choice == PROV_TOOLS_NAMED)
+		buf_addf(s, " In this reply you must call the tool " MCP_PREFIX "%s.",
+			 req->tool_name);
+}
+
+/* The run's stdin: the initialize request carrying the system prompt (the configured or
+ * built-in one, then the client's system messages, then what to know of the client's
+ * tools), then the rest of the conversation, flattened, as one user message. */
+static void claude_stdin(const struct prov_provider *pv, const struct prov_request *req,
+			 struct buf *in)
+{
+	struct buf system = BUF_INIT, s = BUF_INIT;
+	json_t *blocks = json_array();
+
+	if (!blocks)
+		abort();
+	prov_cli_split_messages(req->messages, &system, NULL, blocks);
 	buf_adds(in, "{\"type\":\"control_request\",\"request_id\":\"olp-init\","
 		     "\"request\":{\"subtype\":\"initialize\",\"systemPrompt\":");
+	buf_adds(&s, pv->system_prompt ? pv->system_prompt : default_system_prompt);
 	if (system.len) {
-		struct buf s = BUF_INIT;
-
-		buf_adds(&s, pv->system_prompt ? pv->system_prompt : default_system_prompt);
 		buf_adds(&s, "\n\n");
 		buf_add(&s, system.data, system.len);
-		buf_add_json_str(in, s.data, s.len);
-		buf_release(&s);
-	} else {
-		const char *dflt = pv->system_prompt ? pv->system_prompt : default_system_prompt;
-
-		buf_add_json_str(in, dflt, strlen(dflt));
 	}
+	claude_tool_instructions(req, &s);
+	buf_add_json_str(in, s.data, s.len);
+	buf_release(&s);
 	buf_adds(in, "}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":");
-	buf_add_json_str(in, prompt.data, prompt.len);
+	claude_user_content(blocks, in);
 	buf_adds(in, "},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n");
 	buf_release(&system);
-	buf_release(&prompt);
+	json_decref(blocks);
 }
 
 static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
@@ -94,7 +236,9 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 		return ret;
 	for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 		strv_push(&plan->argv, args[i]);
-	claude_stdin(pv, req->messages, &plan->stdin_data);
+	if (req->tools && (ret = claude_plan_tools(pv, req, plan, out)))
+		return ret;
+	claude_stdin(pv, req, &plan->stdin_data);
 	/* No update checks, telemetry or error reports from inside the sandbox; retries
 	 * bounded so that an upstream 401 reaches the client in seconds, not minutes. */
 	snprintf(num, sizeof(num), "%lld", (long long)(pv->max_retries >= 0 ? pv->max_retries : 2));
@@ -128,7 +272,138 @@ struct claude_parser {
 	char streamed_id[96]; /* the API message whose text came as text_delta pieces */
 	int error_status;     /* api_error_status of an "assistant" error message */
 	char stop_reason[32]; /* from message_delta, for a result without one */
+	/* The client's function calls: content block index → call number + 1 (0: a block
+	 * that is not one), and the usage of the message, for a run ended at its end. */
+	unsigned call_of[64];
+	unsigned ncalls;
+	struct prov_usage start_usage;
 };
+
+static int emit_tool(const struct prov_sink *sink, unsigned index, const char *id, const char *name,
+		     const char *args, size_t len)
+{
+	struct prov_event ev = { .kind = PROV_EV_TOOL_CALL,
+				 .tool_index = index,
+				 .tool_id = id,
+				 .tool_name = name,
+				 .text = args,
+				 .len = len };
+
+	return sink->emit(sink->ctx, &ev);
+}
+
+/* Anthropic usage → OpenAI's (cached input counts in prompt_tokens there). */
+static void usage_from(const json_t *u, struct prov_usage *usage)
+{
+	int64_t cache_read = prov_json_count(u, "cache_read_input_tokens", 0);
+
+	usage->present = true;
+	usage->prompt_tokens = prov_json_count(u, "input_tokens", 0) + cache_read +
+			       prov_json_count(u, "cache_creation_input_tokens", 0);
+	usage->completion_tokens = prov_json_count(u, "output_tokens", 0);
+	usage->total_tokens = usage->prompt_tokens + usage->completion_tokens;
+	usage->cached_tokens = cache_read;
+}
+
+/* A tool_use block is one of the client's functions when claude names it after our MCP
+ * server; any other (an internal tool of claude's) is not the client's business. */
+static const char *client_tool(const json_t *block)
+{
+	const char *type = prov_json_str(block, "type"), *name = prov_json_str(block, "name");
+
+	if (!type || strcmp(type, "tool_use") || !name ||
+	    strncmp(name, MCP_PREFIX, strlen(MCP_PREFIX)) || !name[strlen(MCP_PREFIX)])
+		return NULL;
+	return name + strlen(MCP_PREFIX);
+}
+
+/* The message that called the client's functions is over: report the usage and
+ * finish_reason "tool_calls", and end the run before claude acts on the calls. */
+static int end_with_calls(struct claude_parser *cp, const json_t *usage)
+{
+	struct prov_usage u = cp->start_usage;
+	int ret;
+
+	if (json_is_object(usage)) {
+		u.present = true;
+		u.completion_tokens = prov_json_count(usage, "output_tokens", 0);
+		u.total_tokens = u.prompt_tokens + u.completion_tokens;
+	}
+	if (u.present && (ret = prov_emit_usage(cp->pl.sink, &u)))
+		return ret;
+	return prov_emit_finish(cp->pl.sink, "tool_calls") ?: 1;
+}
+
+/* The stream events of a function call: its block's start (id, name) and its arguments
+ * as input_json_delta pieces. > 0 when the event was one of them. */
+static int on_tool_event(struct claude_parser *cp, const char *type, const json_t *ev, int *ret)
+{
+	const json_t *idx = json_object_get(ev, "index");
+	json_int_t i = json_is_integer(idx) ? json_integer_value(idx) : -1;
+
+	*ret = 0;
+	if (!strcmp(type, "message_start")) {
+		usage_from(json_object_get(json_object_get(ev, "message"), "usage"),
+			   &cp->start_usage);
+		return 0; /* and counted as ignored, as before */
+	}
+	if (i < 0 || i >= (json_int_t)ARRAY_SIZE(cp->call_of))
+		return 0;
+	if (!strcmp(type, "content_block_start")) {
+		const json_t *cb = json_object_get(ev, "content_block");
+		const char *name = client_tool(cb);
+
+		if (!name)
+			return 0;
+		cp->call_of[i] = ++cp->ncalls;
+		*ret = emit_tool(cp->pl.sink, cp->ncalls - 1, prov_json_str(cb, "id") ?: "", name,
+				 "", 0);
+		return 1;
+	}
+	if (!strcmp(type, "content_block_delta") && cp->call_of[i]) {
+		const json_t *d = json_object_get(ev, "delta"),
+			     *pj = json_object_get(d, "partial_json");
+
+		if (strcmp(prov_json_str(d, "type") ?: "", "input_json_delta") ||
+		    !json_is_string(pj))
+			return 1;
+		*ret = emit_tool(cp->pl.sink, cp->call_of[i] - 1, NULL, NULL, json_string_value(pj),
+				 json_string_length(pj));
+		return 1;
+	}
+	return 0;
+}
+
+/* A whole message not streamed (claude's non-streaming retry) that calls the client's
+ * functions: every call at once, then the end. 0 when it calls none. */
+static int on_assistant_calls(struct claude_parser *cp, const json_t *msg)
+{
+	const json_t *part;
+	size_t i;
+	int ret;
+
+	if (cp->ncalls)
+		return 0; /* streamed already */
+	json_array_foreach(json_object_get(msg, "content"), i, part) {
+		const char *name = client_tool(part);
+		char *args;
+
+		if (!name)
+			continue;
+		args = json_dumps(json_object_get(part, "input") ?: json_object(), JSON_COMPACT);
+		if (!args)
+			abort();
+		ret = emit_tool(cp->pl.sink, cp->ncalls++, prov_json_str(part, "id") ?: "", name,
+				args, strlen(args));
+		free(args);
+		if (ret)
+			return ret;
+	}
+	if (!cp->ncalls)
+		return 0;
+	usage_from(json_object_get(msg, "usage"), &cp->start_usage);
+	return end_with_calls(cp, NULL);
+}
 
 /* Emit answer text, or match it against what a broken attempt already sent. */
 static int emit_text(struct claude_parser *cp, const char *text, size_t len)
@@ -179,6 +454,7 @@ static int on_stream_event(struct claude_parser *cp, const json_t *o)
 {
 	const json_t *ev = json_object_get(o, "event"), *delta = json_object_get(ev, "delta");
 	const char *type = prov_json_str(ev, "type"), *id = prov_json_str(o, "api_message_id");
+	int ret;
 
 	if (!type || from_subagent(o)) {
 		cp->pl.ignored++;
@@ -191,6 +467,8 @@ static int on_stream_event(struct claude_parser *cp, const json_t *o)
 		cp->streamed_id[0] = '\0';
 		return 0;
 	}
+	if (on_tool_event(cp, type, ev, &ret))
+		return ret;
 	if (!strcmp(type, "content_block_delta")) {
 		const char *dt = prov_json_str(delta, "type");
 		const json_t *text = json_object_get(delta, "text");
@@ -204,6 +482,8 @@ static int on_stream_event(struct claude_parser *cp, const json_t *o)
 
 		if (sr)
 			snprintf(cp->stop_reason, sizeof(cp->stop_reason), "%s", sr);
+		if (cp->ncalls)
+			return end_with_calls(cp, json_object_get(ev, "usage"));
 		return 0;
 	}
 	cp->pl.ignored++;
@@ -230,6 +510,8 @@ static int on_assistant(struct claude_parser *cp, const json_t *o)
 	 * another id (no partial messages, or claude's non-streaming retry) is new text. */
 	if (cp->streamed_id[0] && (!id || !strcmp(id, cp->streamed_id)))
 		return 0;
+	if ((ret = on_assistant_calls(cp, msg)))
+		return ret;
 	json_array_foreach(json_object_get(msg, "content"), i, part) {
 		const char *pt = prov_json_str(part, "type");
 		const json_t *text = json_object_get(part, "text");
@@ -299,6 +581,32 @@ static int on_result(struct claude_parser *cp, const json_t *o)
 	return ret ?: 1; /* the answer is complete: no need to wait for the exit */
 }
 
+/* The init line names the MCP servers and whether each started: when ours (the client's
+ * tools) did not, the model cannot see the tools, and answering without them would drop
+ * them in silence. Fail the run instead. */
+static int on_system(struct claude_parser *cp, const json_t *o)
+{
+	const json_t *srv;
+	size_t i;
+
+	cp->pl.ignored++; /* as before: nothing of the answer */
+	if (strcmp(prov_json_str(o, "subtype") ?: "", "init"))
+		return 0;
+	json_array_foreach(json_object_get(o, "mcp_servers"), i, srv) {
+		const char *status = prov_json_str(srv, "status");
+
+		/* "failed" only: a server still starting ("pending") may yet connect. */
+		if (strcmp(prov_json_str(srv, "name") ?: "", "olp") || !status ||
+		    strcmp(status, "failed"))
+			continue;
+		return prov_emit_failure(cp->pl.sink, PROV_ERR_PROVIDER_ERROR, 0,
+					 "the client's tools could not be declared to claude "
+					 "(olp-mcp-tools did not start)")
+			       ?: 1;
+	}
+	return 0;
+}
+
 static int claude_line(void *ctx, const char *line, size_t len)
 {
 	struct claude_parser *cp = ctx;
@@ -318,6 +626,8 @@ static int claude_line(void *ctx, const char *line, size_t len)
 		ret = on_assistant(cp, o);
 	else if (!strcmp(type, "result"))
 		ret = on_result(cp, o);
+	else if (!strcmp(type, "system"))
+		ret = on_system(cp, o);
 	else
 		cp->pl.ignored++; /* system, user, rate_limit_event, and types to come */
 	json_decref(o);
@@ -368,6 +678,7 @@ const struct provider_ops prov_claude_ops = {
 	.type = "claude",
 	.base_url_env = "ANTHROPIC_BASE_URL",
 	.api_key_env = "ANTHROPIC_API_KEY",
+	.caps = PROV_CAP_IMAGES | PROV_CAP_TOOLS,
 	.plan = claude_plan,
 	.parser_new = claude_parser_new,
 	.parser_feed = claude_feed,

@@ -272,7 +272,8 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const 
 	return ret;
 }
 
-void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt)
+void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt,
+			     json_t *blocks)
 {
 	json_t *sys = json_array(), *rest = json_array(), *m;
 	size_t i;
@@ -298,6 +299,8 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 		prov_flatten_messages(sys, system);
 	if (prompt)
 		prov_flatten_messages(rest, prompt);
+	if (blocks)
+		prov_flatten_blocks(rest, blocks);
 	json_decref(sys);
 	json_decref(rest);
 }

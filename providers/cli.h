@@ -51,7 +51,9 @@ int prov_cli_push_bounded_arg(const struct prov_provider *pv, struct prov_plan *
 			      const char *opt, const struct buf *text, struct prov_outcome *out);
 
 /* Split messages into the system text (system/developer messages, joined by blank lines)
- * and the flattened rest (prov_flatten_messages). Either buffer may be NULL. */
-void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt);
+ * and the flattened rest (prov_flatten_messages into prompt, and/or prov_flatten_blocks
+ * appended to the array blocks). Any of the three may be NULL. */
+void prov_cli_split_messages(const json_t *messages, struct buf *system, struct buf *prompt,
+			     json_t *blocks);
 
 #endif

@@ -19,6 +19,7 @@ struct provider_ops {
 	 * secretless; NULL when the type has none (codex takes its base URL in argv). */
 	const char *base_url_env;
 	const char *api_key_env;
+	unsigned caps; /* enum prov_caps */
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */
@@ -141,6 +142,12 @@ int prov_slot_acquire(const struct prov_provider *pv);
 void prov_slot_release(int fd);
 
 void prov_plan_release(struct prov_plan *plan);
+
+/* The tool-list files (toolfile.c): <state_dir>/tools, made 0700. 0 or -errno. */
+int prov_toolfile_set_dir(const char *state_dir);
+/* The file holding json (a request's tool list), written if it is not there yet; its path
+ * into path. -ENOENT when no state dir was set, else 0 or -errno. */
+int prov_toolfile_get(const char *json, size_t len, char *path, size_t size);
 
 /* The text reader shared by plain-text outputs: emits deltas as bytes arrive, holding
  * back only an incomplete trailing UTF-8 sequence (at most 3 bytes). */

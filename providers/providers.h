@@ -67,6 +67,13 @@ const char *prov_provider_name(const struct prov_provider *pv); /* "local", "ant
 const char *prov_provider_type(const struct prov_provider *pv); /* "command", "claude" */
 const char *prov_provider_display_name(const struct prov_provider *pv);
 uint64_t prov_provider_timeout_ms(const struct prov_provider *pv);
+/* What a provider's runs can take beyond text (a request that needs more is the caller's
+ * to refuse, naming the field, before any run). */
+enum prov_caps {
+	PROV_CAP_IMAGES = 1 << 0, /* image_url parts (checked data: URLs) in user messages */
+	PROV_CAP_TOOLS = 1 << 1,  /* the client's function tools (prov_request.tools) */
+};
+unsigned prov_provider_caps(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
@@ -92,13 +99,28 @@ void prov_provider_free(struct prov_provider *pv);
 
 /* ---- requests and events ------------------------------------------------------------ */
 
+/* tool_choice, when there are tools ("none" means no tools at all: tools is NULL). */
+enum prov_tool_choice {
+	PROV_TOOLS_AUTO = 0, /* the model may call tools or answer in text */
+	PROV_TOOLS_REQUIRED, /* it is told it must call at least one */
+	PROV_TOOLS_NAMED,    /* it is told it must call tool_name */
+};
+
 /* A request already validated by the caller. Borrowed pointers, valid during prov_run. */
 struct prov_request {
 	const struct prov_model *model;
 	const char *model_name; /* as the client asked (alias or id) */
-	const json_t *messages; /* array of {role, content[, name, tool_call_id]} */
+	const json_t *messages; /* array of {role, content[, name, tool_call_id, tool_calls]} */
 	int64_t max_tokens;	/* 0 = not set */
 	const char *request_id;
+	/* The client's function tools, checked: a non-empty array of {"type":"function",
+	 * "function":{"name","description"?,"parameters"?}} with distinct names of
+	 * [a-zA-Z0-9_-]{1,64}; NULL for none. Only a provider with PROV_CAP_TOOLS gets any.
+	 * It declares them to the model, never runs one: a call the model makes is reported
+	 * (PROV_EV_TOOL_CALL) and the run ends with finish_reason "tool_calls". */
+	const json_t *tools;
+	enum prov_tool_choice tool_choice;
+	const char *tool_name; /* PROV_TOOLS_NAMED: one of tools' names */
 };
 
 struct prov_usage {
@@ -137,12 +159,19 @@ enum prov_event_kind {
 	PROV_EV_USAGE,	/* usage: token counts reported by the provider */
 	PROV_EV_FINISH, /* finish_reason: "stop", "length", … */
 	PROV_EV_ERROR,	/* failure: the provider reported that the request failed */
+	/* A piece of a function call of the model's: the first piece of call tool_index
+	 * (0, 1, … in the order the calls start) carries tool_id and tool_name (the client's
+	 * own name); text/len hold a piece of its JSON arguments (maybe empty). */
+	PROV_EV_TOOL_CALL,
 };
 
 struct prov_event {
 	enum prov_event_kind kind;
 	const char *text;
 	size_t len;
+	unsigned tool_index;
+	const char *tool_id;   /* PROV_EV_TOOL_CALL: set on a call's first piece, else NULL */
+	const char *tool_name; /* ditto */
 	const struct prov_usage *usage;
 	const char *finish_reason;
 	const struct prov_failure *failure;
@@ -190,8 +219,30 @@ int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
 void prov_parser_free(struct prov_parser *ps);
 
 /* Flatten chat messages into one prompt as the Node OLP does: parts joined by a blank
- * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name)] …". */
+ * line, user text as is, "[System] …", "[Assistant] …", "[Tool Result (name, id)] …"
+ * (the name from the message, else from the assistant call of that id). An assistant's
+ * tool_calls become "[Assistant called tool NAME (id ID) with arguments: ARGS]". Image
+ * parts have no text form and are left out. */
 void prov_flatten_messages(const json_t *messages, struct buf *out);
+/* The same prompt as Anthropic content blocks, appended to the array blocks: the text as
+ * text blocks, cut where an image part of a user message stands, which becomes an image
+ * block ({"type":"image","source":{"type":"base64","media_type","data"}}). The image
+ * parts must be checked data: URLs (fcgi_chat_parse does). */
+void prov_flatten_blocks(const json_t *messages, json_t *blocks);
+
+/* response_format: what the answer must be. */
+enum prov_format {
+	PROV_FORMAT_TEXT = 0,
+	PROV_FORMAT_JSON_OBJECT, /* one JSON object */
+	PROV_FORMAT_JSON_SCHEMA, /* JSON matching a client's schema */
+};
+
+/* No CLI has a JSON mode a run can switch on, so the format is asked for in words, as
+ * the Node OLP does: messages plus a last system message saying to answer with JSON only
+ * (for PROV_FORMAT_JSON_SCHEMA, with schema — {"name", "schema", …} as the client sent
+ * it — in it). A new reference (the caller decrefs it); messages itself when format is
+ * PROV_FORMAT_TEXT (a new reference too). Never NULL (allocation failure aborts). */
+json_t *prov_format_messages(const json_t *messages, enum prov_format format, const json_t *schema);
 
 /* Where the pool's worker processes share state (the per-provider concurrency slots, in
  * <dir>/slots): the same directory for every process of the pool. Without it there is no

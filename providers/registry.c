@@ -383,6 +383,11 @@ const char *prov_provider_type(const struct prov_provider *pv)
 	return pv->type;
 }
 
+unsigned prov_provider_caps(const struct prov_provider *pv)
+{
+	return pv->ops->caps;
+}
+
 const char *prov_provider_display_name(const struct prov_provider *pv)
 {
 	return pv->display_name;

@@ -171,6 +171,7 @@ static int inner_emit(void *ctx, const struct prov_event *ev)
 
 	switch (ev->kind) {
 	case PROV_EV_DELTA:
+	case PROV_EV_TOOL_CALL: /* a function call of the model's is output too */
 		rc->out->output_started = true;
 		return rc->sink->emit(rc->sink->ctx, ev);
 	case PROV_EV_USAGE:

@@ -29,6 +29,11 @@ int prov_set_state_dir(const char *dir)
 		return -errno;
 	free(slot_dir);
 	slot_dir = xstrdup(path);
+	/* The tool lists of runs live in the same state dir (toolfile.c); without it a
+	 * request with tools fails at its plan, saying why. */
+	if (prov_toolfile_set_dir(dir))
+		log_warnx(NULL, "tool lists in %s/tools: %s; requests with tools will fail", dir,
+			  strerror(errno));
 	return 0;
 }
 

@@ -138,6 +138,10 @@ static void test_route(void)
 
 #define MSG "[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define BODY(extra) "{\"model\":\"m\",\"messages\":" MSG extra "}"
+#define TOOL(name) "{\"type\":\"function\",\"function\":{\"name\":\"" name "\"}}"
+#define IMG(url)                                                                                  \
+	"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"," \
+	"\"image_url\":{\"url\":" url "}}]}]}"
 
 static void test_parse_failures(void)
 {
@@ -196,7 +200,31 @@ static void test_parse_failures(void)
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
 		  "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
 		  "\"image_url\":{\"url\":\"http://x\"}}]}]}",
-		  "messages[0].content" },
+		  "messages[0].content[1].image_url.url" },
+		/* images: data: URLs of png, jpeg, gif, webp only, checked; nothing fetched */
+		{ IMG("\"https://example.com/cat.png\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"HTTPS://example.com/cat.png\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/bmp;base64,Qk0=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/svg+xml;base64,PHN2Zz4=\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png,iVBORw0KGgo=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,iVBORw0KGgo\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,iVBO Rw0KGgo=\""),
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:image/png;base64,R0lGODlhAQABAA==\""), /* a GIF named png */
+		  "messages[0].content[0].image_url.url" },
+		{ IMG("\"data:text/plain;base64,aGk=\""), "messages[0].content[0].image_url.url" },
+		{ IMG("\"file:///etc/passwd\""), "messages[0].content[0].image_url.url" },
+		{ IMG("5"), "messages[0].content[0].image_url.url" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+		  "[{\"type\":\"image_url\",\"image_url\":\"data:image/gif;base64,"
+		  "R0lGODlhAQABAA==\"}]}]}",
+		  "messages[0].content[0].image_url.url" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":"
+		  "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/gif;base64,"
+		  "R0lGODlhAQABAA==\"}}]}]}",
+		  "messages[0].content[0]" },
 		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
 		  "\"text\"}]}]}",
 		  "messages[0].content" },
@@ -247,6 +275,51 @@ static void test_parse_failures(void)
 		{ BODY(",\"stop\":[\"a\",null]"), "stop" },
 		{ BODY(",\"stop\":{}"), "stop" },
 		{ BODY(",\"stop\":true"), "stop" },
+		{ BODY(",\"stop\":\"\""), "stop" },
+		{ BODY(",\"stop\":[\"a\",\"\"]"), "stop" },
+		{ BODY(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop" },
+		{ BODY(",\"stop\":\"a\\u0000b\""), "stop" },
+		/* no silent drops: what OLP cannot honour is refused by name */
+		{ BODY(",\"n\":2"), "n" },
+		{ BODY(",\"n\":0"), "n" },
+		{ BODY(",\"n\":\"1\""), "n" },
+		{ BODY(",\"logprobs\":true"), "logprobs" },
+		{ BODY(",\"top_logprobs\":2"), "top_logprobs" },
+		{ BODY(",\"logit_bias\":{\"50256\":-100}"), "logit_bias" },
+		{ BODY(",\"modalities\":[\"text\",\"audio\"]"), "modalities" },
+		{ BODY(",\"modalities\":\"text\""), "modalities" },
+		{ BODY(",\"audio\":{\"voice\":\"alloy\",\"format\":\"mp3\"}"), "audio" },
+		{ BODY(",\"prediction\":{\"type\":\"content\",\"content\":\"x\"}"), "prediction" },
+		{ BODY(",\"web_search_options\":{\"search_context_size\":\"low\"}"),
+		  "web_search_options" },
+		{ BODY(",\"functions\":[{\"name\":\"f\"}]"), "functions" },
+		/* tools, tool_choice, and the calls of earlier turns */
+		{ BODY(",\"tools\":{}"), "tools" },
+		{ BODY(",\"tools\":[{\"type\":\"retrieval\"}]"), "tools[0]" },
+		{ BODY(",\"tools\":[{\"type\":\"function\"}]"), "tools[0]" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{}}]"),
+		  "tools[0].function.name" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]"),
+		  "tools[0].function.name" },
+		{ BODY(",\"tools\":[" TOOL("f") "," TOOL("f") "]"), "tools[1].function.name" },
+		{ BODY(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+		       "\"parameters\":[]}}]"),
+		  "tools[0].function.parameters" },
+		{ BODY(",\"tool_choice\":\"required\""), "tool_choice" },
+		{ BODY(",\"tools\":[" TOOL("f") "],\"tool_choice\":\"always\""), "tool_choice" },
+		{ BODY(",\"tools\":[" TOOL("f") "],\"tool_choice\":{\"type\":\"function\","
+						"\"function\":{\"name\":\"g\"}}"),
+		  "tool_choice.function.name" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":"
+		  "[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}",
+		  "messages[0].tool_calls" },
+		{ "{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}",
+		  "messages[0].tool_calls" },
+		{ BODY(",\"function_call\":\"auto\""), "function_call" },
+		{ BODY(",\"response_format\":\"json\""), "response_format" },
+		{ BODY(",\"response_format\":{}"), "response_format" },
+		{ BODY(",\"frobnicate\":true"), "frobnicate" },
+		{ BODY(",\"Temperature\":1"), "Temperature" },
 		/* stream, stream_options */
 		{ BODY(",\"stream\":\"yes\""), "stream" },
 		{ BODY(",\"stream\":1"), "stream" },
@@ -343,6 +416,15 @@ static void test_parse_valid(void)
 		BODY(",\"stream_options\":null"),
 		BODY(",\"stream_options\":{}"),
 		BODY(",\"n\":1,\"tools\":[],\"user\":\"x\",\"seed\":4,\"metadata\":{\"a\":\"b\"}"),
+		/* ignored on purpose, or asked with the default OLP gives anyway */
+		BODY(",\"frequency_penalty\":1,\"presence_penalty\":-1,\"store\":false,"
+		     "\"service_tier\":\"auto\",\"reasoning_effort\":\"low\","
+		     "\"parallel_tool_calls\":true,\"prompt_cache_key\":\"k\","
+		     "\"safety_identifier\":\"s\",\"verbosity\":\"low\""),
+		BODY(",\"n\":null,\"logprobs\":false,\"logit_bias\":{},\"modalities\":[\"text\"],"
+		     "\"top_logprobs\":null,\"audio\":null,\"tool_choice\":\"none\","
+		     "\"response_format\":{\"type\":\"text\"}"),
+		BODY(",\"tool_choice\":\"auto\",\"functions\":[]"),
 		"  \n{\"messages\":" MSG ",\"model\":\"m\"}\n  ",
 	};
 	size_t i;
@@ -500,6 +582,123 @@ static void test_parse_len(void)
 	CU_ASSERT_EQUAL(fcgi_chat_parse(NULL, 0, &req, &err), -1);
 	CU_ASSERT_EQUAL(err.status, 400);
 	CU_ASSERT_STRING_EQUAL(err.type, "invalid_request_error");
+}
+
+/* The four image types pass, counted, the first one's param kept; above the size cap, 413. */
+static void test_images(void)
+{
+	static const char *const urls[] = {
+		"\"data:image/"
+		"png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+		"+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\"",
+		"\"data:image/jpeg;base64,/9j/4AAQSkZJRg==\"",
+		"\"data:image/gif;base64,R0lGODlhAQABAA==\"",
+		"\"data:image/webp;base64,UklGRiQAAABXRUJQVlA4IA==\"",
+	};
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct buf body = BUF_INIT;
+	size_t i, n;
+
+	for (i = 0; i < ARRAY_SIZE(urls); i++) {
+		buf_reset(&body);
+		buf_addf(&body,
+			 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":["
+			 "{\"type\":\"text\",\"text\":\"what is it?\"},{\"type\":\"image_url\","
+			 "\"image_url\":{\"url\":%s,\"detail\":\"low\"}},{\"type\":\"image_url\","
+			 "\"image_url\":{\"url\":%s}}]}]}",
+			 urls[i], urls[i]);
+		CU_ASSERT_EQUAL(fcgi_chat_parse(body.data, body.len, &req, &err), 0);
+		if (!req.root) {
+			fprintf(stderr, "refused (%s): %s\n", err.message, urls[i]);
+			continue;
+		}
+		CU_ASSERT_EQUAL(req.nimages, 2);
+		CU_ASSERT_STRING_EQUAL(req.image_param, "messages[0].content[1].image_url.url");
+		fcgi_chat_release(&req);
+	}
+
+	/* One byte above the cap (decoded), as a PNG: 413 naming the part. */
+	n = ((size_t)FCGI_MAX_IMAGE_BYTES + 3) / 3 * 4;
+	buf_reset(&body);
+	buf_adds(&body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":["
+			"{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,"
+			"iVBORw0KGgo");
+	for (i = 11; i < n; i++)
+		buf_addch(&body, 'A');
+	buf_adds(&body, "\"}}]}]}");
+	CU_ASSERT_EQUAL(fcgi_chat_parse(body.data, body.len, &req, &err), -1);
+	CU_ASSERT_EQUAL(err.status, 413);
+	CU_ASSERT_STRING_EQUAL(err.param, "messages[0].content[0].image_url.url");
+	buf_release(&body);
+}
+
+/* response_format: what counts as JSON, and as a JSON object. */
+static void test_format_satisfied(void)
+{
+	static const struct {
+		const char *text;
+		bool object, any;
+	} cases[] = {
+		{ "{\"a\":1}", true, true },
+		{ "  \n{\"a\": [1, 2]}\n ", true, true },
+		{ "[1,2]", false, true },
+		{ "42", false, true },
+		{ "\"s\"", false, true },
+		{ "", false, false },
+		{ "{\"a\":1} trailing", false, false },
+		{ "```json\n{\"a\":1}\n```", false, false },
+		{ "Sure: {\"a\":1}", false, false },
+		{ "{\"a\":", false, false },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		size_t n = strlen(cases[i].text);
+
+		CU_ASSERT_EQUAL(fcgi_format_satisfied(PROV_FORMAT_JSON_OBJECT, cases[i].text, n),
+				cases[i].object);
+		CU_ASSERT_EQUAL(fcgi_format_satisfied(PROV_FORMAT_JSON_SCHEMA, cases[i].text, n),
+				cases[i].any);
+		CU_ASSERT_TRUE(fcgi_format_satisfied(PROV_FORMAT_TEXT, cases[i].text, n));
+	}
+}
+
+/* response_format parsed into the request; the warning goes into the whole object and the
+ * final chunk only. */
+static void test_format_fields(void)
+{
+	static const char js[] = BODY(",\"response_format\":{\"type\":\"json_schema\","
+				      "\"json_schema\":{\"name\":\"r\",\"schema\":{}}}");
+	static const char jo[] = BODY(",\"response_format\":{\"type\":\"json_object\"}");
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct fcgi_completion m;
+	struct buf out = BUF_INIT;
+
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(js, strlen(js), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_JSON_SCHEMA);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(req.json_schema, "name")), "r");
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(jo, strlen(jo), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_JSON_OBJECT);
+	CU_ASSERT_PTR_NULL(req.json_schema);
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(BODY(""), strlen(BODY("")), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.format, PROV_FORMAT_TEXT);
+	fcgi_chat_release(&req);
+
+	fcgi_completion_init(&m, "m");
+	CU_ASSERT_PTR_NULL(m.warning);
+	m.warning = "not \"JSON\"";
+	fcgi_completion_json(&out, &m, "x", 1, "stop", NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, ",\"olp_warning\":\"not \\\"JSON\\\"\"}"));
+	buf_reset(&out);
+	fcgi_sse_chunk(&out, &m, "assistant", "x", 1, NULL);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "olp_warning"));
+	buf_reset(&out);
+	fcgi_sse_chunk(&out, &m, NULL, NULL, 0, "stop");
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"olp_warning\""));
+	buf_release(&out);
 }
 
 /* ---- encoders ------------------------------------------------------------------------------ */
@@ -908,6 +1107,60 @@ static void test_same_id(void)
 	buf_release(&out);
 }
 
+/* tools into the request; tool_choice none drops them; calls encoded as OpenAI does. */
+static void test_tools(void)
+{
+	static const char named[] = BODY(",\"tools\":[" TOOL("a") "," TOOL(
+		"b") "],\"tool_choice\":{\"type\":"
+		     "\"function\",\"function\":{\"name\":\"b\"}}");
+	static const char none[] = BODY(",\"tools\":[" TOOL("a") "],\"tool_choice\":\"none\"");
+	static const char req_[] = BODY(",\"tools\":[" TOOL("a") "],\"tool_choice\":\"required\"");
+	struct fcgi_tool_call calls[2] = { { "call_1", "a", "{\"x\":1}", 7 },
+					   { "call_2", "b", "{}", 2 } };
+	struct fcgi_chat_request req;
+	struct fcgi_error err = { 0 };
+	struct fcgi_completion m;
+	struct buf out = BUF_INIT;
+	json_t *c, *msg;
+
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(named, strlen(named), &req, &err), 0);
+	CU_ASSERT_EQUAL(json_array_size(req.tools), 2);
+	CU_ASSERT_EQUAL(req.tool_choice, PROV_TOOLS_NAMED);
+	CU_ASSERT_STRING_EQUAL(req.tool_name, "b");
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(none, strlen(none), &req, &err), 0);
+	CU_ASSERT_PTR_NULL(req.tools);
+	fcgi_chat_release(&req);
+	CU_ASSERT_EQUAL_FATAL(fcgi_chat_parse(req_, strlen(req_), &req, &err), 0);
+	CU_ASSERT_EQUAL(req.tool_choice, PROV_TOOLS_REQUIRED);
+	fcgi_chat_release(&req);
+
+	fcgi_completion_init(&m, "m");
+	fcgi_completion_json_calls(&out, &m, "", 0, calls, 2, "tool_calls", NULL);
+	c = load(out.data, out.len);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	msg = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "message");
+	CU_ASSERT_TRUE(json_is_null(json_object_get(msg, "content")));
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(msg, "tool_calls")), 2);
+	CU_ASSERT_STRING_EQUAL(
+		sget(json_object_get(json_array_get(json_object_get(msg, "tool_calls"), 0),
+				     "function"),
+		     "arguments"),
+		"{\"x\":1}");
+	json_decref(c);
+	buf_reset(&out);
+	fcgi_sse_tool_call(&out, &m, true, 1, "call_2", "b", "{\"", 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"delta\":{\"role\":\"assistant\",\"tool_calls\":"
+						"[{\"index\":1,\"id\":\"call_2\",\"type\":"
+						"\"function\",\"function\":{\"name\":\"b\","
+						"\"arguments\":\"{\\\"\"}}]}"));
+	buf_reset(&out);
+	fcgi_sse_tool_call(&out, &m, false, 0, NULL, NULL, "1}", 2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"delta\":{\"tool_calls\":[{\"index\":0,"
+						"\"function\":{\"arguments\":\"1}\"}}]}"));
+	buf_release(&out);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -916,6 +1169,10 @@ int main(void)
 		{ "parse: valid forms", test_parse_valid },
 		{ "parse: fields set", test_parse_fields },
 		{ "parse: body length honoured", test_parse_len },
+		{ "parse: response_format into the request, olp_warning out", test_format_fields },
+		{ "response_format: what is JSON", test_format_satisfied },
+		{ "images: data: URLs checked and counted, 413 above the cap", test_images },
+		{ "tools: parsed, tool_choice, calls encoded", test_tools },
 		{ "error object", test_error_json },
 		{ "status text", test_status_text },
 		{ "response headers refuse control characters", test_headers },

@@ -55,6 +55,50 @@ static void must_parse_sse(const struct buf *b)
 	}
 }
 
+/* What a valid request's response_format, images and tools become (issue 16): the
+ * formatted messages, the content blocks and the tool call encodings must all be JSON. */
+static void fuzz_extras(const struct fcgi_chat_request *req, const struct fcgi_completion *m)
+{
+	json_t *msgs = prov_format_messages(req->messages, req->format, req->json_schema);
+	json_t *blocks = json_array();
+	struct fcgi_tool_call calls[4];
+	struct buf out = BUF_INIT;
+	const json_t *t;
+	size_t i, n = 0;
+	char *dump;
+
+	if (!msgs || !blocks)
+		abort();
+	prov_flatten_blocks(msgs, blocks);
+	dump = json_dumps(blocks, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!dump)
+		abort();
+	free(dump);
+	json_array_foreach(req->tools, i, t) {
+		if (n == 4)
+			break;
+		calls[n++] = (struct fcgi_tool_call){
+			.id = "call_1",
+			.name = json_string_value(
+				json_object_get(json_object_get(t, "function"), "name")),
+			.args = "{}",
+			.args_len = 2,
+		};
+		if (!calls[n - 1].name)
+			abort(); /* fcgi_chat_parse let a tool without a name through */
+	}
+	fcgi_completion_json_calls(&out, m, "", 0, calls, n, "tool_calls", NULL);
+	must_parse(&out);
+	buf_reset(&out);
+	for (i = 0; i < n; i++)
+		fcgi_sse_tool_call(&out, m, !i, (unsigned)i, calls[i].id, calls[i].name, "{", 1);
+	if (n)
+		must_parse_sse(&out);
+	buf_release(&out);
+	json_decref(blocks);
+	json_decref(msgs);
+}
+
 static void fuzz_parse(const char *body, size_t size)
 {
 	struct fcgi_chat_request req;
@@ -66,7 +110,10 @@ static void fuzz_parse(const char *body, size_t size)
 	};
 
 	if (fcgi_chat_parse(body, size, &req, &err)) {
-		if (err.status != 400 || !err.type || strcmp(err.type, "invalid_request_error"))
+		/* 400, or 413 for an image above the cap. */
+		if (!err.type ||
+		    !((err.status == 400 && !strcmp(err.type, "invalid_request_error")) ||
+		      (err.status == 413 && !strcmp(err.type, "request_too_large"))))
 			abort();
 		fcgi_error_json(&err, &out);
 		must_parse(&out);
@@ -87,6 +134,7 @@ static void fuzz_parse(const char *body, size_t size)
 	fcgi_sse_usage(&out, &m, &u);
 	fcgi_sse_done(&out);
 	must_parse_sse(&out);
+	fuzz_extras(&req, &m);
 	buf_release(&out);
 	buf_release(&prompt);
 	fcgi_chat_release(&req);

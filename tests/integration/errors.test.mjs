@@ -178,7 +178,7 @@ describe('validation', () => {
     ['stop as a string', { model: 'echo', messages: msgs, stop: 'END' }],
     ['stop as an array', { model: 'echo', messages: msgs, stop: ['END', 'STOP'] }],
     ['stream false', { model: 'echo', messages: msgs, stream: false }],
-    ['unknown extra fields', { model: 'echo', messages: msgs, user: 'u1', n: 1, seed: 3 }],
+    ['fields ignored on purpose', { model: 'echo', messages: msgs, user: 'u1', n: 1, seed: 3 }],
   ];
   for (const [name, body] of valid) {
     it(`valid: ${name}`, async () => {

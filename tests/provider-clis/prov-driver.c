@@ -57,6 +57,17 @@ static int print_event(void *ctx, const struct prov_event *ev)
 			 prov_error_code(ev->failure->err), ev->failure->upstream_status);
 		buf_add_json_str(&b, ev->failure->message, strlen(ev->failure->message));
 		break;
+	case PROV_EV_TOOL_CALL:
+		buf_addf(&b, "{\"ev\":\"tool\",\"index\":%u", ev->tool_index);
+		if (ev->tool_id) {
+			buf_adds(&b, ",\"id\":");
+			buf_add_json_str(&b, ev->tool_id, strlen(ev->tool_id));
+			buf_adds(&b, ",\"name\":");
+			buf_add_json_str(&b, ev->tool_name, strlen(ev->tool_name));
+		}
+		buf_adds(&b, ",\"args\":");
+		buf_add_json_str(&b, ev->text ? ev->text : "", ev->len);
+		break;
 	}
 	buf_addf(&b, ",\"t_ms\":%llu}", (unsigned long long)(mono_ms() - t0));
 	print_line(&b);

@@ -120,6 +120,37 @@ static void test_claude_success(void)
 	ts_rec_release(&r);
 }
 
+/* The model calls two of the client's functions (the real claude 2.1.332 with
+ * olp-mcp-tools against the fake upstream): each call's id, name (without claude's
+ * mcp__olp__ prefix) and argument pieces, then usage and "tool_calls", and the answer is
+ * over at the message's end: what claude does next (permission denied, a second request
+ * answered in text) is never read. */
+static void test_claude_tool_calls(void)
+{
+	size_t len;
+	auto_free char *data = fixture("claude-tool-calls.ndjson", &len);
+	struct ts_rec r;
+	struct feed_result fr;
+
+	ts_rec_init(&r);
+	fr = feed_all_ways("claude", data, len, &r);
+	CU_ASSERT_STRING_EQUAL(r.text.data, "");
+	CU_ASSERT_STRING_EQUAL(r.finish, "tool_calls");
+	CU_ASSERT_EQUAL(r.nerrors, 0);
+	CU_ASSERT(fr.first_stop > 0);
+	CU_ASSERT_STRING_EQUAL(r.log.data, "tool 0 toolu_fake_1_0 get_weather \n"
+					   "tool 0 - - {\"city\":\n"
+					   "tool 0 - - \"Paris\"}\n"
+					   "tool 1 toolu_fake_1_1 get_time \n"
+					   "tool 1 - - {\"n\n"
+					   "tool 1 - - \":1}\n"
+					   "usage 10 6 16 0\n"
+					   "finish tool_calls\n");
+	if (r.log.data && !strstr(r.log.data, "finish tool_calls"))
+		fprintf(stderr, "%s\n", r.log.data);
+	ts_rec_release(&r);
+}
+
 static void test_claude_429(void)
 {
 	size_t len;
@@ -832,6 +863,8 @@ int main(void)
 {
 	static const struct ts_test tests[] = {
 		{ "claude: recorded success, every split", test_claude_success },
+		{ "claude: recorded tool calls, every split, ends at the message",
+		  test_claude_tool_calls },
 		{ "claude: upstream 429", test_claude_429 },
 		{ "claude: not logged in", test_claude_not_logged_in },
 		{ "claude: garbage, unknown types, CRLF", test_claude_garbage_and_unknown },

@@ -53,7 +53,17 @@ static void test_flatten(void)
 		/* tool results: name, else tool_call_id, else "tool" */
 		{ "[{\"role\":\"tool\",\"name\":\"get_weather\",\"tool_call_id\":\"call_1\","
 		  "\"content\":\"sunny\"}]",
-		  "[Tool Result (get_weather)] sunny" },
+		  "[Tool Result (get_weather, id call_1)] sunny" },
+		/* an assistant's calls as text; a result named after its call */
+		{ "[{\"role\":\"user\",\"content\":\"weather?\"},{\"role\":\"assistant\","
+		  "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+		  "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":"
+		  "\\\"Paris\\\"}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":"
+		  "{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+		  "\"tool_call_id\":\"c2\",\"content\":\"noon\"}]",
+		  "weather?\n\n[Assistant called tool get_weather (id c1) with arguments: "
+		  "{\"city\":\"Paris\"}]\n\n[Assistant called tool get_time (id c2) with "
+		  "arguments: {}]\n\n[Tool Result (get_time, id c2)] noon" },
 		{ "[{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}]",
 		  "[Tool Result (call_1)] sunny" },
 		{ "[{\"role\":\"tool\",\"content\":\"sunny\"}]", "[Tool Result (tool)] sunny" },
@@ -111,6 +121,70 @@ static void test_flatten_binary(void)
 	CU_ASSERT_EQUAL(memcmp(out.data, "a\0b", 3), 0);
 	json_decref(msgs);
 	buf_release(&out);
+}
+
+/* Images cut the text into blocks, in order; without images, one text block. */
+static void test_flatten_blocks(void)
+{
+	static const char img[] = "{\"type\":\"image_url\",\"image_url\":{\"url\":"
+				  "\"data:image/gif;base64,R0lGODlhAQABAA==\"}}";
+	static const char want[] =
+		"[{\"type\": \"text\", \"text\": \"[System] s\\n\\nlook\"}, {\"type\": \"image\", "
+		"\"source\": {\"type\": \"base64\", \"media_type\": \"image/gif\", \"data\": "
+		"\"R0lGODlhAQABAA==\"}}, {\"type\": \"text\", \"text\": \"and "
+		"this\\n\\n[Assistant] "
+		"ok\"}]";
+	struct buf in = BUF_INIT;
+	json_t *msgs, *blocks = json_array();
+	char *got;
+
+	buf_addf(&in,
+		 "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":["
+		 "{\"type\":\"text\",\"text\":\"look\"},%s,{\"type\":\"text\",\"text\":"
+		 "\"and this\"}]},{\"role\":\"assistant\",\"content\":\"ok\"}]",
+		 img);
+	msgs = parse(in.data);
+	prov_flatten_blocks(msgs, blocks);
+	got = json_dumps(blocks, JSON_PRESERVE_ORDER);
+	CU_ASSERT_STRING_EQUAL(got, want);
+	if (strcmp(got, want))
+		fprintf(stderr, "blocks: %s\n", got);
+	free(got);
+	/* The text form leaves the image out. */
+	buf_reset(&in);
+	prov_flatten_messages(msgs, &in);
+	CU_ASSERT_STRING_EQUAL(in.data, "[System] s\n\nlook\nand this\n\n[Assistant] ok");
+	json_decref(msgs);
+	json_decref(blocks);
+	buf_release(&in);
+}
+
+/* response_format: one system message more, last; the schema in it. */
+static void test_format_messages(void)
+{
+	json_t *msgs = parse("[{\"role\":\"user\",\"content\":\"q\"}]");
+	json_t *schema = parse("{\"name\":\"pt\",\"schema\":{\"type\":\"object\"}}");
+	json_t *same = prov_format_messages(msgs, PROV_FORMAT_TEXT, NULL);
+	json_t *obj = prov_format_messages(msgs, PROV_FORMAT_JSON_OBJECT, NULL);
+	json_t *sch = prov_format_messages(msgs, PROV_FORMAT_JSON_SCHEMA, schema);
+	const char *t;
+
+	CU_ASSERT_PTR_EQUAL(same, msgs);
+	CU_ASSERT_EQUAL(json_array_size(msgs), 1); /* the client's array is left alone */
+	CU_ASSERT_EQUAL(json_array_size(obj), 2);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(obj, 1), "role")),
+			       "system");
+	t = json_string_value(json_object_get(json_array_get(obj, 1), "content"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "JSON object"));
+	CU_ASSERT_PTR_NULL(strstr(t, "Schema"));
+	t = json_string_value(json_object_get(json_array_get(sch, 1), "content"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "\"pt\""));
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "{\"type\":\"object\"}"));
+	json_decref(same);
+	json_decref(obj);
+	json_decref(sch);
+	json_decref(schema);
+	json_decref(msgs);
 }
 
 /* ---- the command text reader ---------------------------------------------------------- */
@@ -1577,6 +1651,8 @@ int main(void)
 	static const struct ts_test tests[] = {
 		{ "flatten messages", test_flatten },
 		{ "flatten keeps binary bytes", test_flatten_binary },
+		{ "flatten into content blocks, images in place", test_flatten_blocks },
+		{ "response_format messages", test_format_messages },
 		{ "text reader: whole", test_text_whole },
 		{ "text reader: byte by byte", test_text_byte_by_byte },
 		{ "text reader: every split", test_text_every_split },

@@ -86,6 +86,16 @@ int ts_rec_emit(void *ctx, const struct prov_event *ev)
 	case PROV_EV_USAGE: on_usage(r, ev->usage); break;
 	case PROV_EV_FINISH: on_finish(r, ev->finish_reason); break;
 	case PROV_EV_ERROR: on_error(r, ev->failure); break;
+	case PROV_EV_TOOL_CALL:
+		/* "<T0 id name:args>" for a call's first piece, "<T0:args>" for the others. */
+		buf_addf(&r->log, "tool %u %s %s %.*s", ev->tool_index,
+			 ev->tool_id ? ev->tool_id : "-", ev->tool_name ? ev->tool_name : "-",
+			 (int)ev->len, ev->text ? ev->text : "");
+		buf_addf(&r->events, "<T%u%s%s%s%s:%.*s>", ev->tool_index, ev->tool_id ? " " : "",
+			 ev->tool_id ? ev->tool_id : "", ev->tool_name ? " " : "",
+			 ev->tool_name ? ev->tool_name : "", (int)ev->len,
+			 ev->text ? ev->text : "");
+		break;
 	}
 	buf_addch(&r->log, '\n');
 	return r->abort_after && r->nevents >= (size_t)r->abort_after ? -1 : 0;

@@ -8,9 +8,46 @@
 //         *-cut sends half the deltas and then drops the connection;
 //         *-maxtok stops with stop_reason "max_tokens".
 // FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one.
+// A last user message holding image blocks is answered "I see N image(s): <media types>."
+// Client tools (declared by OLP as mcp__olp__<name>): the model calls tools when the last
+// user text says "call:NAME[,NAME…]" (arguments {"city":"Paris"} for the first, {"n":<i>}
+// for the others, each streamed as two input_json_delta pieces), or when the system prompt
+// says it "must call the tool mcp__olp__NAME" / "must call at least one" (the first tool);
+// stop_reason "tool_use". A conversation holding "[Tool Result (…)] TEXT" is answered
+// "Tool said: TEXT".
 import { serve, failStatus, isCut, TOKENS, sleep, sse } from './common.mjs';
 
-const TEXT = 'Hello from the fake Anthropic server!';
+const HELLO = 'Hello from the fake Anthropic server!';
+
+// The image blocks of the last user message (base64 sources), as "image/png, …".
+function lastUserText(body) {
+  const last = [...(body.messages ?? [])].reverse().find((m) => m.role === 'user');
+  if (typeof last?.content === 'string') return last.content;
+  return (last?.content ?? []).filter((b) => b?.type === 'text').map((b) => b.text).join('\n');
+}
+
+const systemText = (body) =>
+  typeof body.system === 'string' ? body.system : (body.system ?? []).map((b) => b.text ?? '').join('\n');
+
+// The tools the model is to call now: [names with the mcp__olp__ prefix].
+function callsWanted(body) {
+  const declared = (body.tools ?? []).map((t) => t.name).filter((n) => n?.startsWith('mcp__olp__'));
+  if (!declared.length) return [];
+  const text = lastUserText(body);
+  if (/\[Tool Result \(/.test(text)) return [];
+  const m = text.match(/call:([\w,-]+)/);
+  if (m) return m[1].split(',').map((n) => `mcp__olp__${n}`).filter((n) => declared.includes(n));
+  const named = systemText(body).match(/must call the tool (mcp__olp__[\w-]+)/);
+  if (named && declared.includes(named[1])) return [named[1]];
+  if (/must call at least one/.test(systemText(body))) return [declared[0]];
+  return [];
+}
+
+function imagesSeen(body) {
+  const last = [...(body.messages ?? [])].reverse().find((m) => m.role === 'user');
+  const blocks = Array.isArray(last?.content) ? last.content : [];
+  return blocks.filter((b) => b?.type === 'image' && b.source?.type === 'base64').map((b) => b.source.media_type);
+}
 const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
 let seq = 0;
 const errType = { 400: 'invalid_request_error', 401: 'authentication_error', 403: 'permission_error',
@@ -34,8 +71,42 @@ serve('anthropic', async (req, res, body, entry) => {
       error: { type: errType[status] ?? 'api_error', message: `fake ${status}` }, request_id: reqId }));
     return;
   }
+  const images = imagesSeen(body);
+  const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);
+  const TEXT = images.length ? `I see ${images.length} image(s): ${images.join(', ')}.`
+    : result ? `Tool said: ${result[1]}` : HELLO;
+  const calls = callsWanted(body);
   const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+  if (calls.length) {
+    const args = (i) => JSON.stringify(i === 0 ? { city: 'Paris' } : { n: i });
+    const ids = calls.map((_, i) => `toolu_fake_${seq}_${i}`);
+    if (!body.stream) {
+      res.writeHead(200, { 'content-type': 'application/json', 'request-id': reqId });
+      res.end(JSON.stringify({ id, type: 'message', role: 'assistant', model,
+        content: calls.map((name, i) => ({ type: 'tool_use', id: ids[i], name, input: JSON.parse(args(i)) })),
+        stop_reason: 'tool_use', stop_sequence: null, usage }));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'request-id': reqId });
+    sse(res, 'message_start', { type: 'message_start', message: { id, type: 'message', role: 'assistant', model,
+      content: [], stop_reason: null, stop_sequence: null, usage: { ...usage, output_tokens: 1 } } });
+    for (const [i, name] of calls.entries()) {
+      sse(res, 'content_block_start', { type: 'content_block_start', index: i,
+        content_block: { type: 'tool_use', id: ids[i], name, input: {} } });
+      const a = args(i);
+      const cut = Math.floor(a.length / 2);
+      for (const piece of [a.slice(0, cut), a.slice(cut)])
+        sse(res, 'content_block_delta', { type: 'content_block_delta', index: i,
+          delta: { type: 'input_json_delta', partial_json: piece } });
+      sse(res, 'content_block_stop', { type: 'content_block_stop', index: i });
+    }
+    sse(res, 'message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null },
+      usage: { output_tokens: usage.output_tokens } });
+    sse(res, 'message_stop', { type: 'message_stop' });
+    res.end();
+    return;
+  }
   if (!body.stream) {
     res.writeHead(200, { 'content-type': 'application/json', 'request-id': reqId });
     res.end(JSON.stringify({ id, type: 'message', role: 'assistant', model,
