@@ -386,11 +386,14 @@ static int on_assistant_calls(struct claude_parser *cp, const json_t *msg)
 		return 0; /* streamed already */
 	json_array_foreach(json_object_get(msg, "content"), i, part) {
 		const char *name = client_tool(part);
+		const json_t *input = json_object_get(part, "input");
 		char *args;
 
 		if (!name)
 			continue;
-		args = json_dumps(json_object_get(part, "input") ?: json_object(), JSON_COMPACT);
+		/* Whatever the input is (any JSON value, or none): its text, never NULL but
+		 * for want of memory. */
+		args = input ? json_dumps(input, JSON_COMPACT | JSON_ENCODE_ANY) : xstrdup("{}");
 		if (!args)
 			abort();
 		ret = emit_tool(cp->pl.sink, cp->ncalls++, prov_json_str(part, "id") ?: "", name,
