@@ -967,10 +967,11 @@ static int env_fd(const struct sbx_policy *p)
 		buf_release(&b);
 		return -E2BIG;
 	}
-	fd = sbx_data_fd_n(b.data ? b.data : "", b.len);
+	if (!b.len)
+		return sbx_data_fd_n("", 0);
+	fd = sbx_data_fd_n(b.data, b.len);
 	/* The copy in the memfd is the one that counts: wipe ours (it may hold a key). */
-	if (b.len)
-		explicit_bzero(b.data, b.len);
+	explicit_bzero(b.data, b.len);
 	buf_release(&b);
 	return fd;
 }

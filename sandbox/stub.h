@@ -24,7 +24,7 @@
  * becomes the sandbox user, who cannot read it (mode 0400) where the run has its own
  * uid. */
 #define SBX_ENV_PATH "/etc/.olp-env"
-#define SBX_ENV_MAX (1024 * 1024)
+#define SBX_ENV_MAX ((size_t)1 << 20)
 
 /* The steps of olp-sandbox-exec that can fail, as its report names them. */
 enum sbx_stub_stage {
