@@ -52,7 +52,9 @@ static inline uint64_t sbx_or_default(uint64_t v, uint64_t dflt)
 	return v ? v : dflt;
 }
 
-/* A sealed memfd holding text, for bwrap's --file. fd or -errno. */
+/* A sealed memfd holding len bytes of data (text: strlen), for bwrap's --file. fd or
+ * -errno. */
+int sbx_data_fd_n(const void *data, size_t len);
 int sbx_data_fd(const char *text);
 /* The passwd and group files of the sandbox: its one user, nobody of the host. */
 #define SBX_STR_(x) #x
@@ -120,7 +122,9 @@ _Static_assert(SBX_FD_SYNC == SBX_FD_ETC0 + SBX_ETC_FILES, "fd slots");
 _Static_assert(SBX_FD_REPORT == SBX_FD_SYNC + 1, "fd slots");
 _Static_assert(SBX_FD_FILE0 == SBX_FD_REPORT + 1, "fd slots");
 #define SBX_MAX_FILES 16
-#define SBX_FD_COUNT (SBX_FD_FILE0 + SBX_MAX_FILES)
+#define SBX_FD_ENV 31 /* --file -> SBX_ENV_PATH (stub.h): SBX_FD_FILE0 + SBX_MAX_FILES */
+_Static_assert(SBX_FD_ENV == SBX_FD_FILE0 + SBX_MAX_FILES, "fd slots");
+#define SBX_FD_COUNT (SBX_FD_ENV + 1)
 
 /* ---- identity (ident.c) ---------------------------------------------------------------- */
 
@@ -195,7 +199,8 @@ int sbx_seccomp_fd(bool allow_unix);
 int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
-/* Append the child's environment for mode off to out (bwrap gets it as --setenv). */
+/* Append the child's environment for mode off to out (under bwrap the stub gets it as a
+ * file: stub.h, SBX_ENV_PATH). */
 void sbx_build_envp(const struct sbx_policy *p, struct strv *out);
 
 #endif

@@ -3,7 +3,8 @@
  *   olp-sandbox-exec --run NAME [--drop NPROC --chown DIR] [-- COMMAND ARGS...]
  *
  * bwrap starts it with fds 0-2 and the worker's report pipe at SBX_FD_REPORT (stub.h),
- * once the sandbox is built.
+ * once the sandbox is built, with an empty environment: the command's is the file
+ * SBX_ENV_PATH (stub.h), read first, so that no value of it is ever on a command line.
  *
  * --drop: the run has a host uid of its own (ADR 0014). bwrap ran in the run's user
  * namespace as its root and left us CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_SETPCAP.
@@ -131,6 +132,51 @@ out_free_argv:
 	return NULL;
 }
 
+/* The command's environment (stub.h, SBX_ENV_PATH): read whole, split at its NULs. What
+ * it allocates lives until the exec. Fails the run rather than start the command without
+ * the environment it was given. */
+static char **read_env(void)
+{
+	char *data, **env;
+	size_t len = 0, n = 0, k = 0;
+	ssize_t r;
+	int fd = open(SBX_ENV_PATH, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		fail(SBX_STUB_ENV, "open", SBX_ENV_PATH);
+	data = malloc(SBX_ENV_MAX + 1);
+	if (!data) {
+		errno = ENOMEM;
+		fail(SBX_STUB_ENV, "read", SBX_ENV_PATH);
+	}
+	while ((r = read(fd, data + len, SBX_ENV_MAX + 1 - len)) != 0) {
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			fail(SBX_STUB_ENV, "read", SBX_ENV_PATH);
+		len += (size_t)r;
+		if (len > SBX_ENV_MAX) {
+			errno = E2BIG;
+			fail(SBX_STUB_ENV, "read", SBX_ENV_PATH);
+		}
+	}
+	close(fd);
+	if (len && data[len - 1] != '\0') {
+		errno = EINVAL;
+		fail(SBX_STUB_ENV, "read", SBX_ENV_PATH);
+	}
+	for (size_t i = 0; i < len; i++)
+		n += data[i] == '\0';
+	env = calloc(n + 1, sizeof(*env));
+	if (!env) {
+		errno = ENOMEM;
+		fail(SBX_STUB_ENV, "read", SBX_ENV_PATH);
+	}
+	for (size_t i = 0; i < len; i += strlen(data + i) + 1)
+		env[k++] = data + i;
+	return env;
+}
+
 /* Give everything below the directory open at dfd that bwrap made (owned by our uid 0) to
  * the sandbox user, each directory after what is in it (once it is the sandbox user's,
  * we, without CAP_DAC_OVERRIDE, can no longer look inside). Other mounts (a bound host
@@ -229,9 +275,8 @@ static void drop(const char *nproc_s, const char *home)
 
 int main(int argc, char **argv)
 {
-	extern char **environ;
 	const char *nproc = NULL, *home = NULL, *bad = NULL;
-	char **cmd = NULL;
+	char **cmd = NULL, **env;
 
 	for (int i = 1; i < argc && !bad; i++) {
 		bool has_value = i + 1 < argc;
@@ -255,18 +300,22 @@ int main(int argc, char **argv)
 		errno = EINVAL;
 		fail(SBX_STUB_ARGS, bad, NULL);
 	}
+	/* Before the drop: the file is the sandbox root's alone. */
+	env = read_env();
 	if (nproc)
 		drop(nproc, home);
 	if (!cmd) {
 		cmd = read_launch();
 		if (!cmd)
-			return 126; /* not launched (the worker went away): nothing to do */
+			/* not launched (the worker went away): nothing to do; what read_env
+			 * allocated goes with the process */
+			return 126; /* NOLINT(clang-analyzer-unix.Malloc) */
 	}
 	if (!cmd[0]) {
 		errno = EINVAL;
 		fail(SBX_STUB_ARGS, "no command", NULL);
 	}
-	execve(cmd[0], cmd, environ);
+	execve(cmd[0], cmd, env);
 	/* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): not freed, the process ends here */
 	fail(SBX_STUB_EXEC, "execve", cmd[0]);
 }

@@ -252,13 +252,6 @@ static void argv_namespaces(const struct sbx_policy *p, struct strv *out)
 	}
 	if (p->net == SBX_NET_NONE)
 		strv_push(out, "--unshare-net");
-	for (size_t i = 0; i < p->env.n; i++) {
-		const char *kv = p->env.v[i], *eq = strchr(kv, '=');
-
-		strv_push(out, "--setenv");
-		strv_push_take(out, xstrndup(kv, (size_t)(eq - kv)));
-		strv_push(out, eq + 1);
-	}
 }
 
 /* An allowlisted root: /usr read-only and the links into it, copies of a few /etc files,
@@ -288,6 +281,11 @@ static void argv_root(unsigned int etc_mask, struct strv *out)
 	/* A passwd and group that name only the sandbox user: no host account is listed. */
 	push_all(out, "--perms", "0644", "--file", SBX_STR(SBX_FD_PASSWD), "/etc/passwd", "--perms",
 		 "0644", "--file", SBX_STR(SBX_FD_GROUP), "/etc/group", NULL);
+	/* The command's environment, for the stub (stub.h): the sandbox's root owns it; where
+	 * the run has its own uid, the command cannot read the file (only its own
+	 * environment), and in mode shared the stub already is the sandbox user. */
+	push_all(out, "--perms", sbx_g.ident == SBX_IDENTITY_PER_RUN ? "0400" : "0444", "--file",
+		 SBX_STR(SBX_FD_ENV), SBX_ENV_PATH, NULL);
 }
 
 /* /proc, /dev and the run's writable space. */

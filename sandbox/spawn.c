@@ -643,6 +643,7 @@ static const struct {
 	[SBX_STUB_CAPSET] = { "capset", SBX_FAIL_IDENTITY },
 	[SBX_STUB_VERIFY] = { "drop", SBX_FAIL_IDENTITY },
 	[SBX_STUB_EXEC] = { "execve", SBX_FAIL_EXEC },
+	[SBX_STUB_ENV] = { "environment", SBX_FAIL_SETUP },
 };
 
 /* The run ended with an exit status: did the command run at all? Two reports say, neither
@@ -749,14 +750,18 @@ static void run_close(struct run *r)
 	buf_release(&r->status);
 }
 
-/* A sealed memfd holding text, for bwrap's --file. fd or -errno. */
 int sbx_data_fd(const char *text)
+{
+	return sbx_data_fd_n(text, strlen(text));
+}
+
+int sbx_data_fd_n(const void *data, size_t len)
 {
 	int fd = memfd_create("olp-data", MFD_CLOEXEC | MFD_ALLOW_SEALING), ret;
 
 	if (fd < 0)
 		return -errno;
-	ret = write_all(fd, text, strlen(text));
+	ret = write_all(fd, data, len);
 	if (!ret && (lseek(fd, 0, SEEK_SET) < 0 ||
 		     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0))
 		ret = -errno;
@@ -950,6 +955,27 @@ static void close_plan_fds(struct child_plan *plan, int from, int to)
 }
 
 /* bwrap's fixed inputs: the filter, passwd and group, the /etc copies. */
+/* The command's environment as the stub reads it (stub.h, SBX_ENV_PATH). fd or -errno. */
+static int env_fd(const struct sbx_policy *p)
+{
+	struct buf b = BUF_INIT;
+	int fd;
+
+	for (size_t i = 0; i < p->env.n; i++)
+		buf_add(&b, p->env.v[i], strlen(p->env.v[i]) + 1);
+	if (b.len > SBX_ENV_MAX) {
+		buf_release(&b);
+		return -E2BIG;
+	}
+	if (!b.len)
+		return sbx_data_fd_n("", 0);
+	fd = sbx_data_fd_n(b.data, b.len);
+	/* The copy in the memfd is the one that counts: wipe ours (it may hold a key). */
+	explicit_bzero(b.data, b.len);
+	buf_release(&b);
+	return fd;
+}
+
 static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *plan,
 				struct sbx_inputs *in, struct sbx_result *res)
 {
@@ -970,6 +996,11 @@ static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *p
 	in->etc_mask = sbx_etc_open(etc);
 	for (size_t i = 0; i < SBX_ETC_FILES; i++)
 		plan->fds[SBX_FD_ETC0 + i] = etc[i];
+	plan->fds[SBX_FD_ENV] = env_fd(p);
+	if (plan->fds[SBX_FD_ENV] < 0) {
+		res->spawn_stage = "environment";
+		return plan->fds[SBX_FD_ENV];
+	}
 	return 0;
 }
 
@@ -997,7 +1028,7 @@ static int plan_bwrap(const struct sbx_policy *p, const char *const argv[], stru
 		      struct sbx_inputs *inputs, struct child_plan *plan, struct strv *args,
 		      struct sbx_result *res)
 {
-	static char *const no_env[] = { NULL }; /* bwrap gets the command's as --setenv */
+	static char *const no_env[] = { NULL }; /* the command's is SBX_ENV_PATH (stub.h) */
 	int ret;
 
 	inputs->sync = in->id.lock_fd >= 0;
@@ -1319,6 +1350,11 @@ static char *policy_key(const struct sbx_policy *p)
 	/* bwrap's argv is the same for HOST and LOOPBACK (neither has --unshare-net): the
 	 * network mode and port say which namespace the sandbox was made in. */
 	buf_addf(&key, "net=%d:%u,", (int)p->net, (unsigned)p->net_port);
+	/* The environment is no longer on bwrap's command line (stub.h): key it here. */
+	for (size_t i = 0; i < p->env.n; i++) {
+		buf_adds(&key, p->env.v[i]);
+		buf_addch(&key, '\x1e');
+	}
 	buf_addf(&key, "unix=%d,cg=%llu,%llu,%llu", p->allow_unix,
 		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
 		 (unsigned long long)p->limits.cpu_pct);

@@ -17,6 +17,15 @@
  * then the command's own stdin. */
 #define SBX_LAUNCH_MAGIC "OLPX"
 
+/* The command's environment: a file bwrap makes from a sealed memfd (--file), holding
+ * "NAME=value" entries each ended by a NUL, at most SBX_ENV_MAX bytes. Never on bwrap's
+ * command line, which any user of the host reads in /proc/PID/cmdline (an API key in a
+ * provider's "env", for as long as a warm sandbox waits). The stub reads it before it
+ * becomes the sandbox user, who cannot read it (mode 0400) where the run has its own
+ * uid. */
+#define SBX_ENV_PATH "/etc/.olp-env"
+#define SBX_ENV_MAX ((size_t)1 << 20)
+
 /* The steps of olp-sandbox-exec that can fail, as its report names them. */
 enum sbx_stub_stage {
 	SBX_STUB_ARGS = 1,  /* its own command line: the worker's mistake */
@@ -29,6 +38,7 @@ enum sbx_stub_stage {
 	SBX_STUB_CAPSET,    /* no capability left, not even inheritable */
 	SBX_STUB_VERIFY,    /* the uid change did not hold */
 	SBX_STUB_EXEC,	    /* execve of the command */
+	SBX_STUB_ENV,	    /* reading the command's environment (SBX_ENV_PATH) */
 	SBX_STUB_STAGES
 };
 

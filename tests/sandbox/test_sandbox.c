@@ -446,6 +446,77 @@ static void test_environment_is_allowlisted(void)
 	sbx_policy_free(p);
 }
 
+/* How many processes of this host have needle in their command line. */
+static int cmdlines_holding(const char *needle)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int hits = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		char path[300];
+		struct buf cl = BUF_INIT;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		if (buf_read_file(&cl, path, 1 << 20) == 0 && cl.len &&
+		    memmem(cl.data, cl.len, needle, strlen(needle)))
+			hits++;
+		buf_release(&cl);
+	}
+	closedir(d);
+	return hits;
+}
+
+struct env_seen {
+	struct buf out;
+	int cmdline_hits; /* -2: not looked yet */
+};
+
+/* Once the command says it runs, look at every command line of the host. */
+static int env_on_stdout(void *ctx, const char *data, size_t len)
+{
+	struct env_seen *es = ctx;
+
+	buf_add(&es->out, data, len);
+	if (es->cmdline_hits == -2 && strstr(es->out.data, "ready"))
+		es->cmdline_hits = cmdlines_holding("olp-env-value-7f3a9c");
+	return 0;
+}
+
+static void test_environment_on_no_command_line(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct env_seen es = { .out = BUF_INIT, .cmdline_hits = -2 };
+	struct sbx_callbacks cb = { .on_stdout = env_on_stdout, .ctx = &es };
+	struct sbx_run_options opt = { .hangup_fd = -1 };
+	struct sbx_result res;
+
+	/* A value as a provider's "env" API key would be: the command has it, no command
+	 * line of the host shows it (any user reads those), and, with a uid of its own, the
+	 * command cannot read the file it came in either. */
+	CU_ASSERT_EQUAL(sbx_policy_setenv(p, "OLP_KEY", "olp-env-value-7f3a9c"), 0);
+	CU_ASSERT_EQUAL(
+		sbx_run(p,
+			(const char *const[]){ "/usr/bin/sh", "-c",
+					       "echo ready; sleep 0.5; echo \"key=$OLP_KEY\"; "
+					       "cat /etc/.olp-env >/dev/null 2>&1 && "
+					       "echo file-readable",
+					       NULL },
+			&opt, &cb, &res),
+		0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(es.cmdline_hits, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(es.out.data, "key=olp-env-value-7f3a9c"));
+	if (!strcmp(sbx_status_get()->identity, "per_run"))
+		CU_ASSERT_PTR_NULL(strstr(es.out.data, "file-readable"));
+	buf_release(&es.out);
+	sbx_policy_free(p);
+}
+
 static void test_filesystem_view(void)
 {
 	struct sbx_policy *p = probe_policy();
@@ -823,6 +894,7 @@ int main(void)
 		{ "no process left behind", test_no_process_left },
 		{ "only fds 0-2 inherited", test_only_stdio_inherited },
 		{ "environment allowlisted", test_environment_is_allowlisted },
+		{ "environment on no command line", test_environment_on_no_command_line },
 		{ "filesystem view", test_filesystem_view },
 		{ "credential files as copies", test_credential_copies },
 		{ "log lines name the request", test_log_lines_name_the_request },
