@@ -7,35 +7,21 @@
 // node_modules hold the CLIs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 
 import { startServer, curl, curlStream, chatBody, testRegistry } from './harness.mjs';
+import { startUpstream as startUpstreamIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pcliDir = process.env.OLP_PCLI_DIR ?? path.join(here, '..', 'provider-clis');
-const upstreamDir = path.join(here, '..', 'upstream');
 const claudeBin = path.join(pcliDir, 'node_modules/@anthropic-ai/claude-code/bin/claude.exe');
 
 let anthropic, server;
 const children = new Set();
 
-function startUpstream(file, env = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(upstreamDir, file), '0'],
-      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env } });
-    children.add(child);
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl > 0) resolve({ child, url: `http://127.0.0.1:${Number(out.slice(0, nl))}` });
-    });
-    child.on('exit', (code) => reject(new Error(`${file} exited with ${code}`)));
-  });
-}
+const startUpstream = (file, env = {}) => startUpstreamIn(file, env, children);
 
 before(async () => {
   anthropic = await startUpstream('fake-anthropic.mjs');

@@ -10,7 +10,7 @@
 // node_modules hold the CLIs) and OLP_KEYS (olp-keys, for a guest key).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -19,10 +19,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
 import { startServer, curl, curlStream, parseSse, chatBody, cfg, isAlive, waitFor, procStat } from './harness.mjs';
+import { startUpstream as startUpstreamIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const pcliDir = process.env.OLP_PCLI_DIR ?? path.join(here, '..', 'provider-clis');
-const upstreamDir = path.join(here, '..', 'upstream');
 const claudeBin = path.join(pcliDir, 'node_modules/@anthropic-ai/claude-code/bin/claude.exe');
 const codexJs = path.join(pcliDir, 'node_modules/@openai/codex/bin/codex.js');
 const CLAUDE_TEXT = 'Hello from the fake Anthropic server!';
@@ -36,20 +36,7 @@ const children = new Set();
 // ---------------------------------------------------------------------------
 // Upstreams
 
-function startUpstream(file, env = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(upstreamDir, file), '0'],
-      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env } });
-    children.add(child);
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl > 0) resolve({ child, url: `http://127.0.0.1:${Number(out.slice(0, nl))}` });
-    });
-    child.on('exit', (code) => reject(new Error(`${file} exited with ${code}`)));
-  });
-}
+const startUpstream = (file, env = {}) => startUpstreamIn(file, env, children);
 
 // A small Anthropic Messages API of our own for what fake-anthropic.mjs does not do:
 //   claude-long    LONG_WORDS deltas, one every LONG_MS (so that a disconnected client is

@@ -13,9 +13,9 @@ import { mkdtempSync, writeFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { startUpstream as startUpstreamIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const upstreamDir = path.join(here, '..', 'upstream');
 const driver = process.env.PROV_DRIVER;
 const sandbox = process.env.OLP_PCLI_SANDBOX === 'off' ? 'off' : 'bwrap';
 // A base URL reached through the worker's forwarder (upstream mode, the default), or, with
@@ -29,21 +29,7 @@ const CODEX_TEXT = 'Hello from the fake OpenAI server!';
 let work, anthropic, openai;
 const children = new Set();
 
-function startServer(file, env = {}) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(upstreamDir, file), '0'],
-      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env } });
-    children.add(child);
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl > 0) resolve({ child, port: Number(out.slice(0, nl)),
-                            url: `http://127.0.0.1:${Number(out.slice(0, nl))}` });
-    });
-    child.on('exit', (code) => reject(new Error(`${file} exited with ${code}`)));
-  });
-}
+const startServer = (file, env = {}) => startUpstreamIn(file, env, children);
 
 async function requests(server) {
   return (await fetch(`${server.url}/_requests`)).json();
