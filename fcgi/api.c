@@ -121,6 +121,9 @@ static const struct {
 	{ "/v1/models", "GET", FCGI_ROUTE_MODELS },
 	{ "/health", "GET", FCGI_ROUTE_HEALTH },
 	{ "/health/live", "GET", FCGI_ROUTE_HEALTH_LIVE },
+	{ "/v1/usage", "GET", FCGI_ROUTE_USAGE },
+	{ "/dashboard", "GET", FCGI_ROUTE_DASHBOARD },
+	{ "/metrics", "GET", FCGI_ROUTE_METRICS },
 };
 
 /* pathbuf := src's path (no query string, no fragment), less prefix when it starts with

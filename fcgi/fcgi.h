@@ -50,6 +50,10 @@ enum fcgi_route {
 	FCGI_ROUTE_MODELS,	/* GET /v1/models */
 	FCGI_ROUTE_HEALTH,	/* GET /health */
 	FCGI_ROUTE_HEALTH_LIVE, /* GET /health/live: 200 {"ok":true}, for web servers' checks */
+	FCGI_ROUTE_USAGE,	/* GET /v1/usage: the caller's usage (the owner: any key's) */
+	FCGI_ROUTE_DASHBOARD,	/* GET /dashboard: the owner's page (static; its data calls
+				   carry the owner's token) */
+	FCGI_ROUTE_METRICS,	/* GET /metrics: Prometheus text, owner or metrics_token */
 	FCGI_ROUTE_NOT_FOUND,	/* 404 */
 	FCGI_ROUTE_BAD_METHOD	/* 405; *allow says which method the path takes */
 };

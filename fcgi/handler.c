@@ -1072,6 +1072,24 @@ out_answer:
 	pthread_mutex_destroy(&a.lock);
 }
 
+/* ---- GET /v1/usage, /dashboard, /metrics (issue 14) --------------------------------------- */
+
+/* Placeholders until issue 14's handlers land: a plain 404, as before these routes. */
+static void handle_usage(struct req_ctx *rc)
+{
+	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+}
+
+static void handle_dashboard(struct req_ctx *rc)
+{
+	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+}
+
+static void handle_metrics(struct req_ctx *rc)
+{
+	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+}
+
 /* ---- the request ----------------------------------------------------------------------- */
 
 static void log_request(struct req_ctx *rc)
@@ -1155,6 +1173,9 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	case FCGI_ROUTE_MODELS: handle_models(&rc); break;
 	case FCGI_ROUTE_HEALTH: handle_health(&rc); break;
 	case FCGI_ROUTE_HEALTH_LIVE: handle_live(&rc); break;
+	case FCGI_ROUTE_USAGE: handle_usage(&rc); break;
+	case FCGI_ROUTE_DASHBOARD: handle_dashboard(&rc); break;
+	case FCGI_ROUTE_METRICS: handle_metrics(&rc); break;
 	case FCGI_ROUTE_BAD_METHOD: {
 		struct fcgi_error e;
 

@@ -265,6 +265,8 @@ struct prov_outcome {
 	int upstream_status; /* the provider API's HTTP status when its output named one
 				       (see struct prov_failure), else 0; for logs and routing */
 	bool output_started; /* at least one delta reached the sink */
+	bool ran;	     /* a provider process was started (start says how) */
+	enum sbx_start start;
 	int exit_status;
 	uint64_t duration_ms;
 	char stderr_tail[512]; /* for the operator's log only (cut) */

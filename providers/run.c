@@ -243,6 +243,8 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 {
 	out->exit_status = res->exit_status;
 	out->duration_ms = res->duration_ms;
+	out->ran = res->end != SBX_END_SPAWN_FAILED;
+	out->start = res->start;
 	{
 		/* The last bytes are the ones that say what went wrong. */
 		size_t len = strlen(res->stderr_tail), keep = sizeof(out->stderr_tail) - 1;

@@ -228,8 +228,17 @@ enum sbx_failure {
 			      (sandbox mode off)") (end SBX_END_SPAWN_FAILED; nothing ran) */
 };
 
+/* How a run's sandbox came to be (for logs, the usage ledger and /health). */
+enum sbx_start {
+	SBX_START_COLD = 0, /* built for this run (also: nothing ran) */
+	SBX_START_WARM,	    /* a sandbox started ahead of time, its command exec'd now */
+	SBX_START_PRESTART, /* the command itself started ahead of time, waiting on stdin */
+};
+const char *sbx_start_name(enum sbx_start s); /* "cold", "warm", "prestart" */
+
 struct sbx_result {
 	enum sbx_end end;
+	enum sbx_start start;
 	int exit_status;
 	int term_signal;
 	enum sbx_failure failure;

@@ -1589,6 +1589,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
 		wopt.stdin_data = launch.data;
 		wopt.stdin_len = launch.len;
+		res->start = SBX_START_WARM;
 		supervise(&in.r, p, &wopt, cb, res, bwrap);
 		buf_release(&launch);
 		ret = 0;
@@ -1610,6 +1611,16 @@ out_release_instance:
 	instance_release(&in, rid);
 	free(key);
 	return ret;
+}
+
+const char *sbx_start_name(enum sbx_start s)
+{
+	switch (s) {
+	case SBX_START_COLD: return "cold";
+	case SBX_START_WARM: return "warm";
+	case SBX_START_PRESTART: return "prestart";
+	}
+	return "unknown";
 }
 
 const char *sbx_failure_str(enum sbx_failure f)

@@ -1,0 +1,165 @@
+/* usage: who used what. The per-key usage ledger and the quota counters of a host, behind
+ * one store interface (docs/adr/0020-usage-store.md).
+ *
+ * One store is shared by every worker process of a host (and by olp-keys): today an
+ * embedded SQLite database in WAL mode at $OLP_HOME/usage.db (mode 0600); the interface is
+ * written so that a PostgreSQL backend, shared by several OLP hosts, can slot in later.
+ * A ledger row holds what a request cost and how it went — never a prompt, an answer, a
+ * token or a key hash. usage knows nothing of HTTP, providers or keys beyond their names:
+ * the caller hands it ids and counts.
+ *
+ * Failure policy: a request is served whether or not the store works. Every function that
+ * touches the database returns 0 or -errno; a failure is counted (usage_failures()) and
+ * logged with the reason, once per minute at most, never with a key id. A quota check
+ * that cannot reach the store lets the request through (fail open, logged and counted):
+ * quotas share a subscription fairly, they are not a security boundary.
+ *
+ * Thread-safety: a store is opened once per process and shared by its threads (SQLite in
+ * serialized mode, one connection per store; cross-process safety is SQLite's locking,
+ * with a busy timeout). */
+#ifndef OLP_USAGE_H
+#define OLP_USAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct buf; /* common/common.h */
+
+struct usage_store; /* opaque */
+
+#define USAGE_DEFAULT_RETENTION_DAYS 90
+
+struct usage_options {
+	const char *path;	 /* NULL: <olp_home>/usage.db */
+	unsigned retention_days; /* 0: USAGE_DEFAULT_RETENTION_DAYS */
+};
+
+/* Open (creating when missing: the file 0600, the schema, WAL) the store of olp_home.
+ * Never NULL for want of the database: a store whose database cannot be opened is still
+ * returned, logs why, counts the failure, and tries again (at most every 10 s) on later
+ * calls, so that a worker started before its OLP_HOME was writable recovers. NULL (errno
+ * EINVAL) only when olp_home is NULL or empty. Copies what it keeps of olp_home and opt
+ * (opt may be NULL). Free with usage_store_free (NULL is fine). */
+struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt);
+void usage_store_free(struct usage_store *st);
+/* Database operations that failed since this process opened st (for the owner's /health
+ * and /metrics). */
+uint64_t usage_failures(const struct usage_store *st);
+/* Whether the database is open and its schema ready right now. */
+bool usage_available(const struct usage_store *st);
+
+/* How a request's provider process was started. */
+enum usage_start {
+	USAGE_START_NONE = 0, /* no provider ran (refused before, or an error) */
+	USAGE_START_COLD,     /* a sandbox built for it */
+	USAGE_START_WARM,     /* a sandbox started ahead of time (ADR 0008) */
+	USAGE_START_PRESTART, /* the provider's client itself started ahead (issue 15) */
+};
+const char *usage_start_name(enum usage_start s); /* "none", "cold", "warm", "prestart" */
+
+/* One ledger row. Strings are borrowed for the call; NULL provider/model are stored as
+ * NULL. Token counts are the provider's (0 when it reported none). */
+struct usage_record {
+	int64_t ts_ms;	    /* when the request arrived, unix ms (0: now) */
+	const char *key_id; /* required: a manifest id, "__env_owner__" or "__anonymous__" */
+	const char *provider;
+	const char *model;
+	int status; /* the HTTP status the client got (499: it went away) */
+	int64_t prompt_tokens;
+	int64_t completion_tokens;
+	int64_t cached_tokens;
+	uint64_t duration_ms; /* arrival to the end of the answer */
+	uint64_t ttfb_ms;     /* arrival to the first byte of the answer (0: unknown) */
+	enum usage_start start;
+};
+
+/* Append one row, and add its tokens to the key's tokens_per_day counter of the row's day
+ * (UTC). One short transaction; cheap enough to run on every request (the bench in
+ * docs/performance.md: ≤ 0.2 ms median). Prunes rows older than the retention now and
+ * then (at most once an hour per process). 0 or -errno. */
+int usage_record_add(struct usage_store *st, const struct usage_record *r);
+
+/* A key's quota: the manifest's "quota" object ({"requests_per_minute": N,
+ * "requests_per_day": N, "tokens_per_day": N}, each optional). 0 in a field: no limit. */
+struct usage_quota {
+	int64_t requests_per_minute;
+	int64_t requests_per_day;
+	int64_t tokens_per_day;
+};
+static inline bool usage_quota_any(const struct usage_quota *q)
+{
+	return q && (q->requests_per_minute > 0 || q->requests_per_day > 0 || q->tokens_per_day > 0);
+}
+
+/* What a quota check decided. */
+struct usage_verdict {
+	bool allowed;
+	const char *limit;    /* when refused: "requests_per_minute", "requests_per_day" or
+				 "tokens_per_day" (static) */
+	int64_t limit_value;  /* ... its value */
+	int64_t used;	      /* ... and what the key used of it in the current window */
+	unsigned retry_after; /* when refused: seconds until the window that refused ends */
+};
+
+/* Check key_id's quota q at now_ms (unix ms; 0: now) and, when allowed, count this request
+ * in its minute and day (fixed UTC windows), in one transaction, so that the workers of a
+ * host never let more through than the limit between them. tokens_per_day refuses once
+ * the tokens recorded for the day (usage_record_add) reach the limit: a request that
+ * starts below it may end above it. With no limit set (usage_quota_any false) nothing is
+ * touched and the request is allowed. On a store failure: allowed, and -errno is returned
+ * (the caller logs and counts). Otherwise 0. */
+int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
+		     int64_t now_ms, struct usage_verdict *v);
+
+/* Where a key stands in its current windows (for /v1/usage, the dashboard, olp-keys). */
+struct usage_quota_state {
+	int64_t requests_this_minute;
+	int64_t requests_today;
+	int64_t tokens_today;
+};
+int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,
+		      struct usage_quota_state *out);
+
+/* ---- reading the ledger ----------------------------------------------------------------- */
+
+/* Usage per key, provider and UTC day. */
+struct usage_day {
+	char key_id[64];
+	char provider[64]; /* "" for rows without a provider (refused before any ran) */
+	char day[11];	   /* "YYYY-MM-DD" */
+	int64_t requests;
+	int64_t errors; /* status >= 400 */
+	int64_t prompt_tokens;
+	int64_t completion_tokens;
+	int64_t cached_tokens;
+	uint64_t duration_ms; /* summed */
+	int64_t warm, prestart; /* requests served by a warm sandbox / a pre-started client */
+};
+
+/* One request, as the dashboard lists recent ones: no content. */
+struct usage_row {
+	int64_t ts_ms;
+	char key_id[64];
+	char provider[64];
+	char model[128];
+	int status;
+	int64_t prompt_tokens, completion_tokens, cached_tokens;
+	uint64_t duration_ms, ttfb_ms;
+	enum usage_start start;
+};
+
+struct usage_filter {
+	const char *key_id; /* NULL: every key */
+	int64_t since_ms;   /* rows at or after (unix ms); 0: all kept */
+};
+
+/* Per-key, per-provider, per-day sums matching f, ordered by day, key, provider. *out is
+ * a heap array (free()), *n its length. 0 or -errno. */
+int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
+	       size_t *n);
+/* The most recent rows matching f, newest first, at most limit. Same ownership. */
+int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t limit,
+		 struct usage_row **out, size_t *n);
+
+#endif
