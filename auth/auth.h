@@ -39,6 +39,15 @@ enum auth_result {
 
 #define AUTH_ID_MAX 64
 
+/* A key's quota: its manifest's "quota" ({"requests_per_minute": N, "requests_per_day": N,
+ * "tokens_per_day": N}, each optional; null: none, as the Node OLP writes it). 0 in a
+ * field: no limit. Enforced by the caller (fcgi/, through usage/), not here. */
+struct auth_quota {
+	int64_t requests_per_minute;
+	int64_t requests_per_day;
+	int64_t tokens_per_day;
+};
+
 /* Who is calling. Plain data, owned by the caller; release with auth_identity_release(). */
 struct auth_identity {
 	char key_id[AUTH_ID_MAX]; /* manifest id, "__env_owner__" or "__anonymous__" */
@@ -46,6 +55,7 @@ struct auth_identity {
 	bool all_providers; /* providers_enabled was "*" */
 	char **providers;   /* else this list (n_providers entries, heap strings) */
 	size_t n_providers;
+	struct auth_quota quota; /* all 0 for env owner, anonymous, and "quota": null */
 };
 
 struct auth_options {

@@ -36,6 +36,7 @@ struct req_ctx {
 	char method_buf[16];
 	struct buf path;
 	uint64_t t0;
+	uint64_t t_first; /* mono_ms() of the answer's first byte (its head), 0 before */
 	int status;
 	const char *error_code;
 	const char *model;
@@ -181,6 +182,8 @@ static void send_head(struct req_ctx *rc, int status, const char *ctype, const s
 	struct buf h = BUF_INIT;
 
 	rc->status = status;
+	if (!rc->t_first)
+		rc->t_first = mono_ms();
 	add_header(rc, &h, "Status", fcgi_status_text(status));
 	add_header(rc, &h, "Content-Type", ctype);
 	add_header(rc, &h, "X-Request-Id", rc->rid);
