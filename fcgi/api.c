@@ -146,6 +146,45 @@ static void route_path(struct buf *pathbuf, const char *src, const char *prefix)
 	}
 }
 
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = (char)(c | 0x20);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int fcgi_query_get(const char *qs, const char *name, struct buf *out)
+{
+	size_t nlen = strlen(name);
+
+	buf_reset(out);
+	while (qs && *qs) {
+		size_t len = strcspn(qs, "&");
+
+		if (len >= nlen && !strncmp(qs, name, nlen) && (len == nlen || qs[nlen] == '=')) {
+			for (size_t i = len > nlen ? nlen + 1 : nlen; i < len; i++) {
+				int hi, lo;
+
+				if (qs[i] == '+') {
+					buf_addch(out, ' ');
+				} else if (qs[i] != '%') {
+					buf_addch(out, qs[i]);
+				} else if (i + 2 < len && (hi = hexval(qs[i + 1])) >= 0 &&
+					   (lo = hexval(qs[i + 2])) >= 0 && (hi || lo)) {
+					buf_addch(out, (char)(hi << 4 | lo));
+					i += 2;
+				} else {
+					return -1;
+				}
+			}
+			return 1;
+		}
+		qs += len + (qs[len] == '&');
+	}
+	return 0;
+}
+
 static enum fcgi_route route_lookup(const char *method, const char *path, const char **allow)
 {
 	size_t i;

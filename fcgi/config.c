@@ -76,6 +76,8 @@ static const struct {
 	{ "providers", NULL, JSON_OBJECT },
 	{ "routing", NULL, JSON_OBJECT },
 	{ "routing", "chains", JSON_OBJECT },
+	{ "usage", NULL, JSON_OBJECT },
+	{ "usage", "enabled", JSON_TRUE },
 };
 
 static const char *type_name(json_type t)
@@ -258,6 +260,24 @@ static int read_sandbox(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* usage: the ledger and the quotas (issue 14). On unless turned off: a quota in a key's
+ * manifest must not go unenforced because a setting was forgotten. */
+static int read_usage(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *u = json_object_get(c->json, "usage");
+	const json_t *v = json_object_get(u, "retention_days");
+	int64_t days = 0;
+
+	c->usage_enabled = !json_is_false(json_object_get(u, "enabled"));
+	/* A century at most: the number must fit the store's day arithmetic. */
+	if (v && parse_json_int(v, 1, 36500, &days))
+		return conf_err(c, err,
+				"usage.retention_days: must be an integer from 1 to 36500 (days of "
+				"ledger rows kept)");
+	c->usage_retention_days = (unsigned)days;
+	return 0;
+}
+
 int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 {
 	struct buf why = BUF_INIT;
@@ -274,7 +294,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 		return -1;
 	}
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
-	    read_sandbox(c, err))
+	    read_sandbox(c, err) || read_usage(c, err))
 		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");

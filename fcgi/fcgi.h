@@ -69,6 +69,11 @@ enum fcgi_route {
 enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
 				 const char *prefix, struct buf *pathbuf, const char **allow);
 
+/* The first value of query parameter name in qs (QUERY_STRING, may be NULL), decoded
+ * ('+' is a space, %XX a byte), into out (reset first). 1 when present, 0 when absent,
+ * -1 when its value is badly encoded (a '%' without two hex digits, or a NUL byte). */
+int fcgi_query_get(const char *qs, const char *name, struct buf *out);
+
 /* ---- chat requests ----------------------------------------------------------------------- */
 /* "stop": at most this many sequences (as OpenAI), each 1 to FCGI_MAX_STOP_LEN bytes. */
 #define FCGI_MAX_STOP 4

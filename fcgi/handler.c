@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "fcgi/worker.h"
 #include "common/banned.h"
 
@@ -44,6 +46,11 @@ struct req_ctx {
 	struct auth_identity id;
 	bool have_id;
 	const struct answer *answer; /* a chat answer under way: adds the X-OLP-* headers */
+	/* The usage ledger (issue 14): a chat completion that passed auth gets one row, with
+	 * the tokens and start of the run that answered (answer_done). */
+	bool chat;
+	struct prov_usage usage;
+	enum usage_start start;
 };
 
 /* ---- I/O ------------------------------------------------------------------------------- */
@@ -298,6 +305,16 @@ static void add_network(struct buf *b, const struct prov_provider *pv)
 	buf_addf(b, ",\"secretless\":%s", ni.secretless ? "true" : "false");
 }
 
+/* Whether the provider's client and its credentials are on this host (the dashboard). */
+static void add_cli_state(struct buf *b, const struct prov_provider *pv)
+{
+	struct prov_cli_state cs;
+
+	prov_provider_cli_state(pv, &cs);
+	buf_addf(b, ",\"cli_found\":%s,\"credentials\":\"%s\"", cs.cli_found ? "true" : "false",
+		 cs.credentials);
+}
+
 static void handle_health(struct req_ctx *rc)
 {
 	struct buf b = BUF_INIT;
@@ -327,6 +344,7 @@ static void handle_health(struct req_ctx *rc)
 			buf_add_json_str(&b, prov_provider_display_name(pv),
 					 strlen(prov_provider_display_name(pv)));
 			add_network(&b, pv);
+			add_cli_state(&b, pv);
 			buf_adds(&b, ",\"models\":[");
 			for (j = 0; j < prov_registry_model_count(reg); j++) {
 				const struct prov_model *m = prov_registry_model_at(reg, j);
@@ -344,6 +362,11 @@ static void handle_health(struct req_ctx *rc)
 		add_sandbox_block(&b);
 		buf_addf(&b, ",\"audit_failures\":%llu",
 			 (unsigned long long)auth_audit_failures(rc->app->auth));
+		/* The ledger and quotas: off, or whether its database works right now. */
+		buf_addf(&b, ",\"usage\":{\"enabled\":%s,\"available\":%s,\"failures\":%llu}",
+			 rc->app->usage ? "true" : "false",
+			 rc->app->usage && usage_available(rc->app->usage) ? "true" : "false",
+			 (unsigned long long)(rc->app->usage ? usage_failures(rc->app->usage) : 0));
 	}
 	buf_addch(&b, '}');
 	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
@@ -845,6 +868,11 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	pthread_mutex_unlock(&a->lock);
 	/* The last hop: from here on one thread writes the answer. */
 	heartbeat_stop(a);
+	rc->usage = o->usage;
+	rc->start = !o->ran			     ? USAGE_START_NONE
+		    : o->start == SBX_START_WARM     ? USAGE_START_WARM
+		    : o->start == SBX_START_PRESTART ? USAGE_START_PRESTART
+						     : USAGE_START_COLD;
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
 	fcgi_io_set_deadline(rc->io, mono_ms() + ANSWER_WRITE_MS);
@@ -997,6 +1025,35 @@ static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *re
 	return -1;
 }
 
+/* The key's quota (issue 14), once the request is known to be valid and servable and
+ * before any provider starts: a malformed request costs the key nothing. Shared by the
+ * workers of the host through the usage store. A store that fails lets the request
+ * through (it counted and logged the failure: the owner's /health shows it). 0 to go on,
+ * or -1 after answering 429. */
+static int check_quota(struct req_ctx *rc)
+{
+	const struct auth_quota *aq = &rc->id.quota;
+	struct usage_quota q = { .requests_per_minute = aq->requests_per_minute,
+				 .requests_per_day = aq->requests_per_day,
+				 .tokens_per_day = aq->tokens_per_day };
+	struct usage_verdict v;
+	struct fcgi_error e;
+	char retry[24];
+
+	if (!rc->app->usage || !usage_quota_any(&q))
+		return 0;
+	if (usage_quota_take(rc->app->usage, rc->id.key_id, &q, 0, &v) < 0 || v.allowed)
+		return 0;
+	snprintf(retry, sizeof(retry), "%u", v.retry_after ? v.retry_after : 1);
+	fcgi_error_set(&e, 429, "rate_limit_error", "quota_exceeded", NULL,
+		       "Quota exceeded: this key's %s is %lld and it has used %lld; try again in "
+		       "%s s",
+		       v.limit ? v.limit : "quota", (long long)v.limit_value, (long long)v.used,
+		       retry);
+	send_error(rc, &e, (const struct hdr[]){ { "Retry-After", retry }, { 0 } });
+	return -1;
+}
+
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
@@ -1017,6 +1074,7 @@ static void handle_chat(struct req_ctx *rc)
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
 		goto out_answer;
+	rc->chat = true;
 	if (!is_json_type(fcgi_io_param(rc->io, "CONTENT_TYPE"))) {
 		fail(rc, 415, "unsupported_media_type", NULL,
 		     "Content-Type must be application/json");
@@ -1029,7 +1087,7 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
-	    check_hop_caps(rc, &req, &a))
+	    check_hop_caps(rc, &req, &a) || check_quota(rc))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);
@@ -1077,15 +1135,364 @@ out_answer:
 
 /* ---- GET /v1/usage, /dashboard, /metrics (issue 14) --------------------------------------- */
 
-/* Placeholders until issue 14's handlers land: a plain 404, as before these routes. */
-static void handle_usage(struct req_ctx *rc)
+static int64_t wall_ms(void)
 {
-	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+#define USAGE_RECENT_DEFAULT 20
+#define USAGE_RECENT_MAX 200
+#define USAGE_SINCE_DAYS 30
+
+/* "YYYY-MM-DD" (a real day) into the unix ms of its 00:00 UTC. 0, or -1. */
+static int parse_day(const char *s, int64_t *ms)
+{
+	struct tm tm = { 0 }, back;
+	char again[16];
+	time_t t;
+
+	if (strlen(s) != 10 || strspn(s, "0123456789-") != 10 || s[4] != '-' || s[7] != '-' ||
+	    sscanf(s, "%4d-%2d-%2d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday) != 3)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	t = timegm(&tm);
+	/* timegm normalises 2026-02-30 into March: such a day is refused. */
+	if (t == (time_t)-1 || !gmtime_r(&t, &back) ||
+	    !strftime(again, sizeof(again), "%Y-%m-%d", &back) || strcmp(again, s))
+		return -1;
+	*ms = (int64_t)t * 1000;
+	return 0;
+}
+
+static json_t *day_string(int64_t ms, bool with_time)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	char s[40];
+
+	if (!gmtime_r(&t, &tm))
+		return json_null();
+	if (!with_time) {
+		strftime(s, sizeof(s), "%Y-%m-%d", &tm);
+	} else {
+		size_t n = strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
+
+		snprintf(s + n, sizeof(s) - n, ".%03dZ", (int)(ms % 1000));
+	}
+	return json_string(s);
+}
+
+/* One key of the answer: who it is, as the key store says. */
+struct usage_key {
+	const char *id;
+	const char *name; /* NULL: unknown (deleted since) */
+	const char *tier; /* NULL: unknown */
+	bool revoked;
+	bool have_quota; /* the quota is known (the caller's own, or from the store) */
+	struct auth_quota quota;
+};
+
+static json_t *quota_json(const struct usage_key *k)
+{
+	if (!k->have_quota || (k->quota.requests_per_minute <= 0 &&
+			       k->quota.requests_per_day <= 0 && k->quota.tokens_per_day <= 0))
+		return json_null();
+	return json_pack("{sIsIsI}", "requests_per_minute",
+			 (json_int_t)k->quota.requests_per_minute, "requests_per_day",
+			 (json_int_t)k->quota.requests_per_day, "tokens_per_day",
+			 (json_int_t)k->quota.tokens_per_day);
+}
+
+static json_t *key_json(struct usage_store *st, const struct usage_key *k,
+			const struct usage_day *days, size_t ndays)
+{
+	struct usage_quota_state qs;
+	json_t *o, *arr = json_array();
+	int64_t req = 0, errs = 0, pt = 0, ct = 0, cached = 0, warm = 0, pre = 0;
+
+	for (size_t i = 0; i < ndays; i++) {
+		const struct usage_day *d = &days[i];
+
+		if (strcmp(d->key_id, k->id))
+			continue;
+		json_array_append_new(
+			arr, json_pack("{sssosIsIsIsIsIsIsIsI}", "date", d->day, "provider",
+				       d->provider[0] ? json_string(d->provider) : json_null(),
+				       "requests", (json_int_t)d->requests, "errors",
+				       (json_int_t)d->errors, "prompt_tokens",
+				       (json_int_t)d->prompt_tokens, "completion_tokens",
+				       (json_int_t)d->completion_tokens, "cached_tokens",
+				       (json_int_t)d->cached_tokens, "warm", (json_int_t)d->warm,
+				       "prestart", (json_int_t)d->prestart, "duration_ms",
+				       (json_int_t)d->duration_ms));
+		req += d->requests;
+		errs += d->errors;
+		pt += d->prompt_tokens;
+		ct += d->completion_tokens;
+		cached += d->cached_tokens;
+		warm += d->warm;
+		pre += d->prestart;
+	}
+	/* A failure here leaves zeros (the store counted it); the rest still answers. */
+	(void)usage_quota_state(st, k->id, 0, &qs);
+	o = json_pack("{sssososbsos{sIsIsI}}", "key_id", k->id, "name",
+		      k->name ? json_string(k->name) : json_null(), "tier",
+		      k->tier ? json_string(k->tier) : json_null(), "revoked", k->revoked, "quota",
+		      quota_json(k), "quota_state", "requests_this_minute",
+		      (json_int_t)qs.requests_this_minute, "requests_today",
+		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today);
+	json_object_set_new(o, "days", arr);
+	json_object_set_new(o, "totals",
+			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
+				      (json_int_t)errs, "prompt_tokens", (json_int_t)pt,
+				      "completion_tokens", (json_int_t)ct, "total_tokens",
+				      (json_int_t)(pt + ct), "cached_tokens", (json_int_t)cached,
+				      "warm", (json_int_t)warm, "prestart", (json_int_t)pre));
+	return o;
+}
+
+static json_t *recent_json(const struct usage_row *rows, size_t n)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		const struct usage_row *r = &rows[i];
+
+		json_array_append_new(
+			arr,
+			json_pack("{sosIsssososisIsIsIsIsIss}", "ts", day_string(r->ts_ms, true),
+				  "ts_ms", (json_int_t)r->ts_ms, "key_id", r->key_id, "provider",
+				  r->provider[0] ? json_string(r->provider) : json_null(), "model",
+				  r->model[0] ? json_string(r->model) : json_null(), "status",
+				  r->status, "prompt_tokens", (json_int_t)r->prompt_tokens,
+				  "completion_tokens", (json_int_t)r->completion_tokens,
+				  "cached_tokens", (json_int_t)r->cached_tokens, "duration_ms",
+				  (json_int_t)r->duration_ms, "ttfb_ms", (json_int_t)r->ttfb_ms,
+				  "start", usage_start_name(r->start)));
+	}
+	return arr;
+}
+static const char *special_key_name(const char *id, const char **tier)
+{
+	if (!strcmp(id, "__env_owner__")) {
+		*tier = "owner";
+		return "owner (OLP_OWNER_TOKEN)";
+	}
+	if (!strcmp(id, "__anonymous__")) {
+		*tier = "anonymous";
+		return "anonymous";
+	}
+	return NULL;
+}
+
+/* Append key id to keys (once), named as the key store names it. */
+static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
+			  const struct auth_key_list *l)
+{
+	struct usage_key *k;
+	size_t i;
+
+	for (i = 0; i < *n; i++)
+		if (!strcmp((*keys)[i].id, id))
+			return;
+	*keys = xreallocarray(*keys, *n + 1, sizeof(**keys));
+	k = &(*keys)[(*n)++];
+	*k = (struct usage_key){ .id = id };
+	k->name = special_key_name(id, &k->tier);
+	for (i = 0; i < l->n; i++) {
+		if (strcmp(l->keys[i].id, id))
+			continue;
+		k->name = l->keys[i].name;
+		k->tier = auth_tier_name(l->keys[i].tier);
+		k->revoked = l->keys[i].revoked;
+	}
+}
+
+/* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
+ * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
+ * at most 200) rows of recent requests. docs/openai-compat.md has the shape. */
+static void handle_usage(struct req_ctx *rc)
+{
+	struct usage_store *st = rc->app->usage;
+	const char *qs = fcgi_io_param(rc->io, "QUERY_STRING");
+	struct buf key = BUF_INIT, since = BUF_INIT, recent = BUF_INIT, msg = BUF_INIT;
+	struct auth_key_list list = { 0 };
+	struct usage_key *keys = NULL;
+	struct usage_day *days = NULL;
+	struct usage_row *rows = NULL;
+	size_t nkeys = 0, ndays = 0, nrows = 0, i;
+	struct usage_filter f = { 0 };
+	uint64_t nrecent = USAGE_RECENT_DEFAULT;
+	json_t *root, *karr;
+	char *dump;
+	int has_key, r;
+
+	if (authenticate(rc, true))
+		goto out;
+	if (!st) {
+		fail(rc, 404, "not_found", "usage_disabled",
+		     "The usage ledger is off on this server (config.json usage.enabled)");
+		goto out;
+	}
+	has_key = fcgi_query_get(qs, "key", &key);
+	if (has_key < 0 ||
+	    (has_key && (!key.len || key.len >= AUTH_ID_MAX || strlen(key.data) != key.len))) {
+		struct fcgi_error e;
+
+		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "key",
+			       "key: must be a key id (as olp-keys list shows it)");
+		send_error(rc, &e, NULL);
+		goto out;
+	}
+	/* A key's usage (which providers, when, how much) is its owner's business. */
+	if (has_key && !is_owner(rc) && strcmp(key.data, rc->id.key_id)) {
+		fail(rc, 403, "permission_error", "usage_forbidden",
+		     "This key may read only its own usage (key %.64s); ?key= names another",
+		     rc->id.key_id);
+		goto out;
+	}
+	r = fcgi_query_get(qs, "since", &since);
+	if (r < 0 || (r > 0 && parse_day(since.data, &f.since_ms))) {
+		struct fcgi_error e;
+
+		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "since",
+			       "since: must be a day as YYYY-MM-DD, such as 2026-01-31");
+		send_error(rc, &e, NULL);
+		goto out;
+	}
+	if (!r) {
+		/* The last 30 UTC days, today included. */
+		int64_t now = wall_ms();
+
+		f.since_ms = now - now % 86400000 - (int64_t)(USAGE_SINCE_DAYS - 1) * 86400000;
+	}
+	r = fcgi_query_get(qs, "recent", &recent);
+	if (r < 0 || (r > 0 && (parse_u64(recent.data, &nrecent) || nrecent > USAGE_RECENT_MAX))) {
+		struct fcgi_error e;
+
+		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "recent",
+			       "recent: must be an integer from 0 to %d", USAGE_RECENT_MAX);
+		send_error(rc, &e, NULL);
+		goto out;
+	}
+	if (!is_owner(rc))
+		f.key_id = rc->id.key_id;
+	else if (has_key)
+		f.key_id = key.data;
+	if (usage_days(st, &f, &days, &ndays) ||
+	    (nrecent && usage_recent(st, &f, nrecent, &rows, &nrows))) {
+		fail(rc, 503, "usage_unavailable", "usage_unavailable",
+		     "The usage ledger cannot be read right now; try again later");
+		goto out;
+	}
+	/* Names, tiers and quotas; without them (a store that cannot be read) the ids alone. */
+	if (auth_key_list(rc->app->cfg.home, &list, &msg) != AUTH_KEY_OK)
+		log_warnx(rc->rid, "/v1/usage: key store: %s", msg.data);
+	if (f.key_id) {
+		usage_key_add(&keys, &nkeys, f.key_id, &list);
+		if (!is_owner(rc) || !strcmp(f.key_id, rc->id.key_id)) {
+			/* The caller's own: as it authenticated just now. */
+			keys[0].tier = auth_tier_name(rc->id.tier);
+			keys[0].have_quota = true;
+			keys[0].quota = rc->id.quota;
+		}
+	} else {
+		for (i = 0; i < list.n; i++)
+			usage_key_add(&keys, &nkeys, list.keys[i].id, &list);
+		/* Keys in the ledger but not (or no longer) in the store: the env owner,
+		 * anonymous, deleted keys. */
+		for (i = 0; i < ndays; i++)
+			usage_key_add(&keys, &nkeys, days[i].key_id, &list);
+		for (i = 0; i < nrows; i++)
+			usage_key_add(&keys, &nkeys, rows[i].key_id, &list);
+	}
+	karr = json_array();
+	for (i = 0; i < nkeys; i++)
+		json_array_append_new(karr, key_json(st, &keys[i], days, ndays));
+	root = json_pack("{sssososIsbsoso}", "object", "usage", "since",
+			 day_string(f.since_ms, false), "generated_at", day_string(wall_ms(), true),
+			 "recent_limit", (json_int_t)nrecent, "all_keys", is_owner(rc) && !has_key,
+			 "keys", karr, "recent", recent_json(rows, nrows));
+	dump = root ? json_dumps(root, JSON_COMPACT) : NULL;
+	if (!dump)
+		abort(); /* only allocation fails here: the OOM policy */
+	buf_reset(&msg);
+	buf_adds(&msg, dump);
+	free(dump);
+	json_decref(root);
+	send_json(rc, 200, &msg, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+out:
+	auth_key_list_release(&list);
+	free(keys);
+	free(days);
+	free(rows);
+	buf_release(&key);
+	buf_release(&since);
+	buf_release(&recent);
+	buf_release(&msg);
+}
+
+/* The Content-Security-Policy of the dashboard: its one inline <script> and <style>
+ * allowed by their SHA-256 (CSP level 2) rather than 'unsafe-inline', so that markup
+ * injected into the page, were any to get in, could run nothing; fetches to this origin
+ * only (the token goes nowhere else); no frames around it (clickjacking), no form posts,
+ * no <base>. Computed once from the embedded file, so that editing it needs no hash. */
+static pthread_once_t csp_once = PTHREAD_ONCE_INIT;
+static char dashboard_csp[512];
+
+static void add_hash_source(struct buf *b, const char *directive, const char *open,
+			    const char *close)
+{
+	const char *page = (const char *)fcgi_dashboard_html, *start, *end;
+	unsigned char digest[crypto_hash_sha256_BYTES];
+	char b64[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES,
+					   sodium_base64_VARIANT_ORIGINAL)];
+
+	start = strstr(page, open);
+	end = start ? strstr(start, close) : NULL;
+	if (!end) {
+		buf_addf(b, "; %s 'none'", directive);
+		return;
+	}
+	start += strlen(open);
+	crypto_hash_sha256(digest, (const unsigned char *)start, (unsigned long long)(end - start));
+	sodium_bin2base64(b64, sizeof(b64), digest, sizeof(digest), sodium_base64_VARIANT_ORIGINAL);
+	buf_addf(b, "; %s 'sha256-%s'", directive, b64);
+}
+
+static void dashboard_csp_init(void)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, "default-src 'none'");
+	add_hash_source(&b, "script-src", "<script>", "</script>");
+	add_hash_source(&b, "style-src", "<style>", "</style>");
+	buf_adds(&b, "; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; "
+		     "base-uri 'none'; form-action 'none'");
+	snprintf(dashboard_csp, sizeof(dashboard_csp), "%s", b.data);
+	buf_release(&b);
+}
+
+/* GET /dashboard: the owner's page. Served to anyone, with no credential looked at: it
+ * holds no data, only the script that asks for the owner's token and reads /health and
+ * /v1/usage with it (docs/openai-compat.md). */
 static void handle_dashboard(struct req_ctx *rc)
 {
-	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+	pthread_once(&csp_once, dashboard_csp_init);
+	send_head(rc, 200, "text/html; charset=utf-8",
+		  (const struct hdr[]){ { "Content-Security-Policy", dashboard_csp },
+					{ "Cache-Control", "no-store" },
+					{ "Referrer-Policy", "no-referrer" },
+					{ "X-Content-Type-Options", "nosniff" },
+					{ "X-Frame-Options", "DENY" },
+					{ "Cross-Origin-Opener-Policy", "same-origin" },
+					{ 0 } });
+	if (strcmp(rc->method, "HEAD"))
+		fcgi_io_write(rc->io, (const char *)fcgi_dashboard_html, fcgi_dashboard_html_len);
 }
 
 static void handle_metrics(struct req_ctx *rc)
@@ -1134,6 +1541,30 @@ static void log_request(struct req_ctx *rc)
 		.request_id = rc->rid,
 	};
 	auth_audit(rc->app->auth, &ar);
+}
+
+/* The request's row in the usage ledger, once the answer is finished (the client never
+ * waits for it). What it cost and how it went: never its content. */
+static void record_usage(struct req_ctx *rc)
+{
+	uint64_t now = mono_ms();
+	struct usage_record r = {
+		.ts_ms = wall_ms() - (int64_t)(now - rc->t0),
+		.key_id = rc->id.key_id,
+		.provider = rc->provider,
+		.model = rc->model,
+		.status = rc->status,
+		.prompt_tokens = rc->usage.prompt_tokens,
+		.completion_tokens = rc->usage.completion_tokens,
+		.cached_tokens = rc->usage.cached_tokens,
+		.duration_ms = now - rc->t0,
+		.ttfb_ms = rc->t_first ? rc->t_first - rc->t0 : 0,
+		.start = rc->start,
+	};
+
+	/* A failure is counted and logged by the store (the owner's /health shows it). */
+	if (rc->app->usage)
+		(void)usage_record_add(rc->app->usage, &r);
 }
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only
@@ -1203,6 +1634,8 @@ out_finish:
 	}
 	if (route != FCGI_ROUTE_HEALTH_LIVE || rc.status != 200)
 		log_request(&rc);
+	if (rc.chat)
+		record_usage(&rc);
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
 		auth_touch(app->auth, &rc.id);

@@ -247,6 +247,21 @@ static int app_init(bool cgi)
 	 * it with getenv (providers/cli.c, CGI mode), which is safe only while nothing calls
 	 * setenv, putenv or unsetenv. */
 	unsetenv("OLP_OWNER_TOKEN");
+	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
+	 * shares the one database (SQLite's locking), so a quota holds whichever way the
+	 * worker was started; the cost is one open per CGI request. A database that cannot
+	 * be opened still gives a store (it retries): requests are served either way. */
+	if (app.cfg.usage_enabled) {
+		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days };
+
+		app.usage = usage_store_open(app.cfg.home, &uo);
+		if (!app.usage) {
+			log_err(NULL, "usage store in %s", app.cfg.home);
+			return -1;
+		}
+	} else {
+		log_info(NULL, "usage ledger and quotas off (config.json usage.enabled)");
+	}
 	report_ready();
 	return 0;
 }
@@ -316,6 +331,7 @@ int main(int argc, char **argv)
 		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 		fcgi_handle(&app, &io);
 		cgi_drain_stdin();
+		usage_store_free(app.usage);
 		return 0;
 	}
 	threads = xcalloc(app.cfg.threads, sizeof(*threads));
@@ -333,5 +349,8 @@ int main(int argc, char **argv)
 		;
 	log_info(NULL, "signal %d: stopping", sig);
 	sbx_warm_shutdown();
+	/* The usage store is not closed here: serving threads may be inside a transaction
+	 * right now, and a committed one is durable in SQLite's WAL without a close (an
+	 * unfinished one is rolled back by the next opener). */
 	_exit(0);
 }

@@ -10,6 +10,7 @@
 #include "fcgi/fcgi.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
+#include "usage/usage.h"
 
 /* One routing chain (config.json routing.chains, ADR 0007): the registry models tried
  * in turn for one model name a client asks for. */
@@ -44,6 +45,8 @@ struct fcgi_config {
 	char *sandbox_uid_range;	    /* sandbox.uid_range, or NULL */
 	char *sandbox_cgroup;		    /* sandbox.cgroup: "auto", "off" or a cgroup path */
 	char *registry_path;		    /* the registry actually used */
+	bool usage_enabled;		    /* usage.enabled (default true): ledger and quotas */
+	unsigned usage_retention_days;	    /* usage.retention_days (0: the store's default) */
 };
 
 /* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with
@@ -64,6 +67,7 @@ struct fcgi_app {
 	struct fcgi_config cfg;
 	struct prov_registry *reg;
 	struct auth_store *auth;
+	struct usage_store *usage; /* NULL when usage.enabled is false */
 };
 
 /* One request's I/O: FastCGI streams, or stdin/stdout/environ in plain CGI mode.
@@ -100,5 +104,9 @@ int fcgi_io_write(struct fcgi_io *io, const char *data, size_t len);
 void fcgi_io_finish(struct fcgi_io *io);
 
 void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io);
+
+/* fcgi/dashboard.html, built in (fcgi/embed.cmake): len bytes, then a NUL. */
+extern const unsigned char fcgi_dashboard_html[];
+extern const size_t fcgi_dashboard_html_len;
 
 #endif

@@ -304,3 +304,49 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 	json_decref(sys);
 	json_decref(rest);
 }
+
+/* A regular file at path ("~/" expands against the worker's home). */
+static bool file_present(const char *path)
+{
+	char exp[PATH_MAX];
+	struct stat st;
+
+	return !expand_home(path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
+}
+
+void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_state *out)
+{
+	/* The types' defaults, as their plans use them (claude.c, codex.c, vibe.c). */
+	static const struct {
+		const char *type, *env, *name, *creds[3];
+	} types[] = {
+		{ "claude", "OLP_CLAUDE_BIN", "claude", { "~/.claude/.credentials.json" } },
+		{ "codex", "OLP_CODEX_BIN", "codex", { "~/.codex/auth.json" } },
+		{ "vibe", "OLP_VIBE_BIN", "vibe", { "~/.vibe/.env", "~/.vibe/config.toml" } },
+	};
+	char real[PATH_MAX];
+	size_t i, t, found = 0;
+
+	*out = (struct prov_cli_state){ .credentials = "not_needed" };
+	for (t = 0; t < ARRAY_SIZE(types) && strcmp(types[t].type, pv->type); t++)
+		;
+	if (t == ARRAY_SIZE(types)) { /* a command */
+		out->cli_found = pv->argv.n && is_exec_file(pv->argv.v[0]);
+		return;
+	}
+	out->cli_found = !prov_cli_find(pv, types[t].env, types[t].name, real);
+	if (prov_net_secretless(&pv->net))
+		return;
+	/* Configured files must all be there; of the defaults one is enough (vibe reads its
+	 * key from either). */
+	if (pv->credentials_set) {
+		for (i = 0; i < pv->cred_host.n; i++)
+			found += file_present(pv->cred_host.v[i]);
+		out->credentials =
+			pv->cred_host.n && found == pv->cred_host.n ? "present" : "missing";
+		return;
+	}
+	for (i = 0; types[t].creds[i]; i++)
+		found += file_present(types[t].creds[i]);
+	out->credentials = found ? "present" : "missing";
+}

@@ -86,6 +86,16 @@ struct prov_net_info {
 };
 void prov_provider_net_info(const struct prov_provider *pv, struct prov_net_info *out);
 
+/* Whether a provider could run here now, for the owner's /health and dashboard: its
+ * program found (a CLI's "bin", OLP_<TYPE>_BIN or PATH; a command's argv[0]) and its
+ * credentials file(s) present. Looks at the file system (stat), reads nothing. */
+struct prov_cli_state {
+	bool cli_found;
+	const char *credentials; /* "present", "missing", or "not_needed" (a command, or a
+				    secretless upstream: the worker holds the credential) */
+};
+void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_state *out);
+
 /* One provider without a registry, for tests, fuzzing and tools: entry is what
  * models-registry.json holds under providers.<name> ("models" and "aliases" are not
  * read), checked as prov_registry_load checks it. Copies what it keeps of name and entry;

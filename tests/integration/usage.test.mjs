@@ -1,0 +1,350 @@
+// The usage ledger and quotas over HTTP (issue 14), behind a real lighttpd with three
+// olp-fcgi worker processes sharing one $OLP_HOME/usage.db: a guest key's
+// requests_per_day holds across the pool (requests sent at once land on different
+// workers), a refusal is a 429 quota_exceeded with Retry-After, a malformed request is
+// refused before the quota and costs nothing, every chat request that passed auth has a
+// ledger row with the provider's tokens, GET /v1/usage shows a key its own usage and the
+// owner everyone's, and a database that cannot be opened leaves requests served and
+// counts failures in /health.
+//
+// Keys are made with the real olp-keys (OLP_KEYS, set by CTest), as an operator would.
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { cfg, chatBody, curl, makeHome, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
+
+function olpKeysBin() {
+  const v = process.env.OLP_KEYS;
+  if (!v) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
+  return v;
+}
+
+function olpKeys(home, ...args) {
+  const r = spawnSync(olpKeysBin(), [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
+  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
+// A command provider that reports usage as an OpenAI-compatible tool does (ndjson chunks,
+// the last with "usage"), after a short pause so that requests sent at once overlap and
+// spread over the workers.
+const PROMPT_TOKENS = 7;
+const COMPLETION_TOKENS = 5;
+const METERED =
+  'cat >/dev/null; sleep 0.3; ' +
+  `printf '%s\\n' '{"choices":[{"delta":{"content":"metered answer"}}]}' ` +
+  `'{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":${PROMPT_TOKENS},"completion_tokens":${COMPLETION_TOKENS},"total_tokens":${PROMPT_TOKENS + COMPLETION_TOKENS}}}'`;
+
+export function meteredRegistry() {
+  const reg = testRegistry();
+  reg.providers.metered = {
+    type: 'command',
+    displayName: 'Metered',
+    argv: ['/bin/sh', '-c', METERED],
+    output: 'ndjson',
+    timeout_s: 20,
+    network: false,
+    max_concurrent: 16,
+    models: [{ id: 'metered', displayName: 'Metered', created: 1700000000 }],
+  };
+  return reg;
+}
+
+const bearer = (t) => `Bearer ${t}`;
+
+// Which worker process answered each request id: from the workers' own log lines.
+function pidsOf(server, rids) {
+  const pids = new Set();
+  for (const line of server.errorLog().split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const j = JSON.parse(line);
+      if (j.event === 'request' && rids.includes(j.request_id)) pids.add(j.pid);
+    } catch {
+      /* not ours */
+    }
+  }
+  return pids;
+}
+
+// A guest key with requests_per_day 3.
+function makeQuotaGuest(home) {
+  const k = olpKeys(home, 'keygen', '--name=quota guest <b>&');
+  const mf = path.join(home, 'keys', k.id, 'manifest.json');
+  const m = JSON.parse(fs.readFileSync(mf, 'utf8'));
+  m.quota = { requests_per_day: 3 };
+  fs.writeFileSync(mf, JSON.stringify(m, null, 2));
+  return k;
+}
+
+describe('usage ledger and quotas, 3 workers', () => {
+  let server;
+  let guest;
+  let other;
+  const rids = [];
+
+  before(async () => {
+    const dirs = makeHome({ registry: meteredRegistry(), config: testConfig() });
+    guest = makeQuotaGuest(dirs.home);
+    other = olpKeys(dirs.home, 'keygen', '--name=other guest');
+    server = await startServer({ dirs, maxProcs: 3, threads: 2 });
+    await waitFor(() => server.workerPids().length === 3, { timeoutMs: 15000 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('a malformed request is refused before the quota and costs nothing of it', async () => {
+    const r = await curl(server, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      auth: bearer(guest.token),
+      body: { model: 'metered', messages: 'not an array' },
+    });
+    assert.equal(r.status, 400, r.text);
+    const m = await curl(server, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      auth: bearer(guest.token),
+      body: chatBody('no-such-model'),
+    });
+    assert.equal(m.status, 404, m.text);
+  });
+
+  it('requests_per_day 3 holds across the workers: 3 served, then 429 quota_exceeded with Retry-After', async () => {
+    assert.equal(server.workerPids().length, 3, 'three workers');
+    const send = () =>
+      curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(guest.token), body: chatBody('metered', 'count me') });
+    const all = await Promise.all([send(), send(), send(), send(), send()]);
+    for (const r of all) rids.push(r.headers['x-request-id']);
+    const statuses = all.map((r) => r.status).sort();
+    assert.deepEqual(statuses, [200, 200, 200, 429, 429], all.map((r) => `${r.status} ${r.text}`).join('\n'));
+    for (const r of all.filter((x) => x.status === 200)) {
+      assert.equal(r.json.choices[0].message.content, 'metered answer');
+      assert.equal(r.json.usage.prompt_tokens, PROMPT_TOKENS);
+      assert.equal(r.json.usage.completion_tokens, COMPLETION_TOKENS);
+    }
+    for (const r of all.filter((x) => x.status === 429)) {
+      assert.equal(r.json.error.type, 'rate_limit_error');
+      assert.equal(r.json.error.code, 'quota_exceeded');
+      assert.equal(r.json.error.param, null);
+      assert.match(r.json.error.message, /requests_per_day is 3 and it has used 3/);
+      const ra = Number(r.headers['retry-after']);
+      assert.ok(Number.isInteger(ra) && ra >= 1 && ra <= 86400, `Retry-After ${r.headers['retry-after']}`);
+      assert.match(r.json.error.message, new RegExp(`try again in ${ra} s`));
+    }
+    // Sent at once, they were served by more than one process: the limit is the pool's.
+    const pids = pidsOf(server, rids);
+    assert.ok(pids.size >= 2, `answered by worker pids ${[...pids].join(', ')}`);
+    // Still refused afterwards, by whichever worker.
+    const again = await send();
+    assert.equal(again.status, 429);
+    rids.push(again.headers['x-request-id']);
+  });
+
+  it('GET /v1/usage: a guest sees its own key, with the ledger rows of every request that passed auth', async () => {
+    // Rows are written after each answer is finished: wait for the last ones.
+    // 2 refused before the quota (400, 404) + 3 served + 3 refused by it.
+    let u;
+    const ok = await waitFor(
+      async () => {
+        u = await curl(server, { path: '/v1/usage', auth: bearer(guest.token) });
+        return u.status === 200 && u.json.keys[0]?.totals.requests === 8;
+      },
+      { timeoutMs: 10000, stepMs: 200 },
+    );
+    assert.ok(ok, u.text);
+    assert.equal(u.headers['cache-control'], 'no-store');
+    assert.equal(u.json.keys.length, 1);
+    const k = u.json.keys[0];
+    assert.equal(k.key_id, guest.id);
+    assert.equal(k.name, 'quota guest <b>&');
+    assert.equal(k.tier, 'guest');
+    assert.deepEqual(k.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0 });
+    assert.equal(k.quota_state.requests_today, 3);
+    assert.equal(k.quota_state.tokens_today, 3 * (PROMPT_TOKENS + COMPLETION_TOKENS));
+    assert.equal(k.totals.errors, 5);
+    assert.equal(k.totals.prompt_tokens, 3 * PROMPT_TOKENS);
+    assert.equal(k.totals.completion_tokens, 3 * COMPLETION_TOKENS);
+    const metered = k.days.find((d) => d.provider === 'metered');
+    assert.equal(metered.requests, 6);
+    assert.equal(metered.errors, 3);
+    assert.match(metered.date, /^\d{4}-\d{2}-\d{2}$/);
+    // Recent requests: what they cost and how they went, no content.
+    assert.equal(u.json.recent.length, 8);
+    const served = u.json.recent.filter((r) => r.status === 200);
+    assert.equal(served.length, 3);
+    for (const r of served) {
+      assert.equal(r.key_id, guest.id);
+      assert.equal(r.provider, 'metered');
+      assert.equal(r.model, 'metered');
+      assert.equal(r.prompt_tokens, PROMPT_TOKENS);
+      assert.ok(r.duration_ms >= r.ttfb_ms && r.ttfb_ms > 0, JSON.stringify(r));
+      assert.ok(['cold', 'warm', 'prestart'].includes(r.start), r.start);
+    }
+    const refused = u.json.recent.filter((r) => r.status === 429);
+    assert.equal(refused.length, 3);
+    for (const r of refused) assert.equal(r.start, 'none');
+    assert.ok(!u.text.includes('count me') && !u.text.includes('metered answer'), 'no content in the ledger');
+  });
+
+  it('a guest may not read another key (403), may name its own, and bad parameters are 400 naming them', async () => {
+    const forbidden = await curl(server, { path: `/v1/usage?key=${other.id}`, auth: bearer(guest.token) });
+    assert.equal(forbidden.status, 403, forbidden.text);
+    assert.equal(forbidden.json.error.code, 'usage_forbidden');
+    const own = await curl(server, { path: `/v1/usage?key=${guest.id}`, auth: bearer(guest.token) });
+    assert.equal(own.status, 200);
+    assert.equal(own.json.keys[0].key_id, guest.id);
+    for (const [q, param] of [
+      ['since=yesterday', 'since'],
+      ['since=2026-02-30', 'since'],
+      ['since=2026-1-01', 'since'],
+      ['recent=201', 'recent'],
+      ['recent=-1', 'recent'],
+      ['key=', 'key'],
+      [`key=${'x'.repeat(80)}`, 'key'],
+    ]) {
+      const r = await curl(server, { path: `/v1/usage?${q}`, auth: bearer(guest.token) });
+      assert.equal(r.status, 400, `${q}: ${r.text}`);
+      assert.equal(r.json.error.param, param, q);
+      assert.match(r.json.error.message, new RegExp(`^${param}:`));
+    }
+    const since = await curl(server, { path: '/v1/usage?since=2000-01-01&recent=0', auth: bearer(guest.token) });
+    assert.equal(since.status, 200);
+    assert.equal(since.json.since, '2000-01-01');
+    assert.deepEqual(since.json.recent, []);
+    const anon = await curl(server, { path: '/v1/usage', auth: false });
+    assert.equal(anon.status, 401);
+  });
+
+  it('the owner sees every key, and one with ?key=', async () => {
+    const u = await curl(server, { path: '/v1/usage?recent=200', auth: true });
+    assert.equal(u.status, 200, u.text);
+    assert.equal(u.json.all_keys, true);
+    const ids = u.json.keys.map((k) => k.key_id);
+    assert.ok(ids.includes(guest.id) && ids.includes(other.id), ids.join(', '));
+    const g = u.json.keys.find((k) => k.key_id === guest.id);
+    assert.equal(g.totals.requests, 8);
+    assert.equal(g.name, 'quota guest <b>&');
+    assert.deepEqual(g.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0 });
+    const o = u.json.keys.find((k) => k.key_id === other.id);
+    assert.equal(o.totals.requests, 0);
+    assert.equal(o.quota, null);
+    const one = await curl(server, { path: `/v1/usage?key=${other.id}`, auth: true });
+    assert.equal(one.status, 200);
+    assert.deepEqual(
+      one.json.keys.map((k) => k.key_id),
+      [other.id],
+    );
+  });
+
+  it('olp-keys usage reads the same ledger', () => {
+    const r = spawnSync(olpKeysBin(), ['usage', `--id=${guest.id}`, '--json', `--olp-home=${server.home}`], {
+      encoding: 'utf8',
+      timeout: 30000,
+    });
+    assert.equal(r.status, 0, r.stderr);
+    const text = r.stdout;
+    const j = JSON.parse(text);
+    // Whatever its layout, the key's tokens are in it.
+    const flat = JSON.stringify(j);
+    assert.ok(flat.includes(guest.id), flat);
+    assert.match(flat, new RegExp(`"prompt_tokens":${3 * PROMPT_TOKENS}\\b`));
+  });
+
+  it('usage.db is the owner\'s alone (0600) and the owner\'s /health reports the ledger and the providers', async () => {
+    const st = fs.statSync(path.join(server.home, 'usage.db'));
+    assert.equal(st.mode & 0o777, 0o600);
+    const h = await curl(server, { path: '/health', auth: true });
+    assert.deepEqual(h.json.usage, { enabled: true, available: true, failures: 0 });
+    assert.equal(h.json.providers.metered.cli_found, true);
+    assert.equal(h.json.providers.metered.credentials, 'not_needed');
+    const g = await curl(server, { path: '/health', auth: bearer(guest.token) });
+    assert.equal(g.json.usage, undefined, 'not for a guest');
+  });
+});
+
+describe('usage ledger unavailable', () => {
+  let server;
+  let guest;
+
+  before(async () => {
+    const dirs = makeHome({ registry: meteredRegistry(), config: testConfig() });
+    guest = makeQuotaGuest(dirs.home);
+    // A directory where the database should be: it cannot be opened, ever.
+    fs.mkdirSync(path.join(dirs.home, 'usage.db'), { mode: 0o700 });
+    server = await startServer({ dirs, maxProcs: 1, threads: 2 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('requests are still served (the quota fails open), and /health counts the failures', async () => {
+    const h0 = (await curl(server, { path: '/health', auth: true })).json.usage;
+    assert.equal(h0.enabled, true);
+    assert.equal(h0.available, false);
+    for (let i = 0; i < 4; i++) {
+      const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(guest.token), body: chatBody('metered') });
+      assert.equal(r.status, 200, r.text);
+    }
+    const h1 = (await curl(server, { path: '/health', auth: true })).json.usage;
+    assert.equal(h1.available, false);
+    assert.ok(h1.failures > h0.failures, `failures ${h0.failures} → ${h1.failures}`);
+    const u = await curl(server, { path: '/v1/usage', auth: true });
+    assert.equal(u.status, 503);
+    assert.equal(u.json.error.code, 'usage_unavailable');
+    assert.ok(server.errorLog().split('\n').some((l) => /usage/.test(l) && /"level":"(warn|error)"/.test(l)), 'the failure is logged');
+  });
+});
+
+describe('usage ledger off', () => {
+  let server;
+
+  before(async () => {
+    server = await startServer({ registry: meteredRegistry(), config: { ...testConfig(), usage: { enabled: false } }, maxProcs: 1 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('no database, chat still served, /v1/usage 404 usage_disabled', async () => {
+    const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', body: chatBody('metered') });
+    assert.equal(r.status, 200, r.text);
+    const u = await curl(server, { path: '/v1/usage' });
+    assert.equal(u.status, 404);
+    assert.equal(u.json.error.code, 'usage_disabled');
+    const h = await curl(server, { path: '/health' });
+    assert.deepEqual(h.json.usage, { enabled: false, available: false, failures: 0 });
+    assert.ok(!fs.existsSync(path.join(server.home, 'usage.db')));
+  });
+});
+
+describe('usage settings are checked at start', () => {
+  for (const [usage, field] of [
+    [{ retention_days: 0 }, 'usage.retention_days'],
+    [{ retention_days: 'long' }, 'usage.retention_days'],
+    [{ enabled: 'yes' }, 'usage.enabled'],
+    [[], 'usage'],
+  ]) {
+    it(`${JSON.stringify(usage)}: the worker refuses to start, naming ${field}`, () => {
+      const dirs = makeHome({ config: { ...testConfig(), usage } });
+      try {
+        // fd 0 no socket: olp-fcgi starts as CGI, reading its configuration first.
+        const r = spawnSync(cfg.bin, [], {
+          env: { PATH: process.env.PATH, OLP_HOME: dirs.home, REQUEST_METHOD: 'GET', REQUEST_URI: '/health' },
+          encoding: 'utf8',
+          timeout: 30000,
+        });
+        assert.notEqual(r.status, 0, r.stdout);
+        assert.ok(r.stderr.includes(path.join(dirs.home, 'config.json')), r.stderr);
+        assert.ok(r.stderr.includes(`${field}:`), r.stderr);
+      } finally {
+        fs.rmSync(dirs.root, { recursive: true, force: true });
+      }
+    });
+  }
+});
