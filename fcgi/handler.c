@@ -1469,8 +1469,9 @@ static void dashboard_csp_init(void)
 	struct buf b = BUF_INIT;
 
 	buf_adds(&b, "default-src 'none'");
-	add_hash_source(&b, "script-src", "<script>", "</script>");
-	add_hash_source(&b, "style-src", "<style>", "</style>");
+	/* At the start of a line: the page's own elements, not a mention in a comment. */
+	add_hash_source(&b, "script-src", "\n<script>", "</script>");
+	add_hash_source(&b, "style-src", "\n<style>", "</style>");
 	buf_adds(&b, "; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; "
 		     "base-uri 'none'; form-action 'none'");
 	snprintf(dashboard_csp, sizeof(dashboard_csp), "%s", b.data);

@@ -15,7 +15,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { cfg, chatBody, curl, makeHome, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, makeHome, startServer, testConfig, waitFor } from './harness.mjs';
+import { COMPLETION_TOKENS, PROMPT_TOKENS, meteredRegistry } from './metered.mjs';
 
 function olpKeysBin() {
   const v = process.env.OLP_KEYS;
@@ -27,31 +28,6 @@ function olpKeys(home, ...args) {
   const r = spawnSync(olpKeysBin(), [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
   if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
   return JSON.parse(r.stdout);
-}
-
-// A command provider that reports usage as an OpenAI-compatible tool does (ndjson chunks,
-// the last with "usage"), after a short pause so that requests sent at once overlap and
-// spread over the workers.
-const PROMPT_TOKENS = 7;
-const COMPLETION_TOKENS = 5;
-const METERED =
-  'cat >/dev/null; sleep 0.3; ' +
-  `printf '%s\\n' '{"choices":[{"delta":{"content":"metered answer"}}]}' ` +
-  `'{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":${PROMPT_TOKENS},"completion_tokens":${COMPLETION_TOKENS},"total_tokens":${PROMPT_TOKENS + COMPLETION_TOKENS}}}'`;
-
-export function meteredRegistry() {
-  const reg = testRegistry();
-  reg.providers.metered = {
-    type: 'command',
-    displayName: 'Metered',
-    argv: ['/bin/sh', '-c', METERED],
-    output: 'ndjson',
-    timeout_s: 20,
-    network: false,
-    max_concurrent: 16,
-    models: [{ id: 'metered', displayName: 'Metered', created: 1700000000 }],
-  };
-  return reg;
 }
 
 const bearer = (t) => `Bearer ${t}`;
