@@ -41,12 +41,16 @@ enum auth_result {
 
 /* A key's quota: its manifest's "quota" ({"requests_per_minute": N, "requests_per_day": N,
  * "tokens_per_day": N}, each optional; null: none, as the Node OLP writes it). 0 in a
- * field: no limit. Enforced by the caller (fcgi/, through usage/), not here. */
+ * field: no limit. Enforced by the caller (fcgi/, through usage/), not here.
+ * In a manifest each field is absent, null (no limit) or an integer in 1..AUTH_QUOTA_MAX;
+ * anything else there (0, a negative, a fraction, a string, an unknown field such as a
+ * misspelt limit) makes the manifest invalid: a typo must not lift a limit silently. */
 struct auth_quota {
 	int64_t requests_per_minute;
 	int64_t requests_per_day;
 	int64_t tokens_per_day;
 };
+#define AUTH_QUOTA_MAX 1000000000000000LL /* 10^15 */
 
 /* Who is calling. Plain data, owned by the caller; release with auth_identity_release(). */
 struct auth_identity {
@@ -149,8 +153,9 @@ struct auth_key_spec {
 	enum auth_tier tier;	      /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
 	const char *const *providers; /* NULL: providers_enabled "*"; else n_providers names */
 	size_t n_providers;
-	const char *notes; /* NULL: "notes": null */
-	bool force;	   /* allow a second active owner */
+	const char *notes;	 /* NULL: "notes": null */
+	bool force;		 /* allow a second active owner */
+	struct auth_quota quota; /* each 0..AUTH_QUOTA_MAX; all 0: "quota": null */
 };
 
 /* A created key. token is the only copy of the secret: show it once, then wipe the struct
@@ -175,6 +180,24 @@ void auth_new_key_wipe(struct auth_new_key *k);
 enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
 				     struct buf *msg);
 
+/* Which limits auth_key_set_quota changes. */
+enum auth_quota_fields {
+	AUTH_QUOTA_RPM = 1 << 0, /* requests_per_minute */
+	AUTH_QUOTA_RPD = 1 << 1, /* requests_per_day */
+	AUTH_QUOTA_TPD = 1 << 2, /* tokens_per_day */
+	AUTH_QUOTA_ALL = AUTH_QUOTA_RPM | AUTH_QUOTA_RPD | AUTH_QUOTA_TPD,
+};
+
+/* Set the limits named in fields (enum auth_quota_fields) of key id to q's (0: no limit),
+ * keeping the others, under the key's lock with an atomic rewrite (as revoke does). A
+ * quota left with no limit is written as "quota": null. Running workers apply it from
+ * their next request (auth_check re-reads a manifest that changed). *result (may be NULL)
+ * gets the quota as written. AUTH_KEY_ERR_INVALID_ARG for a value outside
+ * 0..AUTH_QUOTA_MAX or a bad id; a revoked key's quota can still be set. */
+enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
+					const struct auth_quota *q, unsigned fields,
+					struct auth_quota *result, struct buf *msg);
+
 /* One key as listed: never its hash. Strings are heap copies owned by the list; the
  * timestamps are NULL when the manifest has null. */
 struct auth_key_info {
@@ -189,6 +212,7 @@ struct auth_key_info {
 	char *revoked_at;
 	char *last_used_at;
 	char *notes;
+	struct auth_quota quota;
 };
 
 struct auth_key_list {

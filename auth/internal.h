@@ -54,7 +54,8 @@ struct auth_key_record {
 	enum auth_tier tier; /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
 	bool revoked;	     /* revoked_at is not null */
 	bool all_providers;
-	struct strv providers; /* when !all_providers; zeroed is empty */
+	struct strv providers;	 /* when !all_providers; zeroed is empty */
+	struct auth_quota quota; /* all 0: none */
 };
 
 void auth_key_record_release(struct auth_key_record *r);
@@ -93,6 +94,12 @@ int auth_manifest_write_at(int dirfd, json_t *root);
 int auth_manifest_update(const char *keys_dir, const char *id,
 			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
 			 void *arg);
+
+/* Whether every limit of q is in 0..AUTH_QUOTA_MAX. */
+bool auth_quota_valid(const struct auth_quota *q);
+/* The manifest's "quota" for q: null when no limit is set, else an object holding the
+ * limits that are set. NULL when jansson runs out of memory. */
+json_t *auth_quota_to_json(const struct auth_quota *q);
 
 /* Wall-clock time as JavaScript's Date.toISOString() prints it. */
 void auth_iso_time_now(char out[AUTH_ISO_MAX]);

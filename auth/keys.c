@@ -176,11 +176,11 @@ static json_t *manifest_new(const char *id, const struct auth_key_spec *spec,
 		prov = json_string("*");
 	}
 	/* Field order as the Node OLP writes them. */
-	m = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:n, s:s, s:n, s:n, s:s?}",
+	m = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:s, s:n, s:n, s:s?}",
 		      "schema_version", 1, "id", id, "name", spec->name, "token_hash", hex,
 		      "token_hash_algo", "sha256", "owner_tier", auth_tier_name(spec->tier),
-		      "providers_enabled", prov, "quota", "created_at", now, "revoked_at",
-		      "last_used_at", "notes", spec->notes);
+		      "providers_enabled", prov, "quota", auth_quota_to_json(&spec->quota),
+		      "created_at", now, "revoked_at", "last_used_at", "notes", spec->notes);
 	if (m && !spec->notes)
 		json_object_set_new(m, "notes", json_null());
 	return m;
@@ -262,6 +262,10 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 			msg_set(msg, "invalid provider name \"%s\"", spec->providers[i]);
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
+	}
+	if (!auth_quota_valid(&spec->quota)) {
+		msg_set(msg, "a quota limit is a whole number from 1 to 10^15 (0: no limit)");
+		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
@@ -380,6 +384,70 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 	return AUTH_KEY_OK;
 }
 
+/* ---- quota ------------------------------------------------------------------------- */
+
+struct quota_arg {
+	const struct auth_quota *q;
+	unsigned fields;
+	struct auth_quota result;
+};
+
+static int quota_edit(json_t *root, const struct auth_key_record *rec, void *arg)
+{
+	struct quota_arg *qa = arg;
+	json_t *v;
+
+	qa->result = rec->quota;
+	if (qa->fields & AUTH_QUOTA_RPM)
+		qa->result.requests_per_minute = qa->q->requests_per_minute;
+	if (qa->fields & AUTH_QUOTA_RPD)
+		qa->result.requests_per_day = qa->q->requests_per_day;
+	if (qa->fields & AUTH_QUOTA_TPD)
+		qa->result.tokens_per_day = qa->q->tokens_per_day;
+	if (memcmp(&qa->result, &rec->quota, sizeof(qa->result)) == 0 &&
+	    json_object_get(root, "quota"))
+		return 0; /* nothing changes: leave the file (and the workers' caches) alone */
+	v = auth_quota_to_json(&qa->result);
+	if (!v)
+		return -ENOMEM;
+	return json_object_set_new(root, "quota", v) < 0 ? -ENOMEM : 1;
+}
+
+enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
+					const struct auth_quota *q, unsigned fields,
+					struct auth_quota *result, struct buf *msg)
+{
+	struct quota_arg qa = { .q = q, .fields = fields & AUTH_QUOTA_ALL };
+	char keys[4096];
+	enum auth_key_result res;
+	int ret;
+
+	if (!id || !auth_id_valid(id)) {
+		msg_set(msg, "\"%s\" is not a key id", id ? id : "");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (!q || !auth_quota_valid(q)) {
+		msg_set(msg, "a quota limit is a whole number from 1 to 10^15 (0: no limit)");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	res = auth_store_check_perms(olp_home, msg);
+	if (res)
+		return res;
+	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
+		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
+	ret = auth_manifest_update(keys, id, quota_edit, &qa);
+	if (ret == -ENOENT || ret == -EINVAL) {
+		msg_set(msg, "no key %s in %s%s", id, keys,
+			ret == -EINVAL ? " (its manifest is invalid)" : "");
+		return AUTH_KEY_ERR_NOT_FOUND;
+	}
+	if (ret < 0)
+		return sys_fail(msg, -ret, "cannot set the quota of key", id);
+	if (result)
+		*result = qa.result;
+	return AUTH_KEY_OK;
+}
+
 /* ---- list -------------------------------------------------------------------------- */
 
 static char *dup_str_or_null(json_t *v)
@@ -472,6 +540,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
 		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
 		k->notes = dup_str_or_null(json_object_get(root, "notes"));
+		k->quota = rec.quota;
 		json_decref(root);
 		auth_key_record_release(&rec);
 	}

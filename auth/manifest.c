@@ -2,6 +2,7 @@
  * that keeps a revocation from being undone by a concurrent last_used_at update. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -95,6 +96,80 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 	return 0;
 }
 
+static const struct {
+	const char *name;
+	size_t off;
+} quota_fields[] = {
+	{ "requests_per_minute", offsetof(struct auth_quota, requests_per_minute) },
+	{ "requests_per_day", offsetof(struct auth_quota, requests_per_day) },
+	{ "tokens_per_day", offsetof(struct auth_quota, tokens_per_day) },
+};
+
+bool auth_quota_valid(const struct auth_quota *q)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(quota_fields); i++) {
+		int64_t v = *(const int64_t *)((const char *)q + quota_fields[i].off);
+
+		if (v < 0 || v > AUTH_QUOTA_MAX)
+			return false;
+	}
+	return true;
+}
+
+json_t *auth_quota_to_json(const struct auth_quota *q)
+{
+	json_t *o;
+
+	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day)
+		return json_null();
+	o = json_object();
+	for (size_t i = 0; o && i < ARRAY_SIZE(quota_fields); i++) {
+		int64_t v = *(const int64_t *)((const char *)q + quota_fields[i].off);
+
+		if (v && json_object_set_new(o, quota_fields[i].name, json_integer(v)) < 0) {
+			json_decref(o);
+			o = NULL;
+		}
+	}
+	return o;
+}
+
+/* "quota": absent or null (none), or an object of known limits, each null or an integer
+ * in 1..AUTH_QUOTA_MAX. Strict, because a limit that does not parse must not become no
+ * limit. */
+static int parse_quota(json_t *v, struct auth_quota *q, const char **why)
+{
+	const char *k;
+	json_t *f;
+
+	memset(q, 0, sizeof(*q));
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v)) {
+		*why = "quota is neither null nor an object";
+		return -EINVAL;
+	}
+	json_object_foreach(v, k, f) {
+		size_t i;
+
+		for (i = 0; i < ARRAY_SIZE(quota_fields); i++)
+			if (strcmp(k, quota_fields[i].name) == 0)
+				break;
+		if (i == ARRAY_SIZE(quota_fields)) {
+			*why = "quota holds an unknown limit";
+			return -EINVAL;
+		}
+		if (json_is_null(f))
+			continue;
+		if (parse_json_int(f, 1, AUTH_QUOTA_MAX,
+				   (int64_t *)((char *)q + quota_fields[i].off))) {
+			*why = "a quota limit is not a positive integer (at most 10^15)";
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 /* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
  * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
 static int manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
@@ -151,6 +226,9 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 		goto out_release_tmp;
 	}
 	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
+	if (ret)
+		goto out_release_tmp;
+	ret = parse_quota(json_object_get(root, "quota"), &tmp.quota, why);
 	if (ret)
 		goto out_release_tmp;
 	if (rec) {

@@ -1,17 +1,21 @@
-/* olp-keys: create, list and revoke OLP API keys in $OLP_HOME/keys.
+/* olp-keys: create, list and revoke OLP API keys in $OLP_HOME/keys, set their quotas, and
+ * report their usage from the ledger ($OLP_HOME/usage.db, usage/usage.h).
  * Exit codes: 0 done, 1 failed, 2 usage. The token is printed once, at keygen. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "auth/auth.h"
 #include "common/common.h"
+#include "usage/usage.h"
 #include "common/banned.h"
 
 #define EXIT_USAGE 2
@@ -21,10 +25,15 @@ static const char usage_text[] =
 	"\n"
 	"Commands:\n"
 	"  keygen --owner | --name=NAME [--tier=owner|guest] [--providers=a,b] [--notes=TEXT]\n"
-	"         [--force]          create a key and print its token (once)\n"
+	"         [--quota-rpm=N] [--quota-rpd=N] [--quota-tpd=N] [--force]\n"
+	"                            create a key and print its token (once)\n"
 	"  list [--owner-only] [--include-revoked]\n"
-	"                            list keys (never their hashes)\n"
+	"                            list keys and their quotas (never their hashes)\n"
 	"  revoke --id=ID            revoke a key; workers refuse it on the next request\n"
+	"  set-quota --id=ID [--quota-rpm=N|none] [--quota-rpd=N|none] [--quota-tpd=N|none]\n"
+	"            [--clear]       change a key's quota; workers apply it on the next request\n"
+	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
+	"                            requests and tokens per key, provider and UTC day\n"
 	"\n"
 	"Options (anywhere on the line; --flag=value and --flag value both work):\n"
 	"  --olp-home=DIR  the OLP home (default: $OLP_HOME, else ~/.olp)\n"
@@ -33,9 +42,13 @@ static const char usage_text[] =
 	"\n"
 	"keygen --owner creates an owner key named \"owner\" (like the Node OLP) and refuses a\n"
 	"second active owner unless --force is given. --name alone creates a guest key.\n"
+	"Quotas: --quota-rpm requests per minute, --quota-rpd requests per day, --quota-tpd\n"
+	"tokens (prompt + completion) per day, in fixed UTC minutes and days, shared by all\n"
+	"the workers of the host; N is 1 to 10^15, none removes the limit. set-quota changes\n"
+	"only the limits given (--clear removes them all first).\n"
 	"Exit status: 0 done, 1 failed, 2 usage error.\n";
 
-enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE };
+enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE, CMD_SET_QUOTA, CMD_USAGE };
 
 struct opts {
 	enum cmd cmd;
@@ -52,8 +65,15 @@ struct opts {
 	/* list */
 	bool owner_only;
 	bool include_revoked;
-	/* revoke */
+	/* revoke, set-quota, usage */
 	const char *id;
+	/* keygen, set-quota */
+	const char *quota_rpm;
+	const char *quota_rpd;
+	const char *quota_tpd;
+	bool clear;
+	/* usage */
+	const char *since;
 };
 
 enum opt_kind { OPT_FLAG, OPT_VALUE };
@@ -61,7 +81,7 @@ enum opt_kind { OPT_FLAG, OPT_VALUE };
 struct opt_def {
 	const char *name;
 	enum opt_kind kind;
-	enum cmd only; /* CMD_NONE: valid with every command */
+	unsigned only; /* the commands it applies to (1 << enum cmd); 0: every command */
 	size_t field;  /* offsetof into struct opts */
 };
 
@@ -74,22 +94,34 @@ struct opt_def {
 		n, OPT_VALUE, c, offsetof(struct opts, f) \
 	}
 
+#define ALL 0u
+#define KEYGEN (1u << CMD_KEYGEN)
+#define LIST (1u << CMD_LIST)
+#define REVOKE (1u << CMD_REVOKE)
+#define SET_QUOTA (1u << CMD_SET_QUOTA)
+#define USAGE (1u << CMD_USAGE)
+
 static const struct opt_def opt_defs[] = {
-	VALUE("olp-home", CMD_NONE, olp_home),
-	FLAG("json", CMD_NONE, json),
-	FLAG("help", CMD_NONE, help),
-	FLAG("owner", CMD_KEYGEN, owner),
-	VALUE("name", CMD_KEYGEN, name),
-	VALUE("tier", CMD_KEYGEN, tier),
-	VALUE("providers", CMD_KEYGEN, providers),
-	VALUE("notes", CMD_KEYGEN, notes),
-	FLAG("force", CMD_KEYGEN, force),
-	FLAG("owner-only", CMD_LIST, owner_only),
-	FLAG("include-revoked", CMD_LIST, include_revoked),
-	VALUE("id", CMD_REVOKE, id),
+	VALUE("olp-home", ALL, olp_home),
+	FLAG("json", ALL, json),
+	FLAG("help", ALL, help),
+	FLAG("owner", KEYGEN, owner),
+	VALUE("name", KEYGEN, name),
+	VALUE("tier", KEYGEN, tier),
+	VALUE("providers", KEYGEN, providers),
+	VALUE("notes", KEYGEN, notes),
+	FLAG("force", KEYGEN, force),
+	FLAG("owner-only", LIST, owner_only),
+	FLAG("include-revoked", LIST, include_revoked),
+	VALUE("id", REVOKE | SET_QUOTA | USAGE, id),
+	VALUE("quota-rpm", KEYGEN | SET_QUOTA, quota_rpm),
+	VALUE("quota-rpd", KEYGEN | SET_QUOTA, quota_rpd),
+	VALUE("quota-tpd", KEYGEN | SET_QUOTA, quota_tpd),
+	FLAG("clear", SET_QUOTA, clear),
+	VALUE("since", USAGE, since),
 };
 
-static const char *const cmd_names[] = { "", "keygen", "list", "revoke" };
+static const char *const cmd_names[] = { "", "keygen", "list", "revoke", "set-quota", "usage" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -181,8 +213,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (o->cmd == CMD_NONE)
 		return usage_error("no command given");
 	for (i = 0; i < ARRAY_SIZE(opt_defs); i++)
-		if ((seen & (1ul << i)) && opt_defs[i].only != CMD_NONE &&
-		    opt_defs[i].only != o->cmd)
+		if ((seen & (1ul << i)) && opt_defs[i].only != ALL &&
+		    !(opt_defs[i].only & (1u << o->cmd)))
 			return usage_error("option '--%s' does not apply to '%s'", opt_defs[i].name,
 					   cmd_names[o->cmd]);
 	return 0;
@@ -238,6 +270,77 @@ static int split_providers(const char *s, struct strv *v)
 	}
 }
 
+/* One --quota-* value: a whole number 1..AUTH_QUOTA_MAX, or "none" (0: no limit). */
+static int parse_limit(const char *flag, const char *s, int64_t *out)
+{
+	uint64_t v;
+
+	if (strcmp(s, "none") == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (parse_u64(s, &v) || v < 1 || v > (uint64_t)AUTH_QUOTA_MAX)
+		return usage_error("--%s is a whole number from 1 to 10^15, or none; not '%s'",
+				   flag, s);
+	*out = (int64_t)v;
+	return 0;
+}
+
+/* The --quota-* options given: the limits in *q, which ones in *fields. 0 or EXIT_USAGE. */
+static int parse_quota_opts(const struct opts *o, struct auth_quota *q, unsigned *fields)
+{
+	*fields = 0;
+	memset(q, 0, sizeof(*q));
+	if (o->quota_rpm) {
+		if (parse_limit("quota-rpm", o->quota_rpm, &q->requests_per_minute))
+			return EXIT_USAGE;
+		*fields |= AUTH_QUOTA_RPM;
+	}
+	if (o->quota_rpd) {
+		if (parse_limit("quota-rpd", o->quota_rpd, &q->requests_per_day))
+			return EXIT_USAGE;
+		*fields |= AUTH_QUOTA_RPD;
+	}
+	if (o->quota_tpd) {
+		if (parse_limit("quota-tpd", o->quota_tpd, &q->tokens_per_day))
+			return EXIT_USAGE;
+		*fields |= AUTH_QUOTA_TPD;
+	}
+	return 0;
+}
+
+static json_t *quota_to_json(const struct auth_quota *q)
+{
+	json_t *o;
+
+	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day)
+		return json_null();
+	o = json_object();
+	if (q->requests_per_minute)
+		json_object_set_new(o, "requests_per_minute", json_integer(q->requests_per_minute));
+	if (q->requests_per_day)
+		json_object_set_new(o, "requests_per_day", json_integer(q->requests_per_day));
+	if (q->tokens_per_day)
+		json_object_set_new(o, "tokens_per_day", json_integer(q->tokens_per_day));
+	return o;
+}
+
+/* "rpm=5 rpd=100" ("-" for a limit not set), or "none". */
+static void quota_text(const struct auth_quota *q, struct buf *b)
+{
+	buf_reset(b);
+	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day) {
+		buf_adds(b, "none");
+		return;
+	}
+	if (q->requests_per_minute)
+		buf_addf(b, "rpm=%" PRId64, q->requests_per_minute);
+	if (q->requests_per_day)
+		buf_addf(b, "%srpd=%" PRId64, b->len ? "," : "", q->requests_per_day);
+	if (q->tokens_per_day)
+		buf_addf(b, "%stpd=%" PRId64, b->len ? "," : "", q->tokens_per_day);
+}
+
 static int cmd_keygen(const struct opts *o, const char *home)
 {
 	struct auth_key_spec spec = { .tier = AUTH_TIER_GUEST,
@@ -247,10 +350,14 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
 	struct strv prov = STRV_INIT;
+	struct buf quota = BUF_INIT;
 	int rc = EXIT_FAILURE;
+	unsigned fields;
 
 	if (!o->owner && !o->name)
 		return usage_error("keygen needs --owner or --name=NAME");
+	if (parse_quota_opts(o, &spec.quota, &fields))
+		return EXIT_USAGE;
 	if (o->tier) {
 		if (strcmp(o->tier, "owner") == 0)
 			spec.tier = AUTH_TIER_OWNER;
@@ -278,12 +385,14 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		goto out_free;
 	}
 	if (o->json) {
-		print_json(json_pack("{s:s, s:s, s:s, s:s}", "id", key.id, "name", spec.name,
-				     "owner_tier", auth_tier_name(spec.tier), "token", key.token));
+		print_json(json_pack("{s:s, s:s, s:s, s:o, s:s}", "id", key.id, "name", spec.name,
+				     "owner_tier", auth_tier_name(spec.tier), "quota",
+				     quota_to_json(&spec.quota), "token", key.token));
 	} else {
-		printf("Created %s key %s (name \"%s\", providers %s).\n",
+		quota_text(&spec.quota, &quota);
+		printf("Created %s key %s (name \"%s\", providers %s, quota %s).\n",
 		       auth_tier_name(spec.tier), key.id, spec.name,
-		       o->providers ? o->providers : "*");
+		       o->providers ? o->providers : "*", quota.data);
 		printf("Token (shown only now; store it safely, it cannot be recovered):\n%s\n",
 		       key.token);
 	}
@@ -297,6 +406,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 out_free:
 	strv_release(&prov);
 	buf_release(&msg);
+	buf_release(&quota);
 	return rc;
 }
 
@@ -317,10 +427,11 @@ static json_t *key_to_json(const struct auth_key_info *k)
 		for (i = 0; i < k->n_providers; i++)
 			json_array_append_new(prov, json_string(k->providers[i]));
 	}
-	return json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o}", "id", k->id, "name",
+	return json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "id", k->id, "name",
 			 json_str_or_null(k->name), "owner_tier", auth_tier_name(k->tier),
-			 "providers_enabled", prov, "created_at", json_str_or_null(k->created_at),
-			 "last_used_at", json_str_or_null(k->last_used_at), "revoked_at",
+			 "providers_enabled", prov, "quota", quota_to_json(&k->quota), "created_at",
+			 json_str_or_null(k->created_at), "last_used_at",
+			 json_str_or_null(k->last_used_at), "revoked_at",
 			 json_str_or_null(k->revoked_at), "notes", json_str_or_null(k->notes));
 }
 
@@ -342,7 +453,7 @@ static void providers_text(const struct auth_key_info *k, struct buf *b)
 static int cmd_list(const struct opts *o, const char *home)
 {
 	struct auth_key_list list;
-	struct buf msg = BUF_INIT, prov = BUF_INIT;
+	struct buf msg = BUF_INIT, prov = BUF_INIT, quota = BUF_INIT;
 	enum auth_key_result r;
 	json_t *arr = NULL;
 	size_t i;
@@ -357,8 +468,8 @@ static int cmd_list(const struct opts *o, const char *home)
 	if (o->json)
 		arr = json_array();
 	else
-		printf("%-10s %-20s %-6s %-20s %-24s %-24s %s\n", "ID", "NAME", "TIER", "PROVIDERS",
-		       "CREATED", "LAST USED", "STATUS");
+		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %s\n", "ID", "NAME", "TIER",
+		       "PROVIDERS", "CREATED", "LAST USED", "STATUS", "QUOTA");
 	for (i = 0; i < list.n; i++) {
 		const struct auth_key_info *k = &list.keys[i];
 
@@ -370,16 +481,19 @@ static int cmd_list(const struct opts *o, const char *home)
 			continue;
 		}
 		providers_text(k, &prov);
-		printf("%-10s %-20s %-6s %-20s %-24s %-24s %s\n", k->id, k->name ? k->name : "",
-		       auth_tier_name(k->tier), prov.data, k->created_at ? k->created_at : "-",
+		quota_text(&k->quota, &quota);
+		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %s\n", k->id,
+		       k->name ? k->name : "", auth_tier_name(k->tier), prov.data,
+		       k->created_at ? k->created_at : "-",
 		       k->last_used_at ? k->last_used_at : "never",
-		       k->revoked ? "revoked" : "active");
+		       k->revoked ? "revoked" : "active", quota.data);
 	}
 	if (arr)
 		print_json(arr);
 	auth_key_list_release(&list);
 	buf_release(&msg);
 	buf_release(&prov);
+	buf_release(&quota);
 	return EXIT_SUCCESS;
 }
 
@@ -401,6 +515,147 @@ static int cmd_revoke(const struct opts *o, const char *home)
 	} else {
 		printf(was ? "Key %s was already revoked.\n" : "Revoked key %s.\n", o->id);
 	}
+	buf_release(&msg);
+	return rc;
+}
+
+static int cmd_set_quota(const struct opts *o, const char *home)
+{
+	struct buf msg = BUF_INIT, text = BUF_INIT;
+	struct auth_quota q, now;
+	enum auth_key_result r;
+	unsigned fields;
+	int rc = EXIT_SUCCESS;
+
+	if (!o->id)
+		return usage_error("set-quota needs --id=ID");
+	if (parse_quota_opts(o, &q, &fields))
+		return EXIT_USAGE;
+	if (!fields && !o->clear)
+		return usage_error("set-quota needs --clear or at least one --quota-* option");
+	/* --clear: every limit not given goes (set to 0), the given ones are set. */
+	if (o->clear)
+		fields = AUTH_QUOTA_ALL;
+	r = auth_key_set_quota(home, o->id, &q, fields, &now, &msg);
+	if (r) {
+		rc = fail("set-quota: %s", msg.len ? msg.data : auth_key_strerror(r));
+	} else if (o->json) {
+		print_json(json_pack("{s:s, s:o}", "id", o->id, "quota", quota_to_json(&now)));
+	} else {
+		quota_text(&now, &text);
+		printf("Key %s: quota %s.\n", o->id, text.data);
+	}
+	buf_release(&msg);
+	buf_release(&text);
+	return rc;
+}
+
+/* --since=YYYY-MM-DD: the start of that UTC day in unix ms. 0 or EXIT_USAGE. */
+static int parse_since(const char *s, int64_t *ms)
+{
+	struct tm tm = { 0 };
+	const char *end;
+	time_t t;
+
+	end = strptime(s, "%Y-%m-%d", &tm);
+	if (!end || *end || strlen(s) != 10)
+		return usage_error("--since is a date, YYYY-MM-DD; not '%s'", s);
+	t = timegm(&tm);
+	if (t == (time_t)-1)
+		return usage_error("--since is a date, YYYY-MM-DD; not '%s'", s);
+	*ms = (int64_t)t * 1000;
+	return 0;
+}
+
+/* The name of key id in list, "" when it has none or is not (any longer) in the store. */
+static const char *key_name(const struct auth_key_list *list, const char *id)
+{
+	for (size_t i = 0; i < list->n; i++)
+		if (strcmp(list->keys[i].id, id) == 0)
+			return list->keys[i].name ? list->keys[i].name : "";
+	return "";
+}
+
+static int cmd_usage(const struct opts *o, const char *home)
+{
+	struct usage_filter f = { .key_id = o->id };
+	struct usage_day *days = NULL;
+	struct auth_key_list list;
+	struct buf msg = BUF_INIT;
+	struct usage_store *st = NULL;
+	enum auth_key_result r;
+	char path[4096];
+	struct stat sb;
+	size_t n = 0;
+	int ret, rc = EXIT_FAILURE;
+
+	if (o->id && strlen(o->id) >= sizeof(days->key_id))
+		return usage_error("--id is a key id, at most %zu characters",
+				   sizeof(days->key_id) - 1);
+	if (o->since && parse_since(o->since, &f.since_ms))
+		return EXIT_USAGE;
+	r = auth_key_list(home, &list, &msg);
+	if (r) {
+		rc = fail("usage: %s", msg.len ? msg.data : auth_key_strerror(r));
+		buf_release(&msg);
+		return rc;
+	}
+	/* No ledger yet is no usage yet: this tool does not create the workers' database. */
+	if (path_join_buf(path, sizeof(path), home, "usage.db") == 0 && lstat(path, &sb) < 0 &&
+	    errno == ENOENT)
+		goto out_print;
+	st = usage_store_open(home, NULL);
+	ret = st ? usage_days(st, &f, &days, &n) : -errno;
+	if (ret) {
+		rc = fail("usage: cannot read the ledger %s: %s", path, strerror(-ret));
+		goto out_free;
+	}
+out_print:
+	if (o->json) {
+		json_t *arr = json_array();
+
+		for (size_t i = 0; i < n; i++) {
+			const struct usage_day *d = &days[i];
+
+			json_array_append_new(
+				arr,
+				json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+					  " s:I}",
+					  "day", d->day, "key_id", d->key_id, "name",
+					  key_name(&list, d->key_id), "provider",
+					  json_str_or_null(*d->provider ? d->provider : NULL),
+					  "requests", (json_int_t)d->requests, "errors",
+					  (json_int_t)d->errors, "prompt_tokens",
+					  (json_int_t)d->prompt_tokens, "completion_tokens",
+					  (json_int_t)d->completion_tokens, "cached_tokens",
+					  (json_int_t)d->cached_tokens, "duration_ms",
+					  (json_int_t)d->duration_ms, "warm", (json_int_t)d->warm,
+					  "prestart", (json_int_t)d->prestart));
+		}
+		print_json(arr);
+	} else if (!n) {
+		printf("No usage recorded%s%s%s%s.\n", o->id ? " for key " : "", o->id ? o->id : "",
+		       o->since ? " since " : "", o->since ? o->since : "");
+	} else {
+		printf("%-10s %-14s %-20s %-10s %8s %6s %12s %12s %12s %8s\n", "DAY", "KEY", "NAME",
+		       "PROVIDER", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION", "CACHED",
+		       "AVG MS");
+		for (size_t i = 0; i < n; i++) {
+			const struct usage_day *d = &days[i];
+
+			printf("%-10s %-14s %-20s %-10s %8" PRId64 " %6" PRId64 " %12" PRId64
+			       " %12" PRId64 " %12" PRId64 " %8" PRIu64 "\n",
+			       d->day, d->key_id, key_name(&list, d->key_id),
+			       *d->provider ? d->provider : "-", d->requests, d->errors,
+			       d->prompt_tokens, d->completion_tokens, d->cached_tokens,
+			       d->requests ? d->duration_ms / (uint64_t)d->requests : 0);
+		}
+	}
+	rc = fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+out_free:
+	free(days);
+	usage_store_free(st);
+	auth_key_list_release(&list);
 	buf_release(&msg);
 	return rc;
 }
@@ -429,6 +684,8 @@ int main(int argc, char **argv)
 	case CMD_KEYGEN: rc = cmd_keygen(&o, home); break;
 	case CMD_LIST: rc = cmd_list(&o, home); break;
 	case CMD_REVOKE: rc = cmd_revoke(&o, home); break;
+	case CMD_SET_QUOTA: rc = cmd_set_quota(&o, home); break;
+	case CMD_USAGE: rc = cmd_usage(&o, home); break;
 	case CMD_NONE: rc = EXIT_USAGE; break;
 	}
 	free(home);

@@ -341,6 +341,7 @@ static void identity_fill(struct auth_identity *out, const char *id, enum auth_t
 static void identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
 {
 	identity_fill(out, r->id, r->tier, r->all_providers, &r->providers);
+	out->quota = r->quota;
 }
 
 void auth_identity_release(struct auth_identity *id)

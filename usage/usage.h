@@ -14,9 +14,12 @@
  * that cannot reach the store lets the request through (fail open, logged and counted):
  * quotas share a subscription fairly, they are not a security boundary.
  *
- * Thread-safety: a store is opened once per process and shared by its threads (SQLite in
- * serialized mode, one connection per store; cross-process safety is SQLite's locking,
- * with a busy timeout). */
+ * Thread-safety: a store is opened once per process and shared by its threads (one SQLite
+ * connection per store, its prepared statements cached, every use under the store's mutex,
+ * so a transaction is never interleaved with another thread's; cross-process safety is
+ * SQLite's locking, with a 2 s busy timeout). A process that forks opens its own store in
+ * the child: a connection must not cross fork(2). The database's descriptors are
+ * close-on-exec. */
 #ifndef OLP_USAGE_H
 #define OLP_USAGE_H
 
@@ -33,14 +36,18 @@ struct usage_store; /* opaque */
 struct usage_options {
 	const char *path;	 /* NULL: <olp_home>/usage.db */
 	unsigned retention_days; /* 0: USAGE_DEFAULT_RETENTION_DAYS */
+	unsigned reopen_ms;	 /* how long a failed database waits before the next try to
+				    open it; 0: 10000 (tests set it short) */
 };
 
 /* Open (creating when missing: the file 0600, the schema, WAL) the store of olp_home.
- * Never NULL for want of the database: a store whose database cannot be opened is still
- * returned, logs why, counts the failure, and tries again (at most every 10 s) on later
- * calls, so that a worker started before its OLP_HOME was writable recovers. NULL (errno
- * EINVAL) only when olp_home is NULL or empty. Copies what it keeps of olp_home and opt
- * (opt may be NULL). Free with usage_store_free (NULL is fine). */
+ * olp_home itself is not created (auth/ and olp-keys make it, 0700). Never NULL for want
+ * of the database: a store whose database cannot be opened is still returned, logs why,
+ * counts the failure, and tries again (at most every reopen_ms, default 10 s) on later
+ * calls, so that a worker started before its OLP_HOME was writable recovers. A database
+ * that fails later (I/O error, disk full, corrupt) is closed and reopened the same way.
+ * NULL (errno EINVAL) only when olp_home is NULL or empty. Copies what it keeps of
+ * olp_home and opt (opt may be NULL). Free with usage_store_free (NULL is fine). */
 struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt);
 void usage_store_free(struct usage_store *st);
 /* Database operations that failed since this process opened st (for the owner's /health
@@ -76,8 +83,11 @@ struct usage_record {
 
 /* Append one row, and add its tokens to the key's tokens_per_day counter of the row's day
  * (UTC). One short transaction; cheap enough to run on every request (the bench in
- * docs/performance.md: ≤ 0.2 ms median). Prunes rows older than the retention now and
- * then (at most once an hour per process). 0 or -errno. */
+ * docs/performance.md: ≤ 0.2 ms median). Prunes rows older than the retention, and quota
+ * windows older than two days, now and then (at the first call, then at most once an hour
+ * per store; by the wall clock, not by r->ts_ms). Strings longer than what struct
+ * usage_row holds are cut (at a UTF-8 boundary); negative token counts are stored as 0.
+ * 0 or -errno (-EINVAL: r or r->key_id NULL or empty). */
 int usage_record_add(struct usage_store *st, const struct usage_record *r);
 
 /* A key's quota: the manifest's "quota" object ({"requests_per_minute": N,
@@ -89,7 +99,8 @@ struct usage_quota {
 };
 static inline bool usage_quota_any(const struct usage_quota *q)
 {
-	return q && (q->requests_per_minute > 0 || q->requests_per_day > 0 || q->tokens_per_day > 0);
+	return q &&
+	       (q->requests_per_minute > 0 || q->requests_per_day > 0 || q->tokens_per_day > 0);
 }
 
 /* What a quota check decided. */
@@ -107,12 +118,17 @@ struct usage_verdict {
  * host never let more through than the limit between them. tokens_per_day refuses once
  * the tokens recorded for the day (usage_record_add) reach the limit: a request that
  * starts below it may end above it. With no limit set (usage_quota_any false) nothing is
- * touched and the request is allowed. On a store failure: allowed, and -errno is returned
- * (the caller logs and counts). Otherwise 0. */
+ * touched and the request is allowed. When several limits refuse, the day's is reported
+ * (its window ends last, so its retry_after is the one worth waiting). A refused request
+ * is not counted. On a store failure: allowed, and -errno is returned (the store has
+ * counted and logged it). -EINVAL (allowed too) when key_id, q or v is NULL. Otherwise 0. */
 int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
 		     int64_t now_ms, struct usage_verdict *v);
 
-/* Where a key stands in its current windows (for /v1/usage, the dashboard, olp-keys). */
+/* Where a key stands in its current windows (for /v1/usage, the dashboard, olp-keys).
+ * Requests are those usage_quota_take counted (so 0 for a key without a quota); tokens are
+ * those usage_record_add recorded, for every key. now_ms 0: now. 0 or -errno (*out is
+ * zeroed then). */
 struct usage_quota_state {
 	int64_t requests_this_minute;
 	int64_t requests_today;
@@ -133,7 +149,7 @@ struct usage_day {
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
 	int64_t cached_tokens;
-	uint64_t duration_ms; /* summed */
+	uint64_t duration_ms;	/* summed */
 	int64_t warm, prestart; /* requests served by a warm sandbox / a pre-started client */
 };
 
@@ -154,8 +170,9 @@ struct usage_filter {
 	int64_t since_ms;   /* rows at or after (unix ms); 0: all kept */
 };
 
-/* Per-key, per-provider, per-day sums matching f, ordered by day, key, provider. *out is
- * a heap array (free()), *n its length. 0 or -errno. */
+/* Per-key, per-provider, per-day sums matching f (NULL: everything), ordered by day, key,
+ * provider. *out is a heap array (free()), *n its length; NULL and 0 on failure or when
+ * nothing matches. 0 or -errno. */
 int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
 	       size_t *n);
 /* The most recent rows matching f, newest first, at most limit. Same ownership. */

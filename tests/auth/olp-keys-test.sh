@@ -1,9 +1,12 @@
 #!/bin/sh
 # olp-keys as an operator uses it: keygen/list/revoke, both flag forms, --json, exit codes
-# 0/1/2, the second-owner guard, the permission check, and no token or hash in list.
-# usage: olp-keys-test.sh PATH-TO-olp-keys
+# 0/1/2, the second-owner guard, the permission check, and no token or hash in list;
+# quotas (keygen --quota-*, set-quota, list) and usage (rows written by usage-fill through
+# usage/usage.h, as a worker writes them).
+# usage: olp-keys-test.sh PATH-TO-olp-keys PATH-TO-usage-fill
 set -u
-KEYS=${1:?usage: $0 PATH-TO-olp-keys}
+KEYS=${1:?usage: $0 PATH-TO-olp-keys PATH-TO-usage-fill}
+FILL=${2:?usage: $0 PATH-TO-olp-keys PATH-TO-usage-fill}
 T=$(mktemp -d "${TMPDIR:-/tmp}/olp-keys-test.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
 H="$T/home"
@@ -45,7 +48,9 @@ owner_id=$(json "$T/out" 'd["id"]')
 owner_tok=$(json "$T/out" 'd["token"]')
 [ "$(json "$T/out" 'd["name"]')" = owner ] || fail "owner key not named owner"
 [ "$(json "$T/out" 'd["owner_tier"]')" = owner ] || fail "owner key tier"
-[ "$(json "$T/out" 'sorted(d)')" = "['id', 'name', 'owner_tier', 'token']" ] || fail "keygen --json fields"
+[ "$(json "$T/out" 'sorted(d)')" = "['id', 'name', 'owner_tier', 'quota', 'token']" ] || fail "keygen --json fields"
+[ "$(json "$T/out" 'd["quota"]')" = None ] || fail "a key made without --quota-* has a quota"
+grep -q '"quota": null' "$H/keys/$owner_id/manifest.json" || fail "manifest quota is not null"
 case $owner_tok in olp_*) ;; *) fail "token prefix" ;; esac
 [ ${#owner_tok} -eq 47 ] || fail "token length ${#owner_tok}"
 [ "$(stat -c %a "$H/keys")" = 700 ] || fail "keys/ mode"
@@ -94,6 +99,81 @@ expect 0 "$KEYS" list --olp-home="$H"
 grep -q "$owner_id" "$T/out" || fail "human list lacks the owner"
 expect 1 "$KEYS" revoke --id=nosuch00 --olp-home="$H"
 expect 1 "$KEYS" revoke --id=../etc --olp-home="$H"
+
+# Quotas: keygen writes them into the manifest; bad values are usage errors and create
+# nothing; set-quota changes only what it is given; list shows them.
+n_before=$(ls "$H/keys" | wc -l)
+for bad in 0 -1 1.5 abc 1000000000000001 ''; do
+	expect 2 "$KEYS" keygen --name=q --quota-rpm="$bad" --olp-home="$H"
+done
+grep -q -- '--quota-rpm' "$T/err" || fail "a bad quota's message does not name the flag: $(cat "$T/err")"
+expect 2 "$KEYS" list --quota-rpm=1 --olp-home="$H"
+expect 2 "$KEYS" set-quota --olp-home="$H"
+expect 2 "$KEYS" set-quota --id="$owner_id" --olp-home="$H"
+expect 2 "$KEYS" set-quota --id="$owner_id" --quota-tpd=0 --olp-home="$H"
+[ "$(ls "$H/keys" | wc -l)" = "$n_before" ] || fail "a refused quota created a key"
+expect 0 "$KEYS" keygen --name=quota --quota-rpm=5 --quota-rpd=100 --quota-tpd=2000 --json --olp-home="$H"
+q_id=$(json "$T/out" 'd["id"]')
+[ "$(json "$T/out" 'd["quota"]')" = "{'requests_per_minute': 5, 'requests_per_day': 100, 'tokens_per_day': 2000}" ] ||
+	fail "keygen --json quota: $(json "$T/out" 'd["quota"]')"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = "{'requests_per_minute': 5, 'requests_per_day': 100, 'tokens_per_day': 2000}" ] ||
+	fail "manifest quota"
+expect 0 "$KEYS" set-quota --id="$q_id" --quota-rpm=none --quota-rpd 3 --olp-home="$H"
+grep -q 'rpd=3,tpd=2000' "$T/out" || fail "set-quota output: $(cat "$T/out")"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = "{'requests_per_day': 3, 'tokens_per_day': 2000}" ] ||
+	fail "set-quota did not keep tpd / drop rpm: $(json "$H/keys/$q_id/manifest.json" 'd["quota"]')"
+[ "$(stat -c %a "$H/keys/$q_id/manifest.json")" = 600 ] || fail "set-quota manifest mode"
+expect 0 "$KEYS" list --json --olp-home="$H"
+[ "$(json "$T/out" '[k["quota"] for k in d if k["id"]=="'"$q_id"'"][0]')" = "{'requests_per_day': 3, 'tokens_per_day': 2000}" ] ||
+	fail "list --json quota"
+expect 0 "$KEYS" list --olp-home="$H"
+grep "$q_id" "$T/out" | grep -q 'rpd=3,tpd=2000' || fail "list lacks the quota: $(cat "$T/out")"
+expect 0 "$KEYS" set-quota --id="$q_id" --clear --quota-rpm=7 --json --olp-home="$H"
+[ "$(json "$T/out" 'd["quota"]')" = "{'requests_per_minute': 7}" ] || fail "--clear with a limit"
+expect 0 "$KEYS" set-quota --id="$q_id" --clear --olp-home="$H"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = None ] || fail "--clear leaves quota null"
+expect 1 "$KEYS" set-quota --id=nosuch00 --quota-rpd=1 --olp-home="$H"
+grep -q 'no key nosuch00' "$T/err" || fail "set-quota of a missing key: $(cat "$T/err")"
+expect 1 "$KEYS" set-quota --id=../etc --quota-rpd=1 --olp-home="$H"
+
+# usage: nothing yet (and no database made by asking), then per key, provider and day.
+expect 0 "$KEYS" usage --olp-home="$H"
+grep -q 'No usage recorded' "$T/out" || fail "usage on an empty ledger: $(cat "$T/out")"
+[ -e "$H/usage.db" ] && fail "olp-keys usage created the workers' database"
+expect 0 "$KEYS" usage --json --olp-home="$H"
+[ "$(json "$T/out" 'd')" = "[]" ] || fail "usage --json on an empty ledger"
+# Yesterday and today (UTC): within the ledger's retention, which prunes older rows.
+now_s=$(date -u +%s)
+day1=$(((now_s / 86400 - 1) * 86400 * 1000))
+d1=$(date -u -d "@$((day1 / 1000))" +%Y-%m-%d)
+d2=$(date -u -d "@$((day1 / 1000 + 86400))" +%Y-%m-%d)
+"$FILL" "$H" "$q_id" claude 200 10 20 $((day1 + 1000)) || fail "usage-fill"
+"$FILL" "$H" "$q_id" claude 500 5 0 $((day1 + 2000)) || fail "usage-fill"
+"$FILL" "$H" "$q_id" codex 200 1 2 $((day1 + 3000)) || fail "usage-fill"
+"$FILL" "$H" "$q_id" - 429 0 0 $((day1 + 86400000)) || fail "usage-fill"
+"$FILL" "$H" "$owner_id" claude 200 100 200 $((day1 + 86400000 + 5)) || fail "usage-fill"
+[ "$(stat -c %a "$H/usage.db")" = 600 ] || fail "usage.db mode"
+expect 0 "$KEYS" usage --json --olp-home="$H"
+[ "$(json "$T/out" 'len(d)')" = 4 ] || fail "usage rows: $(cat "$T/out")"
+[ "$(json "$T/out" '[(r["day"], r["name"], r["provider"], r["requests"], r["errors"], r["prompt_tokens"], r["completion_tokens"]) for r in d][0]')" = "('$d1', 'quota', 'claude', 2, 1, 15, 20)" ] ||
+	fail "usage claude row: $(cat "$T/out")"
+[ "$(json "$T/out" '[r["provider"] for r in d if r["day"]=="'"$d2"'" and r["key_id"]=="'"$q_id"'"][0]')" = None ] ||
+	fail "a row without a provider"
+expect 0 "$KEYS" usage --id="$owner_id" --json --olp-home="$H"
+[ "$(json "$T/out" '[(r["name"], r["requests"], r["prompt_tokens"]) for r in d]')" = "[('owner', 1, 100)]" ] ||
+	fail "usage --id: $(cat "$T/out")"
+expect 0 "$KEYS" usage --since="$d2" --json --olp-home="$H"
+[ "$(json "$T/out" 'len(d)')" = 2 ] || fail "usage --since"
+expect 0 "$KEYS" usage --olp-home="$H"
+grep "^$d1" "$T/out" | grep "$q_id" | grep -q 'quota' || fail "usage table: $(cat "$T/out")"
+grep -q 'PROMPT' "$T/out" || fail "usage table header"
+for bad in 2026-1-1 2026-13-01 yesterday 2026-01-01x; do
+	expect 2 "$KEYS" usage --since="$bad" --olp-home="$H"
+done
+grep -q 'YYYY-MM-DD' "$T/err" || fail "--since message: $(cat "$T/err")"
+expect 2 "$KEYS" usage --clear --olp-home="$H"
+# The ledger holds no token and no hash.
+grep -q "$owner_tok" "$H/usage.db" "$H"/usage.db-* 2>/dev/null && fail "a token in the ledger"
 
 # A store others can read is refused, with the fix in the message.
 chmod 755 "$H/keys"

@@ -194,6 +194,12 @@ static void test_id(void)
 /* SHA-256("abc") (FIPS 180-2): the manifests below are the key of the token "abc". */
 #define GOOD_HASH "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
+/* A guest manifest for the hash of "abc" whose "quota" is q (JSON text). */
+#define QUOTA_MANIFEST(q)                                                       \
+	"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH \
+	"\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\",\"quota\":" q "}"
+#define QUOTA_BAD_INT "a quota limit is not a positive integer (at most 10^15)"
+
 /* A valid manifest, read the two ways the module reads one: as a listed key and as the
  * key of a request's token. */
 static void test_manifest_valid(void)
@@ -227,6 +233,45 @@ static void test_manifest_valid(void)
 	CU_ASSERT_FALSE(id.all_providers);
 	CU_ASSERT(auth_identity_allows(&id, "codex"));
 	CU_ASSERT_FALSE(auth_identity_allows(&id, "vibe"));
+	/* "quota": null is no limit. */
+	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 0);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
+	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 0);
+	auth_identity_release(&id);
+	auth_store_free(st);
+
+	/* A quota: each limit optional, null is none, 2e3 is the integer 2000. */
+	tu_write_manifest(home, "abcd1234",
+			  QUOTA_MANIFEST("{\"requests_per_minute\":5,\"requests_per_day\":null,"
+					 "\"tokens_per_day\":2e3}"));
+	CU_ASSERT_EQUAL_FATAL(auth_key_list(home, &list, NULL), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(list.n, 1);
+	CU_ASSERT_EQUAL(list.keys[0].quota.requests_per_minute, 5);
+	CU_ASSERT_EQUAL(list.keys[0].quota.requests_per_day, 0);
+	CU_ASSERT_EQUAL(list.keys[0].quota.tokens_per_day, 2000);
+	auth_key_list_release(&list);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, "Bearer abc", NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 5);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
+	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 2000);
+	auth_identity_release(&id);
+	auth_store_free(st);
+	/* An empty object and the largest limit. */
+	tu_write_manifest(home, "abcd1234",
+			  QUOTA_MANIFEST("{\"requests_per_day\":1000000000000000}"));
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, "Bearer abc", NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, AUTH_QUOTA_MAX);
+	auth_identity_release(&id);
+	auth_store_free(st);
+	tu_write_manifest(home, "abcd1234", QUOTA_MANIFEST("{}"));
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, "Bearer abc", NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
 	auth_identity_release(&id);
 	auth_store_free(st);
 
@@ -331,6 +376,16 @@ static void test_manifest_invalid(void)
 		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
 		  "\",\"owner_tier\":\"guest\"}",
 		  "providers_enabled is neither \"*\" nor an array" },
+		/* A quota that does not parse must not become no quota. */
+		{ QUOTA_MANIFEST("5"), "quota is neither null nor an object" },
+		{ QUOTA_MANIFEST("[]"), "quota is neither null nor an object" },
+		{ QUOTA_MANIFEST("{\"request_per_day\":3}"), "quota holds an unknown limit" },
+		{ QUOTA_MANIFEST("{\"requests_per_day\":0}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"requests_per_minute\":-1}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"tokens_per_day\":1.5}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"tokens_per_day\":\"100\"}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"tokens_per_day\":1e16}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"requests_per_day\":true}"), QUOTA_BAD_INT },
 	};
 	char *home = tu_mkhome();
 	size_t i;
@@ -622,6 +677,93 @@ static void test_check_revoked_next_request(void)
 	tu_rmhome(home);
 }
 
+/* A quota set by another process (olp-keys set-quota) applies to a running store's very
+ * next check; keygen writes one; bad values are refused before anything is written. */
+static void test_check_quota_next_request(void)
+{
+	struct auth_key_spec spec = { .name = "q", .tier = AUTH_TIER_GUEST };
+	char *home = tu_mkhome(), *authz;
+	struct auth_quota q = { .requests_per_day = 3, .tokens_per_day = 500 }, now;
+	struct auth_identity id;
+	struct auth_new_key k;
+	struct auth_store *st;
+	struct buf msg = BUF_INIT;
+	json_t *m;
+	pid_t pid;
+	int status;
+
+	spec.quota = (struct auth_quota){ .requests_per_minute = 10 };
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &spec, &k, &msg), AUTH_KEY_OK);
+	m = tu_manifest(home, k.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(m, "quota"),
+							   "requests_per_minute")),
+			10);
+	CU_ASSERT_EQUAL(json_object_size(json_object_get(m, "quota")), 1);
+	json_decref(m);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	authz = bearer(k.token);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 10);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
+	auth_identity_release(&id);
+
+	/* Another process sets rpd and tpd, keeping rpm. */
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_RPD | AUTH_QUOTA_TPD, NULL,
+					 NULL) == AUTH_KEY_OK
+			      ? 0
+			      : 1);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 10);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 3);
+	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 500);
+	auth_identity_release(&id);
+
+	/* Lifted: all limits to 0 is "quota": null, seen at once too. */
+	q = (struct auth_quota){ 0 };
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_ALL, &now, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_FALSE(now.requests_per_minute || now.requests_per_day || now.tokens_per_day);
+	m = tu_manifest(home, k.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT(json_is_null(json_object_get(m, "quota")));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(m, "name")), "q");
+	json_decref(m);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_FALSE(id.quota.requests_per_minute || id.quota.requests_per_day ||
+			id.quota.tokens_per_day);
+	auth_identity_release(&id);
+
+	/* Refused: a negative or too large limit, a bad id, a missing key, a bad keygen. */
+	q.requests_per_day = -1;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_RPD, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	q.requests_per_day = AUTH_QUOTA_MAX + 1;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_RPD, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	q.requests_per_day = 1;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, "../etc", &q, AUTH_QUOTA_RPD, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, "nosuch00", &q, AUTH_QUOTA_RPD, NULL, &msg),
+			AUTH_KEY_ERR_NOT_FOUND);
+	spec.quota.tokens_per_day = -5;
+	auth_new_key_wipe(&k);
+	CU_ASSERT_EQUAL(auth_key_create(home, &spec, &k, &msg), AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
+	auth_identity_release(&id);
+	auth_store_free(st);
+	free(authz);
+	buf_release(&msg);
+	tu_rmhome(home);
+}
+
 /* A store written by hand in the Node OLP's format works as is. */
 static void test_node_fixture(void)
 {
@@ -640,6 +782,9 @@ static void test_node_fixture(void)
 	CU_ASSERT_EQUAL(auth_check(st, NULL, FIX_REVOKED_TOKEN, &id), AUTH_ERR_INVALID);
 	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, FIX_GUEST_TOKEN, &id), AUTH_OK);
 	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_GUEST);
+	/* The Node OLP's "quota": null: no limit. */
+	CU_ASSERT_FALSE(id.quota.requests_per_minute || id.quota.requests_per_day ||
+			id.quota.tokens_per_day);
 	CU_ASSERT(auth_identity_allows(&id, "claude"));
 	CU_ASSERT_FALSE(auth_identity_allows(&id, "vibe"));
 	auth_touch(st, &id);
@@ -1145,6 +1290,7 @@ static const struct ts_test check_tests[] = {
 	{ "env owner", test_check_env_owner },
 	{ "keys and tiers", test_check_keys_and_tiers },
 	{ "revoked on the next request", test_check_revoked_next_request },
+	{ "quota set on the next request", test_check_quota_next_request },
 	{ "Node OLP fixture store", test_node_fixture },
 	{ "threads sharing one store", test_threads },
 	{ NULL, NULL },

@@ -1,0 +1,788 @@
+/* CUnit suite for usage/: the ledger (append, read back, per-day sums, retention), the
+ * quota windows at fixed times (minute and day boundaries, retry_after, tokens_per_day),
+ * quotas held across processes and threads, file modes, descriptors, the failure policy
+ * (an unavailable database lets requests through, counts, and recovers) and the schema
+ * (no column for content). Through usage.h; SQLite directly only to read the schema. */
+#include "tests/support/cunit.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "common/common.h"
+#include "usage/usage.h"
+#include "common/banned.h"
+
+#define MINUTE_MS 60000LL
+#define DAY_MS 86400000LL
+
+static char tmproot[] = "/tmp/olp-usage-test-XXXXXX";
+static unsigned home_seq;
+
+/* A fresh, empty OLP_HOME (0700) for one test; the path is static until the next call. */
+static const char *new_home(void)
+{
+	static char home[256];
+
+	snprintf(home, sizeof(home), "%s/h%u", tmproot, ++home_seq);
+	CU_ASSERT_FATAL(mkdir(home, 0700) == 0);
+	return home;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The start of today (UTC): the quota tests use fixed times in today and tomorrow, so that
+ * the store's pruning (by the wall clock) keeps their windows. */
+static int64_t today_ms(void)
+{
+	return now_ms() / DAY_MS * DAY_MS;
+}
+
+static const struct usage_options fast = { .reopen_ms = 50 };
+
+static struct usage_store *open_store(const char *home)
+{
+	struct usage_store *st = usage_store_open(home, &fast);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	return st;
+}
+
+static void add(struct usage_store *st, int64_t ts, const char *key, const char *provider,
+		int status, int64_t p, int64_t c, enum usage_start start)
+{
+	struct usage_record r = {
+		.ts_ms = ts,
+		.key_id = key,
+		.provider = provider,
+		.model = provider ? "m1" : NULL,
+		.status = status,
+		.prompt_tokens = p,
+		.completion_tokens = c,
+		.cached_tokens = p / 2,
+		.duration_ms = 100,
+		.ttfb_ms = 10,
+		.start = start,
+	};
+
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+}
+
+/* ---- the ledger ----------------------------------------------------------------------- */
+
+static void test_append_read(void)
+{
+	const char *home = new_home();
+	struct usage_store *st = open_store(home);
+	struct usage_filter f = { 0 };
+	struct usage_row *rows;
+	int64_t t = now_ms() - 10000;
+	size_t n;
+
+	CU_ASSERT(usage_available(st));
+	add(st, t, "k1", "claude", 200, 10, 20, USAGE_START_COLD);
+	add(st, t + 1, "k2", "codex", 500, 0, 0, USAGE_START_WARM);
+	add(st, t + 2, "k1", NULL, 429, 0, 0, USAGE_START_NONE);
+	CU_ASSERT_EQUAL_FATAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	/* Newest first, every field back as written. */
+	CU_ASSERT_EQUAL(rows[0].ts_ms, t + 2);
+	CU_ASSERT_STRING_EQUAL(rows[0].key_id, "k1");
+	CU_ASSERT_STRING_EQUAL(rows[0].provider, "");
+	CU_ASSERT_STRING_EQUAL(rows[0].model, "");
+	CU_ASSERT_EQUAL(rows[0].status, 429);
+	CU_ASSERT_EQUAL(rows[0].start, USAGE_START_NONE);
+	CU_ASSERT_STRING_EQUAL(rows[1].key_id, "k2");
+	CU_ASSERT_EQUAL(rows[1].start, USAGE_START_WARM);
+	CU_ASSERT_EQUAL(rows[2].ts_ms, t);
+	CU_ASSERT_STRING_EQUAL(rows[2].provider, "claude");
+	CU_ASSERT_STRING_EQUAL(rows[2].model, "m1");
+	CU_ASSERT_EQUAL(rows[2].prompt_tokens, 10);
+	CU_ASSERT_EQUAL(rows[2].completion_tokens, 20);
+	CU_ASSERT_EQUAL(rows[2].cached_tokens, 5);
+	CU_ASSERT_EQUAL(rows[2].duration_ms, 100);
+	CU_ASSERT_EQUAL(rows[2].ttfb_ms, 10);
+	CU_ASSERT_EQUAL(rows[2].start, USAGE_START_COLD);
+	free(rows);
+	/* A key filter, a limit, a since. */
+	f.key_id = "k1";
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 1, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(rows[0].ts_ms, t + 2);
+	free(rows);
+	f.key_id = NULL;
+	f.since_ms = t + 1;
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 2);
+	free(rows);
+	f.key_id = "nobody";
+	f.since_ms = 0;
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT_PTR_NULL(rows);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+	/* Another store on the same file (another worker, later) sees the rows. */
+	st = open_store(home);
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 3);
+	free(rows);
+	usage_store_free(st);
+}
+
+static void test_days(void)
+{
+	struct usage_store *st = open_store(new_home());
+	int64_t d0 = today_ms() - DAY_MS, d1 = today_ms();
+	struct usage_filter f = { 0 };
+	struct usage_day *days;
+	char day0[11], day1[11];
+	time_t t;
+	struct tm tm;
+	size_t n;
+
+	t = (time_t)(d0 / 1000);
+	gmtime_r(&t, &tm);
+	strftime(day0, sizeof(day0), "%Y-%m-%d", &tm);
+	t = (time_t)(d1 / 1000);
+	gmtime_r(&t, &tm);
+	strftime(day1, sizeof(day1), "%Y-%m-%d", &tm);
+
+	/* The last millisecond of yesterday and the first of today fall on either side. */
+	add(st, d1 - 1, "k1", "claude", 200, 10, 1, USAGE_START_COLD);
+	add(st, d1, "k1", "claude", 200, 20, 2, USAGE_START_WARM);
+	add(st, d1 + 5, "k1", "claude", 502, 40, 4, USAGE_START_PRESTART);
+	add(st, d1 + 6, "k1", "codex", 200, 80, 8, USAGE_START_COLD);
+	add(st, d1 + 7, "k2", "claude", 200, 1, 1, USAGE_START_PRESTART);
+	add(st, d1 + 8, "k2", NULL, 429, 0, 0, USAGE_START_NONE);
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 5);
+	/* Ordered by day, key, provider; "" for rows without a provider. */
+	CU_ASSERT_STRING_EQUAL(days[0].day, day0);
+	CU_ASSERT_STRING_EQUAL(days[0].key_id, "k1");
+	CU_ASSERT_EQUAL(days[0].requests, 1);
+	CU_ASSERT_EQUAL(days[0].prompt_tokens, 10);
+	CU_ASSERT_STRING_EQUAL(days[1].day, day1);
+	CU_ASSERT_STRING_EQUAL(days[1].key_id, "k1");
+	CU_ASSERT_STRING_EQUAL(days[1].provider, "claude");
+	CU_ASSERT_EQUAL(days[1].requests, 2);
+	CU_ASSERT_EQUAL(days[1].errors, 1);
+	CU_ASSERT_EQUAL(days[1].prompt_tokens, 60);
+	CU_ASSERT_EQUAL(days[1].completion_tokens, 6);
+	CU_ASSERT_EQUAL(days[1].cached_tokens, 10 + 20);
+	CU_ASSERT_EQUAL(days[1].duration_ms, 200);
+	CU_ASSERT_EQUAL(days[1].warm, 1);
+	CU_ASSERT_EQUAL(days[1].prestart, 1);
+	CU_ASSERT_STRING_EQUAL(days[2].provider, "codex");
+	CU_ASSERT_EQUAL(days[2].prompt_tokens, 80);
+	CU_ASSERT_STRING_EQUAL(days[3].key_id, "k2");
+	CU_ASSERT_STRING_EQUAL(days[3].provider, "");
+	CU_ASSERT_EQUAL(days[3].errors, 1);
+	CU_ASSERT_STRING_EQUAL(days[4].provider, "claude");
+	CU_ASSERT_EQUAL(days[4].prestart, 1);
+	free(days);
+	f.key_id = "k2";
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 2);
+	free(days);
+	f.key_id = NULL;
+	f.since_ms = d1;
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 4);
+	free(days);
+	/* NULL filter: everything. */
+	CU_ASSERT_EQUAL(usage_days(st, NULL, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 5);
+	free(days);
+	usage_store_free(st);
+}
+
+/* Over-long names are cut to what struct usage_row holds, at a UTF-8 boundary. */
+static void test_long_names(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_record r = { .key_id = "k", .status = 200, .prompt_tokens = -5 };
+	char model[300];
+	struct usage_row *rows;
+	size_t n;
+
+	/* 126 ASCII bytes then "é" (2 bytes) straddling the 127-byte cut. */
+	memset(model, 'a', 126);
+	memcpy(model + 126, "\xc3\xa9zzzz", 7);
+	r.model = model;
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	CU_ASSERT_EQUAL_FATAL(usage_recent(st, NULL, 5, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(strlen(rows[0].model), 126);
+	CU_ASSERT_EQUAL(rows[0].prompt_tokens, 0);
+	CU_ASSERT(rows[0].ts_ms > now_ms() - 60000);
+	free(rows);
+	usage_store_free(st);
+}
+
+/* ---- quotas at fixed times ---------------------------------------------------------------- */
+
+static void test_quota_minute(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_quota q = { .requests_per_minute = 2 };
+	int64_t m = today_ms() + 10 * MINUTE_MS; /* a minute boundary */
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m + 30000, &v), 0);
+	CU_ASSERT(v.allowed);
+	/* At the first millisecond of the minute: the whole minute to wait. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_STRING_EQUAL(v.limit, "requests_per_minute");
+	CU_ASSERT_EQUAL(v.limit_value, 2);
+	CU_ASSERT_EQUAL(v.used, 2);
+	CU_ASSERT_EQUAL(v.retry_after, 60);
+	/* Half a second before its end: rounded up to 1. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m + MINUTE_MS - 500, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_EQUAL(v.retry_after, 1);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m + 20500, &v), 0);
+	CU_ASSERT_EQUAL(v.retry_after, 40);
+	/* Refusals were not counted. */
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", m + 1, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_this_minute, 2);
+	CU_ASSERT_EQUAL(qs.requests_today, 2);
+	/* The next minute starts afresh; another key was never limited by k. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, m + MINUTE_MS, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "other", &q, m, &v), 0);
+	CU_ASSERT(v.allowed);
+	usage_store_free(st);
+}
+
+static void test_quota_day(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_quota q = { .requests_per_day = 2, .requests_per_minute = 1 };
+	int64_t d = today_ms(), end = d + DAY_MS;
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 3 * MINUTE_MS, &v), 0);
+	CU_ASSERT(v.allowed);
+	/* Same minute: the minute refuses. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 3 * MINUTE_MS + 1000, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_STRING_EQUAL(v.limit, "requests_per_minute");
+	CU_ASSERT_EQUAL(v.retry_after, 59);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 2 * MINUTE_MS, &v), 0);
+	CU_ASSERT(v.allowed);
+	/* Both the day and the minute are spent: the day is named, its end is the wait. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 2 * MINUTE_MS + 100, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_STRING_EQUAL(v.limit, "requests_per_day");
+	CU_ASSERT_EQUAL(v.limit_value, 2);
+	CU_ASSERT_EQUAL(v.used, 2);
+	CU_ASSERT_EQUAL(v.retry_after, 120);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 1500, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_EQUAL(v.retry_after, 2);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end - 1, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_EQUAL(v.retry_after, 1);
+	/* Midnight UTC: a new day. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, end, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", end, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 1);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", end - 1, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 2);
+	usage_store_free(st);
+}
+
+static void test_quota_tokens(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_quota q = { .tokens_per_day = 100 };
+	int64_t d = today_ms();
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+
+	/* Yesterday's tokens do not count today. */
+	add(st, d - 1, "k", "claude", 200, 500, 500, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 1000, &v), 0);
+	CU_ASSERT(v.allowed);
+	add(st, d + 1000, "k", "claude", 200, 50, 10, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 2000, &v), 0);
+	CU_ASSERT(v.allowed);
+	/* Cached tokens are part of the prompt's: not counted twice. 60 + 39 = 99 < 100. */
+	add(st, d + 2000, "k", "claude", 200, 30, 9, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 3000, &v), 0);
+	CU_ASSERT(v.allowed);
+	add(st, d + 3000, "k", "claude", 200, 1, 0, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 4000, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_STRING_EQUAL(v.limit, "tokens_per_day");
+	CU_ASSERT_EQUAL(v.limit_value, 100);
+	CU_ASSERT_EQUAL(v.used, 100);
+	CU_ASSERT_EQUAL(v.retry_after, (DAY_MS - 4000) / 1000);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d + 5000, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_today, 100);
+	CU_ASSERT_EQUAL(qs.requests_today, 3);
+	/* A key without a quota: tokens counted, nothing touched by the check. */
+	add(st, d + 1, "free", "codex", 200, 7, 3, USAGE_START_COLD);
+	q = (struct usage_quota){ 0 };
+	CU_ASSERT_EQUAL(usage_quota_take(st, "free", &q, d + 2, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "free", d + 3, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_today, 10);
+	CU_ASSERT_EQUAL(qs.requests_today, 0);
+	usage_store_free(st);
+}
+
+/* ---- across processes and threads ------------------------------------------------------ */
+
+#define N_CHILDREN 6
+#define TAKES_EACH 3
+
+/* Six processes, each with its own store on one file, started together: with
+ * requests_per_day 3, exactly 3 requests get through in all. */
+static void test_quota_processes(void)
+{
+	const char *home = new_home();
+	struct usage_quota q = { .requests_per_day = 3 };
+	struct usage_store *st = open_store(home);
+	int go[2], allowed = 0, failed = 0;
+	pid_t pids[N_CHILDREN];
+
+	usage_store_free(st); /* the schema exists; no connection crosses fork */
+	CU_ASSERT_FATAL(pipe(go) == 0);
+	for (int i = 0; i < N_CHILDREN; i++) {
+		pids[i] = fork();
+		CU_ASSERT_FATAL(pids[i] >= 0);
+		if (pids[i] == 0) {
+			struct usage_store *cst;
+			struct usage_verdict v;
+			int n = 0;
+			char c;
+
+			close(go[1]);
+			cst = usage_store_open(home, NULL);
+			/* Wait for the parent to let all of them go at once. */
+			if (read(go[0], &c, 1) != 0)
+				_exit(100);
+			for (int k = 0; k < TAKES_EACH; k++) {
+				if (usage_quota_take(cst, "guest", &q, 0, &v) != 0)
+					_exit(101);
+				n += v.allowed;
+			}
+			usage_store_free(cst);
+			_exit(n);
+		}
+	}
+	close(go[0]);
+	usleep(100 * 1000);
+	close(go[1]);
+	for (int i = 0; i < N_CHILDREN; i++) {
+		int status;
+
+		CU_ASSERT_FATAL(waitpid(pids[i], &status, 0) == pids[i]);
+		CU_ASSERT_FATAL(WIFEXITED(status));
+		if (WEXITSTATUS(status) >= 100)
+			failed++;
+		else
+			allowed += WEXITSTATUS(status);
+	}
+	CU_ASSERT_EQUAL(failed, 0);
+	CU_ASSERT_EQUAL(allowed, 3);
+}
+
+struct thread_arg {
+	struct usage_store *st;
+	int allowed;
+	int errors;
+};
+
+static void *take_many(void *p)
+{
+	struct thread_arg *a = p;
+	struct usage_quota q = { .requests_per_day = 100 };
+	struct usage_verdict v;
+
+	for (int i = 0; i < 60; i++) {
+		struct usage_record r = { .key_id = "t", .status = 200, .prompt_tokens = 1 };
+
+		if (usage_quota_take(a->st, "t", &q, 0, &v) != 0)
+			a->errors++;
+		a->allowed += v.allowed;
+		if (usage_record_add(a->st, &r) != 0)
+			a->errors++;
+	}
+	return NULL;
+}
+
+/* Four threads of one process share its store: 240 tries, exactly 100 through. */
+static void test_quota_threads(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct thread_arg args[4];
+	pthread_t th[4];
+	struct usage_day *days;
+	int allowed = 0;
+	size_t n;
+
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct thread_arg){ .st = st };
+		CU_ASSERT_FATAL(pthread_create(&th[i], NULL, take_many, &args[i]) == 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].errors, 0);
+		allowed += args[i].allowed;
+	}
+	CU_ASSERT_EQUAL(allowed, 100);
+	CU_ASSERT_EQUAL(usage_days(st, NULL, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(days[0].requests, 240);
+	free(days);
+	usage_store_free(st);
+}
+
+/* ---- retention ------------------------------------------------------------------------- */
+
+static void test_retention(void)
+{
+	const char *home = new_home();
+	struct usage_store *st = open_store(home);
+	struct usage_quota q = { .requests_per_day = 5 };
+	int64_t now = now_ms(), old = now - 3 * DAY_MS;
+	struct usage_options opt = { .retention_days = 1, .reopen_ms = 50 };
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+	struct usage_row *rows;
+	size_t n;
+
+	/* The first add prunes (keeping 90 days); what comes after stays until the next. */
+	add(st, now - 1000, "k", "claude", 200, 1, 1, USAGE_START_COLD);
+	add(st, old, "k", "claude", 200, 1, 1, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, old, &v), 0);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", old, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 1);
+	CU_ASSERT_EQUAL(qs.tokens_today, 2);
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 2);
+	free(rows);
+	usage_store_free(st);
+
+	/* Another process keeping one day: its first add drops the old row and window. */
+	st = usage_store_open(home, &opt);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	add(st, now, "k", "codex", 200, 1, 1, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	CU_ASSERT(rows[0].ts_ms >= now - 1000);
+	CU_ASSERT(rows[1].ts_ms >= now - 1000);
+	free(rows);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", old, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 0);
+	CU_ASSERT_EQUAL(qs.tokens_today, 0);
+	/* Today's window survives. */
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", now, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_today, 4);
+	usage_store_free(st);
+}
+
+/* ---- files, descriptors, schema ------------------------------------------------------- */
+
+static void check_mode(const char *home, const char *name)
+{
+	char path[512];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", home, name);
+	CU_ASSERT_FATAL(lstat(path, &sb) == 0);
+	CU_ASSERT(S_ISREG(sb.st_mode));
+	CU_ASSERT_EQUAL(sb.st_mode & 07777, 0600);
+}
+
+static void test_modes(void)
+{
+	const char *home = new_home();
+	struct usage_store *st;
+	char path[512];
+	mode_t old = umask(0); /* the modes must not depend on the caller's umask */
+
+	st = open_store(home);
+	add(st, 0, "k", "claude", 200, 1, 1, USAGE_START_COLD);
+	check_mode(home, "usage.db");
+	check_mode(home, "usage.db-wal");
+	check_mode(home, "usage.db-shm");
+	usage_store_free(st);
+
+	/* A widened file is made private again. */
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT(chmod(path, 0644) == 0);
+	st = open_store(home);
+	CU_ASSERT(usage_available(st));
+	check_mode(home, "usage.db");
+	usage_store_free(st);
+	umask(old);
+
+	/* A symlink where the database should be is not followed. */
+	home = new_home();
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT(symlink("/tmp/olp-usage-test-elsewhere.db", path) == 0);
+	st = open_store(home);
+	CU_ASSERT_FALSE(usage_available(st));
+	CU_ASSERT(access("/tmp/olp-usage-test-elsewhere.db", F_OK) != 0);
+	usage_store_free(st);
+}
+
+/* A child never inherits a descriptor beyond 0-2: every one the store holds is
+ * close-on-exec. */
+static void test_cloexec(void)
+{
+	static bool before[1024];
+	struct usage_store *st;
+	int checked = 0;
+
+	/* Only the store's own: whatever ran this test may have left others open. */
+	for (int fd = 3; fd < 1024; fd++)
+		before[fd] = fcntl(fd, F_GETFD) >= 0;
+	st = open_store(new_home());
+	add(st, 0, "k", "claude", 200, 1, 1, USAGE_START_COLD);
+	for (int fd = 3; fd < 1024; fd++) {
+		int fl = fcntl(fd, F_GETFD);
+
+		if (fl < 0 || before[fd])
+			continue;
+		checked++;
+		CU_ASSERT(fl & FD_CLOEXEC);
+	}
+	CU_ASSERT(checked >= 2); /* the database and its WAL at least */
+	usage_store_free(st);
+}
+
+/* The exact column list: a new column is a decision, taken here, with a look at what
+ * it holds (never a prompt, an answer, a token or a hash). */
+static void test_schema(void)
+{
+	const char *home = new_home();
+	const char *want = "quota_windows:key_id,kind,start_ms,requests,tokens;"
+			   "requests:id,ts_ms,key_id,provider,model,status,prompt_tokens,"
+			   "completion_tokens,cached_tokens,duration_ms,ttfb_ms,start;";
+	struct usage_store *st = open_store(home);
+	char path[512], got[1024] = "";
+	sqlite3_stmt *s;
+	sqlite3 *db;
+
+	usage_store_free(st);
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+	CU_ASSERT_FATAL(sqlite3_prepare_v2(db,
+					   "SELECT m.name, p.name FROM sqlite_schema m,"
+					   " pragma_table_info(m.name) p WHERE m.type = 'table'"
+					   " ORDER BY m.name, p.cid",
+					   -1, &s, NULL) == SQLITE_OK);
+	{
+		char table[64] = "";
+
+		while (sqlite3_step(s) == SQLITE_ROW) {
+			const char *t = (const char *)sqlite3_column_text(s, 0);
+			const char *c = (const char *)sqlite3_column_text(s, 1);
+			size_t len = strlen(got);
+
+			if (strcmp(t, table) != 0) {
+				if (*table)
+					got[len - 1] = ';'; /* replace the last ',' */
+				snprintf(table, sizeof(table), "%s", t);
+				len = strlen(got);
+				snprintf(got + len, sizeof(got) - len, "%s:", t);
+				len = strlen(got);
+			}
+			snprintf(got + len, sizeof(got) - len, "%s,", c);
+		}
+		got[strlen(got) - 1] = ';';
+	}
+	sqlite3_finalize(s);
+	CU_ASSERT_STRING_EQUAL(got, want);
+	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK);
+	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
+	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 1);
+	sqlite3_finalize(s);
+	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL) == SQLITE_OK);
+	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
+	CU_ASSERT_STRING_EQUAL((const char *)sqlite3_column_text(s, 0), "wal");
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+
+	/* A schema newer than this code is refused, not written to. */
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK);
+	CU_ASSERT(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+	st = open_store(home);
+	CU_ASSERT_FALSE(usage_available(st));
+	CU_ASSERT(usage_failures(st) >= 1);
+	usage_store_free(st);
+}
+
+/* ---- the failure policy ---------------------------------------------------------------- */
+
+/* Everything a request does with a store that cannot work: let it through, say -errno,
+ * count. */
+static void check_unavailable(struct usage_store *st)
+{
+	struct usage_quota q = { .requests_per_day = 1 };
+	struct usage_record r = { .key_id = "k", .status = 200 };
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+	struct usage_day *days;
+	uint64_t before = usage_failures(st);
+	size_t n;
+
+	CU_ASSERT_FALSE(usage_available(st));
+	for (int i = 0; i < 3; i++) {
+		CU_ASSERT(usage_quota_take(st, "k", &q, 0, &v) < 0);
+		CU_ASSERT(v.allowed);
+	}
+	CU_ASSERT(usage_record_add(st, &r) < 0);
+	CU_ASSERT(usage_quota_state(st, "k", 0, &qs) < 0);
+	CU_ASSERT(usage_days(st, NULL, &days, &n) < 0);
+	CU_ASSERT_PTR_NULL(days);
+	CU_ASSERT_EQUAL(usage_failures(st), before + 6);
+}
+
+static void check_recovers(struct usage_store *st)
+{
+	struct usage_quota q = { .requests_per_day = 1 };
+	struct usage_verdict v;
+
+	usleep(80 * 1000); /* past reopen_ms (50 ms) */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, 0, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT(usage_available(st));
+	/* The quota holds again. */
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, 0, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+}
+
+static void test_unavailable_dir(void)
+{
+	const char *home = new_home();
+	struct usage_store *st;
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
+	st = open_store(home);
+	CU_ASSERT(usage_failures(st) >= 1);
+	check_unavailable(st);
+	CU_ASSERT(rmdir(path) == 0);
+	check_recovers(st);
+	usage_store_free(st);
+}
+
+static void test_unavailable_home(void)
+{
+	char home[512];
+	struct usage_store *st;
+
+	/* OLP_HOME missing (a worker started before the home was made). */
+	snprintf(home, sizeof(home), "%s/later", tmproot);
+	st = open_store(home);
+	check_unavailable(st);
+	CU_ASSERT(mkdir(home, 0700) == 0);
+	check_recovers(st);
+	usage_store_free(st);
+
+	/* OLP_HOME not writable: root writes anyway, so only an unprivileged run checks it. */
+	if (geteuid() == 0) {
+		printf("\n  (not-writable OLP_HOME: skipped as root) ");
+		return;
+	}
+	snprintf(home, sizeof(home), "%s/readonly", tmproot);
+	CU_ASSERT_FATAL(mkdir(home, 0500) == 0);
+	st = open_store(home);
+	check_unavailable(st);
+	CU_ASSERT(chmod(home, 0700) == 0);
+	check_recovers(st);
+	usage_store_free(st);
+}
+
+static void test_bad_args(void)
+{
+	struct usage_quota q = { .requests_per_day = 1 };
+	struct usage_record r = { .key_id = "", .status = 200 };
+	struct usage_store *st;
+	struct usage_verdict v;
+
+	errno = 0;
+	CU_ASSERT_PTR_NULL(usage_store_open(NULL, NULL));
+	CU_ASSERT_EQUAL(errno, EINVAL);
+	CU_ASSERT_PTR_NULL(usage_store_open("", NULL));
+	usage_store_free(NULL);
+	CU_ASSERT_EQUAL(usage_failures(NULL), 0);
+	CU_ASSERT_FALSE(usage_available(NULL));
+	st = open_store(new_home());
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), -EINVAL);
+	CU_ASSERT_EQUAL(usage_record_add(st, NULL), -EINVAL);
+	CU_ASSERT_EQUAL(usage_quota_take(st, NULL, &q, 0, &v), -EINVAL);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", NULL, 0, &v), -EINVAL);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_FALSE(usage_quota_any(NULL));
+	CU_ASSERT_STRING_EQUAL(usage_start_name(USAGE_START_PRESTART), "prestart");
+	CU_ASSERT_STRING_EQUAL(usage_start_name(USAGE_START_NONE), "none");
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+}
+
+int main(void)
+{
+	static const struct ts_test tests[] = {
+		{ "append and read back", test_append_read },
+		{ "per-day sums", test_days },
+		{ "long names cut at a UTF-8 boundary", test_long_names },
+		{ "requests_per_minute windows", test_quota_minute },
+		{ "requests_per_day windows", test_quota_day },
+		{ "tokens_per_day", test_quota_tokens },
+		{ "a quota across 6 processes", test_quota_processes },
+		{ "a quota across threads", test_quota_threads },
+		{ "retention pruning", test_retention },
+		{ "file modes 0600, no symlink", test_modes },
+		{ "descriptors close-on-exec", test_cloexec },
+		{ "schema: no content column", test_schema },
+		{ "unavailable: a directory as the file", test_unavailable_dir },
+		{ "unavailable: OLP_HOME missing or read-only", test_unavailable_home },
+		{ "bad arguments", test_bad_args },
+		{ NULL, NULL },
+	};
+	int fails;
+
+	if (!mkdtemp(tmproot)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	fails = ts_cunit_run("usage", tests);
+	if (!fails) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf -- '%s'", tmproot);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", tmproot);
+	}
+	return ts_exit_status(fails);
+}

@@ -1,0 +1,849 @@
+/* usage: the ledger and the quota counters in one SQLite database per host (usage.h,
+ * docs/adr/0020-usage-store.md).
+ *
+ * Schema (PRAGMA user_version 1):
+ *   requests       one row per request: numbers and names, never content, tokens or hashes
+ *   quota_windows  (key_id, kind, start_ms) -> requests, tokens: the fixed UTC minute
+ *                  (kind 0) and day (kind 1) a key is in; pruned after two days
+ * A newer user_version than this code knows is refused (an older olp must not write a
+ * database a newer one migrated). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "common/common.h"
+#include "usage/usage.h"
+#include "common/banned.h"
+
+#define USAGE_SCHEMA_VERSION 1
+#define USAGE_BUSY_TIMEOUT_MS 2000
+#define USAGE_REOPEN_MS 10000u
+#define USAGE_PRUNE_EVERY_MS (3600u * 1000u)
+#define USAGE_LOG_EVERY_MS 60000u
+#define USAGE_WINDOW_KEEP_MS (2 * 86400000LL)
+#define MINUTE_MS 60000LL
+#define DAY_MS 86400000LL
+
+enum win_kind { WIN_MINUTE = 0, WIN_DAY = 1 };
+
+/* The cached statements; prepared once per connection. */
+enum stmt_id {
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_INSERT,
+	ST_ADD_TOKENS,
+	ST_WIN_GET,
+	ST_WIN_TAKE,
+	ST_DAYS,
+	ST_RECENT,
+	ST_PRUNE_ROWS,
+	ST_PRUNE_WINDOWS,
+	ST__N
+};
+
+static const char *const stmt_sql[ST__N] = {
+	[ST_BEGIN] = "BEGIN IMMEDIATE",
+	[ST_COMMIT] = "COMMIT",
+	[ST_ROLLBACK] = "ROLLBACK",
+	[ST_INSERT] = "INSERT INTO requests (ts_ms, key_id, provider, model, status,"
+		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
+		      " start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[ST_ADD_TOKENS] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
+			  " VALUES (?1, 1, ?2, 0, ?3) ON CONFLICT (key_id, kind, start_ms)"
+			  " DO UPDATE SET tokens = tokens + excluded.tokens",
+	[ST_WIN_GET] = "SELECT requests, tokens FROM quota_windows"
+		       " WHERE key_id = ?1 AND kind = ?2 AND start_ms = ?3",
+	[ST_WIN_TAKE] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
+			" VALUES (?1, ?2, ?3, 1, 0) ON CONFLICT (key_id, kind, start_ms)"
+			" DO UPDATE SET requests = requests + 1",
+	[ST_DAYS] = "SELECT key_id, COALESCE(provider, ''),"
+		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, count(*),"
+		    " sum(status >= 400), sum(prompt_tokens), sum(completion_tokens),"
+		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3)"
+		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		    " GROUP BY day, key_id, COALESCE(provider, '')"
+		    " ORDER BY day, key_id, COALESCE(provider, '')",
+	[ST_RECENT] =
+		"SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
+		" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start"
+		" FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		" ORDER BY ts_ms DESC, id DESC LIMIT ?3",
+	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
+	[ST_PRUNE_WINDOWS] = "DELETE FROM quota_windows WHERE start_ms < ?1",
+};
+
+/* Version 1. Every column is a number or a name the caller chose to store: no prompt, no
+ * answer, no token, no hash (tests/usage checks the column list). */
+static const char schema_v1[] = "CREATE TABLE requests ("
+				" id INTEGER PRIMARY KEY,"
+				" ts_ms INTEGER NOT NULL,"
+				" key_id TEXT NOT NULL,"
+				" provider TEXT,"
+				" model TEXT,"
+				" status INTEGER NOT NULL,"
+				" prompt_tokens INTEGER NOT NULL,"
+				" completion_tokens INTEGER NOT NULL,"
+				" cached_tokens INTEGER NOT NULL,"
+				" duration_ms INTEGER NOT NULL,"
+				" ttfb_ms INTEGER NOT NULL,"
+				" start INTEGER NOT NULL);"
+				"CREATE INDEX requests_ts ON requests (ts_ms);"
+				"CREATE INDEX requests_key_ts ON requests (key_id, ts_ms);"
+				"CREATE TABLE quota_windows ("
+				" key_id TEXT NOT NULL,"
+				" kind INTEGER NOT NULL,"
+				" start_ms INTEGER NOT NULL,"
+				" requests INTEGER NOT NULL,"
+				" tokens INTEGER NOT NULL,"
+				" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
+				"PRAGMA user_version = 1;";
+
+struct usage_store {
+	pthread_mutex_t lock; /* guards everything below but failures/available */
+	char *path;
+	unsigned retention_days;
+	unsigned reopen_ms;
+	sqlite3 *db; /* NULL while unavailable */
+	sqlite3_stmt *stmt[ST__N];
+	int open_err;	       /* -errno of the last failed open (while db is NULL) */
+	uint64_t next_open_ms; /* mono_ms() before which no open is tried */
+	uint64_t last_prune_ms;
+	bool pruned;
+	uint64_t last_log_ms;
+	uint64_t unlogged; /* failures since the last line */
+	_Atomic uint64_t failures;
+	_Atomic bool available;
+};
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t floor_to(int64_t t, int64_t unit)
+{
+	int64_t q = t / unit;
+
+	if (t % unit < 0)
+		q--;
+	return q * unit;
+}
+
+/* SQLite result → -errno. Out of memory aborts: the tree has one OOM policy (common.h). */
+static int sq_errno(sqlite3 *db, int rc)
+{
+	int sys;
+
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW: return 0;
+	case SQLITE_NOMEM: log_errx(NULL, "usage: sqlite ran out of memory"); abort();
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED: return -EBUSY;
+	case SQLITE_READONLY: return -EROFS;
+	case SQLITE_FULL: return -ENOSPC;
+	case SQLITE_PERM:
+	case SQLITE_AUTH: return -EACCES;
+	case SQLITE_CANTOPEN:
+	case SQLITE_IOERR: sys = db ? sqlite3_system_errno(db) : 0; return sys > 0 ? -sys : -EIO;
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB: return -EILSEQ;
+	case SQLITE_MISUSE:
+	case SQLITE_RANGE:
+	case SQLITE_MISMATCH:
+	case SQLITE_CONSTRAINT: return -EINVAL;
+	default: return -EIO;
+	}
+}
+
+/* Count a failure and say why, at most once a minute per store (a dead disk would
+ * otherwise write a line per request). Never a key id: what is what the caller was doing.
+ * Called with st->lock held. */
+static void note_failure(struct usage_store *st, const char *what, int err, const char *detail)
+{
+	uint64_t now = mono_ms();
+
+	atomic_fetch_add(&st->failures, 1);
+	st->unlogged++;
+	if (st->last_log_ms && now - st->last_log_ms < USAGE_LOG_EVERY_MS)
+		return;
+	log_warnx(NULL, "usage: %s failed: %s%s%s (%llu failure(s) since the last report)", what,
+		  strerror(-err), detail ? ": " : "", detail ? detail : "",
+		  (unsigned long long)st->unlogged);
+	st->last_log_ms = now;
+	st->unlogged = 0;
+}
+
+static void db_close(struct usage_store *st)
+{
+	for (size_t i = 0; i < ST__N; i++) {
+		sqlite3_finalize(st->stmt[i]);
+		st->stmt[i] = NULL;
+	}
+	if (st->db)
+		sqlite3_close_v2(st->db);
+	st->db = NULL;
+	atomic_store(&st->available, false);
+}
+
+/* Create the file 0600 ourselves before SQLite sees it: SQLite would create it with the
+ * umask's mode, and makes -wal and -shm with the database file's mode, so this one open
+ * decides all three. An existing file must be a regular file we can keep private. */
+static int db_create_file(const char *path)
+{
+	struct stat sb;
+	int fd;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno != EEXIST)
+		return -errno;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ELOOP ? -ELOOP : -errno;
+	if (fstat(fd, &sb) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return S_ISDIR(sb.st_mode) ? -EISDIR : -EINVAL;
+	}
+	/* Someone widened it (or an older tool made it): the ledger names keys, keep it ours. */
+	if ((sb.st_mode & 077) && fchmod(fd, 0600) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	close(fd);
+	return 0;
+}
+
+/* Bring the schema to USAGE_SCHEMA_VERSION inside one write transaction, so that workers
+ * opening a fresh database together create it once. */
+static int db_migrate(sqlite3 *db, const char **detail)
+{
+	sqlite3_stmt *s = NULL;
+	int rc, version = -1, err = 0;
+
+	rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		goto out_err;
+	rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL);
+	if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+		version = sqlite3_column_int(s, 0);
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(s);
+	if (rc != SQLITE_OK)
+		goto out_rollback;
+	if (version > USAGE_SCHEMA_VERSION) {
+		*detail = "the database's schema is newer than this olp";
+		err = -EPROTO;
+		goto out_rollback_err;
+	}
+	if (version == 0) {
+		rc = sqlite3_exec(db, schema_v1, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+			goto out_rollback;
+	}
+	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	if (rc != SQLITE_OK)
+		goto out_rollback;
+	return 0;
+
+out_rollback:
+	err = sq_errno(db, rc);
+	*detail = sqlite3_errmsg(db);
+out_rollback_err:
+	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+	return err;
+out_err:
+	*detail = sqlite3_errmsg(db);
+	return sq_errno(db, rc);
+}
+
+/* Open the connection, set it up and prepare the statements. With st->lock held. */
+static int db_open(struct usage_store *st)
+{
+	const char *detail = NULL;
+	sqlite3 *db = NULL;
+	int rc, err;
+
+	err = db_create_file(st->path);
+	if (err)
+		goto out_fail;
+	/* No SQLITE_OPEN_CREATE: the file exists, made above. NOMUTEX: st->lock serialises. */
+	rc = sqlite3_open_v2(st->path, &db,
+			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+			     NULL);
+	if (rc != SQLITE_OK)
+		goto out_sqlite;
+	if (sqlite3_db_readonly(db, "main") == 1) {
+		err = -EACCES;
+		detail = "the database is read-only for this user";
+		goto out_close;
+	}
+	/* A database file is data, not code: no schema may run functions with side effects,
+	 * and nothing may write the schema behind SQLite's back. */
+	sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+	sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+	sqlite3_busy_timeout(db, USAGE_BUSY_TIMEOUT_MS);
+	/* WAL: readers never block the writer. synchronous=NORMAL: no fsync per commit; a power
+	 * loss may lose the last rows, never corrupt the file (ADR 0020). */
+	rc = sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", NULL, NULL,
+			  NULL);
+	if (rc != SQLITE_OK)
+		goto out_sqlite;
+	err = db_migrate(db, &detail);
+	if (err)
+		goto out_close;
+	for (size_t i = 0; i < ST__N; i++) {
+		rc = sqlite3_prepare_v3(db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					&st->stmt[i], NULL);
+		if (rc != SQLITE_OK)
+			goto out_sqlite;
+	}
+	st->db = db;
+	atomic_store(&st->available, true);
+	return 0;
+
+out_sqlite:
+	err = sq_errno(db, rc);
+	detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+out_close:
+	note_failure(st, "opening the database", err, detail);
+	for (size_t i = 0; i < ST__N; i++) {
+		sqlite3_finalize(st->stmt[i]);
+		st->stmt[i] = NULL;
+	}
+	sqlite3_close_v2(db);
+	return err;
+out_fail:
+	note_failure(st, "creating the database file", err, NULL);
+	return err;
+}
+
+/* 0 when the connection is up (opening it when its time has come), else -errno. */
+static int db_ready(struct usage_store *st)
+{
+	uint64_t now;
+
+	if (st->db)
+		return 0;
+	now = mono_ms();
+	if (st->next_open_ms && now < st->next_open_ms) {
+		/* Still waiting to retry: this call failed too, counted but not logged anew. */
+		note_failure(st, "using the database", st->open_err, "not open");
+		return st->open_err;
+	}
+	st->open_err = db_open(st);
+	if (st->open_err)
+		st->next_open_ms = now + st->reopen_ms;
+	return st->open_err;
+}
+
+/* After a failed statement: a busy database or a bad argument leaves the connection be;
+ * anything else (I/O, disk full, corruption, read-only) closes it, to be reopened later. */
+static int db_failed(struct usage_store *st, const char *what, int rc)
+{
+	int err = sq_errno(st->db, rc);
+
+	note_failure(st, what, err, sqlite3_errmsg(st->db));
+	if (err != -EBUSY && err != -EINVAL) {
+		db_close(st);
+		st->open_err = err;
+		st->next_open_ms = mono_ms() + st->reopen_ms;
+	}
+	return err;
+}
+
+static sqlite3_stmt *stmt_get(struct usage_store *st, enum stmt_id id)
+{
+	sqlite3_stmt *s = st->stmt[id];
+
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return s;
+}
+
+/* Run a statement that returns no rows: SQLite's result code. */
+static int stmt_run(sqlite3_stmt *s)
+{
+	int rc = sqlite3_step(s);
+
+	sqlite3_reset(s);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+static int tx_begin(struct usage_store *st)
+{
+	return stmt_run(stmt_get(st, ST_BEGIN));
+}
+
+static int tx_commit(struct usage_store *st)
+{
+	return stmt_run(stmt_get(st, ST_COMMIT));
+}
+
+static void tx_rollback(struct usage_store *st)
+{
+	if (st->db && !sqlite3_get_autocommit(st->db))
+		stmt_run(stmt_get(st, ST_ROLLBACK));
+}
+
+/* Bind at most max bytes of s, cut back to a UTF-8 character boundary; NULL as NULL. */
+static int bind_text(sqlite3_stmt *s, int i, const char *str, size_t max)
+{
+	size_t n;
+
+	if (!str)
+		return sqlite3_bind_null(s, i);
+	n = strnlen(str, max + 1);
+	if (n > max) {
+		n = max;
+		while (n > 0 && ((unsigned char)str[n] & 0xc0) == 0x80)
+			n--;
+	}
+	return sqlite3_bind_text(s, i, str, (int)n, SQLITE_TRANSIENT);
+}
+
+static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)
+{
+	const unsigned char *t = sqlite3_column_text(s, col);
+
+	snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+/* ---- public --------------------------------------------------------------------------- */
+
+struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt)
+{
+	struct usage_store *st;
+
+	if (!olp_home || !*olp_home) {
+		errno = EINVAL;
+		return NULL;
+	}
+	st = xcalloc(1, sizeof(*st));
+	pthread_mutex_init(&st->lock, NULL);
+	st->path = opt && opt->path ? xstrdup(opt->path) : path_join(olp_home, "usage.db");
+	st->retention_days =
+		opt && opt->retention_days ? opt->retention_days : USAGE_DEFAULT_RETENTION_DAYS;
+	st->reopen_ms = opt && opt->reopen_ms ? opt->reopen_ms : USAGE_REOPEN_MS;
+	pthread_mutex_lock(&st->lock);
+	db_ready(st);
+	pthread_mutex_unlock(&st->lock);
+	return st;
+}
+
+void usage_store_free(struct usage_store *st)
+{
+	if (!st)
+		return;
+	db_close(st);
+	pthread_mutex_destroy(&st->lock);
+	free(st->path);
+	free(st);
+}
+
+uint64_t usage_failures(const struct usage_store *st)
+{
+	return st ? atomic_load(&((struct usage_store *)st)->failures) : 0;
+}
+
+bool usage_available(const struct usage_store *st)
+{
+	return st && atomic_load(&((struct usage_store *)st)->available);
+}
+
+const char *usage_start_name(enum usage_start s)
+{
+	switch (s) {
+	case USAGE_START_COLD: return "cold";
+	case USAGE_START_WARM: return "warm";
+	case USAGE_START_PRESTART: return "prestart";
+	case USAGE_START_NONE:
+	default: return "none";
+	}
+}
+
+/* Delete what the retention no longer keeps. Its own transaction, after the caller's. A
+ * failure here is counted like any other but fails nothing: the row is in. */
+static void prune_maybe(struct usage_store *st)
+{
+	uint64_t now = mono_ms();
+	int64_t wall = wall_ms();
+	sqlite3_stmt *s;
+	int rc;
+
+	if (st->pruned && now - st->last_prune_ms < USAGE_PRUNE_EVERY_MS)
+		return;
+	st->pruned = true;
+	st->last_prune_ms = now;
+	rc = tx_begin(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	s = stmt_get(st, ST_PRUNE_ROWS);
+	sqlite3_bind_int64(s, 1, wall - (int64_t)st->retention_days * DAY_MS);
+	rc = stmt_run(s);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	s = stmt_get(st, ST_PRUNE_WINDOWS);
+	sqlite3_bind_int64(s, 1, floor_to(wall, DAY_MS) - USAGE_WINDOW_KEEP_MS);
+	rc = stmt_run(s);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	rc = tx_commit(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	return;
+out_fail:
+	tx_rollback(st);
+	db_failed(st, "pruning old rows", rc);
+}
+
+int usage_record_add(struct usage_store *st, const struct usage_record *r)
+{
+	int64_t ts, tokens, p, c;
+	sqlite3_stmt *s;
+	int rc, err;
+
+	if (!st || !r || !r->key_id || !*r->key_id)
+		return -EINVAL;
+	ts = r->ts_ms ? r->ts_ms : wall_ms();
+	p = r->prompt_tokens > 0 ? r->prompt_tokens : 0;
+	c = r->completion_tokens > 0 ? r->completion_tokens : 0;
+	tokens = p + c;
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	rc = tx_begin(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	s = stmt_get(st, ST_INSERT);
+	sqlite3_bind_int64(s, 1, ts);
+	bind_text(s, 2, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	bind_text(s, 3, r->provider, sizeof(((struct usage_row *)0)->provider) - 1);
+	bind_text(s, 4, r->model, sizeof(((struct usage_row *)0)->model) - 1);
+	sqlite3_bind_int(s, 5, r->status);
+	sqlite3_bind_int64(s, 6, p);
+	sqlite3_bind_int64(s, 7, c);
+	sqlite3_bind_int64(s, 8, r->cached_tokens > 0 ? r->cached_tokens : 0);
+	sqlite3_bind_int64(s, 9, r->duration_ms > INT64_MAX ? INT64_MAX : (int64_t)r->duration_ms);
+	sqlite3_bind_int64(s, 10, r->ttfb_ms > INT64_MAX ? INT64_MAX : (int64_t)r->ttfb_ms);
+	sqlite3_bind_int(s, 11, (int)r->start);
+	rc = stmt_run(s);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	if (tokens > 0) {
+		s = stmt_get(st, ST_ADD_TOKENS);
+		bind_text(s, 1, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+		sqlite3_bind_int64(s, 2, floor_to(ts, DAY_MS));
+		sqlite3_bind_int64(s, 3, tokens);
+		rc = stmt_run(s);
+		if (rc != SQLITE_OK)
+			goto out_fail;
+	}
+	rc = tx_commit(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	prune_maybe(st);
+	err = 0;
+	goto out_unlock;
+out_fail:
+	tx_rollback(st);
+	err = db_failed(st, "recording a request", rc);
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+/* requests and tokens of key's window (kind, start): SQLite's result code. */
+static int win_get(struct usage_store *st, const char *key_id, enum win_kind kind, int64_t start,
+		   int64_t *requests, int64_t *tokens)
+{
+	sqlite3_stmt *s = stmt_get(st, ST_WIN_GET);
+	int rc;
+
+	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	sqlite3_bind_int(s, 2, kind);
+	sqlite3_bind_int64(s, 3, start);
+	*requests = *tokens = 0;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*requests = sqlite3_column_int64(s, 0);
+		*tokens = sqlite3_column_int64(s, 1);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_OK;
+	}
+	sqlite3_reset(s);
+	return rc;
+}
+
+static int win_take(struct usage_store *st, const char *key_id, enum win_kind kind, int64_t start)
+{
+	sqlite3_stmt *s = stmt_get(st, ST_WIN_TAKE);
+
+	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	sqlite3_bind_int(s, 2, kind);
+	sqlite3_bind_int64(s, 3, start);
+	return stmt_run(s);
+}
+
+/* Whole seconds from now_ms to end_ms, rounded up, at least 1. */
+static unsigned secs_until(int64_t now_ms, int64_t end_ms)
+{
+	int64_t d = end_ms - now_ms;
+
+	return d <= 0 ? 1 : (unsigned)((d + 999) / 1000);
+}
+
+static void refuse(struct usage_verdict *v, const char *limit, int64_t value, int64_t used,
+		   int64_t now_ms, int64_t end_ms)
+{
+	v->allowed = false;
+	v->limit = limit;
+	v->limit_value = value;
+	v->used = used;
+	v->retry_after = secs_until(now_ms, end_ms);
+}
+
+int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
+		     int64_t now_ms, struct usage_verdict *v)
+{
+	int64_t minute, day, min_req, min_tok, day_req, day_tok;
+	int rc, err;
+
+	if (v)
+		*v = (struct usage_verdict){ .allowed = true };
+	if (!st || !key_id || !*key_id || !q || !v)
+		return -EINVAL;
+	if (!usage_quota_any(q))
+		return 0;
+	if (!now_ms)
+		now_ms = wall_ms();
+	minute = floor_to(now_ms, MINUTE_MS);
+	day = floor_to(now_ms, DAY_MS);
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	/* Check and count in one write transaction: BEGIN IMMEDIATE takes the database's write
+	 * lock first, so two workers cannot both read "2 of 3" and both go ahead. */
+	rc = tx_begin(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	rc = win_get(st, key_id, WIN_DAY, day, &day_req, &day_tok);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	rc = win_get(st, key_id, WIN_MINUTE, minute, &min_req, &min_tok);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	if (q->requests_per_day > 0 && day_req >= q->requests_per_day)
+		refuse(v, "requests_per_day", q->requests_per_day, day_req, now_ms, day + DAY_MS);
+	else if (q->tokens_per_day > 0 && day_tok >= q->tokens_per_day)
+		refuse(v, "tokens_per_day", q->tokens_per_day, day_tok, now_ms, day + DAY_MS);
+	else if (q->requests_per_minute > 0 && min_req >= q->requests_per_minute)
+		refuse(v, "requests_per_minute", q->requests_per_minute, min_req, now_ms,
+		       minute + MINUTE_MS);
+	if (v->allowed) {
+		rc = win_take(st, key_id, WIN_MINUTE, minute);
+		if (rc == SQLITE_OK)
+			rc = win_take(st, key_id, WIN_DAY, day);
+		if (rc != SQLITE_OK)
+			goto out_fail;
+		rc = tx_commit(st);
+	} else {
+		/* Nothing written: end the transaction without a commit's work. */
+		rc = stmt_run(stmt_get(st, ST_ROLLBACK));
+	}
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	err = 0;
+	goto out_unlock;
+out_fail:
+	tx_rollback(st);
+	err = db_failed(st, "checking a quota", rc);
+	/* Fail open (usage.h): whatever was decided, the request goes through. */
+	*v = (struct usage_verdict){ .allowed = true };
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,
+		      struct usage_quota_state *out)
+{
+	int64_t ignored, tokens;
+	int rc, err;
+
+	if (out)
+		*out = (struct usage_quota_state){ 0 };
+	if (!st || !key_id || !*key_id || !out)
+		return -EINVAL;
+	if (!now_ms)
+		now_ms = wall_ms();
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	rc = win_get(st, key_id, WIN_MINUTE, floor_to(now_ms, MINUTE_MS),
+		     &out->requests_this_minute, &ignored);
+	if (rc == SQLITE_OK)
+		rc = win_get(st, key_id, WIN_DAY, floor_to(now_ms, DAY_MS), &out->requests_today,
+			     &tokens);
+	if (rc != SQLITE_OK) {
+		*out = (struct usage_quota_state){ 0 };
+		err = db_failed(st, "reading a quota", rc);
+		goto out_unlock;
+	}
+	out->tokens_today = tokens;
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+/* Bind a filter to ?1 (key) and ?2 (since). */
+static void bind_filter(sqlite3_stmt *s, const struct usage_filter *f)
+{
+	if (f && f->key_id)
+		bind_text(s, 1, f->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	else
+		sqlite3_bind_null(s, 1);
+	sqlite3_bind_int64(s, 2, f && f->since_ms > 0 ? f->since_ms : INT64_MIN);
+}
+
+int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
+	       size_t *n)
+{
+	struct usage_day *days = NULL;
+	size_t len = 0, cap = 0;
+	sqlite3_stmt *s;
+	int rc, err;
+
+	if (out)
+		*out = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !out || !n)
+		return -EINVAL;
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	s = stmt_get(st, ST_DAYS);
+	bind_filter(s, f);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct usage_day *d;
+
+		if (len == cap) {
+			cap = cap ? 2 * cap : 16;
+			days = xreallocarray(days, cap, sizeof(*days));
+		}
+		d = &days[len++];
+		memset(d, 0, sizeof(*d));
+		copy_col(d->key_id, sizeof(d->key_id), s, 0);
+		copy_col(d->provider, sizeof(d->provider), s, 1);
+		copy_col(d->day, sizeof(d->day), s, 2);
+		d->requests = sqlite3_column_int64(s, 3);
+		d->errors = sqlite3_column_int64(s, 4);
+		d->prompt_tokens = sqlite3_column_int64(s, 5);
+		d->completion_tokens = sqlite3_column_int64(s, 6);
+		d->cached_tokens = sqlite3_column_int64(s, 7);
+		d->duration_ms = (uint64_t)sqlite3_column_int64(s, 8);
+		d->warm = sqlite3_column_int64(s, 9);
+		d->prestart = sqlite3_column_int64(s, 10);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE) {
+		free(days);
+		err = db_failed(st, "reading the ledger", rc);
+		goto out_unlock;
+	}
+	*out = days;
+	*n = len;
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t limit,
+		 struct usage_row **out, size_t *n)
+{
+	struct usage_row *rows = NULL;
+	size_t len = 0, cap = 0;
+	sqlite3_stmt *s;
+	int rc, err;
+
+	if (out)
+		*out = NULL;
+	if (n)
+		*n = 0;
+	if (!st || !out || !n)
+		return -EINVAL;
+	if (!limit)
+		return 0;
+	if (limit > 100000)
+		limit = 100000; /* a page, not the whole ledger in memory */
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	s = stmt_get(st, ST_RECENT);
+	bind_filter(s, f);
+	sqlite3_bind_int64(s, 3, (int64_t)limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct usage_row *r;
+
+		if (len == cap) {
+			cap = cap ? 2 * cap : 16;
+			rows = xreallocarray(rows, cap, sizeof(*rows));
+		}
+		r = &rows[len++];
+		memset(r, 0, sizeof(*r));
+		r->ts_ms = sqlite3_column_int64(s, 0);
+		copy_col(r->key_id, sizeof(r->key_id), s, 1);
+		copy_col(r->provider, sizeof(r->provider), s, 2);
+		copy_col(r->model, sizeof(r->model), s, 3);
+		r->status = sqlite3_column_int(s, 4);
+		r->prompt_tokens = sqlite3_column_int64(s, 5);
+		r->completion_tokens = sqlite3_column_int64(s, 6);
+		r->cached_tokens = sqlite3_column_int64(s, 7);
+		r->duration_ms = (uint64_t)sqlite3_column_int64(s, 8);
+		r->ttfb_ms = (uint64_t)sqlite3_column_int64(s, 9);
+		r->start = (enum usage_start)sqlite3_column_int(s, 10);
+	}
+	sqlite3_reset(s);
+	if (rc != SQLITE_DONE) {
+		free(rows);
+		err = db_failed(st, "reading the ledger", rc);
+		goto out_unlock;
+	}
+	*out = rows;
+	*n = len;
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
