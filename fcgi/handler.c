@@ -1309,6 +1309,8 @@ static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
 		k->name = l->keys[i].name;
 		k->tier = auth_tier_name(l->keys[i].tier);
 		k->revoked = l->keys[i].revoked;
+		k->have_quota = true;
+		k->quota = l->keys[i].quota;
 	}
 }
 

@@ -49,12 +49,7 @@ function pidsOf(server, rids) {
 
 // A guest key with requests_per_day 3.
 function makeQuotaGuest(home) {
-  const k = olpKeys(home, 'keygen', '--name=quota guest <b>&');
-  const mf = path.join(home, 'keys', k.id, 'manifest.json');
-  const m = JSON.parse(fs.readFileSync(mf, 'utf8'));
-  m.quota = { requests_per_day: 3 };
-  fs.writeFileSync(mf, JSON.stringify(m, null, 2));
-  return k;
+  return olpKeys(home, 'keygen', '--name=quota guest <b>&', '--quota-rpd=3');
 }
 
 describe('usage ledger and quotas, 3 workers', () => {
@@ -146,10 +141,14 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.equal(k.totals.errors, 5);
     assert.equal(k.totals.prompt_tokens, 3 * PROMPT_TOKENS);
     assert.equal(k.totals.completion_tokens, 3 * COMPLETION_TOKENS);
+    // No provider ran for those refused (400, 404 and the quota's 429s): no provider.
     const metered = k.days.find((d) => d.provider === 'metered');
-    assert.equal(metered.requests, 6);
-    assert.equal(metered.errors, 3);
+    assert.equal(metered.requests, 3);
+    assert.equal(metered.errors, 0);
     assert.match(metered.date, /^\d{4}-\d{2}-\d{2}$/);
+    const none = k.days.find((d) => d.provider === null);
+    assert.equal(none.requests, 5);
+    assert.equal(none.errors, 5);
     // Recent requests: what they cost and how they went, no content.
     assert.equal(u.json.recent.length, 8);
     const served = u.json.recent.filter((r) => r.status === 200);
@@ -164,7 +163,10 @@ describe('usage ledger and quotas, 3 workers', () => {
     }
     const refused = u.json.recent.filter((r) => r.status === 429);
     assert.equal(refused.length, 3);
-    for (const r of refused) assert.equal(r.start, 'none');
+    for (const r of refused) {
+      assert.equal(r.start, 'none');
+      assert.equal(r.provider, null);
+    }
     assert.ok(!u.text.includes('count me') && !u.text.includes('metered answer'), 'no content in the ledger');
   });
 
