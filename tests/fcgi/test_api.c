@@ -1161,10 +1161,41 @@ static void test_tools(void)
 	buf_release(&out);
 }
 
+/* The query string of GET /v1/usage: decoded, first match, whole names only. */
+static void test_query(void)
+{
+	struct buf v = BUF_INIT;
+
+	CU_ASSERT_EQUAL(fcgi_query_get(NULL, "key", &v), 0);
+	CU_ASSERT_EQUAL(fcgi_query_get("", "key", &v), 0);
+	CU_ASSERT_EQUAL(fcgi_query_get("keys=a&key=b&key=c", "key", &v), 1);
+	CU_ASSERT_STRING_EQUAL(v.data, "b");
+	CU_ASSERT_EQUAL(fcgi_query_get("since=2026-01-31&recent=5", "recent", &v), 1);
+	CU_ASSERT_STRING_EQUAL(v.data, "5");
+	CU_ASSERT_EQUAL(fcgi_query_get("a=x%2By+z%41", "a", &v), 1);
+	CU_ASSERT_STRING_EQUAL(v.data, "x+y zA");
+	CU_ASSERT_EQUAL(fcgi_query_get("key", "key", &v), 1);
+	CU_ASSERT_EQUAL(v.len, 0);
+	CU_ASSERT_EQUAL(fcgi_query_get("key=", "key", &v), 1);
+	CU_ASSERT_EQUAL(v.len, 0);
+	CU_ASSERT_EQUAL(fcgi_query_get("other=1", "key", &v), 0);
+	CU_ASSERT_EQUAL(v.len, 0);
+	/* Bad encodings, and a NUL, which would cut the value short. */
+	CU_ASSERT_EQUAL(fcgi_query_get("key=%zz", "key", &v), -1);
+	CU_ASSERT_EQUAL(fcgi_query_get("key=%4", "key", &v), -1);
+	CU_ASSERT_EQUAL(fcgi_query_get("key=a%", "key", &v), -1);
+	CU_ASSERT_EQUAL(fcgi_query_get("key=%00", "key", &v), -1);
+	/* Only the parameter asked for is decoded: another's bad encoding is not ours. */
+	CU_ASSERT_EQUAL(fcgi_query_get("x=%zz&key=k", "key", &v), 1);
+	CU_ASSERT_STRING_EQUAL(v.data, "k");
+	buf_release(&v);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
 		{ "route", test_route },
+		{ "query string parameters", test_query },
 		{ "parse: every failure is 400 naming the field", test_parse_failures },
 		{ "parse: valid forms", test_parse_valid },
 		{ "parse: fields set", test_parse_fields },
