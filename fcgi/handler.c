@@ -1601,8 +1601,8 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	route = fcgi_route_match(rc.method, fcgi_io_param(io, "REQUEST_URI"),
 				 fcgi_io_param(io, "PATH_INFO"), app->cfg.route_prefix, &rc.path,
 				 &allow);
-	if ((route == FCGI_ROUTE_CHAT || route == FCGI_ROUTE_MODELS ||
-	     route == FCGI_ROUTE_HEALTH) &&
+	if ((route == FCGI_ROUTE_CHAT || route == FCGI_ROUTE_MODELS || route == FCGI_ROUTE_HEALTH ||
+	     route == FCGI_ROUTE_USAGE || route == FCGI_ROUTE_DASHBOARD) &&
 	    check_owner_only(&rc))
 		goto out_finish;
 	switch (route) {

@@ -326,3 +326,28 @@ describe('usage settings are checked at start', () => {
     });
   }
 });
+
+describe('auth.owner_only_endpoints covers /v1/usage', () => {
+  let server;
+  let guest;
+
+  before(async () => {
+    const dirs = makeHome({
+      registry: meteredRegistry(),
+      config: { ...testConfig(), auth: { allow_anonymous: false, owner_only_endpoints: ['/v1/usage'] } },
+    });
+    guest = olpKeys(dirs.home, 'keygen', '--name=plain guest');
+    server = await startServer({ dirs, maxProcs: 1 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('a guest gets 403 owner_only, the owner its usage', async () => {
+    const g = await curl(server, { path: '/v1/usage', auth: bearer(guest.token) });
+    assert.equal(g.status, 403, g.text);
+    assert.equal(g.json.error.code, 'owner_only');
+    const o = await curl(server, { path: '/v1/usage', auth: true });
+    assert.equal(o.status, 200, o.text);
+  });
+});
