@@ -1177,7 +1177,7 @@ static json_t *day_string(int64_t ms, bool with_time)
 	if (!gmtime_r(&t, &tm))
 		return json_null();
 	if (!with_time) {
-		strftime(s, sizeof(s), "%Y-%m-%d", &tm);
+		(void)strftime(s, sizeof(s), "%Y-%m-%d", &tm);
 	} else {
 		size_t n = strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
 
@@ -1250,8 +1250,9 @@ static json_t *key_json(struct usage_store *st, const struct usage_key *k,
 			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
 				      (json_int_t)errs, "prompt_tokens", (json_int_t)pt,
 				      "completion_tokens", (json_int_t)ct, "total_tokens",
-				      (json_int_t)(pt + ct), "cached_tokens", (json_int_t)cached,
-				      "warm", (json_int_t)warm, "prestart", (json_int_t)pre));
+				      (json_int_t)pt + (json_int_t)ct, "cached_tokens",
+				      (json_int_t)cached, "warm", (json_int_t)warm, "prestart",
+				      (json_int_t)pre));
 	return o;
 }
 
