@@ -1646,6 +1646,58 @@ static void test_registry_shipped_default(void)
 	buf_release(&err);
 }
 
+/* Whether a provider's program and credentials are on this host, as the owner's /health
+ * (and the dashboard) shows them. */
+static void expect_cli_state(const char *entry, bool found, const char *creds)
+{
+	json_t *e = parse(entry);
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv = prov_provider_from_json("p", e, &err);
+	struct prov_cli_state cs;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	prov_provider_cli_state(pv, &cs);
+	CU_ASSERT_EQUAL(cs.cli_found, found);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, creds);
+	if (cs.cli_found != found || strcmp(cs.credentials, creds))
+		fprintf(stderr, "%s: got %d %s\n", entry, cs.cli_found, cs.credentials);
+	prov_provider_free(pv);
+	json_decref(e);
+	buf_release(&err);
+}
+
+static void test_cli_state(void)
+{
+	char exe[256], cred[256], key[256], entry[2048];
+
+	key_file("fake-cli", "#!/bin/sh\n", 0700, -1, exe, sizeof(exe));
+	key_file("cred.json", "{}", 0600, -1, cred, sizeof(cred));
+	key_file("api-key", "sk-test\n", 0600, -1, key, sizeof(key));
+	/* A command: its argv[0] executable; no credentials of its own. */
+	expect_cli_state("{\"argv\":[\"/bin/cat\"]}", true, "not_needed");
+	snprintf(entry, sizeof(entry), "{\"argv\":[\"%s\"]}", cred); /* not executable */
+	expect_cli_state(entry, false, "not_needed");
+	/* A CLI: its "bin"; its configured credentials, every one of them. */
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"claude\",\"bin\":\"%s\",\"credentials\":[\"%s\"]}", exe, cred);
+	expect_cli_state(entry, true, "present");
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"codex\",\"bin\":\"%s/none\",\"credentials\":[\"%s\",\"%s/"
+		 "gone.json\"]}",
+		 tmpdir, cred, tmpdir);
+	expect_cli_state(entry, false, "missing");
+	/* Secretless upstream: the worker holds the credential, the run needs none. */
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"claude\",\"bin\":\"%s\",\"network\":{\"upstream\":"
+		 "\"https://api.anthropic.com\",\"set_headers\":{\"authorization\":\"Bearer "
+		 "file:%s\"}}}",
+		 exe, key);
+	expect_cli_state(entry, true, "not_needed");
+	unlink(exe);
+	unlink(cred);
+	unlink(key);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1679,6 +1731,7 @@ int main(void)
 		{ "network: every form, and each type's default", test_network_forms },
 		{ "network: bad forms and unusable credentials refused", test_network_errors },
 		{ "a provider from JSON, without a registry", test_provider_from_json },
+		{ "CLI and credentials found or not (/health)", test_cli_state },
 		{ "registry: shipped default loads", test_registry_shipped_default },
 		{ NULL, NULL },
 	};
