@@ -29,11 +29,19 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The value at quantile q (in percent) of the sorted ns, in microseconds. */
+static double at_us(const uint64_t *ns, size_t n, unsigned q)
+{
+	size_t i = n * q / 100;
+
+	return (double)ns[i < n ? i : n - 1] / 1000.0;
+}
+
 static void report(const char *what, uint64_t *ns, size_t n)
 {
 	qsort(ns, n, sizeof(*ns), cmp_u64);
-	printf("  %-36s %7zu %10.2f %10.2f %10.2f %10.2f\n", what, n, ns[n / 2] / 1000.0,
-	       ns[n * 9 / 10] / 1000.0, ns[n * 99 / 100] / 1000.0, ns[n - 1] / 1000.0);
+	printf("  %-36s %7zu %10.2f %10.2f %10.2f %10.2f\n", what, n, at_us(ns, n, 50),
+	       at_us(ns, n, 90), at_us(ns, n, 99), at_us(ns, n, 100));
 }
 
 int main(int argc, char **argv)
