@@ -235,6 +235,18 @@ static int app_init(bool cgi)
 	if (ret)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
+	/* The pool's shared metrics, in the same place. Without them requests are served as
+	 * ever; GET /metrics says it cannot answer. */
+	{
+		struct buf merr = BUF_INIT;
+
+		if (metrics_open(app.cfg.runtime_dir, &merr))
+			log_warnx(NULL, "metrics: %s; GET /metrics answers 503", merr.data);
+		buf_release(&merr);
+		for (size_t i = 0; i < prov_registry_provider_count(app.reg); i++)
+			metrics_provider_add(
+				prov_provider_name(prov_registry_provider_at(app.reg, i)));
+	}
 	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
 				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
 	app.auth = auth_store_open(app.cfg.home, &ao);

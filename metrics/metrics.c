@@ -675,6 +675,12 @@ void metrics_request(const char *route, const char *provider, const char *model,
 					 (uint64_t)ttfb_us);
 }
 
+void metrics_provider_add(const char *provider)
+{
+	(void)metrics_gauge_add("olp_runs_in_flight",
+				(const char *const[]){ "provider", provider, NULL }, 0);
+}
+
 void metrics_run_begin(const char *provider)
 {
 	(void)metrics_gauge_add("olp_runs_in_flight",

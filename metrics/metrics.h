@@ -55,6 +55,8 @@ int metrics_render(struct buf *out);
  * byte of the answer. */
 void metrics_request(const char *route, const char *provider, const char *model, int status,
 		     uint64_t dur_us, int64_t ttfb_us);
+/* A provider this worker serves: its olp_runs_in_flight shows 0 before any run. */
+void metrics_provider_add(const char *provider);
 /* A provider run starts and ends (olp_runs_in_flight). */
 void metrics_run_begin(const char *provider);
 void metrics_run_end(const char *provider);
