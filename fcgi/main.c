@@ -243,7 +243,8 @@ static int app_init(bool cgi)
 		if (metrics_open(app.cfg.runtime_dir, &merr))
 			log_warnx(NULL, "metrics: %s; GET /metrics answers 503", merr.data);
 		buf_release(&merr);
-		for (size_t i = 0; i < prov_registry_provider_count(app.reg); i++)
+		/* Each provider's gauge at 0 from the start; not per CGI request. */
+		for (size_t i = 0; !cgi && i < prov_registry_provider_count(app.reg); i++)
 			metrics_provider_add(
 				prov_provider_name(prov_registry_provider_at(app.reg, i)));
 	}

@@ -146,20 +146,34 @@ static bool alive(pid_t pid, uint64_t start)
 	return proc_start(pid) == start;
 }
 
-/* This process's pid and start time, cached per thread and refreshed after a fork. */
-static __thread pid_t my_pid;
-static __thread uint64_t my_start;
+/* This process's pid and start time: looked up once (getpid is a system call, and this
+ * runs on every gauge update), forgotten in the child of a fork. */
+static pid_t my_pid;
+static uint64_t my_start;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void forget_me(void)
+{
+	__atomic_store_n(&my_pid, 0, __ATOMIC_RELAXED);
+}
+
+static void watch_forks(void)
+{
+	(void)pthread_atfork(NULL, NULL, forget_me);
+}
 
 static void whoami(pid_t *pid, uint64_t *start)
 {
-	pid_t now = getpid();
+	pid_t p = __atomic_load_n(&my_pid, __ATOMIC_ACQUIRE);
 
-	if (now != my_pid) {
-		my_start = proc_start(now);
-		my_pid = now;
+	if (!p) {
+		/* Threads may race here: they store the same values. */
+		p = getpid();
+		__atomic_store_n(&my_start, proc_start(p), __ATOMIC_RELAXED);
+		__atomic_store_n(&my_pid, p, __ATOMIC_RELEASE);
 	}
-	*pid = my_pid;
-	*start = my_start;
+	*pid = p;
+	*start = __atomic_load_n(&my_start, __ATOMIC_RELAXED);
 }
 
 /* ---- series ------------------------------------------------------------------------- */
@@ -179,27 +193,39 @@ static void add_escaped(struct buf *b, const char *s)
 	}
 }
 
-/* `name{l1="v1",…}` into key: its length, or -ENAMETOOLONG. */
+/* Append s to key at *n, escaped as a label value when esc; false when it does not fit. */
+static bool key_put(char key[METRICS_MAX_KEY], size_t *n, const char *s, bool esc)
+{
+	for (; s && *s; s++) {
+		char c = *s;
+		bool two = esc && (c == '\\' || c == '"' || c == '\n');
+
+		if (*n + (two ? 2 : 1) >= METRICS_MAX_KEY)
+			return false;
+		if (two) {
+			key[(*n)++] = '\\';
+			c = c == '\n' ? 'n' : c;
+		}
+		key[(*n)++] = c;
+	}
+	key[*n] = '\0';
+	return true;
+}
+
+/* `name{l1="v1",…}` into key: its length, or -ENAMETOOLONG. Straight into the caller's
+ * buffer: this runs several times a request. */
 static int build_key(char key[METRICS_MAX_KEY], const char *name, const char *const labels[])
 {
-	struct buf b = BUF_INIT;
-	int ret;
+	size_t n = 0;
+	bool ok = key_put(key, &n, name, false);
 
-	buf_adds(&b, name);
-	if (labels && labels[0]) {
-		buf_addch(&b, '{');
-		for (size_t i = 0; labels[i]; i += 2) {
-			buf_addf(&b, "%s%s=\"", i ? "," : "", labels[i]);
-			add_escaped(&b, labels[i + 1]);
-			buf_addch(&b, '"');
-		}
-		buf_addch(&b, '}');
-	}
-	ret = b.len < METRICS_MAX_KEY ? (int)b.len : -ENAMETOOLONG;
-	if (ret > 0)
-		memcpy(key, b.data, b.len + 1);
-	buf_release(&b);
-	return ret;
+	for (size_t i = 0; ok && labels && labels[i]; i += 2)
+		ok = key_put(key, &n, i ? "," : "{", false) && key_put(key, &n, labels[i], false) &&
+		     key_put(key, &n, "=\"", false) && key_put(key, &n, labels[i + 1], true) &&
+		     key_put(key, &n, "\"", false);
+	if (ok && labels && labels[0])
+		ok = key_put(key, &n, "}", false);
+	return ok ? (int)n : -ENAMETOOLONG;
 }
 
 static uint32_t key_hash(const char *key)
@@ -600,6 +626,7 @@ int metrics_open(const char *dir, struct buf *err)
 	int lfd, ret;
 
 	metrics_close();
+	pthread_once(&atfork_once, watch_forks);
 	if ((size_t)snprintf(path, sizeof(path), "%s/" FILE_NAME, dir) >= sizeof(path) ||
 	    (size_t)snprintf(lpath, sizeof(lpath), "%s/metrics.lock", dir) >= sizeof(lpath))
 		return open_err(err, ENAMETOOLONG, dir, NULL);
