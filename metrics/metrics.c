@@ -534,10 +534,15 @@ static struct mfile *create_file(const char *path, struct buf *err)
 		errno = e;
 		return NULL;
 	}
-	if (fchmod(fd, 0600) < 0 || ftruncate(fd, sizeof(*f)) < 0) {
+	if (fchmod(fd, 0600) < 0) {
 		e = errno;
 		goto out_unlink;
 	}
+	/* Every block allocated now: a store into a hole of a shared mapping on a full disk
+	 * is a SIGBUS, which would kill the worker in the middle of a request. */
+	e = posix_fallocate(fd, 0, sizeof(*f));
+	if (e)
+		goto out_unlink;
 	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (f == MAP_FAILED) {
 		e = errno;
@@ -603,8 +608,11 @@ static struct mfile *map_file(const char *path, struct buf *err)
 			  (long long)st.st_size, sizeof(*f));
 		return create_file(path, err);
 	}
-	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	e = errno;
+	/* As at creation: no hole left for a store to fault on (a no-op on our own file). */
+	e = posix_fallocate(fd, 0, sizeof(*f));
+	f = e ? MAP_FAILED : mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (!e)
+		e = errno;
 	close(fd);
 	if (f == MAP_FAILED) {
 		open_err(err, e, path, NULL);
