@@ -204,7 +204,8 @@ static bool key_put(char key[METRICS_MAX_KEY], size_t *n, const char *s, bool es
 			return false;
 		if (two) {
 			key[(*n)++] = '\\';
-			c = c == '\n' ? 'n' : c;
+			if (c == '\n')
+				c = 'n';
 		}
 		key[(*n)++] = c;
 	}
