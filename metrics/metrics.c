@@ -245,12 +245,17 @@ static bool slot_is(const struct mslot *s, const char *key, enum kind kind, pid_
 	       __atomic_load_n(&s->pid_start, __ATOMIC_RELAXED) == start && !strcmp(s->key, key);
 }
 
-static void table_lock(void)
+/* 0, or -1 when the mutex cannot be had (ENOTRECOVERABLE: never, as we always mark it
+ * consistent; the series is then dropped). */
+static int table_lock(void)
 {
+	int r = pthread_mutex_lock(&mf->lock);
+
 	/* A process that died holding it: the table is consistent whatever step it was at
 	 * (a slot is published last), so carry on. */
-	if (pthread_mutex_lock(&mf->lock) == EOWNERDEAD)
-		pthread_mutex_consistent(&mf->lock);
+	if (r == EOWNERDEAD)
+		r = pthread_mutex_consistent(&mf->lock);
+	return r ? -1 : 0;
 }
 
 /* The slot of (key, kind, pid), made when missing; NULL when the table is full (the
@@ -267,7 +272,10 @@ static struct mslot *slot_get(const char *key, enum kind kind, pid_t pid, uint64
 		if (slot_is(s, key, kind, pid, start))
 			return s;
 	}
-	table_lock();
+	if (table_lock()) {
+		__atomic_add_fetch(&mf->dropped, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
 	for (i = 0; i < METRICS_MAX_SERIES && !found; i++) {
 		s = &mf->slots[(h + i) % METRICS_MAX_SERIES];
 		if (s->state == SLOT_EMPTY) {
