@@ -81,8 +81,7 @@ static const struct family {
 	  "Time from a request's arrival to the first byte of its answer, by provider." },
 	{ "olp_runs_in_flight", K_GAUGE, "Provider runs under way now, by provider." },
 	{ "olp_runs_total", K_COUNTER,
-	  "Provider processes started, by provider and how their sandbox started (cold, warm, "
-	  "prestart)." },
+	  "Provider runs whose sandbox started, by provider and how (cold, warm, prestart)." },
 	{ "olp_sandbox_start_failures_total", K_COUNTER,
 	  "Provider runs whose sandbox or process could not start, by provider and reason." },
 	{ "olp_quota_rejections_total", K_COUNTER,

@@ -60,7 +60,8 @@ void metrics_provider_add(const char *provider);
 /* A provider run starts and ends (olp_runs_in_flight). */
 void metrics_run_begin(const char *provider);
 void metrics_run_end(const char *provider);
-/* A provider process ran; start is "cold", "warm" or "prestart" (olp_runs_total). */
+/* A provider run whose sandbox started (prov_outcome.ran); start is "cold", "warm" or
+ * "prestart" (olp_runs_total). */
 void metrics_run_started(const char *provider, const char *start);
 /* A sandbox that could not start; reason is a bounded code ("sandbox", "spawn_failed"). */
 void metrics_sandbox_failure(const char *provider, const char *reason);

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { cfg, chatBody, curl, descendants, makeHome, startServer, testConfig, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, descendants, makeHome, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
 
 const METRICS_TOKEN = 'mt_' + randomBytes(24).toString('hex');
 
@@ -69,7 +69,15 @@ describe('GET /metrics behind lighttpd, 2 workers', () => {
   let guest;
 
   before(async () => {
-    const dirs = makeHome({ config: { ...testConfig(), metrics_token: METRICS_TOKEN } });
+    // A provider whose command is not there: its runs fail to start (spawn_failed).
+    const registry = testRegistry();
+    registry.providers.missing = {
+      ...registry.providers.echo,
+      argv: ['/nonexistent/olp-test-command'],
+      aliases: undefined,
+      models: [{ id: 'missing', displayName: 'Test missing', created: 1700000000 }],
+    };
+    const dirs = makeHome({ registry, config: { ...testConfig(), metrics_token: METRICS_TOKEN } });
     guest = olpKeys(dirs.home, 'keygen', '--name=guest', '--tier=guest');
     srv = await startServer({ dirs, maxProcs: 2, threads: 2 });
   });
@@ -122,6 +130,8 @@ describe('GET /metrics behind lighttpd, 2 workers', () => {
     });
     assert.equal(streamed.status, 200, streamed.text);
     for (let i = 0; i < 3; i++) assert.equal((await curl(srv, { path: `/no/such/route/${i}` })).status, 404);
+    const failed = await curl(srv, { method: 'POST', path: '/v1/chat/completions', body: chatBody('missing') });
+    assert.ok(failed.status >= 500, `a command that is not there: ${failed.status} ${failed.text}`);
     const chatPids = new Set(await Promise.all(chats.map((c) => servedBy(srv, c.headers['x-request-id']))));
     assert.ok(chatPids.size >= 1);
 
@@ -148,6 +158,8 @@ describe('GET /metrics behind lighttpd, 2 workers', () => {
         );
         assert.equal(s.get('olp_runs_total{provider="echo",start="cold"}'), N, at);
         assert.equal(s.get('olp_runs_in_flight{provider="echo"}'), 0, at);
+        assert.equal(s.get('olp_sandbox_start_failures_total{provider="missing",reason="spawn_failed"}'), 1, at);
+        assert.equal(s.get(`olp_requests_total{route="chat",provider="missing",model="missing",status="${failed.status}"}`), 1, at);
         assert.equal(s.get('olp_runs_in_flight{provider="forever"}'), 0, at);
         assert.equal(s.get('olp_audit_write_failures_total'), 0, at);
         assert.equal(s.get('olp_metrics_dropped_series_total'), 0, at);
