@@ -8,6 +8,7 @@
 
 #include "auth/auth.h"
 #include "fcgi/fcgi.h"
+#include "metrics/metrics.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
 
@@ -44,6 +45,7 @@ struct fcgi_config {
 	char *sandbox_uid_range;	    /* sandbox.uid_range, or NULL */
 	char *sandbox_cgroup;		    /* sandbox.cgroup: "auto", "off" or a cgroup path */
 	char *registry_path;		    /* the registry actually used */
+	char *metrics_token; /* metrics_token: a bearer token for GET /metrics alone, or NULL */
 };
 
 /* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with
