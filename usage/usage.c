@@ -276,12 +276,12 @@ static int db_migrate(sqlite3 *db, const char **detail)
 
 out_rollback:
 	err = sq_errno(db, rc);
-	*detail = sqlite3_errmsg(db);
+	*detail = sqlite3_errstr(rc); /* static: the ROLLBACK below resets sqlite3_errmsg */
 out_rollback_err:
 	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 	return err;
 out_err:
-	*detail = sqlite3_errmsg(db);
+	*detail = sqlite3_errstr(rc);
 	return sq_errno(db, rc);
 }
 
