@@ -332,6 +332,22 @@ int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
 	return ret;
 }
 
+/* Root editing a store it does not own (sudo olp-keys set-quota, revoke) must leave the
+ * manifest readable by the workers that own it: a root-owned 0600 manifest would make the
+ * key invalid for them. So the new file gets the key directory's owner. */
+static int chown_like_dir(int fd, int dirfd)
+{
+	struct stat sb;
+
+	if (geteuid() != 0)
+		return 0;
+	if (fstat(dirfd, &sb) < 0)
+		return -errno;
+	if (sb.st_uid == 0 && sb.st_gid == 0)
+		return 0;
+	return fchown(fd, sb.st_uid, sb.st_gid) < 0 ? -errno : 0;
+}
+
 int auth_manifest_write_at(int dirfd, json_t *root)
 {
 	char tmp[64], rnd[9];
@@ -349,7 +365,9 @@ int auth_manifest_write_at(int dirfd, json_t *root)
 		ret = -errno;
 		goto out_free;
 	}
-	ret = write_all(fd, text, strlen(text));
+	ret = chown_like_dir(fd, dirfd);
+	if (!ret)
+		ret = write_all(fd, text, strlen(text));
 	if (!ret)
 		ret = write_all(fd, "\n", 1);
 	/* fsync before rename: otherwise a crash can leave a renamed but empty manifest. */

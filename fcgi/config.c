@@ -278,6 +278,28 @@ static int read_usage(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* metrics_token: lets a Prometheus server scrape GET /metrics without the owner's token.
+ * Long enough not to be guessed, and only characters a header carries as they are. */
+static int read_metrics(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *v = json_object_get(c->json, "metrics_token");
+	const char *s;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return conf_err(c, err, "metrics_token: must be a string");
+	s = json_string_value(v);
+	if (json_string_length(v) < 32)
+		return conf_err(c, err, "metrics_token: must be at least 32 characters");
+	for (const char *p = s; *p || p < s + json_string_length(v); p++)
+		if (*p <= ' ' || *p > '~')
+			return conf_err(c, err,
+					"metrics_token: must be printable ASCII without spaces");
+	c->metrics_token = xstrdup(s);
+	return 0;
+}
+
 int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 {
 	struct buf why = BUF_INIT;
@@ -294,7 +316,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 		return -1;
 	}
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
-	    read_sandbox(c, err) || read_usage(c, err))
+	    read_sandbox(c, err) || read_usage(c, err) || read_metrics(c, err))
 		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");
@@ -404,5 +426,8 @@ void fcgi_config_release(struct fcgi_config *c)
 	free(c->sandbox_uid_range);
 	free(c->sandbox_cgroup);
 	free(c->registry_path);
+	if (c->metrics_token)
+		explicit_bzero(c->metrics_token, strlen(c->metrics_token));
+	free(c->metrics_token);
 	memset(c, 0, sizeof(*c));
 }

@@ -6,6 +6,7 @@
  * any output is still a proper JSON error with the right status. */
 #include <errno.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1054,6 +1055,17 @@ static int check_quota(struct req_ctx *rc)
 	return -1;
 }
 
+/* A provider run's outcome: how its sandbox started, or why it could not. */
+static void count_run_outcome(const char *provider, const struct prov_outcome *o)
+{
+	if (o->ran)
+		metrics_run_started(provider, sbx_start_name(o->start));
+	if (o->err == PROV_ERR_SANDBOX)
+		metrics_sandbox_failure(provider, "sandbox");
+	else if (o->err == PROV_ERR_SPAWN_FAILED)
+		metrics_sandbox_failure(provider, "spawn_failed");
+}
+
 static void handle_chat(struct req_ctx *rc)
 {
 	struct buf body = BUF_INIT;
@@ -1115,7 +1127,10 @@ static void handle_chat(struct req_ctx *rc)
 		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
 		/* answer_done sends the end of the answer as soon as the outcome is known;
 		 * the sandbox's teardown happens after that, off the client's critical path. */
+		metrics_run_begin(rc->provider);
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
+		metrics_run_end(rc->provider);
+		count_run_outcome(rc->provider, &o);
 		if (!a.answered && a.cur == hop) /* done never came: never loop on a hop */
 			break;
 	}
@@ -1499,9 +1514,94 @@ static void handle_dashboard(struct req_ctx *rc)
 		fcgi_io_write(rc->io, (const char *)fcgi_dashboard_html, fcgi_dashboard_html_len);
 }
 
+/* Whether the request carries config.json's metrics_token as its bearer token. Compared
+ * in constant time (of digests, so that the length does not show either). */
+static bool has_metrics_token(struct req_ctx *rc)
+{
+	const char *want = rc->app->cfg.metrics_token;
+	const char *authz = fcgi_io_param(rc->io, "HTTP_AUTHORIZATION");
+	unsigned char h1[crypto_generichash_BYTES], h2[crypto_generichash_BYTES];
+	size_t n;
+
+	if (!want || !authz)
+		return false;
+	while (*authz == ' ' || *authz == '\t')
+		authz++;
+	if (strncasecmp(authz, "Bearer ", 7))
+		return false;
+	for (authz += 7; *authz == ' ' || *authz == '\t'; authz++)
+		;
+	for (n = strlen(authz); n && (authz[n - 1] == ' ' || authz[n - 1] == '\t'); n--)
+		;
+	crypto_generichash(h1, sizeof(h1), (const unsigned char *)authz, n, NULL, 0);
+	crypto_generichash(h2, sizeof(h2), (const unsigned char *)want, strlen(want), NULL, 0);
+	return sodium_memcmp(h1, h2, sizeof(h1)) == 0;
+}
+
+/* Prometheus text for the whole pool: for the owner, or for config.json's metrics_token
+ * (a scraper that holds no key). The token opens this route only, and makes its holder
+ * no owner: listing /metrics in auth.owner_only_endpoints changes nothing here. */
 static void handle_metrics(struct req_ctx *rc)
 {
-	fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method, rc->path.data);
+	struct buf b = BUF_INIT;
+
+	if (!has_metrics_token(rc)) {
+		if (authenticate(rc, true))
+			return;
+		if (!is_owner(rc)) {
+			fail(rc, 403, "owner_only", "owner_only",
+			     "%.200s is for the owner or the metrics_token of config.json",
+			     rc->path.data);
+			return;
+		}
+	}
+	if (metrics_render(&b)) {
+		fail(rc, 503, "metrics_unavailable", "metrics_unavailable",
+		     "This worker could not open the pool's shared metrics file (its start-up "
+		     "log says why)");
+		goto out;
+	}
+	send_head(rc, 200, "text/plain; version=0.0.4; charset=utf-8",
+		  (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+	fcgi_io_write(rc->io, b.data, b.len);
+out:
+	buf_release(&b);
+}
+
+static const char *route_name(enum fcgi_route r)
+{
+	switch (r) {
+	case FCGI_ROUTE_CHAT: return "chat";
+	case FCGI_ROUTE_MODELS: return "models";
+	case FCGI_ROUTE_HEALTH: return "health";
+	case FCGI_ROUTE_HEALTH_LIVE: return "health_live";
+	case FCGI_ROUTE_USAGE: return "usage";
+	case FCGI_ROUTE_DASHBOARD: return "dashboard";
+	case FCGI_ROUTE_METRICS: return "metrics";
+	case FCGI_ROUTE_BAD_METHOD: return "bad_method";
+	default: return "not_found";
+	}
+}
+
+/* The request is over: count it. The audit failures are counted per process by auth/;
+ * the pool's counter gets what this process added since it last looked. */
+static void count_request(struct req_ctx *rc, enum fcgi_route route)
+{
+	static uint64_t audit_seen;
+	uint64_t now = mono_ms(), failures = auth_audit_failures(rc->app->auth);
+	uint64_t prev = __atomic_load_n(&audit_seen, __ATOMIC_RELAXED);
+
+	metrics_request(route_name(route), rc->provider, rc->model, rc->status,
+			(now - rc->t0) * 1000,
+			rc->t_first ? (int64_t)(rc->t_first - rc->t0) * 1000 : -1);
+	/* Threads race here: only the one that moves audit_seen counts the difference. */
+	while (failures > prev) {
+		if (__atomic_compare_exchange_n(&audit_seen, &prev, failures, false,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			metrics_audit_failures(failures - prev);
+			break;
+		}
+	}
 }
 
 /* ---- the request ----------------------------------------------------------------------- */
@@ -1640,6 +1740,7 @@ out_finish:
 		log_request(&rc);
 	if (rc.chat)
 		record_usage(&rc);
+	count_request(&rc, route);
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
 		auth_touch(app->auth, &rc.id);

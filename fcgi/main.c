@@ -205,6 +205,20 @@ static void report_ready(void)
 		 st->identity, st->identity_detail);
 }
 
+/* The pool's shared metrics (ADR 0021), in the runtime dir. Without them requests are
+ * served as ever and GET /metrics says it cannot answer. */
+static void open_metrics(bool cgi)
+{
+	struct buf err = BUF_INIT;
+
+	if (metrics_open(app.cfg.runtime_dir, &err))
+		log_warnx(NULL, "metrics: %s; GET /metrics answers 503", err.data);
+	buf_release(&err);
+	/* Each provider's gauge at 0 from the start; not once per CGI request. */
+	for (size_t i = 0; !cgi && i < prov_registry_provider_count(app.reg); i++)
+		metrics_provider_add(prov_provider_name(prov_registry_provider_at(app.reg, i)));
+}
+
 /* cgi: this process answers one request and exits (plain CGI). */
 static int app_init(bool cgi)
 {
@@ -235,6 +249,8 @@ static int app_init(bool cgi)
 	if (ret)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
+	/* The pool's shared metrics, in the same place. */
+	open_metrics(cgi);
 	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
 				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
 	app.auth = auth_store_open(app.cfg.home, &ao);

@@ -8,6 +8,7 @@
 
 #include "auth/auth.h"
 #include "fcgi/fcgi.h"
+#include "metrics/metrics.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
 #include "usage/usage.h"
@@ -47,6 +48,7 @@ struct fcgi_config {
 	char *registry_path;		    /* the registry actually used */
 	bool usage_enabled;		    /* usage.enabled (default true): ledger and quotas */
 	unsigned usage_retention_days;	    /* usage.retention_days (0: the store's default) */
+	char *metrics_token; /* metrics_token: a bearer token for GET /metrics alone, or NULL */
 };
 
 /* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with

@@ -26,8 +26,8 @@
 #define USAGE_SCHEMA_VERSION 1
 #define USAGE_BUSY_TIMEOUT_MS 2000
 #define USAGE_REOPEN_MS 10000u
-#define USAGE_PRUNE_EVERY_MS (3600u * 1000u)
-#define USAGE_LOG_EVERY_MS 60000u
+#define USAGE_PRUNE_EVERY_MS 3600000u /* an hour */
+#define USAGE_LOG_EVERY_MS 60000u     /* a minute */
 #define USAGE_WINDOW_KEEP_MS (2 * 86400000LL)
 #define MINUTE_MS 60000LL
 #define DAY_MS 86400000LL
@@ -60,11 +60,14 @@ static const char *const stmt_sql[ST__N] = {
 	[ST_ADD_TOKENS] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
 			  " VALUES (?1, 1, ?2, 0, ?3) ON CONFLICT (key_id, kind, start_ms)"
 			  " DO UPDATE SET tokens = tokens + excluded.tokens",
-	[ST_WIN_GET] = "SELECT requests, tokens FROM quota_windows"
-		       " WHERE key_id = ?1 AND kind = ?2 AND start_ms = ?3",
-	[ST_WIN_TAKE] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
-			" VALUES (?1, ?2, ?3, 1, 0) ON CONFLICT (key_id, kind, start_ms)"
-			" DO UPDATE SET requests = requests + 1",
+	/* A key's minute (?2) and day (?3): one statement each way, for the quota check is on
+	 * every request's path (usage-bench). */
+	[ST_WIN_GET] = "SELECT kind, requests, tokens FROM quota_windows WHERE key_id = ?1"
+		       " AND ((kind = 0 AND start_ms = ?2) OR (kind = 1 AND start_ms = ?3))",
+	[ST_WIN_TAKE] =
+		"INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
+		" VALUES (?1, 0, ?2, 1, 0), (?1, 1, ?3, 1, 0)"
+		" ON CONFLICT (key_id, kind, start_ms) DO UPDATE SET requests = requests + 1",
 	[ST_DAYS] = "SELECT key_id, COALESCE(provider, ''),"
 		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, count(*),"
 		    " sum(status >= 400), sum(prompt_tokens), sum(completion_tokens),"
@@ -273,12 +276,12 @@ static int db_migrate(sqlite3 *db, const char **detail)
 
 out_rollback:
 	err = sq_errno(db, rc);
-	*detail = sqlite3_errmsg(db);
+	*detail = sqlite3_errstr(rc); /* static: the ROLLBACK below resets sqlite3_errmsg */
 out_rollback_err:
 	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 	return err;
 out_err:
-	*detail = sqlite3_errmsg(db);
+	*detail = sqlite3_errstr(rc);
 	return sq_errno(db, rc);
 }
 
@@ -579,36 +582,47 @@ out_unlock:
 	return err;
 }
 
-/* requests and tokens of key's window (kind, start): SQLite's result code. */
-static int win_get(struct usage_store *st, const char *key_id, enum win_kind kind, int64_t start,
-		   int64_t *requests, int64_t *tokens)
+/* What a key counted in its minute and its day. */
+struct win_counts {
+	int64_t min_requests;
+	int64_t day_requests;
+	int64_t day_tokens;
+};
+
+static void bind_windows(sqlite3_stmt *s, const char *key_id, int64_t now_ms)
+{
+	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	sqlite3_bind_int64(s, 2, floor_to(now_ms, MINUTE_MS));
+	sqlite3_bind_int64(s, 3, floor_to(now_ms, DAY_MS));
+}
+
+/* The key's current minute and day at now_ms (missing windows count 0): SQLite's result
+ * code. */
+static int win_get(struct usage_store *st, const char *key_id, int64_t now_ms, struct win_counts *c)
 {
 	sqlite3_stmt *s = stmt_get(st, ST_WIN_GET);
 	int rc;
 
-	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	sqlite3_bind_int(s, 2, kind);
-	sqlite3_bind_int64(s, 3, start);
-	*requests = *tokens = 0;
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW) {
-		*requests = sqlite3_column_int64(s, 0);
-		*tokens = sqlite3_column_int64(s, 1);
-		rc = SQLITE_OK;
-	} else if (rc == SQLITE_DONE) {
-		rc = SQLITE_OK;
+	bind_windows(s, key_id, now_ms);
+	memset(c, 0, sizeof(*c));
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (sqlite3_column_int(s, 0) == WIN_MINUTE) {
+			c->min_requests = sqlite3_column_int64(s, 1);
+		} else {
+			c->day_requests = sqlite3_column_int64(s, 1);
+			c->day_tokens = sqlite3_column_int64(s, 2);
+		}
 	}
 	sqlite3_reset(s);
-	return rc;
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int win_take(struct usage_store *st, const char *key_id, enum win_kind kind, int64_t start)
+/* Count one request in the key's minute and day. */
+static int win_take(struct usage_store *st, const char *key_id, int64_t now_ms)
 {
 	sqlite3_stmt *s = stmt_get(st, ST_WIN_TAKE);
 
-	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	sqlite3_bind_int(s, 2, kind);
-	sqlite3_bind_int64(s, 3, start);
+	bind_windows(s, key_id, now_ms);
 	return stmt_run(s);
 }
 
@@ -633,7 +647,8 @@ static void refuse(struct usage_verdict *v, const char *limit, int64_t value, in
 int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
 		     int64_t now_ms, struct usage_verdict *v)
 {
-	int64_t minute, day, min_req, min_tok, day_req, day_tok;
+	int64_t minute, day;
+	struct win_counts c;
 	int rc, err;
 
 	if (v)
@@ -655,23 +670,19 @@ int usage_quota_take(struct usage_store *st, const char *key_id, const struct us
 	rc = tx_begin(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	rc = win_get(st, key_id, WIN_DAY, day, &day_req, &day_tok);
+	rc = win_get(st, key_id, now_ms, &c);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	rc = win_get(st, key_id, WIN_MINUTE, minute, &min_req, &min_tok);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	if (q->requests_per_day > 0 && day_req >= q->requests_per_day)
-		refuse(v, "requests_per_day", q->requests_per_day, day_req, now_ms, day + DAY_MS);
-	else if (q->tokens_per_day > 0 && day_tok >= q->tokens_per_day)
-		refuse(v, "tokens_per_day", q->tokens_per_day, day_tok, now_ms, day + DAY_MS);
-	else if (q->requests_per_minute > 0 && min_req >= q->requests_per_minute)
-		refuse(v, "requests_per_minute", q->requests_per_minute, min_req, now_ms,
+	if (q->requests_per_day > 0 && c.day_requests >= q->requests_per_day)
+		refuse(v, "requests_per_day", q->requests_per_day, c.day_requests, now_ms,
+		       day + DAY_MS);
+	else if (q->tokens_per_day > 0 && c.day_tokens >= q->tokens_per_day)
+		refuse(v, "tokens_per_day", q->tokens_per_day, c.day_tokens, now_ms, day + DAY_MS);
+	else if (q->requests_per_minute > 0 && c.min_requests >= q->requests_per_minute)
+		refuse(v, "requests_per_minute", q->requests_per_minute, c.min_requests, now_ms,
 		       minute + MINUTE_MS);
 	if (v->allowed) {
-		rc = win_take(st, key_id, WIN_MINUTE, minute);
-		if (rc == SQLITE_OK)
-			rc = win_take(st, key_id, WIN_DAY, day);
+		rc = win_take(st, key_id, now_ms);
 		if (rc != SQLITE_OK)
 			goto out_fail;
 		rc = tx_commit(st);
@@ -696,7 +707,7 @@ out_unlock:
 int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,
 		      struct usage_quota_state *out)
 {
-	int64_t ignored, tokens;
+	struct win_counts c;
 	int rc, err;
 
 	if (out)
@@ -709,17 +720,14 @@ int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms
 	err = db_ready(st);
 	if (err)
 		goto out_unlock;
-	rc = win_get(st, key_id, WIN_MINUTE, floor_to(now_ms, MINUTE_MS),
-		     &out->requests_this_minute, &ignored);
-	if (rc == SQLITE_OK)
-		rc = win_get(st, key_id, WIN_DAY, floor_to(now_ms, DAY_MS), &out->requests_today,
-			     &tokens);
+	rc = win_get(st, key_id, now_ms, &c);
 	if (rc != SQLITE_OK) {
-		*out = (struct usage_quota_state){ 0 };
 		err = db_failed(st, "reading a quota", rc);
 		goto out_unlock;
 	}
-	out->tokens_today = tokens;
+	out->requests_this_minute = c.min_requests;
+	out->requests_today = c.day_requests;
+	out->tokens_today = c.day_tokens;
 out_unlock:
 	pthread_mutex_unlock(&st->lock);
 	return err;

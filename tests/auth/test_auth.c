@@ -764,6 +764,40 @@ static void test_check_quota_next_request(void)
 	tu_rmhome(home);
 }
 
+/* Root editing a store another user owns (sudo olp-keys set-quota) leaves each manifest
+ * its directory owner's, or the workers could no longer read the key. */
+static void test_root_edit_keeps_owner(void)
+{
+	struct auth_key_spec spec = { .name = "o", .tier = AUTH_TIER_GUEST };
+	struct auth_quota q = { .requests_per_day = 1 };
+	const uid_t uid = 4242;
+	const gid_t gid = 4343;
+	char *home, path[4096];
+	struct auth_new_key k;
+	struct stat sb;
+
+	if (geteuid() != 0) {
+		printf("\n  (skipped: needs root to chown) ");
+		return;
+	}
+	home = tu_mkhome();
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &spec, &k, NULL), AUTH_KEY_OK);
+	snprintf(path, sizeof(path), "%s/keys/%s", home, k.id);
+	CU_ASSERT_FATAL(chown(path, uid, gid) == 0);
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_RPD, NULL, NULL),
+			AUTH_KEY_OK);
+	snprintf(path, sizeof(path), "%s/keys/%s/manifest.json", home, k.id);
+	CU_ASSERT_FATAL(stat(path, &sb) == 0);
+	CU_ASSERT_EQUAL(sb.st_uid, uid);
+	CU_ASSERT_EQUAL(sb.st_gid, gid);
+	CU_ASSERT_EQUAL(sb.st_mode & 07777, 0600);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, k.id, NULL, NULL), AUTH_KEY_OK);
+	CU_ASSERT_FATAL(stat(path, &sb) == 0);
+	CU_ASSERT_EQUAL(sb.st_uid, uid);
+	auth_new_key_wipe(&k);
+	tu_rmhome(home);
+}
+
 /* A store written by hand in the Node OLP's format works as is. */
 static void test_node_fixture(void)
 {
@@ -1291,6 +1325,7 @@ static const struct ts_test check_tests[] = {
 	{ "keys and tiers", test_check_keys_and_tiers },
 	{ "revoked on the next request", test_check_revoked_next_request },
 	{ "quota set on the next request", test_check_quota_next_request },
+	{ "root's edit keeps the manifest's owner", test_root_edit_keeps_owner },
 	{ "Node OLP fixture store", test_node_fixture },
 	{ "threads sharing one store", test_threads },
 	{ NULL, NULL },

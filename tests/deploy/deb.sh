@@ -106,7 +106,7 @@ check "Package: olp" [ "$(field Package)" = olp ]
 check "Architecture: $(dpkg --print-architecture)" [ "$(field Architecture)" = "$(dpkg --print-architecture)" ]
 deps=$(field Depends)
 for d in bubblewrap uidmap passwd 'lighttpd | apache2 | spawn-fcgi' libc6 libcap2 libfcgi0ldbl \
-	libjansson4 libseccomp2 libsodium23; do
+	libjansson4 libseccomp2 libsodium23 libsqlite3-0; do
 	case ", $deps," in *", $d"[,\ ]*) ok "Depends: $d" ;; *) bad "Depends lacks $d: $deps" ;; esac
 done
 for s in postinst prerm postrm conffiles; do

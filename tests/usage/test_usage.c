@@ -157,10 +157,10 @@ static void test_days(void)
 
 	t = (time_t)(d0 / 1000);
 	gmtime_r(&t, &tm);
-	strftime(day0, sizeof(day0), "%Y-%m-%d", &tm);
+	(void)strftime(day0, sizeof(day0), "%Y-%m-%d", &tm);
 	t = (time_t)(d1 / 1000);
 	gmtime_r(&t, &tm);
-	strftime(day1, sizeof(day1), "%Y-%m-%d", &tm);
+	(void)strftime(day1, sizeof(day1), "%Y-%m-%d", &tm);
 
 	/* The last millisecond of yesterday and the first of today fall on either side. */
 	add(st, d1 - 1, "k1", "claude", 200, 10, 1, USAGE_START_COLD);

@@ -1,0 +1,76 @@
+/* metrics: Prometheus counters, gauges and histograms shared by every worker process of a
+ * host, so that one scrape of any worker shows the whole pool (ADR 0021).
+ *
+ * The values live in one file-backed MAP_SHARED mapping in the sandbox runtime dir
+ * (<dir>/metrics.v1, mode 0600), a fixed table of series (a metric name and its label
+ * set) updated with atomic operations. A series the table has no room for is counted in
+ * olp_metrics_dropped_series_total and otherwise ignored: metrics never fail a request.
+ *
+ * One mapping per process (like the log): metrics_open once at start-up; every other
+ * function is thread-safe, works in a child forked after it, and does nothing until
+ * metrics_open succeeded. Labels are bounded sets only (provider, model, route, status,
+ * start, limit, reason): never a key id, a token or a prompt. */
+#ifndef OLP_METRICS_H
+#define OLP_METRICS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* The series table's capacity (the file's size is fixed by it). */
+#define METRICS_MAX_SERIES 1024
+/* The longest series key, `name{label="value",…}` with values escaped; a longer one is
+ * dropped (counted). */
+#define METRICS_MAX_KEY 232
+
+/* Map <dir>/metrics.v1, creating it when missing. A file of another layout (magic,
+ * version or size: an older OLP's) is replaced by a fresh one; a file that is not a
+ * regular file of ours (another owner, group or other access, a symlink in its place)
+ * is refused. 0, or -errno with err saying why (the path and what is wrong with it).
+ * Calling it again replaces the process's mapping (tests). */
+int metrics_open(const char *dir, struct buf *err);
+/* Unmap; the process's updates are no-ops again. */
+void metrics_close(void);
+bool metrics_is_open(void);
+
+/* ---- generic updates: name is one of the families of metrics.c, labels a
+ * NULL-terminated list of name, value pairs (NULL or { NULL } for none; a NULL value
+ * is ""). 0, or -EINVAL (unknown family, wrong type), -ENAMETOOLONG or -ENOSPC (the
+ * series was dropped and counted), -ENODEV (not open). */
+int metrics_counter_add(const char *name, const char *const labels[], uint64_t n);
+/* Gauges are per process: each process adds to its own row, and a scrape sums the rows
+ * of live processes, so a worker killed mid-run (SIGKILL) leaves nothing stuck. */
+int metrics_gauge_add(const char *name, const char *const labels[], int64_t delta);
+/* Observe a duration (microseconds) in a histogram of buckets 5 ms … 120 s. */
+int metrics_observe_us(const char *name, const char *const labels[], uint64_t us);
+
+/* Append the whole pool's metrics to out in the Prometheus text format 0.0.4 (HELP and
+ * TYPE lines, families together). 0, or -ENODEV when not open. */
+int metrics_render(struct buf *out);
+
+/* ---- OLP's events (the names and labels of docs/deploy.md "Metrics") ----------------- */
+/* One answered request: route ("chat", "models", …), provider and model ("" or NULL off
+ * the chat route), HTTP status, time to the end and (ttfb_us < 0: none) to the first
+ * byte of the answer. */
+void metrics_request(const char *route, const char *provider, const char *model, int status,
+		     uint64_t dur_us, int64_t ttfb_us);
+/* A provider this worker serves: its olp_runs_in_flight shows 0 before any run. */
+void metrics_provider_add(const char *provider);
+/* A provider run starts and ends (olp_runs_in_flight). */
+void metrics_run_begin(const char *provider);
+void metrics_run_end(const char *provider);
+/* A provider run whose sandbox started (prov_outcome.ran); start is "cold", "warm" or
+ * "prestart" (olp_runs_total). */
+void metrics_run_started(const char *provider, const char *start);
+/* A sandbox that could not start; reason is a bounded code ("sandbox", "spawn_failed"). */
+void metrics_sandbox_failure(const char *provider, const char *reason);
+/* A request refused for a quota: limit is "requests_per_minute", "requests_per_day" or
+ * "tokens_per_day". */
+void metrics_quota_rejected(const char *limit);
+/* n more audit records could not be written. */
+void metrics_audit_failures(uint64_t n);
+/* One usage ledger write failed. */
+void metrics_ledger_failure(void);
+
+#endif
