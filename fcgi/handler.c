@@ -1045,6 +1045,7 @@ static int check_quota(struct req_ctx *rc)
 		return 0;
 	if (usage_quota_take(rc->app->usage, rc->id.key_id, &q, 0, &v) < 0 || v.allowed)
 		return 0;
+	metrics_quota_rejected(v.limit ? v.limit : "quota");
 	snprintf(retry, sizeof(retry), "%u", v.retry_after ? v.retry_after : 1);
 	fcgi_error_set(&e, 429, "rate_limit_error", "quota_exceeded", NULL,
 		       "Quota exceeded: this key's %s is %lld and it has used %lld; try again in "
@@ -1666,9 +1667,10 @@ static void record_usage(struct req_ctx *rc)
 		.start = rc->start,
 	};
 
-	/* A failure is counted and logged by the store (the owner's /health shows it). */
-	if (rc->app->usage)
-		(void)usage_record_add(rc->app->usage, &r);
+	/* A failure is counted and logged by the store (the owner's /health shows it), and
+	 * counted for the pool in /metrics. */
+	if (rc->app->usage && usage_record_add(rc->app->usage, &r) < 0)
+		metrics_ledger_failure();
 }
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only

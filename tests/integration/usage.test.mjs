@@ -115,6 +115,10 @@ describe('usage ledger and quotas, 3 workers', () => {
     const again = await send();
     assert.equal(again.status, 429);
     rids.push(again.headers['x-request-id']);
+    // The pool's metrics count every refusal, whichever worker made it.
+    const m = await curl(server, { path: '/metrics', auth: true });
+    assert.equal(m.status, 200);
+    assert.match(m.text, /^olp_quota_rejections_total\{limit="requests_per_day"\} 3$/m);
   });
 
   it('GET /v1/usage: a guest sees its own key, with the ledger rows of every request that passed auth', async () => {
@@ -272,6 +276,9 @@ describe('usage ledger unavailable', () => {
     const h1 = (await curl(server, { path: '/health', auth: true })).json.usage;
     assert.equal(h1.available, false);
     assert.ok(h1.failures > h0.failures, `failures ${h0.failures} → ${h1.failures}`);
+    const m = await curl(server, { path: '/metrics', auth: true });
+    const fails = /^olp_ledger_write_failures_total (\d+)$/m.exec(m.text);
+    assert.ok(fails && Number(fails[1]) >= 4, m.text);
     const u = await curl(server, { path: '/v1/usage', auth: true });
     assert.equal(u.status, 503);
     assert.equal(u.json.error.code, 'usage_unavailable');
