@@ -181,3 +181,28 @@ describe('GET /dashboard', () => {
     assert.ok(!guest.dom.includes('data-key='));
   });
 });
+
+describe('GET /dashboard under a route prefix', () => {
+  let server;
+
+  before(async () => {
+    server = await startServer({
+      registry: meteredRegistry(),
+      config: { ...testConfig(), server: { route_prefix: '/api' } },
+      maxProcs: 1,
+    });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('reads /api/health and /api/v1/usage: its URLs are relative to where it is', async () => {
+    const r = await curl(server, { method: 'POST', path: '/api/v1/chat/completions', body: chatBody('metered') });
+    assert.equal(r.status, 200, r.text);
+    const { dom } = await chromium(server.url(`/api/dashboard#token=${encodeURIComponent(server.token)}`), ['--dump-dom']);
+    assert.match(dom, /<body data-state="loaded"/, dom.slice(0, 2000));
+    const row = rowOf(dom, 'data-key', '__env_owner__');
+    assert.ok(row, 'the env owner\'s row');
+    assert.equal(num(cell(row, 'requests')), 1, row);
+  });
+});
