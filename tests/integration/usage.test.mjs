@@ -224,6 +224,28 @@ describe('usage ledger and quotas, 3 workers', () => {
     );
   });
 
+  it('tokens_per_day: a request that starts below the limit is served, the next one refused', async () => {
+    const k = olpKeys(server.home, 'keygen', '--name=token guest', `--quota-tpd=${PROMPT_TOKENS + COMPLETION_TOKENS - 2}`);
+    const send = () =>
+      curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(k.token), body: chatBody('metered') });
+    const first = await send();
+    assert.equal(first.status, 200, first.text);
+    // Its tokens count once its row is in (written after the answer).
+    const seen = await waitFor(
+      async () => (await curl(server, { path: '/v1/usage', auth: bearer(k.token) })).json?.keys[0]?.quota_state.tokens_today > 0,
+      { timeoutMs: 10000, stepMs: 100 },
+    );
+    assert.ok(seen, 'the first request\'s tokens reached the ledger');
+    const second = await send();
+    assert.equal(second.status, 429, second.text);
+    assert.equal(second.json.error.code, 'quota_exceeded');
+    assert.match(
+      second.json.error.message,
+      new RegExp(`tokens_per_day is ${PROMPT_TOKENS + COMPLETION_TOKENS - 2} and it has used ${PROMPT_TOKENS + COMPLETION_TOKENS}`),
+    );
+    assert.ok(Number(second.headers['retry-after']) >= 1);
+  });
+
   it('olp-keys usage reads the same ledger', () => {
     const r = spawnSync(olpKeysBin(), ['usage', `--id=${guest.id}`, '--json', `--olp-home=${server.home}`], {
       encoding: 'utf8',
