@@ -260,6 +260,30 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.match(flat, new RegExp(`"prompt_tokens":${3 * PROMPT_TOKENS}\\b`));
   });
 
+  it('a client that goes away is in the ledger with status 499', async () => {
+    const k = olpKeys(server.home, 'keygen', '--name=impatient guest');
+    await assert.rejects(
+      fetch(server.url('/v1/chat/completions'), {
+        method: 'POST',
+        headers: { Authorization: bearer(k.token), 'Content-Type': 'application/json' },
+        body: JSON.stringify(chatBody('forever', 'hello', { stream: true })),
+        signal: AbortSignal.timeout(1500),
+      }).then((r) => r.text()),
+    );
+    let row;
+    const ok = await waitFor(
+      async () => {
+        row = (await curl(server, { path: '/v1/usage', auth: bearer(k.token) })).json?.recent?.[0];
+        return row !== undefined;
+      },
+      { timeoutMs: 20000, stepMs: 200 },
+    );
+    assert.ok(ok, 'no ledger row');
+    assert.equal(row.status, 499, JSON.stringify(row));
+    assert.equal(row.provider, 'forever');
+    assert.ok(row.duration_ms >= 1000, JSON.stringify(row));
+  });
+
   it('usage.db is the owner\'s alone (0600) and the owner\'s /health reports the ledger and the providers', async () => {
     const st = fs.statSync(path.join(server.home, 'usage.db'));
     assert.equal(st.mode & 0o777, 0o600);
