@@ -621,7 +621,7 @@ out_print:
 				arr,
 				json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
 					  " s:I}",
-					  "day", d->day, "key_id", d->key_id, "name",
+					  "date", d->day, "key_id", d->key_id, "name",
 					  key_name(&list, d->key_id), "provider",
 					  json_str_or_null(*d->provider ? d->provider : NULL),
 					  "requests", (json_int_t)d->requests, "errors",

@@ -155,9 +155,9 @@ d2=$(date -u -d "@$((day1 / 1000 + 86400))" +%Y-%m-%d)
 [ "$(stat -c %a "$H/usage.db")" = 600 ] || fail "usage.db mode"
 expect 0 "$KEYS" usage --json --olp-home="$H"
 [ "$(json "$T/out" 'len(d)')" = 4 ] || fail "usage rows: $(cat "$T/out")"
-[ "$(json "$T/out" '[(r["day"], r["name"], r["provider"], r["requests"], r["errors"], r["prompt_tokens"], r["completion_tokens"]) for r in d][0]')" = "('$d1', 'quota', 'claude', 2, 1, 15, 20)" ] ||
+[ "$(json "$T/out" '[(r["date"], r["name"], r["provider"], r["requests"], r["errors"], r["prompt_tokens"], r["completion_tokens"]) for r in d][0]')" = "('$d1', 'quota', 'claude', 2, 1, 15, 20)" ] ||
 	fail "usage claude row: $(cat "$T/out")"
-[ "$(json "$T/out" '[r["provider"] for r in d if r["day"]=="'"$d2"'" and r["key_id"]=="'"$q_id"'"][0]')" = None ] ||
+[ "$(json "$T/out" '[r["provider"] for r in d if r["date"]=="'"$d2"'" and r["key_id"]=="'"$q_id"'"][0]')" = None ] ||
 	fail "a row without a provider"
 expect 0 "$KEYS" usage --id="$owner_id" --json --olp-home="$H"
 [ "$(json "$T/out" '[(r["name"], r["requests"], r["prompt_tokens"]) for r in d]')" = "[('owner', 1, 100)]" ] ||
