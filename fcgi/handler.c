@@ -298,6 +298,19 @@ static void add_network(struct buf *b, const struct prov_provider *pv)
 	buf_addf(b, ",\"secretless\":%s", ni.secretless ? "true" : "false");
 }
 
+/* Pre-started provider processes (ADR 0022) of the worker process that answers. */
+static void add_prestart_block(struct buf *b)
+{
+	struct sbx_prestart_stats st;
+
+	sbx_prestart_stats(&st);
+	buf_addf(b,
+		 ",\"prestart\":{\"scope\":\"process\",\"hit\":%llu,\"miss\":%llu,"
+		 "\"expired\":%llu,\"died\":%llu,\"idle\":%zu}",
+		 (unsigned long long)st.hit, (unsigned long long)st.miss,
+		 (unsigned long long)st.expired, (unsigned long long)st.died, st.idle);
+}
+
 static void handle_health(struct req_ctx *rc)
 {
 	struct buf b = BUF_INIT;
@@ -344,6 +357,7 @@ static void handle_health(struct req_ctx *rc)
 		add_sandbox_block(&b);
 		buf_addf(&b, ",\"audit_failures\":%llu",
 			 (unsigned long long)auth_audit_failures(rc->app->auth));
+		add_prestart_block(&b);
 	}
 	buf_addch(&b, '}');
 	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
@@ -487,7 +501,18 @@ struct answer {
 	pthread_t hb;
 	bool hb_on, hb_stop;
 	uint64_t hb_ms, last_write;
+	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
 };
+
+/* The hop's process was started (prov_sink.start): a pre-started one or not. */
+static void answer_start(void *ctx, enum sbx_start start)
+{
+	struct answer *a = ctx;
+
+	pthread_mutex_lock(&a->lock);
+	a->start = start;
+	pthread_mutex_unlock(&a->lock);
+}
 
 /* The stream's head (200, text/event-stream), once. */
 static void stream_start(struct answer *a)
@@ -753,6 +778,10 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 	if (m) {
 		add_header(a->rc, h, "X-OLP-Provider-Used", prov_provider_name(m->provider));
 		add_header(a->rc, h, "X-OLP-Model-Used", m->id);
+		/* Whether a pre-started process answered (ADR 0022), where there could be one. */
+		if (prov_provider_prestart(m->provider))
+			add_header(a->rc, h, "X-OLP-Prestart",
+				   a->start == SBX_START_PRESTART ? "hit" : "miss");
 	}
 	snprintf(num, sizeof(num), "%zu", a->failed);
 	add_header(a->rc, h, "X-OLP-Fallback-Hops", num);
@@ -1009,7 +1038,9 @@ static void handle_chat(struct req_ctx *rc)
 			    .detail = BUF_INIT,
 			    .held = BUF_INIT,
 			    .lock = PTHREAD_MUTEX_INITIALIZER };
-	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
+	struct prov_sink sink = {
+		.emit = answer_emit, .done = answer_done, .start = answer_start, .ctx = &a
+	};
 	struct prov_request preq;
 	struct prov_outcome o;
 	json_t *messages = NULL;
