@@ -427,9 +427,10 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 	pv->timeout_ms = 600000;
 	pv->max_concurrent = 4;
 	pv->max_retries = -1;
-	/* Measured (docs/performance.md): claude's own start-up is most of its first token's
-	 * wait, so one is kept by default; codex's is not worth a waiting process. */
-	pv->prestart = mask == T_CLAUDE ? 1 : 0;
+	/* Measured (docs/performance.md, "Pre-started clients"): the CLI's own start-up is most
+	 * of claude's first-token wait and a third of codex's, so one of each is kept by
+	 * default; vibe could not be measured here, a command is the operator's to judge. */
+	pv->prestart = mask == T_CLAUDE || mask == T_CODEX ? 1 : 0;
 	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
 		const json_t *v = json_object_get(conf, settings[i].key);
 
