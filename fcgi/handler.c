@@ -492,7 +492,8 @@ struct answer {
 		struct buf args;
 	} calls[MAX_CALLS];
 	size_t ncalls;
-	bool role_sent; /* stream: the first chunk (with the role) is out */
+	bool role_sent;	      /* stream: the first chunk (with the role) is out */
+	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
 	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
 	 * ": keep-alive" when nothing was written for hb_ms. lock orders its writes with the
 	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
@@ -501,7 +502,6 @@ struct answer {
 	pthread_t hb;
 	bool hb_on, hb_stop;
 	uint64_t hb_ms, last_write;
-	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
 };
 
 /* The hop's process was started (prov_sink.start): a pre-started one or not. */

@@ -19,16 +19,12 @@ static char runtime_dir[] = "/tmp/olp-pre-test-XXXXXX";
 
 /* Prints a token only this process has, then what is in its home, then copies its stdin
  * there (a file the next run must never see) and echoes it. */
-static const char *const token_argv[] = {
-	"/bin/sh",
-	"-c",
+static const char token_script[] =
 	"read -r t < /proc/sys/kernel/random/uuid; echo \"token $t\"; echo \"home $(ls -A "
 	"\"$HOME\" /tmp | tr '\\n' ' ')\"; cat > \"$HOME/mine\"; cp \"$HOME/mine\" /tmp/mine; "
-	"cat \"$HOME/mine\"",
-	"argv-one",
-	"argv two",
-	NULL
-};
+	"cat \"$HOME/mine\"";
+static const char *const token_argv[] = { "/bin/sh",  "-c",	  token_script,
+					  "argv-one", "argv two", NULL };
 
 static int collect(void *ctx, const char *data, size_t len)
 {
@@ -108,7 +104,7 @@ static int children(void)
 		while (fgets(line, sizeof(line), f))
 			if (!strncmp(line, "PPid:", 5) && atol(line + 5) == (long)getpid())
 				n++;
-		fclose(f);
+		(void)fclose(f);
 	}
 	closedir(d);
 	return n;
