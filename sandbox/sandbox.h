@@ -284,7 +284,8 @@ struct sbx_run_options {
 	 * its listener is handed to on_listener then, its stdin gets stdin_data, and its
 	 * clock starts then. What the command wrote before is handed over first, in order
 	 * (it waits in the pipes). Each serves one run and is never reused. Bounded by
-	 * sbx_global_config.prestart_max (host-wide) and prestart_idle_ms. 0: none. */
+	 * sbx_global_config.prestart_max (host-wide) and prestart_idle_ms; only where warm
+	 * sandboxes are on (sbx_global_config.warm). 0: none. */
 	unsigned prestart;
 };
 
