@@ -597,9 +597,9 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
 	if (rc.retry && run_again_cold(&rc, &plan, &opt, deadline_ms) == 0) {
+		out->retried_cold = true; /* before on_result hands the outcome on */
 		sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 		conclude(&rc, res);
-		out->retried_cold = true;
 	}
 out_run:
 	net_finish(pv, req->request_id, &rc.net);
