@@ -1975,11 +1975,20 @@ out_release_instance:
 		res->spawn_errno = -ret;
 	}
 	/* The answer is out (on_result): get the next sandbox going, then clean up. */
-	if (pkey && !ret)
-		prestart_fill(p, argv, pkey, opt->prestart);
 	if (key && !ret)
 		warm_fill(p, key);
 	instance_release(&in, rid);
+	/* The next process after the teardown, keyed anew: a credential file this run wrote
+	 * back is copied and keyed as it is now, so that the next run can take it. */
+	if (pkey && !ret) {
+		char *now = policy_key(p);
+
+		free(pkey);
+		pkey = now ? prestart_key(now, argv) : NULL;
+		if (pkey)
+			prestart_fill(p, argv, pkey, opt->prestart);
+		free(now);
+	}
 	free(pkey);
 	free(key);
 	return ret;

@@ -252,6 +252,46 @@ static void test_stdin_argv_and_isolation(void)
 	buf_release(&argv_out);
 }
 
+/* A credential file a run writes back (a refreshed login) is what the next pre-started
+ * process gets: it is started, and keyed, after the write-back, and taken. */
+static void test_writable_credential(void)
+{
+	char dir[] = "/tmp/olp-pre-cred-XXXXXX", cred[64];
+	const char *const argv[] = { "/bin/sh", "-c", "cat \"$HOME/cred\"; cat > \"$HOME/cred\"",
+				     NULL };
+	struct sbx_policy *p = policy();
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	FILE *f;
+
+	init(4, 60000);
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(cred, sizeof(cred), "%s/cred", dir);
+	f = fopen(cred, "w");
+	CU_ASSERT_FATAL(f != NULL);
+	fputs("v1\n", f);
+	(void)fclose(f);
+	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, cred, "/home/olp/cred", true), 0);
+	CU_ASSERT_EQUAL(run(p, argv, "v2\n", &out, &res), 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "v1\n");
+	for (int i = 3; i <= 4; i++) {
+		char in[8], want[8];
+
+		CU_ASSERT(wait_idle(1, 10000));
+		usleep(300000);
+		snprintf(in, sizeof(in), "v%d\n", i);
+		snprintf(want, sizeof(want), "v%d\n", i - 1);
+		CU_ASSERT_EQUAL(run(p, argv, in, &out, &res), 0);
+		CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+		CU_ASSERT_STRING_EQUAL(out.data, want); /* never an older copy */
+	}
+	init(4, 60000); /* put it down before its file goes */
+	unlink(cred);
+	rmdir(dir);
+	sbx_policy_free(p);
+	buf_release(&out);
+}
+
 /* The wall clock starts at the take, not when the process was started ahead. */
 static void test_deadline_from_take(void)
 {
@@ -348,6 +388,7 @@ int main(void)
 		{ "host cap across processes", test_host_cap_across_processes },
 		{ "stdin, argv and isolation", test_stdin_argv_and_isolation },
 		{ "deadline from the take", test_deadline_from_take },
+		{ "a written-back credential", test_writable_credential },
 		{ "died while idle", test_died_while_idle },
 		{ "expiry without traffic", test_expiry_without_traffic },
 		{ "shutdown leaves nothing", test_shutdown_leaves_nothing },
