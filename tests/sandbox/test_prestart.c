@@ -269,7 +269,7 @@ static void test_writable_credential(void)
 	snprintf(cred, sizeof(cred), "%s/cred", dir);
 	f = fopen(cred, "w");
 	CU_ASSERT_FATAL(f != NULL);
-	fputs("v1\n", f);
+	CU_ASSERT(fputs("v1\n", f) >= 0);
 	(void)fclose(f);
 	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, cred, "/home/olp/cred", true), 0);
 	CU_ASSERT_EQUAL(run(p, argv, "v2\n", &out, &res), 0);
