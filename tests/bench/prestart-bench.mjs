@@ -261,13 +261,17 @@ async function main() {
   }
 }
 
+// Stop everything, give the workers a moment to put their sandboxes down, remove the dir.
+async function finish(code) {
+  cleanup();
+  await sleep(2000);
+  fs.rmSync(work, { recursive: true, force: true });
+  process.exit(code);
+}
+
 main()
-  .then(() => {
-    cleanup();
-    process.exit(0);
-  })
+  .then(() => finish(0))
   .catch((e) => {
     console.error(e);
-    cleanup();
-    process.exit(1);
+    return finish(1);
   });
