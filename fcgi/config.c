@@ -253,6 +253,25 @@ static int read_sandbox(struct fcgi_config *c, struct buf *err)
 	c->bwrap = xstrdup(s ? s : "/usr/bin/bwrap");
 	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
 	c->sandbox_warm = !json_is_false(json_object_get(sbx, "warm"));
+	/* Pre-started provider processes (ADR 0022): how many may wait idle on the host, and
+	 * for how long. */
+	{
+		const json_t *v = json_object_get(sbx, "prestart_max");
+		int64_t n = 4;
+
+		if (v && parse_json_int(v, 0, 64, &n))
+			return conf_err(c, err,
+					"sandbox.prestart_max: must be an integer from 0 "
+					"(none) to 64");
+		c->sandbox_prestart_max = (unsigned)n;
+		v = json_object_get(sbx, "prestart_idle_s");
+		n = 300;
+		if (v && parse_json_int(v, 1, 86400, &n))
+			return conf_err(c, err,
+					"sandbox.prestart_idle_s: must be an integer of "
+					"seconds from 1 to 86400");
+		c->sandbox_prestart_idle_ms = (uint64_t)n * 1000;
+	}
 	s = getenv("OLP_SANDBOX_EXEC");
 	c->sandbox_exec = xstrdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);
 	s = conf_str(c->json, "sandbox", "uid_range");

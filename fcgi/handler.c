@@ -316,6 +316,19 @@ static void add_cli_state(struct buf *b, const struct prov_provider *pv)
 		 cs.credentials);
 }
 
+/* Pre-started provider processes (ADR 0022) of the worker process that answers. */
+static void add_prestart_block(struct buf *b)
+{
+	struct sbx_prestart_stats st;
+
+	sbx_prestart_stats(&st);
+	buf_addf(b,
+		 ",\"prestart\":{\"scope\":\"process\",\"hit\":%llu,\"miss\":%llu,"
+		 "\"expired\":%llu,\"died\":%llu,\"idle\":%zu}",
+		 (unsigned long long)st.hit, (unsigned long long)st.miss,
+		 (unsigned long long)st.expired, (unsigned long long)st.died, st.idle);
+}
+
 static void handle_health(struct req_ctx *rc)
 {
 	struct buf b = BUF_INIT;
@@ -368,6 +381,7 @@ static void handle_health(struct req_ctx *rc)
 			 rc->app->usage ? "true" : "false",
 			 rc->app->usage && usage_available(rc->app->usage) ? "true" : "false",
 			 (unsigned long long)(rc->app->usage ? usage_failures(rc->app->usage) : 0));
+		add_prestart_block(&b);
 	}
 	buf_addch(&b, '}');
 	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
@@ -502,7 +516,8 @@ struct answer {
 		struct buf args;
 	} calls[MAX_CALLS];
 	size_t ncalls;
-	bool role_sent; /* stream: the first chunk (with the role) is out */
+	bool role_sent;	      /* stream: the first chunk (with the role) is out */
+	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
 	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
 	 * ": keep-alive" when nothing was written for hb_ms. lock orders its writes with the
 	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
@@ -512,6 +527,16 @@ struct answer {
 	bool hb_on, hb_stop;
 	uint64_t hb_ms, last_write;
 };
+
+/* The hop's process was started (prov_sink.start): a pre-started one or not. */
+static void answer_start(void *ctx, enum sbx_start start)
+{
+	struct answer *a = ctx;
+
+	pthread_mutex_lock(&a->lock);
+	a->start = start;
+	pthread_mutex_unlock(&a->lock);
+}
 
 /* The stream's head (200, text/event-stream), once. */
 static void stream_start(struct answer *a)
@@ -777,6 +802,10 @@ static void chat_headers(const struct answer *a, int status, struct buf *h)
 	if (m) {
 		add_header(a->rc, h, "X-OLP-Provider-Used", prov_provider_name(m->provider));
 		add_header(a->rc, h, "X-OLP-Model-Used", m->id);
+		/* Whether a pre-started process answered (ADR 0022), where there could be one. */
+		if (prov_provider_prestart(m->provider))
+			add_header(a->rc, h, "X-OLP-Prestart",
+				   a->start == SBX_START_PRESTART ? "hit" : "miss");
 	}
 	snprintf(num, sizeof(num), "%zu", a->failed);
 	add_header(a->rc, h, "X-OLP-Fallback-Hops", num);
@@ -1079,7 +1108,9 @@ static void handle_chat(struct req_ctx *rc)
 			    .detail = BUF_INIT,
 			    .held = BUF_INIT,
 			    .lock = PTHREAD_MUTEX_INITIALIZER };
-	struct prov_sink sink = { .emit = answer_emit, .done = answer_done, .ctx = &a };
+	struct prov_sink sink = {
+		.emit = answer_emit, .done = answer_done, .start = answer_start, .ctx = &a
+	};
 	struct prov_request preq;
 	struct prov_outcome o;
 	json_t *messages = NULL;

@@ -236,6 +236,9 @@ static int app_init(bool cgi)
 					  * a one-request process would only strand it
 					  * half-built at exit (ADR 0008). */
 					 .warm = app.cfg.sandbox_warm && !cgi,
+					 /* Likewise a pre-started process (ADR 0022). */
+					 .prestart_max = cgi ? 0 : app.cfg.sandbox_prestart_max,
+					 .prestart_idle_ms = app.cfg.sandbox_prestart_idle_ms,
 					 .identity = app.cfg.sandbox_identity,
 					 .uid_range = app.cfg.sandbox_uid_range,
 					 .cgroup = app.cfg.sandbox_cgroup };

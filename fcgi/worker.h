@@ -40,8 +40,10 @@ struct fcgi_config {
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
-	char *sandbox_exec; /* olp-sandbox-exec, the first program of every sandbox */
-	bool sandbox_warm;  /* sandbox.warm (default true) */
+	char *sandbox_exec;	       /* olp-sandbox-exec, the first program of every sandbox */
+	bool sandbox_warm;	       /* sandbox.warm (default true) */
+	unsigned sandbox_prestart_max; /* sandbox.prestart_max (default 4; 0: none) */
+	uint64_t sandbox_prestart_idle_ms;  /* sandbox.prestart_idle_s (default 300) */
 	enum sbx_identity sandbox_identity; /* sandbox.identity */
 	char *sandbox_uid_range;	    /* sandbox.uid_range, or NULL */
 	char *sandbox_cgroup;		    /* sandbox.cgroup: "auto", "off" or a cgroup path */

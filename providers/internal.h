@@ -88,6 +88,7 @@ struct prov_provider {
 	uint64_t timeout_ms;	  /* "timeout_s" */
 	struct sbx_limits limits; /* "limits"; 0 in a field: the sandbox's default */
 	unsigned max_concurrent;  /* runs at once across the pool; 0 = no cap */
+	unsigned prestart;	  /* "prestart": processes kept started ahead per key */
 	struct prov_network net;  /* "network" (network.c) */
 	struct strv env_names;	  /* "env": the variables set in the child ... */
 	struct strv env_values;	  /* ... and their values, in the same order */

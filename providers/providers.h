@@ -74,6 +74,9 @@ enum prov_caps {
 	PROV_CAP_TOOLS = 1 << 1,  /* the client's function tools (prov_request.tools) */
 };
 unsigned prov_provider_caps(const struct prov_provider *pv);
+/* Its "prestart": how many processes of a run it keeps started ahead per key (sandbox
+ * policy + argv; ADR 0022), 0 = none. */
+unsigned prov_provider_prestart(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
@@ -199,6 +202,10 @@ struct prov_sink {
 	 * known — possibly before the provider's sandbox is torn down — so that the answer
 	 * can be finished without waiting for the cleanup. */
 	void (*done)(void *ctx, const struct prov_outcome *o);
+	/* Optional: how the provider's process came to be (cold, warm, or pre-started), once
+	 * per process and before any event of it; again (cold) when a pre-started run that
+	 * failed before any output is run again cold. */
+	void (*start)(void *ctx, enum sbx_start start);
 	void *ctx;
 };
 
@@ -277,13 +284,20 @@ struct prov_outcome {
 	bool output_started; /* at least one delta reached the sink */
 	bool ran;	     /* a provider process was started (start says how) */
 	enum sbx_start start;
+	bool retried_cold; /* a pre-started process failed before any output (a credential
+			      refused, or it had died): this is the outcome of the cold run
+			      that followed */
 	int exit_status;
 	uint64_t duration_ms;
 	char stderr_tail[512]; /* for the operator's log only (cut) */
 };
 
 /* Run one request through its model's provider, streaming events into sink. Blocks until
- * the provider's process tree is gone. hangup_fd: see sbx_run_options (-1 for none). */
+ * the provider's process tree is gone. hangup_fd: see sbx_run_options (-1 for none). With
+ * "prestart" the run may take a pre-started process (outcome start SBX_START_PRESTART);
+ * one that fails before any output reached the sink with AUTH_MISSING, an upstream 401,
+ * or having written nothing at all (it died) is run again once, cold, and the sink sees
+ * only that run's events and outcome. */
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out);
 

@@ -398,6 +398,11 @@ uint64_t prov_provider_timeout_ms(const struct prov_provider *pv)
 	return pv->timeout_ms;
 }
 
+unsigned prov_provider_prestart(const struct prov_provider *pv)
+{
+	return pv->prestart;
+}
+
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv)
 {
 	return &pv->limits;

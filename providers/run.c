@@ -161,6 +161,8 @@ struct run_ctx {
 	int upstream_status;
 	char failure_msg[200];
 	struct net_run net;
+	bool retry; /* a pre-started run failed before any output: run again, cold */
+	bool retried;
 };
 
 /* Deltas go through at once (no buffering here); usage and finish are kept for the
@@ -337,14 +339,32 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 			  out->stderr_tail[0] ? "; stderr: " : "", out->stderr_tail);
 }
 
+/* A pre-started process that failed before any output reached the client, in a way a
+ * process started now may not: a credential that expired while it waited (AUTH_MISSING,
+ * an upstream 401), or a process that had died (it wrote nothing at all). Once. */
+static bool retry_cold(const struct run_ctx *rc, const struct sbx_result *res)
+{
+	const struct prov_outcome *o = rc->out;
+
+	if (res->start != SBX_START_PRESTART || o->output_started || rc->retried)
+		return false;
+	return o->err == PROV_ERR_AUTH_MISSING || o->upstream_status == 401 ||
+	       (o->err == PROV_ERR_PROVIDER_ERROR && !res->stdout_bytes);
+}
+
 static void on_result(void *ctx, const struct sbx_result *res)
 {
 	struct run_ctx *rc = ctx;
 
+	conclude(rc, res);
+	/* The client hears nothing of it: the cold run that follows keeps the slot. */
+	if (retry_cold(rc, res)) {
+		rc->retry = true;
+		return;
+	}
 	/* The command is gone: its slot is free for the next request already. */
 	prov_slot_release(rc->slot);
 	rc->slot = -1;
-	conclude(rc, res);
 	if (rc->sink->done) {
 		rc->done_sent = true;
 		rc->sink->done(rc->sink->ctx, rc->out);
@@ -373,6 +393,14 @@ static int net_env(const struct prov_provider *pv, struct sbx_policy *p)
 	default: break;
 	}
 	return ret;
+}
+
+static void on_start(void *ctx, enum sbx_start start)
+{
+	struct run_ctx *rc = ctx;
+
+	if (rc->sink->start)
+		rc->sink->start(rc->sink->ctx, start);
 }
 
 static int on_listener(void *ctx, int listen_fd, uint16_t port)
@@ -472,6 +500,41 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 	return 0;
 }
 
+/* Forget the failed pre-started run (its forwarder, parser state and outcome) and set up
+ * the same run again, cold, within what is left of the deadline. 0, or -1 when no time is
+ * left (the failed run's outcome then stands, done still to be sent). */
+static int run_again_cold(struct run_ctx *rc, struct prov_plan *plan, struct sbx_run_options *opt,
+			  uint64_t deadline_ms)
+{
+	const struct prov_provider *pv = rc->req->model->provider;
+	struct prov_outcome *out = rc->out;
+	uint64_t now = mono_ms();
+
+	log_info(rc->req->request_id,
+		 "provider %s: the pre-started process failed before any output (%s, upstream "
+		 "%d); running it cold",
+		 pv->name, prov_error_code(out->err), out->upstream_status);
+	rc->retry = false;
+	rc->retried = true;
+	if (now + 1000 >= deadline_ms)
+		return -1;
+	net_finish(pv, rc->req->request_id, &rc->net);
+	pv->ops->parser_free(rc->parser.st);
+	rc->parser.st = pv->ops->parser_new(pv);
+	rc->concluded = false;
+	rc->failure = PROV_OK;
+	rc->upstream_status = 0;
+	rc->failure_msg[0] = '\0';
+	memset(out, 0, sizeof(*out));
+	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
+	sbx_policy_set_timeout_ms(plan->policy, deadline_ms - now);
+	opt->prestart = 0; /* cold: neither take one nor start more for now */
+	if ((pv->net.mode == PROV_NET_UPSTREAM || pv->net.mode == PROV_NET_CONNECT) &&
+	    net_prepare(pv, rc->req, deadline_ms, &rc->net, out))
+		return -1;
+	return 0;
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
@@ -482,6 +545,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	struct sbx_callbacks cb = { .on_stdout = on_stdout,
 				    .on_result = on_result,
 				    .on_listener = on_listener,
+				    .on_start = on_start,
 				    .ctx = &rc };
 	struct sbx_result *res = NULL;
 	uint64_t deadline_ms = mono_ms() + pv->timeout_ms;
@@ -528,9 +592,15 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	rc.parser.st = pv->ops->parser_new(pv);
 	opt.stdin_data = plan.stdin_data.data;
 	opt.stdin_len = plan.stdin_data.len;
+	opt.prestart = pv->prestart;
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
+	if (rc.retry && run_again_cold(&rc, &plan, &opt, deadline_ms) == 0) {
+		out->retried_cold = true; /* before on_result hands the outcome on */
+		sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
+		conclude(&rc, res);
+	}
 out_run:
 	net_finish(pv, req->request_id, &rc.net);
 	prov_slot_release(rc.slot);

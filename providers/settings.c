@@ -96,6 +96,18 @@ static int read_max_concurrent(struct reader *r, const char *key, const json_t *
 	return 0;
 }
 
+/* How many processes of a run to keep started ahead (ADR 0022): each may be a whole CLI
+ * runtime waiting, so a small number. */
+static int read_prestart(struct reader *r, const char *key, const json_t *v)
+{
+	int64_t n;
+
+	if (parse_json_int(v, 0, 8, &n))
+		return bad(r, key, ": must be an integer from 0 (none) to 8");
+	r->pv->prestart = (unsigned)n;
+	return 0;
+}
+
 /* Each field an integer from 1 to SBX_LIMIT_MAX, far above any host: the sandbox's
  * conversions (MB to bytes, percent to microseconds) cannot wrap around to a small
  * limit. */
@@ -374,6 +386,7 @@ static const struct setting {
 	{ "timeout_s", T_ALL, false, read_timeout },
 	{ "max_concurrent", T_ALL, false, read_max_concurrent },
 	{ "limits", T_ALL, false, read_limits },
+	{ "prestart", T_ALL, false, read_prestart },
 	{ "network", T_ALL, true, read_network },
 	{ "env", T_ALL, false, read_env },
 	{ "argv", T_COMMAND, false, read_argv },
@@ -414,6 +427,10 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 	pv->timeout_ms = 600000;
 	pv->max_concurrent = 4;
 	pv->max_retries = -1;
+	/* Measured (docs/performance.md, "Pre-started clients"): the CLI's own start-up is most
+	 * of claude's first-token wait and a third of codex's, so one of each is kept by
+	 * default; vibe could not be measured here, a command is the operator's to judge. */
+	pv->prestart = mask == T_CLAUDE || mask == T_CODEX ? 1 : 0;
 	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
 		const json_t *v = json_object_get(conf, settings[i].key);
 

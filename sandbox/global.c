@@ -79,6 +79,8 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	stub = cfg->exec_stub ? cfg->exec_stub : getenv("OLP_SANDBOX_EXEC");
 	sbx_g.exec_stub = xstrdup(stub && *stub ? stub : SBX_DEFAULT_EXEC_STUB);
 	sbx_g.warm = cfg->warm;
+	sbx_g.prestart_max = cfg->prestart_max;
+	sbx_g.prestart_idle_ms = cfg->prestart_idle_ms ? cfg->prestart_idle_ms : 300000;
 	ret = mkdir_p(sbx_g.runtime_dir, 0700);
 	if (ret)
 		goto fail_release;
@@ -111,6 +113,7 @@ fail_release:
 
 void sbx_global_release(void)
 {
+	sbx_prestart_release_all();
 	sbx_warm_release_all();
 	free(sbx_g.exec_stub);
 	free(sbx_g.bwrap_path);

@@ -28,9 +28,11 @@ struct sbx_global {
 	enum sbx_mode mode;
 	char *bwrap_path;
 	char *runtime_dir;
-	int runtime_fd;		 /* O_PATH|O_DIRECTORY on runtime_dir */
-	char *exec_stub;	 /* olp-sandbox-exec: the first program of every sandbox */
-	bool warm;		 /* keep warm sandboxes (spawn.c) */
+	int runtime_fd;	       /* O_PATH|O_DIRECTORY on runtime_dir */
+	char *exec_stub;       /* olp-sandbox-exec: the first program of every sandbox */
+	bool warm;	       /* keep warm sandboxes (spawn.c) */
+	unsigned prestart_max; /* idle pre-started commands on the host, at most */
+	uint64_t prestart_idle_ms;
 	enum sbx_identity ident; /* per-run uid or the worker's own (ident.c) */
 	bool ident_ok;		 /* runs can get their identity */
 	char ident_reason[512];	 /* the range in use, or why there is none */
@@ -190,6 +192,15 @@ void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *i
 			  const char *const argv[], struct strv *out);
 /* Stop every warm sandbox of this process (spawn.c). */
 void sbx_warm_release_all(void);
+/* Stop every pre-started command of this process and its expiry thread (spawn.c). */
+void sbx_prestart_release_all(void);
+
+/* The host-wide cap on idle pre-started commands (prestart.c): one of prestart_max slot
+ * files under <runtime_dir>/prestart-slots, held with flock for as long as one waits. The
+ * kernel drops the lock when its holder dies, so a SIGKILLed worker leaks none. An fd
+ * (close-on-exec) or -EBUSY when every slot is held, -errno on failure. */
+int sbx_prestart_slot_take(void);
+void sbx_prestart_slot_put(int fd);
 
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */

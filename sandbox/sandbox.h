@@ -50,6 +50,11 @@ struct sbx_global_config {
 	 * process if there is one, "off" = rlimits only, or the absolute path of a cgroup
 	 * prepared for the runs. Without a usable cgroup, limits are rlimits. */
 	const char *cgroup;
+	/* Pre-started commands (sbx_run_options.prestart): at most this many wait idle on
+	 * the whole host, across every process using the same runtime_dir (0: none at all),
+	 * each for at most prestart_idle_ms (0: 5 minutes). */
+	unsigned prestart_max;
+	uint64_t prestart_idle_ms;
 };
 
 /* Set the process-wide settings; copies every string. Creates runtime_dir if needed and
@@ -67,6 +72,15 @@ size_t sbx_warm_count(void);
 /* The process is about to exit: stop every warm sandbox properly and start no new one.
  * Safe while other threads still run requests. */
 void sbx_warm_shutdown(void);
+/* Pre-started commands of this process (see sbx_run_options.prestart), for /health. Counts
+ * since the process started: hit (a run took one), miss (a run that asked for one found
+ * none and started cold), expired (put down after prestart_idle_ms unused, or to make
+ * room for a more recent one), died (found dead while idle); idle: waiting now. */
+struct sbx_prestart_stats {
+	uint64_t hit, miss, expired, died;
+	size_t idle;
+};
+void sbx_prestart_stats(struct sbx_prestart_stats *out);
 enum sbx_mode sbx_global_mode(void);
 
 /* What the sandbox looks like from a host's point of view, for /health and the doctor.
@@ -176,6 +190,14 @@ int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
 /* ---- running ------------------------------------------------------------------------ */
 struct sbx_result;
 
+/* How a run's sandbox came to be (for logs, the usage ledger and /health). */
+enum sbx_start {
+	SBX_START_COLD = 0, /* built for this run (also: nothing ran) */
+	SBX_START_WARM,	    /* a sandbox started ahead of time, its command exec'd now */
+	SBX_START_PRESTART, /* the command itself started ahead of time, waiting on stdin */
+};
+const char *sbx_start_name(enum sbx_start s); /* "cold", "warm", "prestart" */
+
 /* Callbacks of one run. Each returns 0 to go on, > 0 to end the run normally now (the
  * caller has what it needs; the tree is killed), < 0 to abort it (e.g. the client went
  * away; the tree is killed and sbx_run reports SBX_END_ABORTED). */
@@ -192,6 +214,9 @@ struct sbx_callbacks {
 	 * < 0 (-errno) and nothing runs: sbx_run returns it, with res->end
 	 * SBX_END_SPAWN_FAILED, failure SBX_FAIL_NETWORK, spawn_stage "listener". */
 	int (*on_listener)(void *ctx, int listen_fd, uint16_t port);
+	/* Optional: called once, before any output, with how the run's command came to be
+	 * (cold, warm or pre-started), as soon as that is decided. */
+	void (*on_start)(void *ctx, enum sbx_start start);
 	void *ctx;
 };
 
@@ -228,14 +253,6 @@ enum sbx_failure {
 			      (sandbox mode off)") (end SBX_END_SPAWN_FAILED; nothing ran) */
 };
 
-/* How a run's sandbox came to be (for logs, the usage ledger and /health). */
-enum sbx_start {
-	SBX_START_COLD = 0, /* built for this run (also: nothing ran) */
-	SBX_START_WARM,	    /* a sandbox started ahead of time, its command exec'd now */
-	SBX_START_PRESTART, /* the command itself started ahead of time, waiting on stdin */
-};
-const char *sbx_start_name(enum sbx_start s); /* "cold", "warm", "prestart" */
-
 struct sbx_result {
 	enum sbx_end end;
 	enum sbx_start start;
@@ -261,6 +278,15 @@ struct sbx_run_options {
 				   FastCGI connection; -1 = none */
 	const char *request_id; /* named by every log line of the run (borrowed for the
 				   call); NULL = none */
+	/* > 0: after the run, keep this many processes of exactly this run started ahead
+	 * (same policy, same argv: a warm sandbox whose command was already exec'd and waits
+	 * on its stdin), and let the next such run take one (res->start SBX_START_PRESTART):
+	 * its listener is handed to on_listener then, its stdin gets stdin_data, and its
+	 * clock starts then. What the command wrote before is handed over first, in order
+	 * (it waits in the pipes). Each serves one run and is never reused. Bounded by
+	 * sbx_global_config.prestart_max (host-wide) and prestart_idle_ms; only where warm
+	 * sandboxes are on (sbx_global_config.warm). 0: none. */
+	unsigned prestart;
 };
 
 /* Run argv[0] (an absolute path) with argv under policy p. Blocks until the run is over,

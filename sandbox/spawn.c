@@ -29,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/close_range.h>
 
@@ -1465,6 +1466,9 @@ static void warm_fill(const struct sbx_policy *p, const char *key)
 		warm_fill_one(p, key);
 }
 
+static void prestart_close(void);
+static int prestart_filling(void);
+
 void sbx_warm_shutdown(void)
 {
 	int filling = 1;
@@ -1472,15 +1476,18 @@ void sbx_warm_shutdown(void)
 	pthread_mutex_lock(&warm.lock);
 	warm.closed = true;
 	pthread_mutex_unlock(&warm.lock);
+	prestart_close();
 	/* A sandbox being started now is put down by its own thread (closed): wait for
 	 * that, a second at most, so that none is cut off halfway by our exit. */
 	for (int i = 0; i < 100 && filling; i++) {
 		pthread_mutex_lock(&warm.lock);
 		filling = warm.filling;
 		pthread_mutex_unlock(&warm.lock);
+		filling += prestart_filling();
 		if (filling)
 			usleep(10000);
 	}
+	sbx_prestart_release_all();
 	sbx_warm_release_all();
 }
 
@@ -1533,6 +1540,348 @@ static void launch_message(const char *const argv[], const struct sbx_run_option
 		buf_add(out, opt->stdin_data, opt->stdin_len);
 }
 
+/* ---- pre-started commands ---------------------------------------------------------------
+ * A step beyond a warm sandbox (ADR 0022): a warm sandbox whose stub was already sent its
+ * launch message, so that the command itself (a provider CLI, whose own start-up is most
+ * of its first token's wait) runs and waits on its stdin. Keyed by the warm key plus argv:
+ * only a run of exactly the same command under exactly the same policy (environment,
+ * credentials' identity, network mode and port included) takes it. Taken, it is the run's
+ * alone: its listener goes to on_listener then, the run's stdin is written, the clock
+ * starts; never reused. What it wrote while it waited stays in its pipes until then.
+ * Bounded per process (PRE_MAX, oldest put down first), per host (prestart.c), and in
+ * time (an expiry thread puts down what waited prestart_idle_ms, with or without
+ * traffic). An idle one holds a uid slot, a scratch dir and its namespaces like a warm
+ * sandbox, but no provider concurrency slot: that is the caller's, taken per run. */
+
+#define PRE_MAX 16
+#define LAUNCH_WRITE_MS 2000 /* the launch message is small: a pipe takes it at once */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct {
+		char *key;
+		struct instance in;
+		int slot_fd;	/* the host-wide slot it holds while idle */
+		uint64_t since; /* mono_ms() it was started */
+	} slot[PRE_MAX];
+	size_t n;
+	bool closed;  /* shutting down: no new one */
+	int filling;  /* being started right now */
+	bool reaping; /* the expiry thread runs */
+	bool stop;    /* ... and is asked to end */
+	pthread_t reaper;
+	uint64_t hit, miss, expired, died;
+} pre = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static char *prestart_key(const char *policy, const char *const argv[])
+{
+	struct buf key = BUF_INIT;
+
+	buf_adds(&key, policy);
+	buf_addch(&key, '\x1d');
+	for (size_t i = 0; argv[i]; i++) {
+		buf_adds(&key, argv[i]);
+		buf_addch(&key, '\x1f');
+	}
+	return buf_detach(&key, NULL);
+}
+
+/* Alive and still waiting: its sandbox is up and its stdout not closed (a command that
+ * exited while it waited, e.g. for want of credentials). */
+static bool prestart_alive(const struct instance *in)
+{
+	struct pollfd pfd = { .fd = in->r.out_fd, .events = POLLIN };
+
+	if (!instance_alive(in))
+		return false;
+	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)));
+}
+
+/* Remove entry i (locked); its key is freed, the rest stay in age order. */
+static void pre_remove(size_t i, struct instance *in, int *slot_fd)
+{
+	*in = pre.slot[i].in;
+	*slot_fd = pre.slot[i].slot_fd;
+	free(pre.slot[i].key);
+	memmove(&pre.slot[i], &pre.slot[i + 1], (pre.n - i - 1) * sizeof(pre.slot[0]));
+	pre.n--;
+}
+
+static void pre_put_down(struct instance *in, int slot_fd, const char *rid)
+{
+	instance_release(in, rid);
+	sbx_prestart_slot_put(slot_fd);
+}
+
+/* Take a live pre-started instance for key (the oldest); false when there is none. One
+ * found dead is put down and counted. Taken, it holds no host slot any more. */
+static bool prestart_take(const char *key, struct instance *out, const char *rid)
+{
+	for (;;) {
+		bool found = false;
+		int slot_fd = -1;
+
+		pthread_mutex_lock(&pre.lock);
+		for (size_t i = 0; i < pre.n; i++) {
+			if (!strcmp(pre.slot[i].key, key)) {
+				pre_remove(i, out, &slot_fd);
+				found = true;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&pre.lock);
+		if (!found)
+			return false;
+		sbx_prestart_slot_put(slot_fd);
+		if (prestart_alive(out))
+			return true;
+		log_warnx(rid, "sandbox: a pre-started command had died while it waited");
+		pthread_mutex_lock(&pre.lock);
+		pre.died++;
+		pthread_mutex_unlock(&pre.lock);
+		instance_release(out, rid);
+		*out = (struct instance)INSTANCE_INIT;
+	}
+}
+
+/* The expiry thread: every so often, put down what waited too long or died. It runs while
+ * any process is idle or not: an idle worker's pre-started claudes must not live on. */
+static void *prestart_reaper(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&pre.lock);
+	while (!pre.stop) {
+		struct {
+			struct instance in;
+			int slot_fd;
+			bool expired;
+		} gone[PRE_MAX];
+		size_t ngone = 0;
+		uint64_t tick = sbx_g.prestart_idle_ms < 2000 ? 100 : 1000, now;
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)(tick % 1000) * 1000000L;
+		ts.tv_sec += (time_t)(tick / 1000) + ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		(void)pthread_cond_timedwait(&pre.cond, &pre.lock, &ts);
+		if (pre.stop)
+			break;
+		now = mono_ms();
+		for (size_t i = 0; i < pre.n;) {
+			bool expired = now - pre.slot[i].since >= sbx_g.prestart_idle_ms;
+
+			if (!expired && prestart_alive(&pre.slot[i].in)) {
+				i++;
+				continue;
+			}
+			gone[ngone].expired = expired;
+			pre_remove(i, &gone[ngone].in, &gone[ngone].slot_fd);
+			ngone++;
+		}
+		for (size_t i = 0; i < ngone; i++) {
+			if (gone[i].expired)
+				pre.expired++;
+			else
+				pre.died++;
+		}
+		pthread_mutex_unlock(&pre.lock);
+		for (size_t i = 0; i < ngone; i++)
+			pre_put_down(&gone[i].in, gone[i].slot_fd, NULL);
+		pthread_mutex_lock(&pre.lock);
+	}
+	pthread_mutex_unlock(&pre.lock);
+	return NULL;
+}
+
+/* Start the expiry thread if it is not running (locked). Every signal blocked in it: the
+ * worker's own handling stays on its main thread. */
+static void prestart_reaper_start(void)
+{
+	sigset_t all, old;
+
+	if (pre.reaping)
+		return;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pre.stop = false;
+	pre.reaping = pthread_create(&pre.reaper, NULL, prestart_reaper, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!pre.reaping)
+		log_warnx(NULL, "sandbox: no expiry thread for pre-started commands");
+}
+
+/* Put down this process's oldest idle one, to make room for a more recent key. */
+static bool prestart_evict_oldest(void)
+{
+	struct instance in;
+	int slot_fd;
+
+	pthread_mutex_lock(&pre.lock);
+	if (!pre.n) {
+		pthread_mutex_unlock(&pre.lock);
+		return false;
+	}
+	pre_remove(0, &in, &slot_fd);
+	pre.expired++;
+	pthread_mutex_unlock(&pre.lock);
+	pre_put_down(&in, slot_fd, NULL);
+	return true;
+}
+
+static size_t prestart_have(const char *key)
+{
+	size_t have = 0;
+
+	pthread_mutex_lock(&pre.lock);
+	for (size_t i = 0; i < pre.n; i++)
+		have += !strcmp(pre.slot[i].key, key);
+	pthread_mutex_unlock(&pre.lock);
+	return have;
+}
+
+/* Write the launch message whole (the pipe is non-blocking), bounded in time. */
+static int write_launch(int fd, const struct buf *msg)
+{
+	uint64_t until = mono_ms() + LAUNCH_WRITE_MS;
+	size_t off = 0;
+
+	while (off < msg->len) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		ssize_t w = write(fd, msg->data + off, msg->len - off);
+
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (mono_ms() >= until)
+			return -ETIMEDOUT;
+		(void)poll(&pfd, 1, 10);
+	}
+	return 0;
+}
+
+static void prestart_fill_one(const struct sbx_policy *p, const char *const argv[], const char *key)
+{
+	struct instance in = INSTANCE_INIT;
+	struct sbx_result res = { 0 };
+	struct buf msg = BUF_INIT;
+	bool keep = false, full;
+	int slot_fd;
+
+	pthread_mutex_lock(&pre.lock);
+	if (pre.closed) {
+		pthread_mutex_unlock(&pre.lock);
+		return;
+	}
+	pre.filling++;
+	full = pre.n >= PRE_MAX;
+	pthread_mutex_unlock(&pre.lock);
+	if (full)
+		(void)prestart_evict_oldest();
+	slot_fd = sbx_prestart_slot_take();
+	/* The host is at its cap: the least recently used of ours makes room, if we have
+	 * one; other processes' expire on their own. */
+	if (slot_fd == -EBUSY && prestart_evict_oldest())
+		slot_fd = sbx_prestart_slot_take();
+	if (slot_fd < 0)
+		goto out_done;
+	if (start_instance(p, NULL, NULL, NULL, true, &in, &res))
+		goto out_release;
+	launch_message(argv, NULL, &msg);
+	if (write_launch(in.r.in_fd, &msg))
+		goto out_release;
+	pthread_mutex_lock(&pre.lock);
+	if (!pre.closed && pre.n < PRE_MAX) {
+		pre.slot[pre.n].key = xstrdup(key);
+		pre.slot[pre.n].in = in;
+		pre.slot[pre.n].slot_fd = slot_fd;
+		pre.slot[pre.n++].since = mono_ms();
+		keep = true;
+		prestart_reaper_start();
+	}
+	pthread_mutex_unlock(&pre.lock);
+out_release:
+	if (!keep)
+		pre_put_down(&in, slot_fd, NULL);
+out_done:
+	buf_release(&msg);
+	pthread_mutex_lock(&pre.lock);
+	pre.filling--;
+	pthread_mutex_unlock(&pre.lock);
+}
+
+/* Start pre-started instances for key until want wait. Started, not waited for. */
+static void prestart_fill(const struct sbx_policy *p, const char *const argv[], const char *key,
+			  unsigned want)
+{
+	for (unsigned i = 0; i < want && prestart_have(key) < want; i++)
+		prestart_fill_one(p, argv, key);
+}
+
+/* No new one from now on (the process is about to exit). */
+static void prestart_close(void)
+{
+	pthread_mutex_lock(&pre.lock);
+	pre.closed = true;
+	pthread_mutex_unlock(&pre.lock);
+}
+
+static int prestart_filling(void)
+{
+	int n;
+
+	pthread_mutex_lock(&pre.lock);
+	n = pre.filling;
+	pthread_mutex_unlock(&pre.lock);
+	return n;
+}
+
+void sbx_prestart_release_all(void)
+{
+	pthread_mutex_lock(&pre.lock);
+	if (pre.reaping) {
+		pre.stop = true;
+		pthread_cond_broadcast(&pre.cond);
+		pthread_mutex_unlock(&pre.lock);
+		pthread_join(pre.reaper, NULL);
+		pthread_mutex_lock(&pre.lock);
+		pre.reaping = false;
+		pre.stop = false;
+	}
+	while (pre.n) {
+		struct instance in;
+		int slot_fd;
+
+		pre_remove(pre.n - 1, &in, &slot_fd);
+		pthread_mutex_unlock(&pre.lock);
+		pre_put_down(&in, slot_fd, NULL);
+		pthread_mutex_lock(&pre.lock);
+	}
+	pthread_mutex_unlock(&pre.lock);
+}
+
+void sbx_prestart_stats(struct sbx_prestart_stats *out)
+{
+	pthread_mutex_lock(&pre.lock);
+	*out = (struct sbx_prestart_stats){ .hit = pre.hit,
+					    .miss = pre.miss,
+					    .expired = pre.expired,
+					    .died = pre.died,
+					    .idle = pre.n };
+	pthread_mutex_unlock(&pre.lock);
+}
+
+static void tell_start(const struct sbx_callbacks *cb, struct sbx_result *res, enum sbx_start s)
+{
+	res->start = s;
+	if (cb && cb->on_start)
+		cb->on_start(cb->ctx, s);
+}
+
 /* Whether a SBX_NET_LOOPBACK run can keep its promise here; checked before anything is
  * made. Mode off has no namespace at all: nothing runs, rather than a run with more
  * network than its policy says (ADR 0015). 0 or -errno. */
@@ -1562,7 +1911,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
 	const char *rid = opt ? opt->request_id : NULL;
-	char *key = NULL;
+	char *key = NULL, *pkey = NULL;
 	int ret;
 
 	memset(res, 0, sizeof(*res));
@@ -1579,7 +1928,20 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	if (p->net == SBX_NET_LOOPBACK && (ret = loopback_possible(bwrap, cb, res)))
 		goto out_release_instance;
 	key = warmable ? policy_key(p) : NULL;
-	if (key && warm_take(key, &in, rid)) {
+	if (key && opt && opt->prestart && sbx_g.prestart_max)
+		pkey = prestart_key(key, argv);
+	if (pkey && prestart_take(pkey, &in, rid)) {
+		pthread_mutex_lock(&pre.lock);
+		pre.hit++;
+		pthread_mutex_unlock(&pre.lock);
+		/* Its forwarder starts now, with this run's deadline: the command's connections
+		 * wait in the listener's backlog until then. Refused: put down unused. */
+		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
+			goto out_release_instance;
+		tell_start(cb, res, SBX_START_PRESTART);
+		supervise(&in.r, p, opt, cb, res, bwrap);
+		ret = 0;
+	} else if (key && warm_take(key, &in, rid)) {
 		/* Its namespace was made with it; the listener goes to the caller now, before
 		 * the command exists. Refused: the sandbox is put down unused. */
 		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
@@ -1589,14 +1951,21 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
 		wopt.stdin_data = launch.data;
 		wopt.stdin_len = launch.len;
-		res->start = SBX_START_WARM;
+		tell_start(cb, res, SBX_START_WARM);
 		supervise(&in.r, p, &wopt, cb, res, bwrap);
 		buf_release(&launch);
 		ret = 0;
 	} else {
 		ret = start_instance(p, argv, opt, cb, bwrap, &in, res);
-		if (!ret)
+		if (!ret) {
+			tell_start(cb, res, SBX_START_COLD);
 			supervise(&in.r, p, opt, cb, res, bwrap);
+		}
+	}
+	if (pkey && res->start != SBX_START_PRESTART) {
+		pthread_mutex_lock(&pre.lock);
+		pre.miss++;
+		pthread_mutex_unlock(&pre.lock);
 	}
 out_release_instance:
 	if (ret) {
@@ -1609,6 +1978,18 @@ out_release_instance:
 	if (key && !ret)
 		warm_fill(p, key);
 	instance_release(&in, rid);
+	/* The next process after the teardown, keyed anew: a credential file this run wrote
+	 * back is copied and keyed as it is now, so that the next run can take it. */
+	if (pkey && !ret) {
+		char *now = policy_key(p);
+
+		free(pkey);
+		pkey = now ? prestart_key(now, argv) : NULL;
+		if (pkey)
+			prestart_fill(p, argv, pkey, opt->prestart);
+		free(now);
+	}
+	free(pkey);
 	free(key);
 	return ret;
 }

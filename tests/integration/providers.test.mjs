@@ -124,7 +124,9 @@ function config({ capped = false } = {}) {
     env: { ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' } });
   return {
     auth: { allow_anonymous: false },
-    sandbox: { mode: 'bwrap' },
+    // No process started ahead (ADR 0022): these tests find and count the CLI's processes
+    // (prestart.test.mjs and provider_clis_real_prestart cover pre-started ones).
+    sandbox: { mode: 'bwrap', prestart_max: 0 },
     providers: {
       anthropic: claude(anthropic.url),
       anthropic2: { ...claude(local.url), ...(capped ? { max_concurrent: 1 } : {}) },
