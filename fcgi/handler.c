@@ -316,11 +316,25 @@ static void add_cli_state(struct buf *b, const struct prov_provider *pv)
 		 cs.credentials);
 }
 
-/* Pre-started provider processes (ADR 0022) of the worker process that answers. */
+/* Pre-started provider processes (ADR 0022): the host's counts from the pool's shared
+ * metrics; only when those cannot be had, this worker process's own. */
 static void add_prestart_block(struct buf *b)
 {
+	static const char *const events[] = { "hit", "miss", "expired", "died" };
 	struct sbx_prestart_stats st;
+	int64_t v;
 
+	if (metrics_is_open()) {
+		buf_adds(b, ",\"prestart\":{\"scope\":\"host\"");
+		for (size_t i = 0; i < ARRAY_SIZE(events); i++) {
+			(void)metrics_value("olp_prestart_events_total",
+					    (const char *const[]){ "event", events[i], NULL }, &v);
+			buf_addf(b, ",\"%s\":%lld", events[i], (long long)v);
+		}
+		(void)metrics_value("olp_prestart_idle", NULL, &v);
+		buf_addf(b, ",\"idle\":%lld}", (long long)v);
+		return;
+	}
 	sbx_prestart_stats(&st);
 	buf_addf(b,
 		 ",\"prestart\":{\"scope\":\"process\",\"hit\":%llu,\"miss\":%llu,"

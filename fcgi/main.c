@@ -219,6 +219,15 @@ static void open_metrics(bool cgi)
 		metrics_provider_add(prov_provider_name(prov_registry_provider_at(app.reg, i)));
 }
 
+/* Pre-started processes are this process's; their counts are the host's (the shared
+ * metrics), so that /health says the same whichever worker answers. */
+static void on_prestart(enum sbx_prestart_event ev)
+{
+	metrics_prestart_event(sbx_prestart_event_name(ev), ev == SBX_PRESTART_READY  ? 1
+							    : ev == SBX_PRESTART_MISS ? 0
+										      : -1);
+}
+
 /* cgi: this process answers one request and exits (plain CGI). */
 static int app_init(bool cgi)
 {
@@ -239,6 +248,7 @@ static int app_init(bool cgi)
 					 /* Likewise a pre-started process (ADR 0022). */
 					 .prestart_max = cgi ? 0 : app.cfg.sandbox_prestart_max,
 					 .prestart_idle_ms = app.cfg.sandbox_prestart_idle_ms,
+					 .on_prestart = on_prestart,
 					 .identity = app.cfg.sandbox_identity,
 					 .uid_range = app.cfg.sandbox_uid_range,
 					 .cgroup = app.cfg.sandbox_cgroup };

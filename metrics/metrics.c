@@ -89,6 +89,11 @@ static const struct family {
 	{ "olp_audit_write_failures_total", K_COUNTER, "Audit records that could not be written." },
 	{ "olp_ledger_write_failures_total", K_COUNTER,
 	  "Usage ledger rows that could not be written." },
+	{ "olp_prestart_events_total", K_COUNTER,
+	  "Pre-started provider processes: started (ready), taken by a run (hit), not there "
+	  "for a run that could have taken one (miss), put down unused (expired, released), "
+	  "found dead (died)." },
+	{ "olp_prestart_idle", K_GAUGE, "Pre-started provider processes waiting now." },
 };
 
 static const struct family *family_find(const char *name)
@@ -759,6 +764,41 @@ void metrics_quota_rejected(const char *limit)
 void metrics_audit_failures(uint64_t n)
 {
 	(void)metrics_counter_add("olp_audit_write_failures_total", NULL, n);
+}
+
+void metrics_prestart_event(const char *event, int64_t idle_delta)
+{
+	(void)metrics_counter_add("olp_prestart_events_total",
+				  (const char *const[]){ "event", event, NULL }, 1);
+	if (idle_delta)
+		(void)metrics_gauge_add("olp_prestart_idle", NULL, idle_delta);
+}
+
+int metrics_value(const char *name, const char *const labels[], int64_t *out)
+{
+	char key[METRICS_MAX_KEY];
+	const struct family *fam = family_find(name);
+	int ret;
+
+	*out = 0;
+	if (!mf)
+		return -ENODEV;
+	if (!fam || fam->kind == K_HISTOGRAM)
+		return -EINVAL;
+	if ((ret = build_key(key, name, labels)) < 0)
+		return ret;
+	for (size_t i = 0; i < METRICS_MAX_SERIES; i++) {
+		const struct mslot *s = &mf->slots[i];
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY ||
+		    s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
+			continue;
+		if (fam->kind == K_GAUGE)
+			return gauge_sum(i, out) ? 0 : -EINVAL; /* the first row sums them all */
+		*out = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
+		return 0;
+	}
+	return 0; /* no such series yet: nothing counted */
 }
 
 void metrics_ledger_failure(void)

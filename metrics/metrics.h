@@ -72,5 +72,14 @@ void metrics_quota_rejected(const char *limit);
 void metrics_audit_failures(uint64_t n);
 /* One usage ledger write failed. */
 void metrics_ledger_failure(void);
+/* A pre-started provider process's event (sbx_prestart_event_name: "ready", "hit",
+ * "miss", "expired", "died", "released") and how it moved the number waiting
+ * (olp_prestart_events_total, olp_prestart_idle). */
+void metrics_prestart_event(const char *event, int64_t idle_delta);
+
+/* The pool's value of one counter or gauge series (a gauge summed over live processes),
+ * for /health: 0 into *out when nothing was counted yet. 0, -EINVAL (unknown family, a
+ * histogram), -ENAMETOOLONG, -ENODEV (not open). */
+int metrics_value(const char *name, const char *const labels[], int64_t *out);
 
 #endif

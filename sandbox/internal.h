@@ -33,6 +33,7 @@ struct sbx_global {
 	bool warm;	       /* keep warm sandboxes (spawn.c) */
 	unsigned prestart_max; /* idle pre-started commands on the host, at most */
 	uint64_t prestart_idle_ms;
+	void (*on_prestart)(enum sbx_prestart_event ev);
 	enum sbx_identity ident; /* per-run uid or the worker's own (ident.c) */
 	bool ident_ok;		 /* runs can get their identity */
 	char ident_reason[512];	 /* the range in use, or why there is none */

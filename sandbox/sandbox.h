@@ -31,6 +31,18 @@ enum sbx_identity {
 				     for a root worker */
 };
 
+/* What happens to pre-started commands (sbx_run_options.prestart), for counts. Each event
+ * but MISS also moves the number of idle ones: READY adds one, the others take one. */
+enum sbx_prestart_event {
+	SBX_PRESTART_READY = 0, /* one was started and waits */
+	SBX_PRESTART_HIT,	/* a run took one */
+	SBX_PRESTART_MISS,	/* a run that asked for one found none and started otherwise */
+	SBX_PRESTART_EXPIRED,	/* put down unused: idle too long, or to make room */
+	SBX_PRESTART_DIED,	/* found dead while it waited */
+	SBX_PRESTART_RELEASED,	/* put down at shutdown */
+};
+const char *sbx_prestart_event_name(enum sbx_prestart_event ev); /* "ready", "hit", … */
+
 /* Process-wide settings, fixed at start (sbx_global_init). */
 struct sbx_global_config {
 	enum sbx_mode mode;
@@ -55,6 +67,11 @@ struct sbx_global_config {
 	 * each for at most prestart_idle_ms (0: 5 minutes). */
 	unsigned prestart_max;
 	uint64_t prestart_idle_ms;
+	/* Optional: told of every pre-started command's event as it happens (from a request's
+	 * thread or the expiry thread, never under a lock of the caller's), so that counts can
+	 * be kept for the whole host (fcgi/ adds them to the shared metrics). Must be quick
+	 * and must not call back into the sandbox. */
+	void (*on_prestart)(enum sbx_prestart_event ev);
 };
 
 /* Set the process-wide settings; copies every string. Creates runtime_dir if needed and

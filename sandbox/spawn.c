@@ -1574,6 +1574,37 @@ static struct {
 	uint64_t hit, miss, expired, died;
 } pre = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
+const char *sbx_prestart_event_name(enum sbx_prestart_event ev)
+{
+	switch (ev) {
+	case SBX_PRESTART_READY: return "ready";
+	case SBX_PRESTART_HIT: return "hit";
+	case SBX_PRESTART_MISS: return "miss";
+	case SBX_PRESTART_EXPIRED: return "expired";
+	case SBX_PRESTART_DIED: return "died";
+	case SBX_PRESTART_RELEASED: return "released";
+	}
+	return "unknown";
+}
+
+/* Count one event of this process's, and tell the caller's hook (after pre.lock). */
+static void pre_event(enum sbx_prestart_event ev, uint64_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&pre.lock);
+	switch (ev) {
+	case SBX_PRESTART_HIT: pre.hit += n; break;
+	case SBX_PRESTART_MISS: pre.miss += n; break;
+	case SBX_PRESTART_EXPIRED: pre.expired += n; break;
+	case SBX_PRESTART_DIED: pre.died += n; break;
+	default: break;
+	}
+	pthread_mutex_unlock(&pre.lock);
+	for (uint64_t i = 0; sbx_g.on_prestart && i < n; i++)
+		sbx_g.on_prestart(ev);
+}
+
 static char *prestart_key(const char *policy, const char *const argv[])
 {
 	struct buf key = BUF_INIT;
@@ -1637,9 +1668,7 @@ static bool prestart_take(const char *key, struct instance *out, const char *rid
 		if (prestart_alive(out))
 			return true;
 		log_warnx(rid, "sandbox: a pre-started command had died while it waited");
-		pthread_mutex_lock(&pre.lock);
-		pre.died++;
-		pthread_mutex_unlock(&pre.lock);
+		pre_event(SBX_PRESTART_DIED, 1);
 		instance_release(out, rid);
 		*out = (struct instance)INSTANCE_INIT;
 	}
@@ -1680,13 +1709,13 @@ static void *prestart_reaper(void *arg)
 			pre_remove(i, &gone[ngone].in, &gone[ngone].slot_fd);
 			ngone++;
 		}
-		for (size_t i = 0; i < ngone; i++) {
-			if (gone[i].expired)
-				pre.expired++;
-			else
-				pre.died++;
-		}
+		size_t nexpired = 0;
+
+		for (size_t i = 0; i < ngone; i++)
+			nexpired += gone[i].expired;
 		pthread_mutex_unlock(&pre.lock);
+		pre_event(SBX_PRESTART_EXPIRED, nexpired);
+		pre_event(SBX_PRESTART_DIED, ngone - nexpired);
 		for (size_t i = 0; i < ngone; i++)
 			pre_put_down(&gone[i].in, gone[i].slot_fd, NULL);
 		pthread_mutex_lock(&pre.lock);
@@ -1724,8 +1753,8 @@ static bool prestart_evict_oldest(void)
 		return false;
 	}
 	pre_remove(0, &in, &slot_fd);
-	pre.expired++;
 	pthread_mutex_unlock(&pre.lock);
+	pre_event(SBX_PRESTART_EXPIRED, 1);
 	pre_put_down(&in, slot_fd, NULL);
 	return true;
 }
@@ -1804,6 +1833,8 @@ static void prestart_fill_one(const struct sbx_policy *p, const char *const argv
 		prestart_reaper_start();
 	}
 	pthread_mutex_unlock(&pre.lock);
+	if (keep)
+		pre_event(SBX_PRESTART_READY, 1);
 out_release:
 	if (!keep)
 		pre_put_down(&in, slot_fd, NULL);
@@ -1859,6 +1890,7 @@ void sbx_prestart_release_all(void)
 		pre_remove(pre.n - 1, &in, &slot_fd);
 		pthread_mutex_unlock(&pre.lock);
 		pre_put_down(&in, slot_fd, NULL);
+		pre_event(SBX_PRESTART_RELEASED, 1);
 		pthread_mutex_lock(&pre.lock);
 	}
 	pthread_mutex_unlock(&pre.lock);
@@ -1931,9 +1963,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	if (key && opt && opt->prestart && sbx_g.prestart_max)
 		pkey = prestart_key(key, argv);
 	if (pkey && prestart_take(pkey, &in, rid)) {
-		pthread_mutex_lock(&pre.lock);
-		pre.hit++;
-		pthread_mutex_unlock(&pre.lock);
+		pre_event(SBX_PRESTART_HIT, 1);
 		/* Its forwarder starts now, with this run's deadline: the command's connections
 		 * wait in the listener's backlog until then. Refused: put down unused. */
 		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
@@ -1962,11 +1992,8 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 			supervise(&in.r, p, opt, cb, res, bwrap);
 		}
 	}
-	if (pkey && res->start != SBX_START_PRESTART) {
-		pthread_mutex_lock(&pre.lock);
-		pre.miss++;
-		pthread_mutex_unlock(&pre.lock);
-	}
+	if (pkey && res->start != SBX_START_PRESTART)
+		pre_event(SBX_PRESTART_MISS, 1);
 out_release_instance:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;

@@ -104,7 +104,8 @@ describe('pre-started processes', () => {
     assert.equal(streamed.r.headers['x-olp-prestart'], 'hit');
     assert.equal(streamed.text, 'hello three');
     const h1 = await health();
-    assert.equal(h1.scope, 'process');
+    // The host's counts (the pool's shared metrics), whichever worker answers.
+    assert.equal(h1.scope, 'host');
     assert.ok(h1.hit - h0.hit >= 2, JSON.stringify(h1));
     assert.ok(h1.miss - h0.miss >= 1, JSON.stringify(h1));
   });
@@ -114,6 +115,13 @@ describe('pre-started processes', () => {
     assert.equal(anon.json.prestart, undefined);
     const h = await health();
     for (const k of ['hit', 'miss', 'expired', 'died', 'idle']) assert.equal(typeof h[k], 'number', k);
+    // The same counts are in the Prometheus scrape.
+    const m = await curl(srv, { path: '/metrics' });
+    assert.equal(m.status, 200);
+    const hit = m.text.match(/^olp_prestart_events_total\{event="hit"\} (\d+)$/m);
+    assert.ok(hit, 'olp_prestart_events_total{event="hit"} in /metrics');
+    assert.ok(Number(hit[1]) >= h.hit, `${hit[1]} >= ${h.hit}`);
+    assert.match(m.text, /^olp_prestart_idle \d+$/m);
   });
 
   it('a process that died while it waited: the request is answered cold', async () => {

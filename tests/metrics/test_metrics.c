@@ -326,6 +326,47 @@ static void test_full_disk(void)
 	rm_dir();
 }
 
+/* metrics_value (what /health reads) agrees with the scrape: a counter's value, a gauge
+ * summed over the processes that are alive, 0 for a series never counted. */
+static void test_value(void)
+{
+	const char *const hit[] = { "event", "hit", NULL };
+	int64_t v = -1;
+	pid_t pid;
+	int st;
+
+	fresh();
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_events_total", hit, &v), 0);
+	CU_ASSERT_EQUAL(v, 0);
+	metrics_prestart_event("ready", 1);
+	metrics_prestart_event("ready", 1);
+	metrics_prestart_event("hit", -1);
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_events_total", hit, &v), 0);
+	CU_ASSERT_EQUAL(v, 1);
+	CU_ASSERT_EQUAL(v, (int64_t)value_of("olp_prestart_events_total{event=\"hit\"}"));
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_idle", NULL, &v), 0);
+	CU_ASSERT_EQUAL(v, 1);
+	/* Another process's idle ones count while it lives, not once it is gone. */
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		metrics_prestart_event("ready", 1);
+		metrics_prestart_event("ready", 1);
+		_exit(0);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_idle", NULL, &v), 0);
+	CU_ASSERT_EQUAL(v, 1);
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_events_total",
+				      (const char *const[]){ "event", "ready", NULL }, &v),
+			0);
+	CU_ASSERT_EQUAL(v, 4);
+	CU_ASSERT_EQUAL(metrics_value("olp_request_duration_seconds", NULL, &v), -EINVAL);
+	CU_ASSERT_EQUAL(metrics_value("olp_no_such_thing", NULL, &v), -EINVAL);
+	rm_dir();
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_idle", NULL, &v), -ENODEV);
+}
+
 static void test_render_shape(void)
 {
 	struct buf out = BUF_INIT;
@@ -363,6 +404,7 @@ int main(void)
 		{ "file checks", test_file_checks },
 		{ "a full disk: refused at open", test_full_disk },
 		{ "families, pre-created series", test_render_shape },
+		{ "metrics_value: counters, live gauges", test_value },
 		{ NULL, NULL },
 	};
 
