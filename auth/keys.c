@@ -353,10 +353,13 @@ static int revoke_edit(json_t *root, const struct auth_key_record *rec, void *ar
 	return json_object_set_new(root, "revoked_at", json_string(ra->when)) < 0 ? -ENOMEM : 1;
 }
 
-enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
-				     struct buf *msg)
+/* Edit key id's manifest under its lock (auth_manifest_update), for revoke and set-quota:
+ * the id checked, the store's permissions checked, a missing or invalid manifest
+ * AUTH_KEY_ERR_NOT_FOUND; what names the edit in a system error's message. */
+static enum auth_key_result key_edit(const char *olp_home, const char *id,
+				     int (*edit)(json_t *, const struct auth_key_record *, void *),
+				     void *arg, const char *what, struct buf *msg)
 {
-	struct revoke_arg ra = { .was_revoked = false };
 	char keys[4096];
 	enum auth_key_result res;
 	int ret;
@@ -370,18 +373,28 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 		return res;
 	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
-	auth_iso_time_now(ra.when);
-	ret = auth_manifest_update(keys, id, revoke_edit, &ra);
+	ret = auth_manifest_update(keys, id, edit, arg);
 	if (ret == -ENOENT || ret == -EINVAL) {
 		msg_set(msg, "no key %s in %s%s", id, keys,
 			ret == -EINVAL ? " (its manifest is invalid)" : "");
 		return AUTH_KEY_ERR_NOT_FOUND;
 	}
 	if (ret < 0)
-		return sys_fail(msg, -ret, "cannot revoke key", id);
-	if (was_revoked)
-		*was_revoked = ra.was_revoked;
+		return sys_fail(msg, -ret, what, id);
 	return AUTH_KEY_OK;
+}
+
+enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
+				     struct buf *msg)
+{
+	struct revoke_arg ra = { .was_revoked = false };
+	enum auth_key_result res;
+
+	auth_iso_time_now(ra.when);
+	res = key_edit(olp_home, id, revoke_edit, &ra, "cannot revoke key", msg);
+	if (res == AUTH_KEY_OK && was_revoked)
+		*was_revoked = ra.was_revoked;
+	return res;
 }
 
 /* ---- quota ------------------------------------------------------------------------- */
@@ -418,34 +431,16 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 					struct auth_quota *result, struct buf *msg)
 {
 	struct quota_arg qa = { .q = q, .fields = fields & AUTH_QUOTA_ALL };
-	char keys[4096];
 	enum auth_key_result res;
-	int ret;
 
-	if (!id || !auth_id_valid(id)) {
-		msg_set(msg, "\"%s\" is not a key id", id ? id : "");
-		return AUTH_KEY_ERR_INVALID_ARG;
-	}
 	if (!q || !auth_quota_valid(q)) {
 		msg_set(msg, "a quota limit is a whole number from 1 to 10^15 (0: no limit)");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
-	res = auth_store_check_perms(olp_home, msg);
-	if (res)
-		return res;
-	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
-		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
-	ret = auth_manifest_update(keys, id, quota_edit, &qa);
-	if (ret == -ENOENT || ret == -EINVAL) {
-		msg_set(msg, "no key %s in %s%s", id, keys,
-			ret == -EINVAL ? " (its manifest is invalid)" : "");
-		return AUTH_KEY_ERR_NOT_FOUND;
-	}
-	if (ret < 0)
-		return sys_fail(msg, -ret, "cannot set the quota of key", id);
-	if (result)
+	res = key_edit(olp_home, id, quota_edit, &qa, "cannot set the quota of key", msg);
+	if (res == AUTH_KEY_OK && result)
 		*result = qa.result;
-	return AUTH_KEY_OK;
+	return res;
 }
 
 /* ---- list -------------------------------------------------------------------------- */
