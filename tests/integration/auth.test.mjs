@@ -8,14 +8,14 @@
 // Keys are made with the real olp-keys (OLP_KEYS, set by CTest), as an operator would.
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Server, cfg, chatBody, curl, freePort, makeHome, testConfig, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, freePort, makeHome, olpKeys, Server, testConfig, waitFor } from './harness.mjs';
 
 const MSG_REQUIRED = 'OLP API key required. Pass via "Authorization: Bearer <token>" or "x-api-key: <token>".';
 const MSG_INVALID = 'OLP API key is invalid or has been revoked.';
@@ -32,19 +32,6 @@ const AUDIT_FIELDS = [
   'error_code',
   'request_id',
 ].sort();
-
-function olpKeysBin() {
-  const v = process.env.OLP_KEYS;
-  if (!v) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
-  return v;
-}
-
-// olp-keys ARGS... --json --olp-home=HOME; returns the parsed JSON (throws on failure).
-function olpKeys(home, ...args) {
-  const r = spawnSync(olpKeysBin(), [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
 
 const keygen = (home, ...args) => olpKeys(home, 'keygen', ...args);
 const keyInfo = (home, id) => olpKeys(home, 'list', '--include-revoked').find((k) => k.id === id);

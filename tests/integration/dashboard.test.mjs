@@ -16,7 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { chatBody, curl, makeHome, startServer, testConfig } from './harness.mjs';
+import { chatBody, curl, makeHome, olpKeys, startServer, testConfig } from './harness.mjs';
 import { meteredRegistry } from './metered.mjs';
 
 function findChromium() {
@@ -25,14 +25,6 @@ function findChromium() {
     if (r.status === 0 && r.stdout.trim()) return r.stdout.trim();
   }
   throw new Error('chromium is not installed (deploy/olp-local test installs it: TEST_PKGS)');
-}
-
-function olpKeys(home, ...args) {
-  const bin = process.env.OLP_KEYS;
-  if (!bin) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
-  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
 }
 
 const outDir = process.env.OLP_IT_OUT ?? fs.mkdtempSync(path.join(os.tmpdir(), 'olp-dashboard-'));

@@ -91,18 +91,31 @@ export function kindMissing(kind) {
 
 export const MODELS = ['echo', 'ticker', 'fail3', 'partial-fail', 'sleeper', 'forever', 'bigout', 'fdcheck'];
 
+// A command provider entry of the registry with one model of the same name.
+export const commandProvider = (name, argv, extra = {}) => ({
+  type: 'command',
+  displayName: `Test ${name}`,
+  argv,
+  timeout_s: 20,
+  network: false,
+  models: [{ id: name, displayName: `Test ${name}`, created: 1700000000 }],
+  ...extra,
+});
+
+// olp-keys ARGS... --json --olp-home=HOME (the binary CTest names in OLP_KEYS): the parsed
+// JSON; throws naming the command and its stderr when it fails.
+export function olpKeys(home, ...args) {
+  const bin = process.env.OLP_KEYS;
+  if (!bin) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
+  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
+  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
 // The command providers every test server has (models-registry.json).
 export function testRegistry() {
   const fx = cfg.fixturesDir;
-  const cmd = (name, argv, extra = {}) => ({
-    type: 'command',
-    displayName: `Test ${name}`,
-    argv,
-    timeout_s: 20,
-    network: false,
-    models: [{ id: name, displayName: `Test ${name}`, created: 1700000000 }],
-    ...extra,
-  });
+  const cmd = commandProvider;
   return {
     providers: {
       echo: cmd('echo', ['/usr/bin/cat'], { aliases: { 'echo-alias': 'echo' } }),

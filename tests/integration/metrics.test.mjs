@@ -11,17 +11,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { cfg, chatBody, curl, descendants, makeHome, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, descendants, makeHome, olpKeys, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
 
 const METRICS_TOKEN = 'mt_' + randomBytes(24).toString('hex');
-
-function olpKeys(home, ...args) {
-  const bin = process.env.OLP_KEYS;
-  if (!bin) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
-  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
 
 // The samples of a scrape: Map "name{labels}" → number.
 function samples(text) {

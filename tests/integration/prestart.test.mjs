@@ -7,19 +7,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { chatBody, curl, curlStream, startServer, testRegistry, waitFor } from './harness.mjs';
+import { chatBody, commandProvider, curl, curlStream, startServer, testRegistry, waitFor } from './harness.mjs';
 
 let srv;
 
-const cmd = (name, argv, extra = {}) => ({
-  type: 'command',
-  displayName: `Test ${name}`,
-  argv,
-  timeout_s: 20,
-  network: false,
-  models: [{ id: name, displayName: `Test ${name}`, created: 1700000000 }],
-  ...extra,
-});
+const cmd = commandProvider;
 
 function registry() {
   const r = testRegistry();

@@ -15,20 +15,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { cfg, chatBody, curl, makeHome, startServer, testConfig, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, makeHome, olpKeys, startServer, testConfig, waitFor } from './harness.mjs';
 import { COMPLETION_TOKENS, PROMPT_TOKENS, meteredRegistry } from './metered.mjs';
-
-function olpKeysBin() {
-  const v = process.env.OLP_KEYS;
-  if (!v) throw new Error('OLP_KEYS is not set: run these tests through CTest (deploy/olp-local test)');
-  return v;
-}
-
-function olpKeys(home, ...args) {
-  const r = spawnSync(olpKeysBin(), [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  if (r.status !== 0) throw new Error(`olp-keys ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
 
 const bearer = (t) => `Bearer ${t}`;
 
@@ -247,13 +235,7 @@ describe('usage ledger and quotas, 3 workers', () => {
   });
 
   it('olp-keys usage reads the same ledger', () => {
-    const r = spawnSync(olpKeysBin(), ['usage', `--id=${guest.id}`, '--json', `--olp-home=${server.home}`], {
-      encoding: 'utf8',
-      timeout: 30000,
-    });
-    assert.equal(r.status, 0, r.stderr);
-    const text = r.stdout;
-    const j = JSON.parse(text);
+    const j = olpKeys(server.home, 'usage', `--id=${guest.id}`);
     // Whatever its layout, the key's tokens are in it.
     const flat = JSON.stringify(j);
     assert.ok(flat.includes(guest.id), flat);
