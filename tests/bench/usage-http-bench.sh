@@ -9,7 +9,7 @@
 # identical servers differ by on this machine, the noise floor of the figure.
 #
 # usage: tests/bench/usage-http-bench.sh [BUILD_DIR]   (default: build; built if needed)
-# env:   BENCH_N (requests to each, default 300)
+# env:   BENCH_N (requests to each, default 300); BENCH_QUOTA=0: the key has no quota
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,6 +34,13 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# The guest key's quota flags: BENCH_QUOTA=0 makes a key without one (no quota check,
+# the ledger row alone), to tell the two costs apart.
+quota_flags() {
+	[ "${BENCH_QUOTA:-1}" = 0 ] ||
+		echo --quota-rpm=1000000000 --quota-rpd=1000000000 --quota-tpd=1000000000
+}
+
 # make_home NAME ENABLED: an OLP home with the instant command and a guest key whose
 # quota never refuses here; prints the key's token.
 make_home() {
@@ -44,8 +51,8 @@ make_home() {
  "models":[{"id":"instant"}]}}}
 JSON
 	printf '{"sandbox":{"warm":true},"usage":{"enabled":%s}}\n' "$2" >"$h/config.json"
-	"$build/auth/olp-keys" --olp-home="$h" --json keygen --name=bench \
-		--quota-rpm=1000000000 --quota-rpd=1000000000 --quota-tpd=1000000000 |
+	# shellcheck disable=SC2046 # the flags are words
+	"$build/auth/olp-keys" --olp-home="$h" --json keygen --name=bench $(quota_flags) |
 		python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])'
 }
 
