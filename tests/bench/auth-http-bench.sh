@@ -44,7 +44,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # free_port (its own cleanup: one server)
 
 home=$work/home
 mkdir -m 0700 "$home" "$work/run"

@@ -31,16 +31,9 @@ if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/tests/bench/tick-emitter" ]
 fi
 emitter=$(realpath "$build/tests/bench/tick-emitter")
 
-work=$(mktemp -d /tmp/olp-stream-bench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_workdir stream-bench
 
 token=bench-owner-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 bytes=$((mb * 1048576))

@@ -23,16 +23,9 @@ if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/auth/olp-keys" ]; then
 fi
 build=$(cd "$build" && pwd)
 
-work=$(mktemp -d /tmp/olp-usage-bench.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_workdir usage-bench
 
 # The guest key's quota flags: BENCH_QUOTA=0 makes a key without one (no quota check,
 # the ledger row alone), to tell the two costs apart.
