@@ -301,8 +301,8 @@ void sbx_ident_init(enum sbx_identity mode, const char *range)
 		uc = gc = RANGE_MAX;
 	} else {
 		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
-			 "no uid range for user %s: add one to /etc/subuid and /etc/subgid "
-			 "(usermod --add-subuids 2000000-2065535 --add-subgids 2000000-2065535 %s)",
+			 "no uid range for user %.64s: add one to /etc/subuid and /etc/subgid "
+			 "(usermod --add-subuids 2000000-2065535 --add-subgids 2000000-2065535 %.64s)",
 			 user[0] ? user : "?", user[0] ? user : "USER");
 		return;
 	}
