@@ -798,6 +798,40 @@ static void test_root_edit_keeps_owner(void)
 	tu_rmhome(home);
 }
 
+/* Root making a key in a store another user owns (sudo olp-keys keygen) gives the key's
+ * directory and manifest keys/'s owner, or no worker could read the new key. */
+static void test_root_keygen_keeps_owner(void)
+{
+	struct auth_key_spec spec = { .name = "g", .tier = AUTH_TIER_GUEST };
+	const uid_t uid = 4242;
+	const gid_t gid = 4343;
+	char *home, path[4096];
+	struct auth_new_key k;
+	struct stat sb;
+
+	if (geteuid() != 0) {
+		printf("\n  (skipped: needs root to chown) ");
+		return;
+	}
+	home = tu_mkhome();
+	snprintf(path, sizeof(path), "%s/keys", home);
+	CU_ASSERT_FATAL(mkdir(path, 0700) == 0);
+	CU_ASSERT_FATAL(chown(home, uid, gid) == 0 && chown(path, uid, gid) == 0);
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &spec, &k, NULL), AUTH_KEY_OK);
+	snprintf(path, sizeof(path), "%s/keys/%s", home, k.id);
+	CU_ASSERT_FATAL(stat(path, &sb) == 0);
+	CU_ASSERT_EQUAL(sb.st_uid, uid);
+	CU_ASSERT_EQUAL(sb.st_gid, gid);
+	CU_ASSERT_EQUAL(sb.st_mode & 07777, 0700);
+	snprintf(path, sizeof(path), "%s/keys/%s/manifest.json", home, k.id);
+	CU_ASSERT_FATAL(stat(path, &sb) == 0);
+	CU_ASSERT_EQUAL(sb.st_uid, uid);
+	CU_ASSERT_EQUAL(sb.st_gid, gid);
+	CU_ASSERT_EQUAL(sb.st_mode & 07777, 0600);
+	auth_new_key_wipe(&k);
+	tu_rmhome(home);
+}
+
 /* A store written by hand in the Node OLP's format works as is. */
 static void test_node_fixture(void)
 {
@@ -1326,6 +1360,7 @@ static const struct ts_test check_tests[] = {
 	{ "revoked on the next request", test_check_revoked_next_request },
 	{ "quota set on the next request", test_check_quota_next_request },
 	{ "root's edit keeps the manifest's owner", test_root_edit_keeps_owner },
+	{ "root's keygen gives the key keys/'s owner", test_root_keygen_keeps_owner },
 	{ "Node OLP fixture store", test_node_fixture },
 	{ "threads sharing one store", test_threads },
 	{ NULL, NULL },
