@@ -1301,6 +1301,7 @@ static void instance_release(struct instance *in, const char *rid)
  * closes it. Used once, like every sandbox: no namespace serves two runs. */
 
 #define WARM_MAX 16
+#define WARM_PENDING_MAX 64 /* starts under way at once, all keys (more: no new start) */
 #define WARM_PER_KEY 2 /* one in use by the next request while the other gets ready */
 
 static struct {
@@ -1312,6 +1313,10 @@ static struct {
 	size_t n;
 	bool closed; /* shutting down: no new warm sandbox */
 	int filling; /* warm sandboxes being started right now */
+	/* The keys of those being started, so that threads finishing runs of one policy at
+	 * once start WARM_PER_KEY between them, not each their own (the keys are the
+	 * starting threads' own strings, there for as long as the start). */
+	const char *pending[WARM_PENDING_MAX];
 } warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static char *policy_key(const struct sbx_policy *p)
@@ -1403,31 +1408,42 @@ static bool warm_take(const char *key, struct instance *out, const char *rid)
 	}
 }
 
-/* Start a warm instance for key unless one is waiting already. Off the client's critical
- * path: called after the run that needed it has answered and cleaned up. */
-static bool warm_full(const char *key)
+/* Count, under warm.lock, the sandboxes for key that wait or are being started. */
+static size_t warm_have_locked(const char *key)
 {
 	size_t have = 0;
-	bool full;
 
-	pthread_mutex_lock(&warm.lock);
 	for (size_t i = 0; i < warm.n; i++)
 		have += !strcmp(warm.slot[i].key, key);
-	full = have >= WARM_PER_KEY;
-	pthread_mutex_unlock(&warm.lock);
-	return full;
+	for (int i = 0; i < warm.filling; i++)
+		have += !strcmp(warm.pending[i], key);
+	return have;
 }
 
-static void warm_fill_one(const struct sbx_policy *p, const char *key)
+static void warm_unreserve_locked(const char *key)
+{
+	for (int i = 0; i < warm.filling; i++) {
+		if (warm.pending[i] == key) {
+			warm.pending[i] = warm.pending[--warm.filling];
+			return;
+		}
+	}
+}
+
+/* Start one warm instance for key, unless WARM_PER_KEY wait or are being started already
+ * (false then). Off the client's critical path: called after the run that needed it has
+ * answered. The check and the reservation are one step under the lock. */
+static bool warm_fill_one(const struct sbx_policy *p, const char *key)
 {
 	struct instance in = INSTANCE_INIT, old = INSTANCE_INIT;
 	struct sbx_result res = { 0 };
 	bool keep = false, evict = false;
 
 	pthread_mutex_lock(&warm.lock);
-	if (warm.closed) {
+	if (warm.closed || warm.filling >= WARM_PENDING_MAX ||
+	    warm_have_locked(key) >= WARM_PER_KEY) {
 		pthread_mutex_unlock(&warm.lock);
-		return;
+		return false;
 	}
 	/* Full: the oldest goes (a key no request has used since, e.g. one whose login file
 	 * changed); each holds a uid and a scratch dir. */
@@ -1438,7 +1454,7 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 		warm.n--;
 		evict = true;
 	}
-	warm.filling++;
+	warm.pending[warm.filling++] = key;
 	pthread_mutex_unlock(&warm.lock);
 	if (evict)
 		instance_release(&old, NULL);
@@ -1454,16 +1470,17 @@ static void warm_fill_one(const struct sbx_policy *p, const char *key)
 	if (!keep)
 		instance_release(&in, NULL);
 	pthread_mutex_lock(&warm.lock);
-	warm.filling--;
+	warm_unreserve_locked(key);
 	pthread_mutex_unlock(&warm.lock);
+	return true;
 }
 
-/* Start warm instances for key until WARM_PER_KEY wait. bwrap is only started here, not
- * waited for: it builds the sandbox while the thread goes on. */
+/* Start warm instances for key until WARM_PER_KEY wait or are on their way. bwrap is only
+ * started here, not waited for: it builds the sandbox while the thread goes on. */
 static void warm_fill(const struct sbx_policy *p, const char *key)
 {
-	for (int i = 0; i < WARM_PER_KEY && !warm_full(key); i++)
-		warm_fill_one(p, key);
+	for (int i = 0; i < WARM_PER_KEY && warm_fill_one(p, key); i++)
+		;
 }
 
 static void prestart_close(void);

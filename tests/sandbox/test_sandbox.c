@@ -876,6 +876,61 @@ static void test_warm_sandboxes(void)
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
 }
 
+struct burst {
+	pthread_barrier_t go;
+	int failures;
+};
+
+static void *thread_burst(void *arg)
+{
+	struct burst *b = arg;
+
+	for (int round = 0; round < 3; round++) {
+		struct sbx_policy *p = sbx_policy_new();
+		struct buf out = BUF_INIT;
+		struct sbx_result res;
+
+		pthread_barrier_wait(&b->go);
+		if (run(p, (const char *const[]){ "/usr/bin/true", NULL }, NULL, 0, &out, &res) ||
+		    res.exit_status != 0)
+			__atomic_add_fetch(&b->failures, 1, __ATOMIC_SEQ_CST);
+		buf_release(&out);
+		sbx_policy_free(p);
+	}
+	return NULL;
+}
+
+/* Runs of one policy that end together start two warm sandboxes between them, not two
+ * each: the pool kept up to 16 (its cap) after a burst, each a uid, a scratch dir and three
+ * processes. */
+static void test_warm_burst_keeps_two(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = runtime_dir,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH,
+					 .warm = true };
+	enum { N = 8 };
+	struct burst b = { .failures = 0 };
+	pthread_t t[N];
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_FATAL(pthread_barrier_init(&b.go, NULL, N) == 0);
+	for (int i = 0; i < N; i++)
+		pthread_create(&t[i], NULL, thread_burst, &b);
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&b.go);
+	CU_ASSERT_EQUAL(b.failures, 0);
+	/* Every start has been put in the pool by now (a start is added before its run
+	 * returns); 2 for the one policy. */
+	CU_ASSERT(sbx_warm_count() >= 1);
+	CU_ASSERT(sbx_warm_count() <= 2);
+	cfg.warm = false;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -905,6 +960,7 @@ int main(void)
 		{ "what a dead worker left running is killed", test_stale_run_killed },
 		{ "sweep never follows links", test_sweep_never_follows_links },
 		{ "warm sandboxes", test_warm_sandboxes },
+		{ "a burst keeps two warm sandboxes", test_warm_burst_keeps_two },
 		{ NULL, NULL },
 	};
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
