@@ -302,7 +302,8 @@ void sbx_ident_init(enum sbx_identity mode, const char *range)
 	} else {
 		snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
 			 "no uid range for user %.64s: add one to /etc/subuid and /etc/subgid "
-			 "(usermod --add-subuids 2000000-2065535 --add-subgids 2000000-2065535 %.64s)",
+			 "(usermod --add-subuids 2000000-2065535 --add-subgids 2000000-2065535 "
+			 "%.64s)",
 			 user[0] ? user : "?", user[0] ? user : "USER");
 		return;
 	}

@@ -1302,7 +1302,7 @@ static void instance_release(struct instance *in, const char *rid)
 
 #define WARM_MAX 16
 #define WARM_PENDING_MAX 64 /* starts under way at once, all keys (more: no new start) */
-#define WARM_PER_KEY 2 /* one in use by the next request while the other gets ready */
+#define WARM_PER_KEY 2	    /* one in use by the next request while the other gets ready */
 
 static struct {
 	pthread_mutex_t lock;
