@@ -343,9 +343,16 @@ static int on_tool_event(struct claude_parser *cp, const char *type, const json_
 
 	*ret = 0;
 	if (!strcmp(type, "message_start")) {
+		struct prov_usage u;
+
 		usage_from(json_object_get(json_object_get(ev, "message"), "usage"),
 			   &cp->start_usage);
-		return 0; /* and counted as ignored, as before */
+		/* Reported now: a run cut before its result (a stop sequence, the client
+		 * gone) has spent this prompt all the same. */
+		u = cp->start_usage;
+		u.partial = true;
+		*ret = prov_emit_usage(cp->pl.sink, &u);
+		return *ret ? 1 : 0; /* else counted as ignored, as before */
 	}
 	if (i < 0 || i >= (json_int_t)ARRAY_SIZE(cp->call_of))
 		return 0;
@@ -679,6 +686,7 @@ static void claude_parser_free(void *st)
 
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
+	.upstream_tokens = true,
 	.base_url_env = "ANTHROPIC_BASE_URL",
 	.api_key_env = "ANTHROPIC_API_KEY",
 	.caps = PROV_CAP_IMAGES | PROV_CAP_TOOLS,

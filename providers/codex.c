@@ -304,6 +304,7 @@ static void codex_parser_free(void *st)
 
 const struct provider_ops prov_codex_ops = {
 	.type = "codex",
+	.upstream_tokens = true,
 	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */
 	.api_key_env = "OPENAI_API_KEY",
 	.plan = codex_plan,

@@ -20,6 +20,9 @@ struct provider_ops {
 	const char *base_url_env;
 	const char *api_key_env;
 	unsigned caps; /* enum prov_caps */
+	/* Its runs spend an upstream API's tokens (claude, codex, vibe; not a local command):
+	 * a run cut before it reported its usage gets an estimate (prov_run). */
+	bool upstream_tokens;
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */

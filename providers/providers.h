@@ -138,6 +138,15 @@ struct prov_request {
 
 struct prov_usage {
 	bool present;
+	/* Reported before the end: the prompt's count as the provider's API gave it when the
+	 * message started (claude's message_start); completion_tokens is not known yet. A
+	 * later report replaces it. */
+	bool partial;
+	/* Some of the counts are OLP's estimate, 4 bytes a token of what the CLI was given
+	 * and what it wrote: the run was cut (a stop sequence, the client gone, the timeout)
+	 * or failed after output, before its provider said what it used (prov_run). The
+	 * ledger and the quotas count them as they count reported ones. */
+	bool estimated;
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
 	int64_t total_tokens;

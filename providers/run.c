@@ -163,6 +163,8 @@ struct run_ctx {
 	struct net_run net;
 	bool retry; /* a pre-started run failed before any output: run again, cold */
 	bool retried;
+	size_t given_bytes; /* what the CLI was given: stdin and argv (estimate_usage) */
+	size_t out_bytes;   /* what reached the sink: answer text, call arguments */
 };
 
 /* Deltas go through at once (no buffering here); usage and finish are kept for the
@@ -175,6 +177,7 @@ static int inner_emit(void *ctx, const struct prov_event *ev)
 	case PROV_EV_DELTA:
 	case PROV_EV_TOOL_CALL: /* a function call of the model's is output too */
 		rc->out->output_started = true;
+		rc->out_bytes += ev->len;
 		return rc->sink->emit(rc->sink->ctx, ev);
 	case PROV_EV_USAGE:
 		rc->out->usage = *ev->usage;
@@ -309,6 +312,37 @@ static void map_result(const struct prov_provider *pv, const struct sbx_result *
 	}
 }
 
+static int64_t tokens_of(size_t bytes)
+{
+	return (int64_t)((bytes + 3) / 4);
+}
+
+/* A run cut before its provider said what it used (ended at a stop sequence or by a
+ * client gone, at the timeout, or failing after output) has spent upstream tokens all the
+ * same: counted as none, a stop sequence that matches at once would dodge a key's
+ * tokens_per_day. What the provider did report (claude's prompt count when the message
+ * started) is kept; the rest is estimated at 4 bytes a token. A run that failed before
+ * any output and reported nothing (a refused login, a 429) spent nothing. */
+static void estimate_usage(struct run_ctx *rc, const struct sbx_result *res)
+{
+	const struct prov_provider *pv = rc->req->model->provider;
+	struct prov_outcome *out = rc->out;
+	struct prov_usage *u = &out->usage;
+	bool cut = res->end == SBX_END_ABORTED || res->end == SBX_END_TIMEOUT ||
+		   (out->err && out->output_started);
+
+	if (!pv->ops->upstream_tokens || !out->ran || !(u->partial || (!u->present && cut)))
+		return;
+	if (!u->present || !u->prompt_tokens)
+		u->prompt_tokens = tokens_of(rc->given_bytes);
+	if (u->completion_tokens < tokens_of(rc->out_bytes))
+		u->completion_tokens = tokens_of(rc->out_bytes);
+	u->total_tokens = u->prompt_tokens + u->completion_tokens;
+	u->present = true;
+	u->partial = false;
+	u->estimated = true;
+}
+
 /* Everything known about the run: turn it into the outcome, once. */
 static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 {
@@ -330,6 +364,7 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 		if (rc->failure == PROV_ERR_PROVIDER_ERROR && rc->upstream_status)
 			out->status = status_for_upstream(rc->upstream_status);
 	}
+	estimate_usage(rc, res);
 	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
 		log_warnx(rc->req->request_id,
 			  "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
@@ -525,6 +560,7 @@ static int run_again_cold(struct run_ctx *rc, struct prov_plan *plan, struct sbx
 	rc->failure = PROV_OK;
 	rc->upstream_status = 0;
 	rc->failure_msg[0] = '\0';
+	rc->out_bytes = 0;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
 	sbx_policy_set_timeout_ms(plan->policy, deadline_ms - now);
@@ -592,6 +628,9 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	rc.parser.st = pv->ops->parser_new(pv);
 	opt.stdin_data = plan.stdin_data.data;
 	opt.stdin_len = plan.stdin_data.len;
+	rc.given_bytes = plan.stdin_data.len;
+	for (size_t i = 1; i < plan.argv.n; i++) /* vibe takes its prompt here */
+		rc.given_bytes += strlen(plan.argv.v[i]);
 	opt.prestart = pv->prestart;
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */

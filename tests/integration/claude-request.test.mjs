@@ -236,3 +236,30 @@ test('the official openai SDK: a whole tool round trip, and a streamed call from
   assert.deepEqual(done.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
     [['get_weather', { city: 'Paris' }], ['get_time', { n: 1 }]]);
 });
+
+// A stop sequence that ends the answer at once (OLP ends the run there, before claude's
+// result line) still counts: without it, a key's tokens_per_day could be dodged with a
+// stop that always matches. The prompt's count is claude's own (its message_start), the
+// answer's an estimate of what was written; the ledger row has both.
+test('a run cut at a stop sequence still counts its tokens, in the answer and the ledger', async () => {
+  const ledger = async () => (await curl(server, { path: '/v1/usage?recent=200', auth: true })).json.recent;
+  const before = (await ledger()).length;
+  const r = await post({ model: 'claude-fake', stop: ['from'],
+    messages: [{ role: 'user', content: 'Say hello' }] });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.choices[0].message.content, 'Hello ');
+  assert.equal(r.json.choices[0].finish_reason, 'stop');
+  assert.equal(r.json.usage.prompt_tokens, 10, r.text); // the fake upstream's input_tokens
+  assert.ok(r.json.usage.completion_tokens >= 1, r.text);
+  assert.equal(r.json.usage.total_tokens, r.json.usage.prompt_tokens + r.json.usage.completion_tokens);
+  // The row is written once the answer is out: wait for it.
+  let rows = await ledger();
+  for (let i = 0; i < 50 && rows.length === before; i++) {
+    await new Promise((ok) => setTimeout(ok, 100));
+    rows = await ledger();
+  }
+  const row = rows[0];
+  assert.equal(row.status, 200, JSON.stringify(row));
+  assert.equal(row.prompt_tokens, 10, JSON.stringify(row));
+  assert.equal(row.completion_tokens, r.json.usage.completion_tokens, JSON.stringify(row));
+});

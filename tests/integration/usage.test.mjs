@@ -264,6 +264,9 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.equal(row.status, 499, JSON.stringify(row));
     assert.equal(row.provider, 'forever');
     assert.ok(row.duration_ms >= 1000, JSON.stringify(row));
+    // A local command spends no upstream tokens: a cut run of one is not estimated.
+    assert.equal(row.prompt_tokens, 0, JSON.stringify(row));
+    assert.equal(row.completion_tokens, 0, JSON.stringify(row));
   });
 
   it('usage.db is the owner\'s alone (0600) and the owner\'s /health reports the ledger and the providers', async () => {

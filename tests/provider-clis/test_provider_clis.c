@@ -114,9 +114,13 @@ static void test_claude_success(void)
 	CU_ASSERT_EQUAL(r.usage.cached_tokens, 0);
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT(fr.first_stop > 0); /* the result line says "done" */
-	CU_ASSERT_STRING_EQUAL(r.log.data, "delta Hello\ndelta  from\ndelta  the\ndelta  fake\n"
+	/* The prompt's count when the message starts (a run cut before its result has spent
+	 * it), then the whole run's at the result. */
+	CU_ASSERT_STRING_EQUAL(r.log.data, "usage 10 1 11 0 partial\n"
+					   "delta Hello\ndelta  from\ndelta  the\ndelta  fake\n"
 					   "delta  Anthropic\ndelta  server!\nusage 10 6 16 0\n"
 					   "finish stop\n");
+	CU_ASSERT_FALSE(r.usage.partial);
 	ts_rec_release(&r);
 }
 
@@ -138,7 +142,8 @@ static void test_claude_tool_calls(void)
 	CU_ASSERT_STRING_EQUAL(r.finish, "tool_calls");
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT(fr.first_stop > 0);
-	CU_ASSERT_STRING_EQUAL(r.log.data, "tool 0 toolu_fake_1_0 get_weather \n"
+	CU_ASSERT_STRING_EQUAL(r.log.data, "usage 10 1 11 0 partial\n"
+					   "tool 0 toolu_fake_1_0 get_weather \n"
 					   "tool 0 - - {\"city\":\n"
 					   "tool 0 - - \"Paris\"}\n"
 					   "tool 1 toolu_fake_1_1 get_time \n"
@@ -236,7 +241,9 @@ static void test_claude_truncated(void)
 	ts_rec_init(&r);
 	fr = feed_all_ways("claude", data, (size_t)(last - data) + 200, &r);
 	CU_ASSERT_EQUAL(r.ndeltas, 6);
-	CU_ASSERT_FALSE(r.usage.present);
+	/* Only the prompt's count from the message's start: prov_run estimates the rest. */
+	CU_ASSERT(r.usage.present && r.usage.partial);
+	CU_ASSERT_EQUAL(r.usage.prompt_tokens, 10);
 	CU_ASSERT_STRING_EQUAL(r.finish, "");
 	CU_ASSERT_EQUAL(r.nerrors, 0);
 	CU_ASSERT_EQUAL(fr.first_stop, 0);
@@ -341,7 +348,8 @@ static void test_claude_cut_and_retry(void)
 	ts_rec_init(&r);
 	feed_all_ways("claude", data, len, &r);
 	CU_ASSERT_STRING_EQUAL(r.text.data, "Hello from the fake Anthropic server!");
-	CU_ASSERT_STRING_EQUAL(r.log.data, "delta Hello\ndelta  from\n"
+	CU_ASSERT_STRING_EQUAL(r.log.data, "usage 10 1 11 0 partial\ndelta Hello\ndelta  from\n"
+					   "usage 10 1 11 0 partial\nusage 10 1 11 0 partial\n"
 					   "delta  the fake Anthropic server!\n"
 					   "usage 40 9 49 0\nfinish stop\n"); /* all 4 attempts */
 	CU_ASSERT_EQUAL(r.nerrors, 0);
@@ -382,7 +390,7 @@ static void test_sink_abort(void)
 	struct prov_sink sink = ts_rec_sink(&r);
 
 	ts_rec_init(&r);
-	r.abort_after = 2;
+	r.abort_after = 3; /* the prompt's usage, then two deltas */
 	CU_ASSERT_EQUAL(prov_parser_feed(ps, data, len, &sink), -1);
 	CU_ASSERT_EQUAL(r.ndeltas, 2);
 	prov_parser_free(ps);
@@ -744,6 +752,52 @@ static void test_run_claude_long_system_prompt(void)
 	buf_release(&in);
 }
 
+/* A run cut before its provider said what it used (a stop sequence or a client gone: the
+ * sink aborts) still counts: otherwise a stop sequence that matches at once would dodge a
+ * key's tokens_per_day. claude's prompt count from the message's start is kept, the rest
+ * estimated at 4 bytes a token; codex said nothing, so both are estimates; a run refused
+ * before any output spent nothing. (A local command spends no upstream tokens: the HTTP
+ * suite checks that its cut runs stay at 0.) */
+static void test_run_cut_usage(void)
+{
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
+	struct prov_outcome o;
+	struct ts_rec r;
+
+	ts_rec_init(&r);
+	r.abort_after = 2; /* "Hello", " from" (usage never reaches the sink) */
+	run_fake_msgs("claude", "claude-success.ndjson", "", NULL, &r, &o, &argv_env, &in);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_CLIENT_GONE);
+	CU_ASSERT(o.usage.present && o.usage.estimated && !o.usage.partial);
+	CU_ASSERT_EQUAL(o.usage.prompt_tokens, 10);	  /* claude's own count */
+	CU_ASSERT_EQUAL(o.usage.completion_tokens, 3); /* "Hello from": 10 bytes */
+
+	CU_ASSERT_EQUAL(o.usage.total_tokens, 13);
+	ts_rec_release(&r);
+
+	ts_rec_init(&r);
+	r.abort_after = 1;
+	run_fake_msgs("codex", "codex-success.ndjson", "", NULL, &r, &o, &argv_env, &in);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_CLIENT_GONE);
+	CU_ASSERT(o.usage.present && o.usage.estimated);
+	/* What codex was given: its stdin and its argv, 4 bytes a token. */
+	CU_ASSERT(in.len > 0);
+	CU_ASSERT(o.usage.prompt_tokens >= (int64_t)(in.len + 3) / 4);
+	CU_ASSERT(o.usage.prompt_tokens < (int64_t)(in.len + 3) / 4 + 200);
+	CU_ASSERT_EQUAL(o.usage.completion_tokens,
+			(int64_t)(strlen("Hello from the fake OpenAI server!") + 3) / 4);
+	ts_rec_release(&r);
+
+	ts_rec_init(&r);
+	run_fake("claude", "claude-429.ndjson", ",\"FAKE_EXIT\":\"1\"", &r, &o, &argv_env);
+	CU_ASSERT_EQUAL(o.upstream_status, 429);
+	CU_ASSERT_FALSE(o.usage.estimated);
+	CU_ASSERT_EQUAL(o.usage.total_tokens, 0);
+	ts_rec_release(&r);
+	buf_release(&argv_env);
+	buf_release(&in);
+}
+
 static void test_run_codex(void)
 {
 	struct buf argv_env = BUF_INIT;
@@ -881,6 +935,7 @@ int main(void)
 		{ "every fixture through every parser", test_cross_feed },
 		{ "prov_run claude under the sandbox", test_run_claude },
 		{ "prov_run codex under the sandbox", test_run_codex },
+		{ "prov_run: a cut run's usage", test_run_cut_usage },
 		{ "prov_run claude with a 200 KiB system prompt",
 		  test_run_claude_long_system_prompt },
 		{ "prov_run vibe under the sandbox", test_run_vibe },

@@ -42,9 +42,9 @@ static void on_usage(struct ts_rec *r, const struct prov_usage *u)
 		return;
 	}
 	r->usage = *u;
-	snprintf(line, sizeof(line), "%lld %lld %lld %lld", (long long)u->prompt_tokens,
+	snprintf(line, sizeof(line), "%lld %lld %lld %lld%s", (long long)u->prompt_tokens,
 		 (long long)u->completion_tokens, (long long)u->total_tokens,
-		 (long long)u->cached_tokens);
+		 (long long)u->cached_tokens, u->partial ? " partial" : "");
 	buf_addf(&r->log, "usage %s", line);
 	buf_addf(&r->events, "<U %s>", line);
 }
