@@ -769,7 +769,7 @@ static void test_run_cut_usage(void)
 	run_fake_msgs("claude", "claude-success.ndjson", "", NULL, &r, &o, &argv_env, &in);
 	CU_ASSERT_EQUAL(o.err, PROV_ERR_CLIENT_GONE);
 	CU_ASSERT(o.usage.present && o.usage.estimated && !o.usage.partial);
-	CU_ASSERT_EQUAL(o.usage.prompt_tokens, 10);	  /* claude's own count */
+	CU_ASSERT_EQUAL(o.usage.prompt_tokens, 10);    /* claude's own count */
 	CU_ASSERT_EQUAL(o.usage.completion_tokens, 3); /* "Hello from": 10 bytes */
 
 	CU_ASSERT_EQUAL(o.usage.total_tokens, 13);
