@@ -1264,6 +1264,15 @@ out_release_plan:
 	return ret;
 }
 
+/* Whether releasing the instance writes a credential copy back to the host. */
+static bool instance_writes_back(const struct instance *in)
+{
+	for (size_t i = 0; i < in->ncopies; i++)
+		if (in->copies[i].path)
+			return true;
+	return false;
+}
+
 /* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
  * to its writable credentials, release its uid and remove its dir. */
 static void instance_release(struct instance *in, const char *rid)
@@ -1961,6 +1970,7 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
 	const char *rid = opt ? opt->request_id : NULL;
 	char *key = NULL, *pkey = NULL;
+	bool writes_back;
 	int ret;
 
 	memset(res, 0, sizeof(*res));
@@ -2018,10 +2028,21 @@ out_release_instance:
 			res->failure = SBX_FAIL_SPAWN;
 		res->spawn_errno = -ret;
 	}
-	/* The answer is out (on_result): get the next sandbox going, then clean up. */
-	if (key && !ret)
+	/* The answer is out (on_result): get the next sandbox going, then clean up. A run
+	 * with writable credential copies fills after the teardown instead, with a key made
+	 * anew: its write-back (a refreshed login) changes the file, and a sandbox made before
+	 * it would hold the old copy under the old key, one no later run asks for. */
+	writes_back = instance_writes_back(&in);
+	if (key && !ret && !writes_back)
 		warm_fill(p, key);
 	instance_release(&in, rid);
+	if (key && !ret && writes_back) {
+		char *now = policy_key(p);
+
+		if (now)
+			warm_fill(p, now);
+		free(now);
+	}
 	/* The next process after the teardown, keyed anew: a credential file this run wrote
 	 * back is copied and keyed as it is now, so that the next run can take it. */
 	if (pkey && !ret) {

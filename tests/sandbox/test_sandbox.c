@@ -931,6 +931,52 @@ static void test_warm_burst_keeps_two(void)
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
 }
 
+/* A run that rewrites its writable credential copy (a refreshed login) leaves a warm
+ * sandbox made from the file as it is now: the next run takes it, warm, and reads the new
+ * contents. The pool used to be filled before the write-back, with the old copy under the
+ * old key, which no later run asked for: every such run went cold. */
+static void test_warm_after_write_back(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = runtime_dir,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH,
+					 .warm = true };
+	struct sbx_policy *p;
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	char rw[512];
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	p = probe_policy();
+	snprintf(rw, sizeof(rw), "%s.warm-cred", runtime_dir);
+	write_file(rw, "token-v1\n", 0600);
+	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, rw, SBX_HOME_PATH "/.cfg/rw.json", true), 0);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){ "/bin/sh", "-c", "echo token-v2 > .cfg/rw.json", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_COLD);
+	usleep(200000); /* let the warm one finish building */
+	for (int i = 0; i < 2; i++) {
+		buf_reset(&out);
+		CU_ASSERT_EQUAL(run(p, (const char *const[]){ "/bin/cat", ".cfg/rw.json", NULL },
+				    NULL, 0, &out, &res),
+				0);
+		CU_ASSERT_STRING_EQUAL(out.data, "token-v2\n");
+		CU_ASSERT_EQUAL(res.start, SBX_START_WARM);
+		usleep(200000);
+	}
+	sbx_policy_free(p);
+	buf_release(&out);
+	unlink(rw);
+	cfg.warm = false;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -961,6 +1007,7 @@ int main(void)
 		{ "sweep never follows links", test_sweep_never_follows_links },
 		{ "warm sandboxes", test_warm_sandboxes },
 		{ "a burst keeps two warm sandboxes", test_warm_burst_keeps_two },
+		{ "warm after a credential write-back", test_warm_after_write_back },
 		{ NULL, NULL },
 	};
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };
