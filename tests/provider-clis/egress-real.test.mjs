@@ -219,7 +219,9 @@ async function codex(scheme, model) {
 }
 
 const deltas = (events) => events.filter((e) => e.ev === 'delta');
-const usage = (events) => events.find((e) => e.ev === 'usage');
+// The run's usage: the last report (claude reports the prompt's count at the message's
+// start too, marked partial).
+const usage = (events) => events.findLast((e) => e.ev === 'usage' && !e.partial);
 const errorEv = (events) => events.find((e) => e.ev === 'error');
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 const gaps = (ts) => ts.slice(1).map((t, i) => t - ts[i]);

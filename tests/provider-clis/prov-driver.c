@@ -52,6 +52,8 @@ static int print_event(void *ctx, const struct prov_event *ev)
 			 (long long)ev->usage->prompt_tokens,
 			 (long long)ev->usage->completion_tokens,
 			 (long long)ev->usage->total_tokens, (long long)ev->usage->cached_tokens);
+		if (ev->usage->partial)
+			buf_adds(&b, ",\"partial\":true");
 		break;
 	case PROV_EV_FINISH:
 		buf_adds(&b, "{\"ev\":\"finish\",\"reason\":");

@@ -240,7 +240,13 @@ test('claude without the sandbox, stdout piped through prov-driver parse', async
   });
   const r = await runJson([driver, 'parse', 'claude'], raw);
   assert.equal(deltas(r).map((d) => d.text).join(''), CLAUDE_TEXT);
-  const u = r.events.find((e) => e.ev === 'usage');
+  // The prompt's count when the message starts (a run cut before the result has spent
+  // it), then the whole run's at the result.
+  const usages = r.events.filter((e) => e.ev === 'usage');
+  assert.equal(usages[0].partial, true, JSON.stringify(usages));
+  assert.equal(usages[0].prompt_tokens, 10);
+  const u = usages.at(-1);
+  assert.equal(u.partial, undefined, JSON.stringify(usages));
   assert.deepEqual([u.prompt_tokens, u.completion_tokens, u.total_tokens, u.cached_tokens], [10, 6, 16, 0]);
   assert.equal(r.events.find((e) => e.ev === 'finish').reason, 'stop');
   assert.ok(r.events.some((e) => e.ev === 'done'));
