@@ -23,6 +23,8 @@ struct provider_ops {
 	/* Its runs spend an upstream API's tokens (claude, codex, vibe; not a local command):
 	 * a run cut before it reported its usage gets an estimate (prov_run). */
 	bool upstream_tokens;
+	/* The request's prompt is in argv (vibe): never pre-started (ADR 0022). */
+	bool prompt_in_argv;
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */

@@ -631,7 +631,7 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	rc.given_bytes = plan.stdin_data.len;
 	for (size_t i = 1; i < plan.argv.n; i++) /* vibe takes its prompt here */
 		rc.given_bytes += strlen(plan.argv.v[i]);
-	opt.prestart = pv->prestart;
+	opt.prestart = pv->ops->prompt_in_argv ? 0 : pv->prestart;
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);

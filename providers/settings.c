@@ -104,6 +104,15 @@ static int read_prestart(struct reader *r, const char *key, const json_t *v)
 
 	if (parse_json_int(v, 0, 8, &n))
 		return bad(r, key, ": must be an integer from 0 (none) to 8");
+	/* A pre-started process is started with the argv of the run before it; vibe's argv
+	 * holds that run's prompt, which the process would send upstream unasked (spending
+	 * tokens no request is charged for) and whose hit would tell a guest that someone
+	 * sent the same prompt. */
+	if (n && r->pv->ops && r->pv->ops->prompt_in_argv)
+		return soft(r, key,
+			    ": %s takes its prompt on its command line, so a pre-started "
+			    "process would run the previous request's prompt; only 0",
+			    r->pv->type);
 	r->pv->prestart = (unsigned)n;
 	return 0;
 }

@@ -173,6 +173,7 @@ static void vibe_parser_free(void *st)
 const struct provider_ops prov_vibe_ops = {
 	.type = "vibe",
 	.upstream_tokens = true,
+	.prompt_in_argv = true,
 	/* vibe takes its API base from its config.toml only (docs/providers.md). */
 	.api_key_env = "MISTRAL_API_KEY",
 	.plan = vibe_plan,

@@ -117,6 +117,13 @@ struct usage_store {
 	unsigned reopen_ms;
 	sqlite3 *db; /* NULL while unavailable */
 	sqlite3_stmt *stmt[ST__N];
+	/* The ledger's readers (/v1/usage, the dashboard, olp-keys usage) have a read-only
+	 * connection of their own: a scan of a key's 90 days must not hold up the quota checks
+	 * and ledger rows of the requests being served, which wait on lock (WAL: a reader
+	 * never blocks the writer). Guarded by rlock, taken before lock when both are. */
+	pthread_mutex_t rlock;
+	sqlite3 *rdb;
+	sqlite3_stmt *rdays, *rrecent;
 	int open_err;	       /* -errno of the last failed open (while db is NULL) */
 	uint64_t next_open_ms; /* mono_ms() before which no open is tried */
 	uint64_t last_prune_ms;
@@ -437,6 +444,69 @@ static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)
 	snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
 
+/* ---- the readers' connection ------------------------------------------------------------ */
+
+static void reader_close(struct usage_store *st)
+{
+	sqlite3_finalize(st->rdays);
+	sqlite3_finalize(st->rrecent);
+	st->rdays = st->rrecent = NULL;
+	if (st->rdb)
+		sqlite3_close_v2(st->rdb);
+	st->rdb = NULL;
+}
+
+/* A reader's failure: counted and logged like the writer's (under lock); the read-only
+ * connection is closed, to be opened again by the next read, and the writer is left be. */
+static int reader_failed(struct usage_store *st, const char *what, int rc)
+{
+	int err = sq_errno(st->rdb, rc);
+
+	pthread_mutex_lock(&st->lock);
+	note_failure(st, what, err ? err : -EIO, st->rdb ? sqlite3_errmsg(st->rdb) : NULL);
+	pthread_mutex_unlock(&st->lock);
+	reader_close(st);
+	return err ? err : -EIO;
+}
+
+/* 0 when the read-only connection is up, else -errno. Called with rlock held. The file is
+ * made and its schema migrated by the writer's connection first. */
+static int reader_ready(struct usage_store *st)
+{
+	int rc, err;
+
+	if (st->rdb)
+		return 0;
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	pthread_mutex_unlock(&st->lock);
+	if (err)
+		return err;
+	rc = sqlite3_open_v2(st->path, &st->rdb,
+			     SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+			     NULL);
+	if (rc != SQLITE_OK)
+		return reader_failed(st, "opening the database to read", rc);
+	sqlite3_db_config(st->rdb, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+	sqlite3_db_config(st->rdb, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+	sqlite3_busy_timeout(st->rdb, USAGE_BUSY_TIMEOUT_MS);
+	rc = sqlite3_prepare_v3(st->rdb, stmt_sql[ST_DAYS], -1, SQLITE_PREPARE_PERSISTENT,
+				&st->rdays, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v3(st->rdb, stmt_sql[ST_RECENT], -1, SQLITE_PREPARE_PERSISTENT,
+					&st->rrecent, NULL);
+	if (rc != SQLITE_OK)
+		return reader_failed(st, "opening the database to read", rc);
+	return 0;
+}
+
+static sqlite3_stmt *reader_stmt(sqlite3_stmt *s)
+{
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return s;
+}
+
 /* ---- public --------------------------------------------------------------------------- */
 
 struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt)
@@ -449,6 +519,7 @@ struct usage_store *usage_store_open(const char *olp_home, const struct usage_op
 	}
 	st = xcalloc(1, sizeof(*st));
 	pthread_mutex_init(&st->lock, NULL);
+	pthread_mutex_init(&st->rlock, NULL);
 	st->path = opt && opt->path ? xstrdup(opt->path) : path_join(olp_home, "usage.db");
 	st->retention_days =
 		opt && opt->retention_days ? opt->retention_days : USAGE_DEFAULT_RETENTION_DAYS;
@@ -463,7 +534,9 @@ void usage_store_free(struct usage_store *st)
 {
 	if (!st)
 		return;
+	reader_close(st);
 	db_close(st);
+	pthread_mutex_destroy(&st->rlock);
 	pthread_mutex_destroy(&st->lock);
 	free(st->path);
 	free(st);
@@ -525,6 +598,16 @@ out_fail:
 	db_failed(st, "pruning old rows", rc);
 }
 
+static int64_t row_tokens(int64_t n)
+{
+	return n < 0 ? 0 : n > USAGE_ROW_TOKENS_MAX ? USAGE_ROW_TOKENS_MAX : n;
+}
+
+static int64_t row_ms(uint64_t ms)
+{
+	return ms > USAGE_ROW_DURATION_MAX_MS ? (int64_t)USAGE_ROW_DURATION_MAX_MS : (int64_t)ms;
+}
+
 int usage_record_add(struct usage_store *st, const struct usage_record *r)
 {
 	int64_t ts, tokens, p, c;
@@ -534,8 +617,8 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 	if (!st || !r || !r->key_id || !*r->key_id)
 		return -EINVAL;
 	ts = r->ts_ms ? r->ts_ms : wall_ms();
-	p = r->prompt_tokens > 0 ? r->prompt_tokens : 0;
-	c = r->completion_tokens > 0 ? r->completion_tokens : 0;
+	p = row_tokens(r->prompt_tokens);
+	c = row_tokens(r->completion_tokens);
 	tokens = p + c;
 	pthread_mutex_lock(&st->lock);
 	err = db_ready(st);
@@ -552,9 +635,9 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 	sqlite3_bind_int(s, 5, r->status);
 	sqlite3_bind_int64(s, 6, p);
 	sqlite3_bind_int64(s, 7, c);
-	sqlite3_bind_int64(s, 8, r->cached_tokens > 0 ? r->cached_tokens : 0);
-	sqlite3_bind_int64(s, 9, r->duration_ms > INT64_MAX ? INT64_MAX : (int64_t)r->duration_ms);
-	sqlite3_bind_int64(s, 10, r->ttfb_ms > INT64_MAX ? INT64_MAX : (int64_t)r->ttfb_ms);
+	sqlite3_bind_int64(s, 8, row_tokens(r->cached_tokens));
+	sqlite3_bind_int64(s, 9, row_ms(r->duration_ms));
+	sqlite3_bind_int64(s, 10, row_ms(r->ttfb_ms));
 	sqlite3_bind_int(s, 11, (int)r->start);
 	rc = stmt_run(s);
 	if (rc != SQLITE_OK)
@@ -757,11 +840,11 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 		*n = 0;
 	if (!st || !out || !n)
 		return -EINVAL;
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
+	pthread_mutex_lock(&st->rlock);
+	err = reader_ready(st);
 	if (err)
 		goto out_unlock;
-	s = stmt_get(st, ST_DAYS);
+	s = reader_stmt(st->rdays);
 	bind_filter(s, f);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct usage_day *d;
@@ -787,13 +870,13 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {
 		free(days);
-		err = db_failed(st, "reading the ledger", rc);
+		err = reader_failed(st, "reading the ledger", rc);
 		goto out_unlock;
 	}
 	*out = days;
 	*n = len;
 out_unlock:
-	pthread_mutex_unlock(&st->lock);
+	pthread_mutex_unlock(&st->rlock);
 	return err;
 }
 
@@ -815,11 +898,11 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 		return 0;
 	if (limit > 100000)
 		limit = 100000; /* a page, not the whole ledger in memory */
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
+	pthread_mutex_lock(&st->rlock);
+	err = reader_ready(st);
 	if (err)
 		goto out_unlock;
-	s = stmt_get(st, ST_RECENT);
+	s = reader_stmt(st->rrecent);
 	bind_filter(s, f);
 	sqlite3_bind_int64(s, 3, (int64_t)limit);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -846,12 +929,12 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {
 		free(rows);
-		err = db_failed(st, "reading the ledger", rc);
+		err = reader_failed(st, "reading the ledger", rc);
 		goto out_unlock;
 	}
 	*out = rows;
 	*n = len;
 out_unlock:
-	pthread_mutex_unlock(&st->lock);
+	pthread_mutex_unlock(&st->rlock);
 	return err;
 }

@@ -67,6 +67,12 @@ const char *usage_start_name(enum usage_start s); /* "none", "cold", "warm", "pr
 
 /* One ledger row. Strings are borrowed for the call; NULL provider/model are stored as
  * NULL. Token counts are the provider's (0 when it reported none). */
+/* A row's token count (each field), and its duration, are stored at most this: far above
+ * any real request (a million-token context), and low enough that SQLite's sum() over a
+ * key's rows can never overflow. A count written by code inside the sandbox (a forged
+ * usage line) must not be able to make the ledger's reads fail. */
+#define USAGE_ROW_TOKENS_MAX INT64_C(1000000000)
+#define USAGE_ROW_DURATION_MAX_MS UINT64_C(604800000) /* 7 days */
 struct usage_record {
 	int64_t ts_ms;	    /* when the request arrived, unix ms (0: now) */
 	const char *key_id; /* required: a manifest id, "__env_owner__" or "__anonymous__" */
@@ -86,7 +92,9 @@ struct usage_record {
  * docs/performance.md: ≤ 0.2 ms median). Prunes rows older than the retention, and quota
  * windows older than two days, now and then (at the first call, then at most once an hour
  * per store; by the wall clock, not by r->ts_ms). Strings longer than what struct
- * usage_row holds are cut (at a UTF-8 boundary); negative token counts are stored as 0.
+ * usage_row holds are cut (at a UTF-8 boundary); negative token counts are stored as 0,
+ * counts above USAGE_ROW_TOKENS_MAX as that, durations above USAGE_ROW_DURATION_MAX_MS as
+ * that.
  * 0 or -errno (-EINVAL: r or r->key_id NULL or empty). */
 int usage_record_add(struct usage_store *st, const struct usage_record *r);
 

@@ -1600,6 +1600,21 @@ static void test_provider_from_json(void)
 	prov_provider_free(pv);
 	json_decref(claude);
 
+	/* vibe is never pre-started: its argv holds the prompt of the run before (a warning,
+	 * and the default, 0, holds); claude may be. */
+	e = parse("{\"type\":\"vibe\",\"prestart\":2}");
+	pv = prov_provider_from_json("vibe", e, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_prestart(pv), 0);
+	prov_provider_free(pv);
+	json_decref(e);
+	e = parse("{\"type\":\"claude\",\"prestart\":2}");
+	pv = prov_provider_from_json("claude", e, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_prestart(pv), 2);
+	prov_provider_free(pv);
+	json_decref(e);
+
 	/* Refused: what the registry would skip, with errno EINVAL and the reason. */
 	static const struct {
 		const char *name, *entry, *why;

@@ -211,6 +211,80 @@ static void test_days(void)
 	usage_store_free(st);
 }
 
+/* Counts that code in a sandbox could have forged (a usage line with 2^62 tokens) are
+ * stored at most USAGE_ROW_TOKENS_MAX: the day's sums cannot overflow, so reading the
+ * ledger never fails for them (SQLite's sum() stops with "integer overflow", and the
+ * store closed on that error and failed its quotas open). */
+static void test_huge_counts(void)
+{
+	struct usage_store *st = open_store(new_home());
+	const int64_t huge = INT64_MAX / 2 + 1;
+	struct usage_quota_state qs;
+	struct usage_day *days;
+	struct usage_row *rows;
+	size_t n;
+
+	for (int i = 0; i < 4; i++)
+		add(st, today_ms() + i, "k1", "claude", 200, huge, huge, USAGE_START_COLD);
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, NULL, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(days[0].prompt_tokens, 4 * USAGE_ROW_TOKENS_MAX);
+	CU_ASSERT_EQUAL(days[0].completion_tokens, 4 * USAGE_ROW_TOKENS_MAX);
+	CU_ASSERT_EQUAL(days[0].cached_tokens, 4 * USAGE_ROW_TOKENS_MAX);
+	free(days);
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 4);
+	if (n)
+		CU_ASSERT_EQUAL(rows[0].prompt_tokens, USAGE_ROW_TOKENS_MAX);
+	free(rows);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k1", 0, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_today, 8 * USAGE_ROW_TOKENS_MAX);
+	CU_ASSERT(usage_available(st));
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+}
+
+/* A read that fails (here: rows above the cap, written by an older build or by hand, whose
+ * sum overflows) fails alone: the readers have a connection of their own, so the writer
+ * stays open, and the next quota check and ledger row go through at once. (It used to
+ * close the one connection for reopen_ms, and every quota failed open meanwhile.) */
+static void test_read_failure_spares_writer(void)
+{
+	static const struct usage_options slow = { .reopen_ms = 60000 };
+	const char *home = new_home();
+	struct usage_store *st = usage_store_open(home, &slow);
+	struct usage_quota q = { .requests_per_day = 5 };
+	struct usage_verdict v;
+	struct usage_day *days;
+	char path[512];
+	sqlite3 *db;
+	size_t n;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	add(st, today_ms(), "k1", "claude", 200, 1, 1, USAGE_START_COLD);
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK);
+	for (int i = 0; i < 2; i++) /* 1, then 2 more rows of 9e18 tokens */
+		CU_ASSERT_EQUAL(
+			sqlite3_exec(db,
+				     "INSERT INTO requests (ts_ms, key_id, provider, model,"
+				     " status, prompt_tokens, completion_tokens, cached_tokens,"
+				     " duration_ms, ttfb_ms, start) SELECT ts_ms, key_id,"
+				     " provider, model, status, 9000000000000000000, 0, 0, 1, 1,"
+				     " 1 FROM requests",
+				     NULL, NULL, NULL),
+			SQLITE_OK);
+	sqlite3_close(db);
+	add(st, today_ms() + 1, "k1", "claude", 200, 1, 1, USAGE_START_COLD);
+	CU_ASSERT(usage_days(st, NULL, &days, &n) < 0); /* integer overflow in sum() */
+	CU_ASSERT(usage_failures(st) >= 1);
+	CU_ASSERT(usage_available(st));
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k1", &q, 0, &v), 0);
+	CU_ASSERT(v.allowed);
+	add(st, today_ms() + 2, "k1", "claude", 200, 1, 1, USAGE_START_COLD);
+	usage_store_free(st);
+}
+
 /* Over-long names are cut to what struct usage_row holds, at a UTF-8 boundary. */
 static void test_long_names(void)
 {
@@ -756,6 +830,8 @@ int main(void)
 		{ "append and read back", test_append_read },
 		{ "per-day sums", test_days },
 		{ "long names cut at a UTF-8 boundary", test_long_names },
+		{ "forged huge counts are capped", test_huge_counts },
+		{ "a failed read spares the writer", test_read_failure_spares_writer },
 		{ "requests_per_minute windows", test_quota_minute },
 		{ "requests_per_day windows", test_quota_day },
 		{ "tokens_per_day", test_quota_tokens },
