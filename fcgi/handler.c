@@ -508,9 +508,12 @@ struct answer {
 	struct buf out;	 /* encoding scratch */
 	struct hop hops[FCGI_MAX_HOPS];
 	size_t nhops;
-	size_t cur;	   /* the hop running now */
-	size_t failed;	   /* hops that failed before output and were passed over */
-	bool exhausted;	   /* every hop failed */
+	size_t cur;	/* the hop running now */
+	size_t failed;	/* hops that failed before output and were passed over */
+	bool exhausted; /* every hop failed */
+	/* What the hops passed over had spent (a prompt read before the failure): the
+	 * ledger's and the quota's, not the answer's, whose usage is the answering hop's. */
+	struct prov_usage passed;
 	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
 	/* "stop": the sequences, and the text held back because it may be the start of one
 	 * (at most the longest sequence less one byte). */
@@ -898,6 +901,11 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 		buf_addf(&a->detail, "%s%s/%s: %s", a->detail.len ? "; " : "",
 			 prov_provider_name(m->provider), m->id, prov_error_code(o->err));
 		if (a->cur + 1 < a->nhops) {
+			if (o->usage.present) {
+				a->passed.prompt_tokens += o->usage.prompt_tokens;
+				a->passed.completion_tokens += o->usage.completion_tokens;
+				a->passed.cached_tokens += o->usage.cached_tokens;
+			}
 			a->failed++;
 			a->cur++; /* the next hop, whose headers a heartbeat would send */
 			buf_reset(&a->text);
@@ -913,6 +921,9 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	/* The last hop: from here on one thread writes the answer. */
 	heartbeat_stop(a);
 	rc->usage = o->usage;
+	rc->usage.prompt_tokens += a->passed.prompt_tokens;
+	rc->usage.completion_tokens += a->passed.completion_tokens;
+	rc->usage.cached_tokens += a->passed.cached_tokens;
 	rc->start = !o->ran			     ? USAGE_START_NONE
 		    : o->start == SBX_START_WARM     ? USAGE_START_WARM
 		    : o->start == SBX_START_PRESTART ? USAGE_START_PRESTART

@@ -389,3 +389,51 @@ describe('auth.owner_only_endpoints covers /v1/usage', () => {
     assert.equal(o.status, 200, o.text);
   });
 });
+
+// A hop of a routing chain that spent tokens and then failed before any output is passed
+// over (the next hop answers), but what it spent is the key's all the same: the ledger row
+// (and so tokens_per_day) counts both hops; the answer's usage is the answering hop's.
+describe('a chain hop passed over still counts its tokens', () => {
+  let server;
+  const SPENT = 11;
+
+  before(async () => {
+    const registry = meteredRegistry();
+    registry.providers.spentfail = {
+      type: 'command',
+      displayName: 'Spends, then fails',
+      argv: ['/bin/sh', '-c', 'cat >/dev/null; ' +
+        `printf '%s\\n' '{"usage":{"prompt_tokens":${SPENT},"completion_tokens":0,"total_tokens":${SPENT}}}'; exit 3`],
+      output: 'ndjson',
+      timeout_s: 20,
+      network: false,
+      models: [{ id: 'spentfail', created: 1700000000 }],
+    };
+    const config = testConfig();
+    config.routing = { chains: { 'spent-then-metered': [{ provider: 'spentfail', model: 'spentfail' },
+      { provider: 'metered', model: 'metered' }] } };
+    const dirs = makeHome({ registry, config });
+    server = await startServer({ dirs, maxProcs: 1, threads: 2 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('the ledger row has both hops\' tokens, the answer the answering hop\'s', async () => {
+    const k = olpKeys(server.home, 'keygen', '--name=chain guest');
+    const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(k.token),
+      body: chatBody('spent-then-metered') });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers['x-olp-fallback-hops'], '1');
+    assert.equal(r.json.usage.prompt_tokens, PROMPT_TOKENS);
+    let row;
+    const ok = await waitFor(async () => {
+      row = (await curl(server, { path: '/v1/usage', auth: bearer(k.token) })).json?.recent?.[0];
+      return row !== undefined;
+    }, { timeoutMs: 10000, stepMs: 100 });
+    assert.ok(ok, 'no ledger row');
+    assert.equal(row.provider, 'metered', JSON.stringify(row));
+    assert.equal(row.prompt_tokens, PROMPT_TOKENS + SPENT, JSON.stringify(row));
+    assert.equal(row.completion_tokens, COMPLETION_TOKENS, JSON.stringify(row));
+  });
+});
