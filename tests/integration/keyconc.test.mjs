@@ -4,12 +4,15 @@
 // can only hand to the other worker — is refused with 429 concurrency_limit_exceeded and
 // Retry-After: 1, another key is served at the same time, and once the first answer is
 // over (finished, or dropped by its client) the key is served again. The refusal has its
-// ledger row (status 429, start none) and its metric.
+// ledger row (status 429, start none) and its metric. Slots that cannot be taken refuse
+// the key's requests (503): the cap fails closed.
 //
 // Keys are made with the real olp-keys (OLP_KEYS, set by CTest), as an operator would.
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { chatBody, commandProvider, curl, makeHome, olpKeys, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
@@ -167,5 +170,32 @@ describe('quota max_concurrent across 2 workers', () => {
     const n = m.text.match(/^olp_quota_rejections_total\{limit="max_concurrent"\} (\d+)$/m);
     assert.ok(n, m.text);
     assert.equal(Number(n[1]), refused.length);
+  });
+});
+
+describe('quota max_concurrent when its slots cannot be taken', () => {
+  let server;
+  let capped;
+  let free;
+
+  before(async () => {
+    const dirs = makeHome({ registry: registry(), config: testConfig() });
+    // A file where the slots' directory should be: every slot_take fails (ENOTDIR).
+    fs.mkdirSync(dirs.runtimeDir, { mode: 0o700 });
+    fs.writeFileSync(path.join(dirs.runtimeDir, 'keyslots'), '', { mode: 0o600 });
+    capped = olpKeys(dirs.home, 'keygen', '--name=capped', '--quota-concurrent=4');
+    free = olpKeys(dirs.home, 'keygen', '--name=free');
+    server = await startServer({ dirs, maxProcs: 1, threads: 2 });
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('fails closed: a key with the limit gets 503, a key without it is served, the worker stays up', async () => {
+    const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(capped.token), body: chatBody('echo') });
+    assert.equal(r.status, 503, r.text);
+    assert.equal(r.json.error.code, 'concurrency_unavailable');
+    const ok = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(free.token), body: chatBody('echo') });
+    assert.equal(ok.status, 200, ok.text);
   });
 });
