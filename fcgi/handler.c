@@ -1112,7 +1112,10 @@ static int check_quota(struct req_ctx *rc)
 
 /* The key's own cap on chat completions at once (quota max_concurrent), host-wide. The
  * quotas above limit how often runs start; this stops one key from holding every
- * provider slot of the host (each for up to its timeout) while others get 429. One of N
+ * provider slot of the host (each for up to its timeout) while others get 429. Checked
+ * just before them: check_quota counts a request it lets through, and a request this
+ * refuses (a client retrying each second, as Retry-After says) must not use up the key's
+ * requests per minute and day. One of N
  * slot files <keyslot_dir>/<hex of the key id>.<i>.slot (common.h slot_take: the kernel
  * frees it when a worker dies, so a crash never leaks one), held until the answer's end
  * (answer_done; fcgi_handle for any other way out), across chain hops and fallback. A
@@ -1200,7 +1203,7 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
-	    check_hop_caps(rc, &req, &a) || check_quota(rc) || check_concurrency(rc))
+	    check_hop_caps(rc, &req, &a) || check_concurrency(rc) || check_quota(rc))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);

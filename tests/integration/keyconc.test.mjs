@@ -70,7 +70,12 @@ function stream(server, token, model) {
   return { started, done, abort: () => req.destroy() };
 }
 
+// Every concurrency refusal the tests saw, for the ledger and the metric at the end.
+let refusals = 0;
+const isRefusal = (r) => r.status === 429 && r.json?.error?.code === 'concurrency_limit_exceeded';
+
 function assertRefused(r, n) {
+  if (isRefusal(r)) refusals++;
   assert.equal(r.status, 429, r.text);
   assert.equal(r.headers['retry-after'], '1');
   assert.deepEqual(r.json.error, {
@@ -85,10 +90,12 @@ describe('quota max_concurrent across 2 workers', () => {
   let server;
   let guest;
   let other;
+  let daily;
 
   before(async () => {
     const dirs = makeHome({ registry: registry(), config: testConfig() });
     guest = olpKeys(dirs.home, 'keygen', '--name=conc guest', '--quota-concurrent=1');
+    daily = olpKeys(dirs.home, 'keygen', '--name=daily', '--quota-concurrent=1', '--quota-rpd=3');
     other = olpKeys(dirs.home, 'keygen', '--name=other guest');
     server = await startServer({ dirs, maxProcs: 2, threads: 1 });
     await waitFor(() => server.workerPids().length === 2, { timeoutMs: 15000 });
@@ -139,9 +146,33 @@ describe('quota max_concurrent across 2 workers', () => {
     let last;
     const ok = await waitFor(async () => {
       last = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(guest.token), body: chatBody('echo') });
+      if (isRefusal(last)) refusals++;
       return last.status === 200;
     }, { timeoutMs: 20000, stepMs: 250 });
     assert.ok(ok, `the key was not served again: ${last?.status} ${last?.text}`);
+  });
+
+  it('a request refused for concurrency does not use up requests_per_day', async () => {
+    const first = stream(server, daily.token, 'slow');
+    await first.started;
+    for (let i = 0; i < 3; i++)
+      assertRefused(await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(daily.token), body: chatBody('echo') }), 1);
+    first.abort();
+    await first.done;
+    // 1 of 3 used: two more are served once the slot is free, the next is over the quota.
+    let r;
+    await waitFor(async () => {
+      r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(daily.token), body: chatBody('echo') });
+      if (!isRefusal(r)) return true;
+      refusals++;
+      return false;
+    }, { timeoutMs: 20000, stepMs: 250 });
+    assert.equal(r.status, 200, r.text);
+    const third = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(daily.token), body: chatBody('echo') });
+    assert.equal(third.status, 200, third.text);
+    const over = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(daily.token), body: chatBody('echo') });
+    assert.equal(over.status, 429, over.text);
+    assert.equal(over.json.error.code, 'quota_exceeded');
   });
 
   it('set-quota --concurrent=2 applies on the next request: two of the key stream at once', async () => {
@@ -161,15 +192,18 @@ describe('quota max_concurrent across 2 workers', () => {
   it('the refusals have ledger rows (status 429, start none) and the metric', async () => {
     const u = await curl(server, { method: 'GET', path: '/v1/usage?recent=200', auth: bearer(server.token) });
     assert.equal(u.status, 200, u.text);
-    // Two refusals asserted above, and maybe a few more while the dropped run was ending.
-    const refused = u.json.recent.filter((r) => r.key_id === guest.id && r.status === 429);
-    assert.ok(refused.length >= 2, JSON.stringify(u.json.recent));
-    for (const r of refused) assert.equal(r.start, 'none');
+    // Each refusal seen has its row; daily's one quota_exceeded has one too.
+    const refused = u.json.recent.filter((r) => [guest.id, daily.id].includes(r.key_id) && r.status === 429);
+    assert.equal(refused.length, refusals + 1, JSON.stringify(u.json.recent));
+    for (const r of refused) {
+      assert.equal(r.start, 'none');
+      assert.equal(r.provider, null);
+    }
     const m = await curl(server, { method: 'GET', path: '/metrics', auth: bearer(server.token) });
     assert.equal(m.status, 200, m.text);
     const n = m.text.match(/^olp_quota_rejections_total\{limit="max_concurrent"\} (\d+)$/m);
     assert.ok(n, m.text);
-    assert.equal(Number(n[1]), refused.length);
+    assert.equal(Number(n[1]), refusals);
   });
 });
 
