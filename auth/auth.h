@@ -40,17 +40,29 @@ enum auth_result {
 #define AUTH_ID_MAX 64
 
 /* A key's quota: its manifest's "quota" ({"requests_per_minute": N, "requests_per_day": N,
- * "tokens_per_day": N}, each optional; null: none, as the Node OLP writes it). 0 in a
- * field: no limit. Enforced by the caller (fcgi/, through usage/), not here.
- * In a manifest each field is absent, null (no limit) or an integer in 1..AUTH_QUOTA_MAX;
+ * "tokens_per_day": N, "max_concurrent": N}, each optional; null: none, as the Node OLP
+ * writes it). 0 in a field: no limit. Enforced by the caller (fcgi/, through usage/ and
+ * host-wide slots), not here.
+ * In a manifest each field is absent, null (no limit) or an integer in 1..AUTH_QUOTA_MAX
+ * (max_concurrent: 1..AUTH_QUOTA_CONCURRENT_MAX);
  * anything else there (0, a negative, a fraction, a string, an unknown field such as a
  * misspelt limit) makes the manifest invalid: a typo must not lift a limit silently. */
 struct auth_quota {
 	int64_t requests_per_minute;
 	int64_t requests_per_day;
 	int64_t tokens_per_day;
+	int64_t max_concurrent; /* chat completions of the key running at once, host-wide */
 };
 #define AUTH_QUOTA_MAX 1000000000000000LL /* 10^15 */
+/* One slot file each (fcgi/): a cap far above what one host runs at once is no cap. */
+#define AUTH_QUOTA_CONCURRENT_MAX 1024
+
+/* Whether q sets no limit at all ("quota": null). */
+static inline bool auth_quota_none(const struct auth_quota *q)
+{
+	return !q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day &&
+	       !q->max_concurrent;
+}
 
 /* Who is calling. Plain data, owned by the caller; release with auth_identity_release(). */
 struct auth_identity {
@@ -182,10 +194,11 @@ enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool 
 
 /* Which limits auth_key_set_quota changes. */
 enum auth_quota_fields {
-	AUTH_QUOTA_RPM = 1 << 0, /* requests_per_minute */
-	AUTH_QUOTA_RPD = 1 << 1, /* requests_per_day */
-	AUTH_QUOTA_TPD = 1 << 2, /* tokens_per_day */
-	AUTH_QUOTA_ALL = AUTH_QUOTA_RPM | AUTH_QUOTA_RPD | AUTH_QUOTA_TPD,
+	AUTH_QUOTA_RPM = 1 << 0,  /* requests_per_minute */
+	AUTH_QUOTA_RPD = 1 << 1,  /* requests_per_day */
+	AUTH_QUOTA_TPD = 1 << 2,  /* tokens_per_day */
+	AUTH_QUOTA_CONC = 1 << 3, /* max_concurrent */
+	AUTH_QUOTA_ALL = AUTH_QUOTA_RPM | AUTH_QUOTA_RPD | AUTH_QUOTA_TPD | AUTH_QUOTA_CONC,
 };
 
 /* Set the limits named in fields (enum auth_quota_fields) of key id to q's (0: no limit),

@@ -95,7 +95,7 @@ int auth_manifest_update(const char *keys_dir, const char *id,
 			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
 			 void *arg);
 
-/* Whether every limit of q is in 0..AUTH_QUOTA_MAX. */
+/* Whether every limit of q is in 0..AUTH_QUOTA_MAX (max_concurrent: 0..1024). */
 bool auth_quota_valid(const struct auth_quota *q);
 /* The manifest's "quota" for q: null when no limit is set, else an object holding the
  * limits that are set. NULL when jansson runs out of memory. */

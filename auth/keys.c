@@ -283,7 +283,8 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 		}
 	}
 	if (!auth_quota_valid(&spec->quota)) {
-		msg_set(msg, "a quota limit is a whole number from 1 to 10^15 (0: no limit)");
+		msg_set(msg, "a quota limit is a whole number from 1 to 10^15, max_concurrent "
+			     "from 1 to 1024 (0: no limit)");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
@@ -436,6 +437,8 @@ static int quota_edit(json_t *root, const struct auth_key_record *rec, void *arg
 		qa->result.requests_per_day = qa->q->requests_per_day;
 	if (qa->fields & AUTH_QUOTA_TPD)
 		qa->result.tokens_per_day = qa->q->tokens_per_day;
+	if (qa->fields & AUTH_QUOTA_CONC)
+		qa->result.max_concurrent = qa->q->max_concurrent;
 	if (memcmp(&qa->result, &rec->quota, sizeof(qa->result)) == 0 &&
 	    json_object_get(root, "quota"))
 		return 0; /* nothing changes: leave the file (and the workers' caches) alone */
@@ -453,7 +456,8 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 	enum auth_key_result res;
 
 	if (!q || !auth_quota_valid(q)) {
-		msg_set(msg, "a quota limit is a whole number from 1 to 10^15 (0: no limit)");
+		msg_set(msg, "a quota limit is a whole number from 1 to 10^15, max_concurrent "
+			     "from 1 to 1024 (0: no limit)");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	res = key_edit(olp_home, id, quota_edit, &qa, "cannot set the quota of key", msg);

@@ -99,10 +99,17 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 static const struct {
 	const char *name;
 	size_t off;
+	int64_t max;
+	const char *bad; /* why a manifest with a bad value is refused */
 } quota_fields[] = {
-	{ "requests_per_minute", offsetof(struct auth_quota, requests_per_minute) },
-	{ "requests_per_day", offsetof(struct auth_quota, requests_per_day) },
-	{ "tokens_per_day", offsetof(struct auth_quota, tokens_per_day) },
+	{ "requests_per_minute", offsetof(struct auth_quota, requests_per_minute), AUTH_QUOTA_MAX,
+	  "a quota limit is not a positive integer (at most 10^15)" },
+	{ "requests_per_day", offsetof(struct auth_quota, requests_per_day), AUTH_QUOTA_MAX,
+	  "a quota limit is not a positive integer (at most 10^15)" },
+	{ "tokens_per_day", offsetof(struct auth_quota, tokens_per_day), AUTH_QUOTA_MAX,
+	  "a quota limit is not a positive integer (at most 10^15)" },
+	{ "max_concurrent", offsetof(struct auth_quota, max_concurrent), AUTH_QUOTA_CONCURRENT_MAX,
+	  "quota max_concurrent is not an integer from 1 to 1024" },
 };
 
 bool auth_quota_valid(const struct auth_quota *q)
@@ -110,7 +117,7 @@ bool auth_quota_valid(const struct auth_quota *q)
 	for (size_t i = 0; i < ARRAY_SIZE(quota_fields); i++) {
 		int64_t v = *(const int64_t *)((const char *)q + quota_fields[i].off);
 
-		if (v < 0 || v > AUTH_QUOTA_MAX)
+		if (v < 0 || v > quota_fields[i].max)
 			return false;
 	}
 	return true;
@@ -120,7 +127,7 @@ json_t *auth_quota_to_json(const struct auth_quota *q)
 {
 	json_t *o;
 
-	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day)
+	if (auth_quota_none(q))
 		return json_null();
 	o = json_object();
 	for (size_t i = 0; o && i < ARRAY_SIZE(quota_fields); i++) {
@@ -161,9 +168,9 @@ static int parse_quota(json_t *v, struct auth_quota *q, const char **why)
 		}
 		if (json_is_null(f))
 			continue;
-		if (parse_json_int(f, 1, AUTH_QUOTA_MAX,
+		if (parse_json_int(f, 1, quota_fields[i].max,
 				   (int64_t *)((char *)q + quota_fields[i].off))) {
-			*why = "a quota limit is not a positive integer (at most 10^15)";
+			*why = quota_fields[i].bad;
 			return -EINVAL;
 		}
 	}

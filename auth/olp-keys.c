@@ -25,13 +25,15 @@ static const char usage_text[] =
 	"\n"
 	"Commands:\n"
 	"  keygen --owner | --name=NAME [--tier=owner|guest] [--providers=a,b] [--notes=TEXT]\n"
-	"         [--quota-rpm=N] [--quota-rpd=N] [--quota-tpd=N] [--force]\n"
+	"         [--quota-rpm=N] [--quota-rpd=N] [--quota-tpd=N] [--quota-concurrent=N]\n"
+	"         [--force]\n"
 	"                            create a key and print its token (once)\n"
 	"  list [--owner-only] [--include-revoked]\n"
 	"                            list keys and their quotas (never their hashes)\n"
 	"  revoke --id=ID            revoke a key; workers refuse it on the next request\n"
 	"  set-quota --id=ID [--quota-rpm=N|none] [--quota-rpd=N|none] [--quota-tpd=N|none]\n"
-	"            [--clear]       change a key's quota; workers apply it on the next request\n"
+	"            [--concurrent=N|none] [--clear]\n"
+	"                            change a key's quota; workers apply it on the next request\n"
 	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
 	"                            requests and tokens per key, provider and UTC day\n"
 	"\n"
@@ -44,8 +46,10 @@ static const char usage_text[] =
 	"second active owner unless --force is given. --name alone creates a guest key.\n"
 	"Quotas: --quota-rpm requests per minute, --quota-rpd requests per day, --quota-tpd\n"
 	"tokens (prompt + completion) per day, in fixed UTC minutes and days, shared by all\n"
-	"the workers of the host; N is 1 to 10^15, none removes the limit. set-quota changes\n"
-	"only the limits given (--clear removes them all first).\n"
+	"the workers of the host; N is 1 to 10^15, none removes the limit. --quota-concurrent\n"
+	"(set-quota: --concurrent) is how many chat completions of the key may run at once on\n"
+	"the host, 1 to 1024. set-quota changes only the limits given (--clear removes them\n"
+	"all first).\n"
 	"Exit status: 0 done, 1 failed, 2 usage error.\n";
 
 enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE, CMD_SET_QUOTA, CMD_USAGE };
@@ -71,6 +75,7 @@ struct opts {
 	const char *quota_rpm;
 	const char *quota_rpd;
 	const char *quota_tpd;
+	const char *quota_concurrent;
 	bool clear;
 	/* usage */
 	const char *since;
@@ -117,6 +122,9 @@ static const struct opt_def opt_defs[] = {
 	VALUE("quota-rpm", KEYGEN | SET_QUOTA, quota_rpm),
 	VALUE("quota-rpd", KEYGEN | SET_QUOTA, quota_rpd),
 	VALUE("quota-tpd", KEYGEN | SET_QUOTA, quota_tpd),
+	VALUE("quota-concurrent", KEYGEN | SET_QUOTA, quota_concurrent),
+	/* set-quota's own name for it, beside --clear */
+	VALUE("concurrent", SET_QUOTA, quota_concurrent),
 	FLAG("clear", SET_QUOTA, clear),
 	VALUE("since", USAGE, since),
 };
@@ -270,8 +278,8 @@ static int split_providers(const char *s, struct strv *v)
 	}
 }
 
-/* One --quota-* value: a whole number 1..AUTH_QUOTA_MAX, or "none" (0: no limit). */
-static int parse_limit(const char *flag, const char *s, int64_t *out)
+/* One --quota-* value: a whole number 1..max, or "none" (0: no limit). */
+static int parse_limit(const char *flag, const char *s, int64_t max, int64_t *out)
 {
 	uint64_t v;
 
@@ -279,9 +287,9 @@ static int parse_limit(const char *flag, const char *s, int64_t *out)
 		*out = 0;
 		return 0;
 	}
-	if (parse_u64(s, &v) || v < 1 || v > (uint64_t)AUTH_QUOTA_MAX)
-		return usage_error("--%s is a whole number from 1 to 10^15, or none; not '%s'",
-				   flag, s);
+	if (parse_u64(s, &v) || v < 1 || v > (uint64_t)max)
+		return usage_error("--%s is a whole number from 1 to %s, or none; not '%s'", flag,
+				   max == AUTH_QUOTA_MAX ? "10^15" : "1024", s);
 	*out = (int64_t)v;
 	return 0;
 }
@@ -292,19 +300,25 @@ static int parse_quota_opts(const struct opts *o, struct auth_quota *q, unsigned
 	*fields = 0;
 	memset(q, 0, sizeof(*q));
 	if (o->quota_rpm) {
-		if (parse_limit("quota-rpm", o->quota_rpm, &q->requests_per_minute))
+		if (parse_limit("quota-rpm", o->quota_rpm, AUTH_QUOTA_MAX, &q->requests_per_minute))
 			return EXIT_USAGE;
 		*fields |= AUTH_QUOTA_RPM;
 	}
 	if (o->quota_rpd) {
-		if (parse_limit("quota-rpd", o->quota_rpd, &q->requests_per_day))
+		if (parse_limit("quota-rpd", o->quota_rpd, AUTH_QUOTA_MAX, &q->requests_per_day))
 			return EXIT_USAGE;
 		*fields |= AUTH_QUOTA_RPD;
 	}
 	if (o->quota_tpd) {
-		if (parse_limit("quota-tpd", o->quota_tpd, &q->tokens_per_day))
+		if (parse_limit("quota-tpd", o->quota_tpd, AUTH_QUOTA_MAX, &q->tokens_per_day))
 			return EXIT_USAGE;
 		*fields |= AUTH_QUOTA_TPD;
+	}
+	if (o->quota_concurrent) {
+		if (parse_limit("quota-concurrent", o->quota_concurrent, AUTH_QUOTA_CONCURRENT_MAX,
+				&q->max_concurrent))
+			return EXIT_USAGE;
+		*fields |= AUTH_QUOTA_CONC;
 	}
 	return 0;
 }
@@ -313,7 +327,7 @@ static json_t *quota_to_json(const struct auth_quota *q)
 {
 	json_t *o;
 
-	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day)
+	if (auth_quota_none(q))
 		return json_null();
 	o = json_object();
 	if (q->requests_per_minute)
@@ -322,6 +336,8 @@ static json_t *quota_to_json(const struct auth_quota *q)
 		json_object_set_new(o, "requests_per_day", json_integer(q->requests_per_day));
 	if (q->tokens_per_day)
 		json_object_set_new(o, "tokens_per_day", json_integer(q->tokens_per_day));
+	if (q->max_concurrent)
+		json_object_set_new(o, "max_concurrent", json_integer(q->max_concurrent));
 	return o;
 }
 
@@ -329,7 +345,7 @@ static json_t *quota_to_json(const struct auth_quota *q)
 static void quota_text(const struct auth_quota *q, struct buf *b)
 {
 	buf_reset(b);
-	if (!q->requests_per_minute && !q->requests_per_day && !q->tokens_per_day) {
+	if (auth_quota_none(q)) {
 		buf_adds(b, "none");
 		return;
 	}
@@ -339,6 +355,8 @@ static void quota_text(const struct auth_quota *q, struct buf *b)
 		buf_addf(b, "%srpd=%" PRId64, b->len ? "," : "", q->requests_per_day);
 	if (q->tokens_per_day)
 		buf_addf(b, "%stpd=%" PRId64, b->len ? "," : "", q->tokens_per_day);
+	if (q->max_concurrent)
+		buf_addf(b, "%sconcurrent=%" PRId64, b->len ? "," : "", q->max_concurrent);
 }
 
 static int cmd_keygen(const struct opts *o, const char *home)
@@ -532,7 +550,8 @@ static int cmd_set_quota(const struct opts *o, const char *home)
 	if (parse_quota_opts(o, &q, &fields))
 		return EXIT_USAGE;
 	if (!fields && !o->clear)
-		return usage_error("set-quota needs --clear or at least one --quota-* option");
+		return usage_error(
+			"set-quota needs --clear, --concurrent or at least one --quota-* option");
 	/* --clear: every limit not given goes (set to 0), the given ones are set. */
 	if (o->clear)
 		fields = AUTH_QUOTA_ALL;

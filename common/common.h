@@ -184,6 +184,16 @@ int path_join_buf(char *out, size_t n, const char *dir, const char *name);
 /* Parse a decimal unsigned integer that must fill s entirely: 0 or -EINVAL/-ERANGE. */
 int parse_u64(const char *s, uint64_t *out);
 
+/* ---- slots: caps that hold across the processes of a host -------------------------
+ * A cap of n is n files dir/prefix.<i>.slot (0600, created as needed; dir must exist);
+ * a holder keeps one flock'ed. The kernel drops the lock when the holder dies, so a crash
+ * never leaks a slot. prefix must be a plain file name part (no '/'): the caller makes it
+ * safe. slot_take returns the held slot's fd (close-on-exec; hand it to slot_release),
+ * -EBUSY when all n are held, -EINVAL when n is 0, or -errno (-ENAMETOOLONG). */
+int slot_take(const char *dir, const char *prefix, unsigned n);
+/* Unlock and close a slot slot_take gave; a negative fd is ignored. */
+void slot_release(int fd);
+
 /* ---- JSON numbers as integers (olp_common_json: links jansson) ----------------------
  * The value of JSON number v as an integer in [min, max], in *out. JSON has one number
  * type and the Node OLP reads every number as a double, so a real with an integral value

@@ -52,7 +52,15 @@ struct req_ctx {
 	bool chat;
 	struct prov_usage usage;
 	enum usage_start start;
+	int key_slot; /* the key's concurrency slot (check_concurrency), or -1 */
 };
+
+/* The key's concurrency slot (check_concurrency), when held: free it. */
+static void key_slot_release(struct req_ctx *rc)
+{
+	slot_release(rc->key_slot);
+	rc->key_slot = -1;
+}
 
 /* ---- I/O ------------------------------------------------------------------------------- */
 
@@ -937,6 +945,9 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	buf_reset(&a->held);
 	check_format(a, o);
 	a->answered = true;
+	/* Before the answer's last bytes: a client that asks again as soon as it has them
+	 * must find the key's slot free. */
+	key_slot_release(rc);
 	if (o->err == PROV_ERR_CLIENT_GONE && !a->too_large) {
 		rc->status = 499;
 		rc->error_code = prov_error_code(o->err);
@@ -1110,6 +1121,53 @@ static int check_quota(struct req_ctx *rc)
 	return -1;
 }
 
+/* The key's own cap on chat completions at once (quota max_concurrent), host-wide. The
+ * quotas above limit how often runs start; this stops one key from holding every
+ * provider slot of the host (each for up to its timeout) while others get 429. Checked
+ * just before them: check_quota counts a request it lets through, and a request this
+ * refuses (a client retrying each second, as Retry-After says) must not use up the key's
+ * requests per minute and day. One of N
+ * slot files <keyslot_dir>/<hex of the key id>.<i>.slot (common.h slot_take: the kernel
+ * frees it when a worker dies, so a crash never leaks one), held until the answer's end
+ * (answer_done; fcgi_handle for any other way out), across chain hops and fallback. A
+ * key without the limit opens nothing. A slot that cannot be taken for any other reason
+ * refuses the request: a cap that fails open is no cap. 0 to go on, or -1 after
+ * answering. */
+static int check_concurrency(struct req_ctx *rc)
+{
+	int64_t n = rc->id.quota.max_concurrent;
+	char prefix[2 * AUTH_ID_MAX + 1];
+	struct fcgi_error e;
+	size_t i, len;
+	int ret;
+
+	if (n <= 0)
+		return 0;
+	/* Hex: a file name part for any id ("__env_owner__" too), never a path. */
+	len = strnlen(rc->id.key_id, sizeof(rc->id.key_id));
+	for (i = 0; i < len; i++)
+		snprintf(prefix + 2 * i, 3, "%02x", (unsigned char)rc->id.key_id[i]);
+	prefix[2 * len] = '\0';
+	ret = rc->app->keyslot_dir ? slot_take(rc->app->keyslot_dir, prefix, (unsigned)n) : -ENOENT;
+	if (ret >= 0) {
+		rc->key_slot = ret;
+		return 0;
+	}
+	if (ret != -EBUSY) {
+		log_warnx(rc->rid, "key concurrency slot: %s; refused", strerror(-ret));
+		fail(rc, 503, "server_error", "concurrency_unavailable",
+		     "This key's concurrency limit cannot be checked; try again later");
+		return -1;
+	}
+	metrics_quota_rejected("max_concurrent");
+	fcgi_error_set(&e, 429, "rate_limit_error", "concurrency_limit_exceeded", NULL,
+		       "This key is running its limit of %lld requests at once; retry when one "
+		       "finishes",
+		       (long long)n);
+	send_error(rc, &e, (const struct hdr[]){ { "Retry-After", "1" }, { 0 } });
+	return -1;
+}
+
 /* A provider run's outcome: how its sandbox started, or why it could not. */
 static void count_run_outcome(const char *provider, const struct prov_outcome *o)
 {
@@ -1156,7 +1214,7 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
-	    check_hop_caps(rc, &req, &a) || check_quota(rc))
+	    check_hop_caps(rc, &req, &a) || check_concurrency(rc) || check_quota(rc))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);
@@ -1270,13 +1328,13 @@ struct usage_key {
 
 static json_t *quota_json(const struct usage_key *k)
 {
-	if (!k->have_quota || (k->quota.requests_per_minute <= 0 &&
-			       k->quota.requests_per_day <= 0 && k->quota.tokens_per_day <= 0))
+	if (!k->have_quota || auth_quota_none(&k->quota))
 		return json_null();
-	return json_pack("{sIsIsI}", "requests_per_minute",
+	return json_pack("{sIsIsIsI}", "requests_per_minute",
 			 (json_int_t)k->quota.requests_per_minute, "requests_per_day",
 			 (json_int_t)k->quota.requests_per_day, "tokens_per_day",
-			 (json_int_t)k->quota.tokens_per_day);
+			 (json_int_t)k->quota.tokens_per_day, "max_concurrent",
+			 (json_int_t)k->quota.max_concurrent);
 }
 
 static json_t *key_json(struct usage_store *st, const struct usage_key *k,
@@ -1748,7 +1806,9 @@ static int check_owner_only(struct req_ctx *rc)
 
 void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 {
-	struct req_ctx rc = { .app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms() };
+	struct req_ctx rc = {
+		.app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms(), .key_slot = -1
+	};
 	const char *allow = NULL;
 	enum fcgi_route route;
 
@@ -1787,6 +1847,8 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	}
 out_finish:
 	fcgi_io_finish(io);
+	/* The answer is finished however it ended: the key's slot, if still held, is free. */
+	key_slot_release(&rc);
 	if (io->stalled) {
 		/* Whatever it was sent, the client did not take it: it was dropped. */
 		log_warnx(rc.rid, "the client stopped reading; dropped after %llu ms",

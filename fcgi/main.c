@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +263,15 @@ static int app_init(bool cgi)
 	if (ret)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
+	/* The keys' concurrency slots too, in a dir of their own: a key's file names can
+	 * never meet a provider's. */
+	app.keyslot_dir = path_join(app.cfg.runtime_dir, "keyslots");
+	if (mkdir(app.keyslot_dir, 0700) < 0 && errno != EEXIST) {
+		log_warn(NULL, "key concurrency slots in %s; keys with max_concurrent are refused",
+			 app.keyslot_dir);
+		free(app.keyslot_dir);
+		app.keyslot_dir = NULL;
+	}
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
 	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,

@@ -72,6 +72,10 @@ struct fcgi_app {
 	struct prov_registry *reg;
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
+	/* <runtime_dir>/keyslots: the keys' concurrency slots (quota max_concurrent), shared
+	 * by every process of the host; NULL when it could not be made (such keys are then
+	 * refused: fail closed). */
+	char *keyslot_dir;
 };
 
 /* One request's I/O: FastCGI streams, or stdin/stdout/environ in plain CGI mode.

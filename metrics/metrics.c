@@ -672,7 +672,7 @@ out_close:
 	if (mf) {
 		/* The series a scrape should show from the start, at 0. */
 		static const char *const limits[] = { "requests_per_minute", "requests_per_day",
-						      "tokens_per_day" };
+						      "tokens_per_day", "max_concurrent" };
 
 		(void)metrics_counter_add("olp_audit_write_failures_total", NULL, 0);
 		(void)metrics_counter_add("olp_ledger_write_failures_total", NULL, 0);

@@ -65,8 +65,8 @@ void metrics_run_end(const char *provider);
 void metrics_run_started(const char *provider, const char *start);
 /* A sandbox that could not start; reason is a bounded code ("sandbox", "spawn_failed"). */
 void metrics_sandbox_failure(const char *provider, const char *reason);
-/* A request refused for a quota: limit is "requests_per_minute", "requests_per_day" or
- * "tokens_per_day". */
+/* A request refused for a quota: limit is "requests_per_minute", "requests_per_day",
+ * "tokens_per_day" or "max_concurrent" (the key's runs at once). */
 void metrics_quota_rejected(const char *limit);
 /* n more audit records could not be written. */
 void metrics_audit_failures(uint64_t n);

@@ -132,6 +132,40 @@ expect 0 "$KEYS" set-quota --id="$q_id" --clear --quota-rpm=7 --json --olp-home=
 [ "$(json "$T/out" 'd["quota"]')" = "{'requests_per_minute': 7}" ] || fail "--clear with a limit"
 expect 0 "$KEYS" set-quota --id="$q_id" --clear --olp-home="$H"
 [ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = None ] || fail "--clear leaves quota null"
+# max_concurrent: 1..1024 only; keygen --quota-concurrent, set-quota --concurrent (or
+# --quota-concurrent), list shows it, --clear clears it.
+expect 0 "$KEYS" set-quota --id="$q_id" --quota-rpm=7 --olp-home="$H"
+for bad in 0 -1 1.5 abc 1025 ''; do
+	expect 2 "$KEYS" keygen --name=q --quota-concurrent="$bad" --olp-home="$H"
+	expect 2 "$KEYS" set-quota --id="$q_id" --concurrent="$bad" --olp-home="$H"
+done
+expect 2 "$KEYS" set-quota --id="$q_id" --concurrent=1025 --olp-home="$H"
+grep -q -- '1 to 1024' "$T/err" || fail "a bad concurrency's message: $(cat "$T/err")"
+[ "$(ls "$H/keys" | wc -l)" = "$((n_before + 1))" ] || fail "a refused concurrency created a key"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = "{'requests_per_minute': 7}" ] ||
+	fail "a refused concurrency changed the quota"
+expect 0 "$KEYS" keygen --name=conc --quota-concurrent=2 --json --olp-home="$H"
+c_id=$(json "$T/out" 'd["id"]')
+[ "$(json "$T/out" 'd["quota"]')" = "{'max_concurrent': 2}" ] || fail "keygen --quota-concurrent: $(cat "$T/out")"
+[ "$(json "$H/keys/$c_id/manifest.json" 'd["quota"]')" = "{'max_concurrent': 2}" ] ||
+	fail "manifest max_concurrent"
+expect 0 "$KEYS" set-quota --id="$q_id" --concurrent=3 --olp-home="$H"
+grep -q 'rpm=7,concurrent=3' "$T/out" || fail "set-quota --concurrent output: $(cat "$T/out")"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = "{'requests_per_minute': 7, 'max_concurrent': 3}" ] ||
+	fail "set-quota --concurrent: $(json "$H/keys/$q_id/manifest.json" 'd["quota"]')"
+expect 0 "$KEYS" set-quota --id="$q_id" --quota-concurrent=1024 --olp-home="$H"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]["max_concurrent"]')" = 1024 ] ||
+	fail "set-quota --quota-concurrent"
+expect 0 "$KEYS" list --olp-home="$H"
+grep "$q_id" "$T/out" | grep -q 'rpm=7,concurrent=1024' || fail "list lacks max_concurrent: $(cat "$T/out")"
+expect 0 "$KEYS" list --json --olp-home="$H"
+[ "$(json "$T/out" '[k["quota"] for k in d if k["id"]=="'"$c_id"'"][0]')" = "{'max_concurrent': 2}" ] ||
+	fail "list --json max_concurrent"
+expect 0 "$KEYS" set-quota --id="$q_id" --concurrent=none --olp-home="$H"
+[ "$(json "$H/keys/$q_id/manifest.json" 'd["quota"]')" = "{'requests_per_minute': 7}" ] ||
+	fail "--concurrent=none"
+expect 0 "$KEYS" set-quota --id="$c_id" --clear --olp-home="$H"
+[ "$(json "$H/keys/$c_id/manifest.json" 'd["quota"]')" = None ] || fail "--clear clears max_concurrent"
 expect 1 "$KEYS" set-quota --id=nosuch00 --quota-rpd=1 --olp-home="$H"
 grep -q 'no key nosuch00' "$T/err" || fail "set-quota of a missing key: $(cat "$T/err")"
 expect 1 "$KEYS" set-quota --id=../etc --quota-rpd=1 --olp-home="$H"

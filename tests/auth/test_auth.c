@@ -199,6 +199,7 @@ static void test_id(void)
 	"{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH \
 	"\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\",\"quota\":" q "}"
 #define QUOTA_BAD_INT "a quota limit is not a positive integer (at most 10^15)"
+#define QUOTA_BAD_CONC "quota max_concurrent is not an integer from 1 to 1024"
 
 /* A valid manifest, read the two ways the module reads one: as a listed key and as the
  * key of a request's token. */
@@ -237,18 +238,20 @@ static void test_manifest_valid(void)
 	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 0);
 	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
 	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 0);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 0);
 	auth_identity_release(&id);
 	auth_store_free(st);
 
 	/* A quota: each limit optional, null is none, 2e3 is the integer 2000. */
 	tu_write_manifest(home, "abcd1234",
 			  QUOTA_MANIFEST("{\"requests_per_minute\":5,\"requests_per_day\":null,"
-					 "\"tokens_per_day\":2e3}"));
+					 "\"tokens_per_day\":2e3,\"max_concurrent\":2.0}"));
 	CU_ASSERT_EQUAL_FATAL(auth_key_list(home, &list, NULL), AUTH_KEY_OK);
 	CU_ASSERT_EQUAL_FATAL(list.n, 1);
 	CU_ASSERT_EQUAL(list.keys[0].quota.requests_per_minute, 5);
 	CU_ASSERT_EQUAL(list.keys[0].quota.requests_per_day, 0);
 	CU_ASSERT_EQUAL(list.keys[0].quota.tokens_per_day, 2000);
+	CU_ASSERT_EQUAL(list.keys[0].quota.max_concurrent, 2);
 	auth_key_list_release(&list);
 	st = auth_store_open(home, &no_opts);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
@@ -256,6 +259,7 @@ static void test_manifest_valid(void)
 	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 5);
 	CU_ASSERT_EQUAL(id.quota.requests_per_day, 0);
 	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 2000);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 2);
 	auth_identity_release(&id);
 	auth_store_free(st);
 	/* An empty object and the largest limit. */
@@ -386,6 +390,13 @@ static void test_manifest_invalid(void)
 		{ QUOTA_MANIFEST("{\"tokens_per_day\":\"100\"}"), QUOTA_BAD_INT },
 		{ QUOTA_MANIFEST("{\"tokens_per_day\":1e16}"), QUOTA_BAD_INT },
 		{ QUOTA_MANIFEST("{\"requests_per_day\":true}"), QUOTA_BAD_INT },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":0}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":-1}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":1025}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":1.5}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":\"2\"}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"max_concurrent\":[1]}"), QUOTA_BAD_CONC },
+		{ QUOTA_MANIFEST("{\"maxConcurrent\":1}"), "quota holds an unknown limit" },
 	};
 	char *home = tu_mkhome();
 	size_t i;
@@ -723,13 +734,54 @@ static void test_check_quota_next_request(void)
 	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 10);
 	CU_ASSERT_EQUAL(id.quota.requests_per_day, 3);
 	CU_ASSERT_EQUAL(id.quota.tokens_per_day, 500);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 0);
+	auth_identity_release(&id);
+
+	/* max_concurrent alone, keeping the rest; written as an integer, read back. */
+	q.max_concurrent = 1024;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_CONC, &now, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(now.max_concurrent, 1024);
+	CU_ASSERT_EQUAL(now.requests_per_day, 3);
+	m = tu_manifest(home, k.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_EQUAL(
+		json_integer_value(json_object_get(json_object_get(m, "quota"), "max_concurrent")),
+		1024);
+	json_decref(m);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 1024);
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 3);
+	auth_identity_release(&id);
+	/* max_concurrent alone is a quota too: not written as null. */
+	q = (struct auth_quota){ .max_concurrent = 1 };
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_ALL, &now, &msg),
+			AUTH_KEY_OK);
+	m = tu_manifest(home, k.id);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	CU_ASSERT_EQUAL(json_object_size(json_object_get(m, "quota")), 1);
+	json_decref(m);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 1);
+	CU_ASSERT_EQUAL(id.quota.requests_per_minute, 0);
+	auth_identity_release(&id);
+	/* Out of range for max_concurrent, though fine for the others. */
+	q.max_concurrent = 1025;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_CONC, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	q.max_concurrent = -1;
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_CONC, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 1);
 	auth_identity_release(&id);
 
 	/* Lifted: all limits to 0 is "quota": null, seen at once too. */
 	q = (struct auth_quota){ 0 };
 	CU_ASSERT_EQUAL(auth_key_set_quota(home, k.id, &q, AUTH_QUOTA_ALL, &now, &msg),
 			AUTH_KEY_OK);
-	CU_ASSERT_FALSE(now.requests_per_minute || now.requests_per_day || now.tokens_per_day);
+	CU_ASSERT_FALSE(now.requests_per_minute || now.requests_per_day || now.tokens_per_day ||
+			now.max_concurrent);
 	m = tu_manifest(home, k.id);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
 	CU_ASSERT(json_is_null(json_object_get(m, "quota")));

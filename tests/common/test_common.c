@@ -1090,6 +1090,89 @@ static void test_utf8_valid(void)
 	CU_ASSERT_FALSE(utf8_valid("ok\xc3\xa9\x80", 5));   /* a stray continuation */
 }
 
+/* slot_take: a cap of 3 holds across two processes; a slot comes free when its holder
+ * releases it and when the holder exits without releasing anything. */
+static void test_slots(void)
+{
+	char dir[256], path[300], c;
+	int tochild[2], fromchild[2], fd, held[3];
+	struct stat st;
+	pid_t pid;
+	int status;
+
+	snprintf(dir, sizeof(dir), "%s/slots", tmpdir);
+	CU_ASSERT_FATAL(mkdir(dir, 0700) == 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "k", 0), -EINVAL);
+	CU_ASSERT_FATAL(pipe(tochild) == 0 && pipe(fromchild) == 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		int a = slot_take(dir, "k", 3), b = slot_take(dir, "k", 3);
+
+		close(tochild[1]);
+		close(fromchild[0]);
+		c = a >= 0 && b >= 0 ? 'y' : 'n';
+		(void)!write(fromchild[1], &c, 1);
+		/* 'r': release one; EOF: exit holding the other. */
+		while (read(tochild[0], &c, 1) == 1)
+			if (c == 'r') {
+				slot_release(a);
+				(void)!write(fromchild[1], &c, 1);
+			}
+		_exit(0);
+	}
+	close(tochild[0]);
+	close(fromchild[1]);
+	CU_ASSERT_FATAL(read(fromchild[0], &c, 1) == 1);
+	CU_ASSERT_EQUAL_FATAL(c, 'y');
+	/* The child holds 2 of 3: one is left for this process, then none. */
+	held[0] = slot_take(dir, "k", 3);
+	CU_ASSERT_FATAL(held[0] >= 0);
+	CU_ASSERT(fcntl(held[0], F_GETFD) & FD_CLOEXEC);
+	CU_ASSERT_EQUAL(slot_take(dir, "k", 3), -EBUSY);
+	/* Another prefix is another cap. */
+	fd = slot_take(dir, "other", 1);
+	CU_ASSERT(fd >= 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "other", 1), -EBUSY);
+	slot_release(fd);
+	/* The child releases one: it can be taken here. */
+	c = 'r';
+	CU_ASSERT_FATAL(write(tochild[1], &c, 1) == 1);
+	CU_ASSERT_FATAL(read(fromchild[0], &c, 1) == 1);
+	held[1] = slot_take(dir, "k", 3);
+	CU_ASSERT(held[1] >= 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "k", 3), -EBUSY);
+	/* The child exits still holding one: the kernel frees it. */
+	close(tochild[1]);
+	CU_ASSERT(waitpid(pid, &status, 0) == pid);
+	close(fromchild[0]);
+	held[2] = slot_take(dir, "k", 3);
+	CU_ASSERT(held[2] >= 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "k", 3), -EBUSY);
+	/* Released here, taken again. */
+	slot_release(held[2]);
+	held[2] = slot_take(dir, "k", 3);
+	CU_ASSERT(held[2] >= 0);
+	for (int i = 0; i < 3; i++)
+		slot_release(held[i]);
+	slot_release(-1); /* ignored */
+	snprintf(path, sizeof(path), "%s/k.0.slot", dir);
+	CU_ASSERT(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+	/* A symlink in place of a slot file is refused, never followed. */
+	snprintf(path, sizeof(path), "%s/s.0.slot", dir);
+	CU_ASSERT_FATAL(symlink("/tmp/olp-slot-target-never", path) == 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "s", 1), -ELOOP);
+	CU_ASSERT(access("/tmp/olp-slot-target-never", F_OK) != 0);
+	unlink(path);
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/k.%d.slot", dir, i);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/other.0.slot", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1116,6 +1199,7 @@ int main(void)
 		{ "auto_free and steal_pointer", test_cleanup_helpers },
 		{ "write_all_until: a reader that stops reading", test_write_all_until },
 		{ "write_control_file: one write, never creates", test_write_control_file },
+		{ "slot_take: a cap across two processes", test_slots },
 		{ NULL, NULL },
 	};
 	int fails;

@@ -127,7 +127,7 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.equal(k.key_id, guest.id);
     assert.equal(k.name, 'quota guest <b>&');
     assert.equal(k.tier, 'guest');
-    assert.deepEqual(k.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0 });
+    assert.deepEqual(k.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0, max_concurrent: 0 });
     assert.equal(k.quota_state.requests_today, 3);
     assert.equal(k.quota_state.tokens_today, 3 * (PROMPT_TOKENS + COMPLETION_TOKENS));
     assert.equal(k.totals.errors, 5);
@@ -200,7 +200,7 @@ describe('usage ledger and quotas, 3 workers', () => {
     const g = u.json.keys.find((k) => k.key_id === guest.id);
     assert.equal(g.totals.requests, 8);
     assert.equal(g.name, 'quota guest <b>&');
-    assert.deepEqual(g.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0 });
+    assert.deepEqual(g.quota, { requests_per_minute: 0, requests_per_day: 3, tokens_per_day: 0, max_concurrent: 0 });
     const o = u.json.keys.find((k) => k.key_id === other.id);
     assert.equal(o.totals.requests, 0);
     assert.equal(o.quota, null);
