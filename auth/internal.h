@@ -83,6 +83,8 @@ int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
 		       struct auth_key_record *rec, struct auth_file_sig *sig, const char **why);
 /* Write root as dirfd/manifest.json atomically: a 0600 temporary file in the same
  * directory, fsync, rename over, fsync the directory. 0 or -errno. */
+/* Root only: give fd like_fd's owner (when that is not root). 0 or -errno. */
+int auth_chown_like(int fd, int like_fd);
 int auth_manifest_write_at(int dirfd, json_t *root);
 
 /* Locked read-modify-write of keys_dir/<id>/manifest.json. Takes flock(LOCK_EX) on the

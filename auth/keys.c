@@ -186,23 +186,6 @@ static json_t *manifest_new(const char *id, const struct auth_key_spec *spec,
 	return m;
 }
 
-/* Root making a key in a store another user owns (sudo olp-keys keygen, with the workers
- * running as olp or www-data) must give the new key directory keys/'s owner: a root-owned
- * 0700 directory would be a key no worker can read. The manifest then takes the key
- * directory's owner (auth_manifest_write_at). */
-static int chown_like_keys(int dfd, int keys_fd)
-{
-	struct stat sb;
-
-	if (geteuid() != 0)
-		return 0;
-	if (fstat(keys_fd, &sb) < 0)
-		return -errno;
-	if (sb.st_uid == 0 && sb.st_gid == 0)
-		return 0;
-	return fchown(dfd, sb.st_uid, sb.st_gid) < 0 ? -errno : 0;
-}
-
 /* Write the manifest into a hidden directory, then rename it to keys/<id>: a worker that
  * scans keys/ sees the key complete or not at all. */
 static int key_publish(int keys_fd, const char *id, json_t *m)
@@ -219,7 +202,8 @@ static int key_publish(int keys_fd, const char *id, json_t *m)
 		ret = -errno;
 		goto out_rmdir;
 	}
-	ret = chown_like_keys(dfd, keys_fd);
+	/* sudo olp-keys keygen: the new key directory is keys/'s owner's. */
+	ret = auth_chown_like(dfd, keys_fd);
 	if (!ret)
 		ret = auth_manifest_write_at(dfd, m);
 	close(dfd);

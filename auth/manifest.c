@@ -339,16 +339,16 @@ int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
 	return ret;
 }
 
-/* Root editing a store it does not own (sudo olp-keys set-quota, revoke) must leave the
- * manifest readable by the workers that own it: a root-owned 0600 manifest would make the
- * key invalid for them. So the new file gets the key directory's owner. */
-static int chown_like_dir(int fd, int dirfd)
+/* Root editing a store it does not own (sudo olp-keys keygen, set-quota, revoke) must leave
+ * what it writes readable by the workers that own the store: a root-owned 0600 manifest or
+ * 0700 key directory would be a key no worker can read. So fd gets like_fd's owner. */
+int auth_chown_like(int fd, int like_fd)
 {
 	struct stat sb;
 
 	if (geteuid() != 0)
 		return 0;
-	if (fstat(dirfd, &sb) < 0)
+	if (fstat(like_fd, &sb) < 0)
 		return -errno;
 	if (sb.st_uid == 0 && sb.st_gid == 0)
 		return 0;
@@ -372,7 +372,7 @@ int auth_manifest_write_at(int dirfd, json_t *root)
 		ret = -errno;
 		goto out_free;
 	}
-	ret = chown_like_dir(fd, dirfd);
+	ret = auth_chown_like(fd, dirfd); /* the manifest: its key directory's owner */
 	if (!ret)
 		ret = write_all(fd, text, strlen(text));
 	if (!ret)
