@@ -8,14 +8,14 @@
 # Goal (issue 3): no cliff. The Node OLP serves this at 30k req/s with its env token but
 # 1.9k with a stored key (it re-reads every manifest and fsyncs last_used_at per request).
 #
-# usage: tests/bench/auth-http-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/auth-http-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_SECONDS (per wrk round, default 5), BENCH_ROUNDS (per side, default 3),
 #        BENCH_CONNS (default 16), BENCH_THREADS (wrk threads, default 1),
 #        BENCH_KEYS (keys in the store, default 1000), BENCH_PROCS (olp-fcgi workers, 2)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 secs=${BENCH_SECONDS:-5}
 rounds=${BENCH_ROUNDS:-3}
 conns=${BENCH_CONNS:-16}
@@ -31,10 +31,9 @@ if ! command -v wrk >/dev/null; then
 fi
 lighttpd=$(PATH=$PATH:/usr/sbin:/sbin command -v lighttpd) ||
 	{ echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
-if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/auth/olp-keys" ]; then
-	[ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-fcgi olp-keys >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # free_port (its own cleanup: one server)
+bench_build "$build" olp-fcgi olp-keys
 
 work=$(mktemp -d /tmp/olp-auth-bench.XXXXXX)
 lpid=
@@ -44,8 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=tests/bench/lib.sh
-. "$(dirname "$0")/lib.sh" # free_port (its own cleanup: one server)
 
 home=$work/home
 mkdir -m 0700 "$home" "$work/run"

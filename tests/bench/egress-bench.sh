@@ -17,18 +17,17 @@
 # tails say more about the host than about the forwarder. Compare the two columns, and
 # look at the load average printed first.
 #
-# usage: tests/bench/egress-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/egress-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_REQUESTS (each way, 2000), BENCH_EVENTS (a stream, 100), BENCH_GAP_MS (20),
 #        BENCH_MB (size for (c), 512), BENCH_ROUNDS (3)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 
-if [ ! -x "$build/tests/bench/egress-bench" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j2 --target egress-bench >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" egress-bench
 type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build/CMakeCache.txt")
 echo "egress-bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)," \
 	"build ${type:-RelWithDebInfo}"

@@ -3,7 +3,9 @@
  * olp-fcgi, the ratio of the two shows what our worker costs per request. */
 #include <fcgiapp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -38,6 +40,12 @@ int main(void)
 	if (threads < 1 || threads > 256)
 		threads = 16;
 	FCGX_Init();
+	/* As olp-fcgi does (fcgi/main.c): libfcgi catches SIGTERM and reads the flag only
+	 * between requests, so a responder blocked in accept() outlived the server that
+	 * stopped it (http-bench.sh left two running). Let SIGTERM end it, and the
+	 * server's end too. */
+	(void)signal(SIGTERM, SIG_DFL);
+	(void)prctl(PR_SET_PDEATHSIG, SIGTERM);
 	for (i = 0; i < threads; i++)
 		pthread_create(&t[i], NULL, serve, NULL);
 	for (i = 0; i < threads; i++)

@@ -17,14 +17,14 @@
 #     cost on the request path is read off one run (issue 9: the per-run uid and budgets
 #     may add at most 1 ms).
 #
-# usage: tests/bench/http-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/http-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_SECONDS (per wrk round, default 5), BENCH_ROUNDS (default 3),
 #        BENCH_CONNS (default 16), BENCH_N (spawn/round-trip samples, default 200),
 #        BENCH_SERVERS (default "lighttpd apache nginx": the /health comparisons to run)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 secs=${BENCH_SECONDS:-5}
 rounds=${BENCH_ROUNDS:-3}
 conns=${BENCH_CONNS:-16}
@@ -32,15 +32,12 @@ n=${BENCH_N:-200}
 
 command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y -q wrk >/dev/null; }
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
-if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/tests/bench/hello-fcgi" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-fcgi hello-fcgi spawn-bench >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_build "$build" olp-fcgi hello-fcgi spawn-bench
 # The servers start their workers from other directories: every path absolute.
 build=$(cd "$build" && pwd)
 
-# shellcheck source=tests/bench/lib.sh
-. "$(dirname "$0")/lib.sh"
 bench_workdir bench
 
 token=bench-owner-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')

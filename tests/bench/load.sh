@@ -15,7 +15,7 @@
 # The stack is started and sampled by tests/integration/harness.mjs, the integration
 # tests' own; tests/bench/load.mjs drives the load (its header lists every knob).
 #
-# usage: tests/bench/load.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/load.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   LOAD_HEALTH_SECONDS, LOAD_STREAM_SECONDS (default 60 each), LOAD_CONNS (64),
 #        LOAD_WARMUP_SECONDS (5), LOAD_TICKS, LOAD_TICK_MS (20 lines 50 ms apart),
 #        LOAD_PROCS, LOAD_THREADS (2 workers x 40), LOAD_WARM (1), LOAD_RSS_SLACK_KB,
@@ -25,17 +25,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 
 for tool in wrk node lighttpd; do
 	PATH=$PATH:/usr/sbin:/sbin command -v "$tool" >/dev/null ||
 		{ echo "load.sh: $tool missing (apt-get install $tool)" >&2; exit 2; }
 done
-if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/sandbox/olp-sandbox-exec" ] ||
-	[ ! -x "$build/tests/bench/tick-emitter" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-fcgi olp-sandbox-exec tick-emitter >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" olp-fcgi olp-sandbox-exec tick-emitter
 
 export OLP_BIN
 OLP_BIN=$(realpath "$build/fcgi/olp-fcgi")

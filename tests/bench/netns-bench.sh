@@ -7,19 +7,18 @@
 # medians of each round's median, and the difference is what a request in upstream or
 # CONNECT mode pays for its namespace (the forwarder's own cost: egress-bench.sh).
 #
-# usage: tests/bench/netns-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/netns-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_N (runs per round, default 100), BENCH_ROUNDS (default 3)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 n=${BENCH_N:-100}
 rounds=${BENCH_ROUNDS:-3}
 
-if [ ! -x "$build/tests/bench/spawn-bench" ] || [ ! -x "$build/sandbox/olp-sandbox-exec" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target spawn-bench olp-sandbox-exec >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" spawn-bench olp-sandbox-exec
 build=$(cd "$build" && pwd)
 work=$(mktemp -d /tmp/olp-netns-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -13,18 +13,17 @@
 # The machine is shared and noisy: medians, and the comparison within one run, are what
 # count.
 #
-# usage: tests/bench/prestart-bench.sh [BUILD_DIR]   (default: build/dev; built if needed)
+# usage: tests/bench/prestart-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_RUNS (default 7), BENCH_PACE_MS (1000), BENCH_CODEX=0 to skip codex
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build/dev}
+build=${1:-$root/build/bench}
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
 command -v node >/dev/null || { echo "node missing" >&2; exit 1; }
 [ -x "$root/tests/provider-clis/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ] ||
 	{ echo "run npm ci in tests/provider-clis first" >&2; exit 1; }
-if [ ! -x "$build/fcgi/olp-fcgi" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j2 --target olp-fcgi olp-sandbox-exec >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" olp-fcgi olp-sandbox-exec
 exec node "$root/tests/bench/prestart-bench.mjs" "$root" "$(realpath "$build")"

@@ -13,12 +13,12 @@
 #   srt       srt /usr/bin/true from @anthropic-ai/sandbox-runtime (the Node OLP's choice)
 # Goals (issue 9): olp ≤ 1.7 × bwrap (medians), srt / olp ≥ 40.
 #
-# usage: tests/bench/sandbox-bench.sh [BUILD_DIR]  (default: build; built if needed)
+# usage: tests/bench/sandbox-bench.sh [BUILD_DIR]  (default: build/bench; configured and built each run)
 # env:   BENCH_RUNS (default 200), SRT_RUNS (default 20)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 runs=${BENCH_RUNS:-200}
 srt_runs=${SRT_RUNS:-20}
 here=$root/tests/bench
@@ -30,10 +30,9 @@ if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${pkgs[*]}"
 	apt-get install -y -q "${pkgs[@]}" >/dev/null
 fi
-if [ ! -x "$build/sandbox/olp-sandbox" ] || [ ! -x "$build/tests/bench/bwrap-policy" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-sandbox bwrap-policy >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" olp-sandbox bwrap-policy
 if [ ! -x "$here/node_modules/.bin/srt" ]; then
 	(cd "$here" && npm ci --no-audit --no-fund >/dev/null)
 fi

@@ -11,13 +11,13 @@
 #      lighttpd to a client discarding it (curl -o /dev/null), in MB/s of the provider's
 #      bytes (goal >= 200), next to the same command piped bare into /dev/null.
 #
-# usage: tests/bench/stream-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/stream-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_RUNS (paired runs for (a), default 5), BENCH_TICKS (lines a run, 20),
 #        BENCH_MB (size for (b), 100), BENCH_ROUNDS (rounds for (b), 3)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 runs=${BENCH_RUNS:-5}
 ticks=${BENCH_TICKS:-20}
 mb=${BENCH_MB:-100}
@@ -25,14 +25,11 @@ rounds=${BENCH_ROUNDS:-3}
 
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
 command -v node >/dev/null || { echo "node missing" >&2; exit 1; }
-if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/tests/bench/tick-emitter" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j"$(nproc)" --target olp-fcgi tick-emitter >/dev/null
-fi
-emitter=$(realpath "$build/tests/bench/tick-emitter")
-
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+bench_build "$build" olp-fcgi tick-emitter
+emitter=$(realpath "$build/tests/bench/tick-emitter")
+
 bench_workdir stream-bench
 
 token=bench-owner-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')

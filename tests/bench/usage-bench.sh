@@ -1,21 +1,20 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # The usage ledger and quota check (usage/, issue 14), one call at a time on a store on
 # disk. Goals: usage_record_add median <= 0.2 ms, usage_quota_take <= 20 us.
 #
 # usage: tests/bench/usage-bench.sh [BUILD_DIR] [-- CALLS]
-#   BUILD_DIR defaults to ./build; the usage-bench target is built there if missing.
+#   BUILD_DIR defaults to build/bench; the usage-bench target is built there each run.
 #   The store is made in a fresh directory under $TMPDIR (default /tmp), which must be on
 #   the disk the real OLP_HOME would be on (not a tmpfs), and removed afterwards.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-"$top/build"}
+build=${1:-$top/build/bench}
 [ $# -gt 0 ] && shift
 [ "${1:-}" = "--" ] && shift
 bin="$build/tests/bench/usage-bench"
-if [ ! -x "$bin" ]; then
-	[ -f "$build/CMakeCache.txt" ] || cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" --target usage-bench >/dev/null
-fi
+# shellcheck source=tests/bench/lib.sh
+. "$(dirname "$0")/lib.sh" # bench_build
+bench_build "$build" usage-bench
 home=$(mktemp -d "${TMPDIR:-/tmp}/olp-usage-bench.XXXXXX")
 trap 'rm -rf "$home"' EXIT
 echo "# usage-bench: $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)," \

@@ -8,23 +8,20 @@
 # A third instance, off as well, runs in the same rotation: "off2 minus off" is what two
 # identical servers differ by on this machine, the noise floor of the figure.
 #
-# usage: tests/bench/usage-http-bench.sh [BUILD_DIR]   (default: build; built if needed)
+# usage: tests/bench/usage-http-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_N (requests to each, default 300); BENCH_QUOTA=0: the key has no quota
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build}
+build=${1:-$root/build/bench}
 n=${BENCH_N:-300}
 
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
-if [ ! -x "$build/fcgi/olp-fcgi" ] || [ ! -x "$build/auth/olp-keys" ]; then
-	cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build "$build" -j2 --target olp-fcgi olp-keys olp-sandbox-exec >/dev/null
-fi
-build=$(cd "$build" && pwd)
-
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+bench_build "$build" olp-fcgi olp-keys olp-sandbox-exec
+build=$(cd "$build" && pwd)
+
 bench_workdir usage-bench
 
 # The guest key's quota flags: BENCH_QUOTA=0 makes a key without one (no quota check,
