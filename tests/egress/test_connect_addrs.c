@@ -152,24 +152,24 @@ static int service_start(void)
 {
 	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
 	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY) };
-	struct sockaddr_storage got;
-	socklen_t gl = sizeof(got);
+	socklen_t l6 = sizeof(a6), l4 = sizeof(a4);
 	int off = 0, fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fd >= 0 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) < 0 ||
-			bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0)) {
+			bind(fd, (struct sockaddr *)&a6, sizeof(a6)) < 0 || listen(fd, 16) < 0 ||
+			getsockname(fd, (struct sockaddr *)&a6, &l6) < 0)) {
 		close(fd);
 		fd = -1;
 	}
-	if (fd < 0) {
+	if (fd >= 0) {
+		service_port = ntohs(a6.sin6_port);
+	} else {
 		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0 || bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0)
+		if (fd < 0 || bind(fd, (struct sockaddr *)&a4, sizeof(a4)) < 0 ||
+		    listen(fd, 16) < 0 || getsockname(fd, (struct sockaddr *)&a4, &l4) < 0)
 			return -errno;
+		service_port = ntohs(a4.sin_port);
 	}
-	if (listen(fd, 16) < 0 || getsockname(fd, (struct sockaddr *)&got, &gl) < 0)
-		return -errno;
-	service_port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
-						       : ((struct sockaddr_in *)&got)->sin_port);
 	service_fd = fd;
 	return 0;
 }
