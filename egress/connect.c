@@ -2,14 +2,20 @@
  *
  * For CLIs that must speak TLS to their own servers themselves (a subscription login whose
  * OAuth token the CLI refreshes): the forwarder sees only the name and the encrypted
- * bytes. What it stops: a run reaching any host but the listed ones. The name is compared
- * with the list as it is sent, a raw IP is refused whether listed or not (the list names
- * hosts, and an address says nothing about which host answers), the worker resolves the
- * name itself, and by default refuses addresses of its own machine or the link-local
- * range (a listed name whose DNS points at 127.0.0.1 or 169.254.169.254 reaches none of
- * the host's services). The relay stops at the deadline whatever the two sides do. */
+ * bytes. What it stops: a run reaching any host but the listed ones, or, through a listed
+ * name, anything but the public internet. The target is compared with the list as it is
+ * sent. A raw IP is refused unless an entry lists that very address and port (an address
+ * says nothing about which host answers, so only the owner may name one); numeric forms
+ * other than a dotted quad or [IPv6] ("127.1", "2130706433") are refused always. The worker
+ * resolves a name itself and, by default, connects to none of its addresses that is an
+ * address of this machine (any interface, read at each CONNECT), private, link-local,
+ * CGNAT, unique-local or otherwise internal (addr.c has the list), unless an entry lists
+ * that address: a listed name whose DNS points at 127.0.0.1, the host's LAN address,
+ * 169.254.169.254 or fd00:ec2::254 reaches none of them. The relay stops at the deadline
+ * whatever the two sides do. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,31 +31,6 @@
 #include "common/banned.h"
 
 #define RELAY_BUF ((size_t)256 * 1024)
-
-/* An address of this machine, or one no API lives at: loopback, unspecified, link-local
- * (cloud metadata), multicast, broadcast; IPv4-mapped forms too. */
-static bool local_addr(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-
-		if (IN6_IS_ADDR_V4MAPPED(a)) {
-			struct sockaddr_in v4 = { .sin_family = AF_INET };
-
-			memcpy(&v4.sin_addr, &a->s6_addr[12], 4);
-			return local_addr((const struct sockaddr *)&v4);
-		}
-		return IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_UNSPECIFIED(a) ||
-		       IN6_IS_ADDR_LINKLOCAL(a) || IN6_IS_ADDR_MULTICAST(a);
-	}
-	if (sa->sa_family == AF_INET) {
-		uint32_t h = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
-
-		return (h >> 24) == 127 || (h >> 24) == 0 || (h >> 16) == 0xa9fe ||
-		       (h >> 28) == 0xe || h == 0xffffffffu;
-	}
-	return true;
-}
 
 /* Connect to one address, waiting as the connection's waits do but no longer than the
  * connect timeout: the socket (non-blocking), or -errno. */
@@ -169,17 +150,25 @@ static void refuse(struct egr_conn *c, int status, const char *type, const char 
 	egr_conn_error(c, status, type, msg);
 }
 
-/* Whether the request r read from c names a listed host:port; refused (answered,
- * logged) if not. */
+/* Whether the request r read from c names a listed host:port, or an address:port listed
+ * as such; refused (answered, logged) if not. */
 static bool admit(struct egr_conn *c, const struct egr_req *r)
 {
 	struct egr_forwarder *f = c->f;
+	struct egr_addr addr;
 	bool ip, listed = false;
 
 	if (strcmp(r->method, "CONNECT")) {
 		refuse(c, 405, "invalid_request_error", "OLP egress: only CONNECT is allowed here",
 		       r->target);
 		return false;
+	}
+	if (egr_addr_port_parse(r->target, &addr)) {
+		listed = egr_addr_listed(&addr, f->allow_hosts);
+		if (!listed)
+			refuse(c, 403, "permission_error",
+			       "OLP egress: raw IP addresses are refused unless listed", r->target);
+		return listed;
 	}
 	if (!egr_host_port_valid(r->target, &ip)) {
 		refuse(c, 403, "permission_error", "OLP egress: not a host name and port",
@@ -199,30 +188,64 @@ static bool admit(struct egr_conn *c, const struct egr_req *r)
 	return listed;
 }
 
-/* Resolve the admitted "host:port" and connect to it (never to an address of this
- * machine, unless the route allows local targets): the socket, or -1 after answering
- * the client (or when the forwarder stops). */
+/* Whether the tunnel may go to ai (addr.c), logging a refusal. */
+static enum egr_addr_verdict judge(struct egr_conn *c, const char *target,
+				   const struct addrinfo *ai, const struct ifaddrs *ifs)
+{
+	struct egr_addr a;
+	enum egr_addr_verdict v;
+	char text[INET6_ADDRSTRLEN];
+
+	if (c->f->flags & EGR_ALLOW_LOCAL_TARGETS)
+		return EGR_ADDR_OK;
+	if (!egr_addr_from_sockaddr(ai->ai_addr, &a))
+		return EGR_ADDR_INTERNAL;
+	v = egr_addr_judge(&a, c->f->allow_hosts, ifs);
+	if (v != EGR_ADDR_OK)
+		log_warnx(c->f->rid, "%s: CONNECT %.100s: not to %s (%s)", c->tag, target,
+			  egr_addr_str(&a, text, sizeof(text)),
+			  v == EGR_ADDR_THIS_MACHINE ? "this machine" : "not a public address");
+	return v;
+}
+
+/* Resolve the admitted "host:port" (or "[IPv6]:port") and connect to it, never to an
+ * address addr.c refuses unless it is listed: the socket, or -1 after answering the
+ * client (or when the forwarder stops). */
 static int open_target(struct egr_conn *c, const char *target)
 {
 	struct egr_forwarder *f = c->f;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV },
 			*res = NULL;
 	const char *colon = strrchr(target, ':');
+	struct ifaddrs *ifs = NULL;
+	enum egr_addr_verdict worst = EGR_ADDR_OK;
 	char host[256];
-	bool any_local = false;
 	int up = -EHOSTUNREACH, gai;
 
-	snprintf(host, sizeof(host), "%.*s", (int)(colon - target), target);
+	/* "[fd00::5]:443" is listed on purpose: resolve the address inside the brackets. */
+	if (target[0] == '[')
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - target - 2), target + 1);
+	else
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - target), target);
+	/* Read at each CONNECT (about 30 us): an address added since start counts too. */
+	if (!(f->flags & EGR_ALLOW_LOCAL_TARGETS) && getifaddrs(&ifs) < 0) {
+		log_warn(f->rid, "%s: CONNECT %s: cannot list this machine's addresses", c->tag,
+			 target);
+		egr_conn_error(c, 503, "api_error", "OLP egress: the target cannot be checked");
+		return -1;
+	}
 	gai = getaddrinfo(host, colon + 1, &hints, &res);
 	if (gai) {
 		log_warnx(f->rid, "%s: CONNECT %s: cannot resolve: %s", c->tag, target,
 			  gai_strerror(gai));
 		egr_conn_error(c, 502, "api_error", "OLP egress: the host could not be resolved");
-		return -1;
+		goto out_free_ifs;
 	}
 	for (const struct addrinfo *ai = res; ai && up < 0; ai = ai->ai_next) {
-		if (!(f->flags & EGR_ALLOW_LOCAL_TARGETS) && local_addr(ai->ai_addr)) {
-			any_local = true;
+		enum egr_addr_verdict v = judge(c, target, ai, ifs);
+
+		if (v != EGR_ADDR_OK) {
+			worst = worst == EGR_ADDR_THIS_MACHINE ? worst : v;
 			continue;
 		}
 		up = connect_one(c, ai);
@@ -231,16 +254,22 @@ static int open_target(struct egr_conn *c, const char *target)
 	}
 	freeaddrinfo(res);
 	if (up >= 0 || up == -ECANCELED)
-		return up >= 0 ? up : -1;
-	if (any_local) {
+		goto out_free_ifs;
+	if (worst != EGR_ADDR_OK) {
 		refuse(c, 403, "permission_error",
-		       "OLP egress: the host resolves to an address of this machine", target);
-		return -1;
+		       worst == EGR_ADDR_THIS_MACHINE
+			       ? "OLP egress: the host resolves to an address of this machine"
+			       : "OLP egress: the host resolves to a private or internal address",
+		       target);
+		goto out_free_ifs;
 	}
 	errno = -up;
 	log_warn(f->rid, "%s: CONNECT %s: cannot connect", c->tag, target);
 	egr_conn_error(c, 502, "api_error", "OLP egress: the host could not be reached");
-	return -1;
+out_free_ifs:
+	if (ifs)
+		freeifaddrs(ifs);
+	return up >= 0 ? up : -1;
 }
 
 void egr_connect_serve(struct egr_conn *c)

@@ -14,9 +14,10 @@
  *    placeholder credential headers, plus the headers the caller resolved (the real
  *    credential); the answer streams back as it arrives, each piece written to the client
  *    the moment libcurl hands it over (SSE stays token by token).
- *  - connect: `CONNECT host:port` for the listed names only (never a raw IP), resolved and
- *    connected by the worker, then bytes relayed both ways until either side is done. For
- *    CLIs that must talk TLS to their own servers themselves (OAuth refresh).
+ *  - connect: `CONNECT host:port` for the listed names only (a raw IP only when listed as
+ *    such), resolved and connected by the worker, never to an address of this machine or
+ *    an internal range unless listed, then bytes relayed both ways until either side is
+ *    done. For CLIs that must talk TLS to their own servers themselves (OAuth refresh).
  *
  * Threat model: the client is the hostile command. It may send anything, as slowly or as
  * much as it likes, and open as many connections as it likes. It must not reach any host
@@ -44,9 +45,10 @@ struct egr_header {
 };
 
 enum egr_flags {
-	/* Connect mode: let an allowed name resolve to a loopback, link-local, unspecified or
-	 * multicast address (refused by default, so that a listed name whose DNS points at
-	 * 127.0.0.1 or 169.254.169.254 reaches nothing of the host's). For tests. */
+	/* Connect mode: let an allowed name resolve to any address, this machine's and
+	 * internal ranges included (refused by default, so that a listed name whose DNS
+	 * points at 127.0.0.1, the host's LAN address or 169.254.169.254 reaches nothing of
+	 * the host's or its network's). For tests. */
 	EGR_ALLOW_LOCAL_TARGETS = 1 << 0,
 };
 
@@ -81,9 +83,13 @@ struct egr_route {
 	const char *ca_file;
 
 	/* ---- connect mode ---- */
-	/* "host:port" pairs a CONNECT may name, NULL-terminated, compared
-	 * case-insensitively. Names only: a raw IPv4 or IPv6 address is refused, listed or
-	 * not (egr_route_check refuses to list one). */
+	/* What a CONNECT may name, NULL-terminated: "host:port" pairs, compared
+	 * case-insensitively; the worker connects to none of the name's addresses that is
+	 * this machine's (any interface) or internal (loopback, RFC 1918, link-local,
+	 * 100.64/10, fc00::/7, ..., and their IPv4-mapped, NAT64 and 6to4 forms). An entry
+	 * "a.b.c.d:port" or "[IPv6]:port" lists that address on purpose: a CONNECT may name
+	 * it, and a listed name may resolve to it, on that port, whatever its range. Other
+	 * numeric forms ("127.1", "2130706433") are refused, listed or not. */
 	const char *const *allow_hosts;
 
 	unsigned flags; /* enum egr_flags */

@@ -498,14 +498,19 @@ int egr_route_check(const struct egr_route *r, const char **why)
 			return -EINVAL;
 		}
 		for (size_t i = 0; r->allow_hosts[i]; i++) {
+			struct egr_addr a;
 			bool ip;
 
-			if (!egr_host_port_valid(r->allow_hosts[i], &ip)) {
-				*why = "an allowed host is not \"name:port\"";
+			/* An address listed on purpose (connect.c, addr.c). */
+			if (egr_addr_port_parse(r->allow_hosts[i], &a)) {
+				if (egr_addr_listable(&a))
+					continue;
+				*why = "an allowed address is unspecified, multicast or reserved";
 				return -EINVAL;
 			}
-			if (ip) {
-				*why = "an allowed host is an IP address: connect mode takes names";
+			if (!egr_host_port_valid(r->allow_hosts[i], &ip) || ip) {
+				*why = "an allowed host is not \"name:port\", \"a.b.c.d:port\" or "
+				       "\"[IPv6]:port\"";
 				return -EINVAL;
 			}
 		}

@@ -103,6 +103,42 @@ bool egr_is_token(const char *s, size_t len);
  * ("127.1", "0x7f.1", "2130706433") or ends in an all-digit label. */
 bool egr_host_port_valid(const char *hp, bool *is_ip);
 
+/* ---- addresses a CONNECT may reach (addr.c) ----------------------------------------- */
+
+struct ifaddrs;
+struct sockaddr;
+
+/* One IP address and port. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is held as the
+ * IPv4 address it is, so that both spellings compare equal. */
+struct egr_addr {
+	int family;    /* AF_INET or AF_INET6 */
+	uint8_t a[16]; /* network order; the first 4 bytes for AF_INET, the rest 0 */
+	uint16_t port;
+};
+
+enum egr_addr_verdict {
+	EGR_ADDR_OK = 0,       /* the public internet, or listed on purpose */
+	EGR_ADDR_THIS_MACHINE, /* an address of one of this machine's interfaces */
+	EGR_ADDR_INTERNAL,     /* loopback, private, link-local, CGNAT, multicast, reserved */
+};
+
+/* *out from an AF_INET or AF_INET6 sockaddr: true, or false for another family. */
+bool egr_addr_from_sockaddr(const struct sockaddr *sa, struct egr_addr *out);
+/* hp is exactly "a.b.c.d:port" (a dotted quad) or "[IPv6]:port", the port 1-65535 in
+ * plain digits: true with *out set; false otherwise (names, "127.1", zones, no port). */
+bool egr_addr_port_parse(const char *hp, struct egr_addr *out);
+/* Whether an allow_hosts entry may list a: not unspecified, multicast or 240/4. */
+bool egr_addr_listable(const struct egr_addr *a);
+/* Whether an entry of allow (NULL-terminated "host:port" strings) is a's address and
+ * port. */
+bool egr_addr_listed(const struct egr_addr *a, char *const *allow);
+/* Whether a CONNECT may reach a (addr.c says which ranges are refused and why): listed in
+ * allow, or neither an address of this machine (ifs, from getifaddrs) nor internal. */
+enum egr_addr_verdict egr_addr_judge(const struct egr_addr *a, char *const *allow,
+				     const struct ifaddrs *ifs);
+/* a's address as text in out (n bytes, INET6_ADDRSTRLEN is enough): out. */
+const char *egr_addr_str(const struct egr_addr *a, char *out, size_t n);
+
 /* ---- one client connection (forwarder.c) ---------------------------------------------- */
 
 struct egr_conn {

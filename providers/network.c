@@ -5,7 +5,7 @@
  *   false | "none"   no network (a command's default)
  *   "host"           the host's network: a loud, explicit opt-in
  *   {"upstream": URL, "set_headers": {h: src}, "allow_paths": […], "upstream_ca": pem}
- *   {"allow_hosts": ["host:port", …]}   CONNECT mode
+ *   {"allow_hosts": ["host:port", "a.b.c.d:port", …]}   CONNECT mode
  *   true             legacy: a CLI's default upstream; "host" for a command (deprecated)
  *
  * A source is "file:/abs/path" or "env:NAME", maybe after "Bearer " (an Authorization
@@ -364,8 +364,7 @@ static int read_connect(struct net_reader *r, const json_t *o)
 		struct egr_route route = { .mode = EGR_MODE_CONNECT, .allow_hosts = one };
 
 		if (egr_route_check(&route, &why))
-			return bad(r, ".allow_hosts[%zu]: %s (a name and a port, never a raw IP)",
-				   i, why ? why : "refused");
+			return bad(r, ".allow_hosts[%zu]: %s", i, why ? why : "refused");
 	}
 	return 0;
 }

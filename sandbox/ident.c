@@ -22,23 +22,33 @@
  * work from a process without no_new_privs, so lockdown.c forks a helper before setting
  * it: the helper does nothing but run the two tools for a pid the worker names.
  *
- * Which slots are free, host-wide: a slot is taken by binding the abstract unix socket
- * "olp-run-uid-<uid>", released when every holder of that socket has closed it. The worker
- * holds it for the run, and bwrap's init inside the sandbox holds a copy (--sync-fd), so a
- * uid is free again only when the run's last process is gone, even if the worker died. */
+ * Which slots are free, host-wide: a slot is taken by an exclusive flock on the file
+ * "<uid>.lock" in the slot directory, released when every descriptor of that open file
+ * is closed. The worker holds it for the run, and bwrap's init inside the sandbox holds a
+ * copy (--sync-fd; bwrap closes it before the command starts, so the command never holds
+ * it), so a uid is free again only when the run's last process is gone, even if the worker
+ * died. The directory is one only the workers' user can write, so that no other local
+ * user can take a slot (an abstract socket name, used before, could be bound by anyone,
+ * and a user holding every name stopped every run): for a root worker /run/olp-uid-slots,
+ * shared by every root process of the host; for any other user <runtime_dir>/uid-slots,
+ * shared by every process of that user with the same runtime_dir (each worker of a
+ * deployment; olp-sandbox given the workers' --runtime-dir). Both are 0700 and must belong
+ * to the user, or no run gets a uid. Slots are taken from the lowest free one, so that the
+ * files are no more than the most runs there ever were at once. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/close_range.h>
@@ -68,6 +78,18 @@ struct map_req {
 	uid_t uid;
 	gid_t gid;
 };
+
+/* A root worker's slot directory: every root process of the host shares it (its parent
+ * is writable by root alone). */
+#define ROOT_SLOT_DIR "/run/olp-uid-slots"
+/* Any other user's, under its runtime_dir. */
+#define SLOT_SUBDIR "uid-slots"
+
+/* Where the slots' lock files are (sbx_ident_init). */
+static struct {
+	int fd; /* O_DIRECTORY, or -1 */
+	char path[PATH_MAX];
+} slots = { .fd = -1 };
 
 /* The user namespaces made so far, one per slot this process has used. */
 static struct {
@@ -262,6 +284,45 @@ static int parse_range(const char *s, unsigned long *base, unsigned long *count)
 	return errno || *end || !*count ? -EINVAL : 0;
 }
 
+/* Open the slot directory (see the top of this file) into slots: 0, or -errno with why
+ * (n bytes) saying what is wrong. */
+static int slot_dir_open(char *why, size_t n)
+{
+	uid_t self = geteuid();
+	struct stat st;
+	int fd;
+
+	if (slots.fd >= 0)
+		close(slots.fd);
+	slots.fd = -1;
+	if (self == 0) {
+		snprintf(slots.path, sizeof(slots.path), "%s", ROOT_SLOT_DIR);
+		if (mkdir(ROOT_SLOT_DIR, 0700) < 0 && errno != EEXIST)
+			goto fail;
+		fd = open(ROOT_SLOT_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	} else {
+		snprintf(slots.path, sizeof(slots.path), "%s/%s", sbx_g.runtime_dir, SLOT_SUBDIR);
+		if (mkdirat(sbx_g.runtime_fd, SLOT_SUBDIR, 0700) < 0 && errno != EEXIST)
+			goto fail;
+		fd = sbx_open_dir_beneath(sbx_g.runtime_fd, SLOT_SUBDIR);
+	}
+	if (fd < 0)
+		goto fail;
+	/* Ours alone: whoever else can write it can take every slot. */
+	if (fstat(fd, &st) < 0 || st.st_uid != self || (st.st_mode & 077)) {
+		close(fd);
+		snprintf(why, n, "the uid slot directory %.300s must belong to uid %u, mode 0700",
+			 slots.path, (unsigned)self);
+		return -EPERM;
+	}
+	slots.fd = fd;
+	return 0;
+fail:
+	fd = errno;
+	snprintf(why, n, "the uid slot directory %.300s: %s", slots.path, strerror(fd));
+	return -fd;
+}
+
 void sbx_ident_init(enum sbx_identity mode, const char *range)
 {
 	unsigned long ub = 0, uc = 0, gb = 0, gc = 0;
@@ -326,10 +387,14 @@ void sbx_ident_init(enum sbx_identity mode, const char *range)
 			 NEWUIDMAP, NEWGIDMAP);
 		return;
 	}
+	if (slot_dir_open(sbx_g.ident_reason, sizeof(sbx_g.ident_reason)))
+		return;
 	sbx_g.ident_ok = true;
 	snprintf(sbx_g.ident_reason, sizeof(sbx_g.ident_reason),
-		 "one host uid per run from %lu-%lu (gids from %lu), %s", ub, ub + uc - 1, gb,
-		 self == 0 ? "mapped by the root worker" : "mapped with newuidmap/newgidmap");
+		 "one host uid per run from %lu-%lu (gids from %lu), %s, slots in %.200s", ub,
+		 ub + uc - 1, gb,
+		 self == 0 ? "mapped by the root worker" : "mapped with newuidmap/newgidmap",
+		 slots.path);
 }
 
 void sbx_ident_release_all(void)
@@ -338,27 +403,31 @@ void sbx_ident_release_all(void)
 	while (cache.n)
 		close(cache.e[--cache.n].fd);
 	pthread_mutex_unlock(&cache.lock);
+	if (slots.fd >= 0)
+		close(slots.fd);
+	slots.fd = -1;
 }
 
 /* ---- one slot ------------------------------------------------------------------------- */
 
-/* Take slot's host-wide lock: the bound socket's fd, or -1 when another run has it. */
+/* Take slot's host-wide lock: the locked file's fd, -EBUSY when another run has it, or
+ * -errno. Never unlocked by hand: the lock goes with the last descriptor of the open file,
+ * the sandbox's init's copy included (sbx_ident_release only closes the worker's). */
 static int slot_lock(unsigned int slot)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int n;
+	char name[32];
+	int fd, ret;
 
+	snprintf(name, sizeof(name), "%u.lock", (unsigned)(sbx_g.uid_base + slot));
+	/* O_NOFOLLOW: nobody else can write the directory, but a link is no lock file. */
+	fd = openat(slots.fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
-		return -1;
-	n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "olp-run-uid-%u",
-		     (unsigned)(sbx_g.uid_base + slot));
-	if (bind(fd, (struct sockaddr *)&a,
-		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		return fd;
+	ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	close(fd);
+	return ret;
 }
 
 /* The holder of a new user namespace: waits until its map is written, then forbids user
@@ -463,35 +532,37 @@ static int userns_get(unsigned int slot, const char *rid)
 
 int sbx_ident_acquire(struct sbx_ident *id, const char *rid)
 {
-	unsigned int n = sbx_g.id_count, start = 0, slot = 0, tries, cached[CACHE_MAX];
+	unsigned int n = sbx_g.id_count, slot = 0, cached[CACHE_MAX];
 	size_t nc = 0;
-	int lock = -1;
+	int lock = -EBUSY;
 
 	*id = (struct sbx_ident){ .lock_fd = -1, .userns_fd = -1 };
 	if (!sbx_g.ident_ok)
 		return -EPERM; /* fail closed: sbx_g.ident_reason says why */
 	if (sbx_g.ident != SBX_IDENTITY_PER_RUN)
 		return 0;
-	if (!n)
+	if (!n || slots.fd < 0)
 		return -EPERM;
 	/* Slots whose namespace this process has made already first. */
 	pthread_mutex_lock(&cache.lock);
 	for (size_t i = 0; i < cache.n; i++)
 		cached[nc++] = cache.e[i].slot;
 	pthread_mutex_unlock(&cache.lock);
-	for (size_t i = 0; i < nc && lock < 0; i++)
+	for (size_t i = 0; i < nc && lock == -EBUSY; i++)
 		if ((lock = slot_lock(cached[i])) >= 0)
 			slot = cached[i];
-	/* Then from a random place, so that workers rarely collide. */
-	if (getrandom(&start, sizeof(start), 0) != (ssize_t)sizeof(start))
-		start = (unsigned int)getpid();
-	start %= n;
-	for (tries = 0; lock < 0 && tries < n && tries < 4096; tries++) {
-		slot = (start + tries) % n;
+	/* Then the lowest free one: a held slot costs an open and a flock. */
+	for (unsigned int i = 0; lock == -EBUSY && i < n && i < 4096; i++) {
+		slot = i;
 		lock = slot_lock(slot);
 	}
-	if (lock < 0)
-		return -EAGAIN;
+	if (lock < 0) {
+		if (lock != -EBUSY) {
+			errno = -lock;
+			log_warn(rid, "sandbox: uid slot %u in %s", (unsigned)slot, slots.path);
+		}
+		return lock == -EBUSY ? -EAGAIN : lock;
+	}
 	id->userns_fd = userns_get(slot, rid);
 	if (id->userns_fd < 0) {
 		int ret = id->userns_fd;

@@ -1036,9 +1036,11 @@ static void test_stop_is_prompt(void)
 
 static void test_route_check(void)
 {
+	/* An address is listed on purpose (test_connect_addrs.c has the details). */
 	const char *ip_hosts[] = { "1.2.3.4:443", NULL }, *short_ip[] = { "127.1:80", NULL },
 		   *no_port[] = { "api.example.com", NULL }, *bad_port[] = { "a.example:0", NULL },
 		   *v6[] = { "[::1]:443", NULL }, *ok_hosts[] = { "api.example.com:443", NULL },
+		   *any_ip[] = { "0.0.0.0:443", NULL }, *v6_no_port[] = { "[::1]", NULL },
 		   *bad_path[] = { "/v1/../admin", NULL }, *ok_path[] = { "/v1/messages", NULL };
 	/* A port is digits only (found by fuzz_egress). */
 	const char *signed_port[] = { "a.example:+443", NULL };
@@ -1075,11 +1077,13 @@ static void test_route_check(void)
 		  0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ok_hosts }, 1 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = NULL }, 0 },
-		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ip_hosts }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ip_hosts }, 1 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = short_ip }, 0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = no_port }, 0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = bad_port }, 0 },
-		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = v6 }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = v6 }, 1 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = any_ip }, 0 },
+		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = v6_no_port }, 0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = signed_port }, 0 },
 	};
 
