@@ -136,6 +136,30 @@ static int mkdir_0700(const char *path)
 	return -errno;
 }
 
+/* keys/, when missing. Made by root in a home another user owns (sudo olp-keys keygen on a
+ * fresh home), it gets OLP_HOME's owner: a root-owned 0700 keys/ is a store in which no
+ * worker can read a single key. 0 or -errno. */
+static int keys_dir_make(const char *olp_home, const char *keys)
+{
+	int home_fd, keys_fd, ret;
+
+	if (mkdir(keys, 0700) < 0)
+		return errno == EEXIST ? 0 : -errno;
+	home_fd = open(olp_home, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (home_fd < 0)
+		return -errno;
+	keys_fd = open(keys, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (keys_fd < 0) {
+		ret = -errno;
+		goto out_home;
+	}
+	ret = auth_chown_like(keys_fd, home_fd);
+	close(keys_fd);
+out_home:
+	close(home_fd);
+	return ret;
+}
+
 /* Whether keys/ holds a valid, unrevoked owner key. */
 static int owner_exists(const char *keys_dir, bool *found)
 {
@@ -275,7 +299,7 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	ret = mkdir_0700(olp_home);
 	if (!ret)
-		ret = mkdir_0700(keys);
+		ret = keys_dir_make(olp_home, keys);
 	if (ret)
 		return sys_fail(msg, -ret, "cannot create", keys);
 	res = auth_store_check_perms(olp_home, msg);

@@ -113,7 +113,7 @@ static void cgi_drain_stdin(void)
 static void usage(FILE *f)
 {
 	(void)fputs(
-		"usage: olp-fcgi [--version | --help]\n"
+		"usage: olp-fcgi [--version | --help | --check-config]\n"
 		"\n"
 		"OpenAI-compatible LLM proxy worker, run by a FastCGI-capable web server\n"
 		"(lighttpd mod_fastcgi, Apache mod_fcgid, spawn-fcgi) or as a plain CGI program.\n"
@@ -121,7 +121,9 @@ static void usage(FILE *f)
 		"Environment: OLP_HOME (default ~/.olp), OLP_OWNER_TOKEN, OLP_THREADS (16),\n"
 		"OLP_ROUTE_PREFIX, OLP_REGISTRY, OLP_LOG_LEVEL (debug|info|warn|error),\n"
 		"OLP_EXIT_WITH_PARENT (set by lighttpd/olp.conf: exit when the web server does).\n"
-		"Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n",
+		"Configuration: $OLP_HOME/config.json, $OLP_HOME/models-registry.json.\n"
+		"--check-config: check them (and the files they name) as a worker starting with\n"
+		"this environment and user would, then exit: 0 ready, 1 with the reason.\n",
 		f);
 }
 
@@ -140,28 +142,62 @@ static void set_log_level(void)
 }
 
 /* config.json, the registry, and the chains that name the registry's models: everything
- * a request reads, checked before anything starts. 0, or -1 after saying why. */
-static int load_config(void)
+ * a request reads, checked before anything starts. 0, or -1 with why in err. */
+static int load_config(struct buf *err)
 {
-	struct buf err = BUF_INIT;
+	struct buf why = BUF_INIT;
 	int ret = -1;
 
-	if (fcgi_config_load(&app.cfg, &err)) {
-		log_errx(NULL, "configuration: %s", err.data);
-		goto out_err;
+	if (fcgi_config_load(&app.cfg, &why)) {
+		buf_addf(err, "configuration: %s", why.data);
+		goto out_why;
 	}
 	app.reg = prov_registry_load(app.cfg.registry_path,
-				     json_object_get(app.cfg.json, "providers"), &err);
+				     json_object_get(app.cfg.json, "providers"), &why);
 	if (!app.reg) {
-		log_errx(NULL, "models registry: %s", err.data);
-		goto out_err;
+		buf_addf(err, "models registry: %s", why.data);
+		goto out_why;
 	}
-	if (fcgi_config_bind(&app.cfg, app.reg, &err)) {
-		log_errx(NULL, "configuration: %s", err.data);
-		goto out_err;
+	if (fcgi_config_bind(&app.cfg, app.reg, &why)) {
+		buf_addf(err, "configuration: %s", why.data);
+		goto out_why;
 	}
 	ret = 0;
-out_err:
+out_why:
+	buf_release(&why);
+	return ret;
+}
+
+/* olp-fcgi --check-config: what a worker checks as it starts (config.json, the registry,
+ * the provider settings and the key files they name, the key store's directory), as the
+ * user running it, with no socket, thread or sandbox. deploy/olp-local serve runs it as
+ * the workers' user before it starts the web server: a worker that would exit at start
+ * (and be respawned by lighttpd, behind nothing but 503s) is named with its reason instead.
+ * Exit status 0 (ready) or 1 (the reason on stderr). */
+static int check_config(void)
+{
+	struct buf err = BUF_INIT;
+	char *keys = NULL;
+	int ret = 1;
+
+	if (load_config(&err))
+		goto out;
+	/* Missing is fine (the first key makes it); unreadable is every key refused. */
+	keys = path_join(app.cfg.home, "keys");
+	if (access(keys, F_OK) == 0 && access(keys, R_OK | X_OK) < 0) {
+		buf_addf(&err,
+			 "key store %s: %s: every key would be refused (it must belong to "
+			 "the user the workers run as)",
+			 keys, strerror(errno));
+		goto out;
+	}
+	printf("olp-fcgi: configuration ready: %zu models from %s\n",
+	       prov_registry_model_count(app.reg), app.cfg.registry_path);
+	ret = 0;
+out:
+	if (ret)
+		(void)fprintf(stderr, "olp-fcgi: %s\n", err.data);
+	free(keys);
 	buf_release(&err);
 	return ret;
 }
@@ -234,9 +270,14 @@ static int app_init(bool cgi)
 {
 	struct sbx_global_config sc;
 	struct auth_options ao;
+	struct buf err = BUF_INIT;
 	int ret;
 
-	if (load_config())
+	ret = load_config(&err);
+	if (ret)
+		log_errx(NULL, "%s", err.data);
+	buf_release(&err);
+	if (ret)
 		return -1;
 	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
 					 .bwrap_path = app.cfg.bwrap,
@@ -319,6 +360,11 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], "--version")) {
 			printf("olp-fcgi %s\n", OLP_VERSION);
 			return 0;
+		}
+		if (!strcmp(argv[1], "--check-config")) {
+			log_set_program("olp-fcgi");
+			set_log_level();
+			return check_config();
 		}
 		usage(strcmp(argv[1], "--help") ? stderr : stdout);
 		return strcmp(argv[1], "--help") ? 2 : 0;

@@ -884,6 +884,38 @@ static void test_root_keygen_keeps_owner(void)
 	tu_rmhome(home);
 }
 
+/* Root making the first key of a fresh home another user owns (sudo olp-keys keygen before
+ * any keys/ exists) makes keys/ with OLP_HOME's owner, and so the key and its manifest:
+ * a root-owned keys/ would be a store in which every key is refused. */
+static void test_root_keygen_fresh_home(void)
+{
+	struct auth_key_spec spec = { .name = "first", .tier = AUTH_TIER_OWNER };
+	const uid_t uid = 4242;
+	const gid_t gid = 4343;
+	char *home, path[3][4096];
+	struct auth_new_key k;
+	struct stat sb;
+
+	if (geteuid() != 0) {
+		printf("\n  (skipped: needs root to chown) ");
+		return;
+	}
+	home = tu_mkhome();
+	CU_ASSERT_FATAL(chown(home, uid, gid) == 0);
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &spec, &k, NULL), AUTH_KEY_OK);
+	snprintf(path[0], sizeof(path[0]), "%s/keys", home);
+	snprintf(path[1], sizeof(path[1]), "%s/keys/%s", home, k.id);
+	snprintf(path[2], sizeof(path[2]), "%s/keys/%s/manifest.json", home, k.id);
+	for (size_t i = 0; i < 3; i++) {
+		CU_ASSERT_FATAL(stat(path[i], &sb) == 0);
+		CU_ASSERT_EQUAL(sb.st_uid, uid);
+		CU_ASSERT_EQUAL(sb.st_gid, gid);
+		CU_ASSERT_EQUAL(sb.st_mode & 07777, i == 2 ? 0600 : 0700);
+	}
+	auth_new_key_wipe(&k);
+	tu_rmhome(home);
+}
+
 /* A store written by hand in the Node OLP's format works as is. */
 static void test_node_fixture(void)
 {
@@ -1430,6 +1462,8 @@ static const struct ts_test check_tests[] = {
 	{ "quota set on the next request", test_check_quota_next_request },
 	{ "root's edit keeps the manifest's owner", test_root_edit_keeps_owner },
 	{ "root's keygen gives the key keys/'s owner", test_root_keygen_keeps_owner },
+	{ "root's keygen in a fresh home: keys/ is OLP_HOME's owner's",
+	  test_root_keygen_fresh_home },
 	{ "Node OLP fixture store", test_node_fixture },
 	{ "threads sharing one store", test_threads },
 	{ NULL, NULL },

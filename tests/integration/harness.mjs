@@ -542,7 +542,9 @@ const launchers = {
         'worker_processes 1;',
         `pid ${r}/nginx.pid;`,
         `error_log ${r}/error.log info;`,
-        'events { worker_connections 256; }',
+        // What docs/deploy.md "Slow clients" asks of nginx's main file (slowloris.test.mjs).
+        'worker_rlimit_nofile 16384;',
+        'events { worker_connections 8192; }',
         'http {',
         `  access_log ${r}/access.log;`,
         ...['client_body', 'fastcgi', 'proxy', 'uwsgi', 'scgi'].map((t) => `  ${t}_temp_path ${r}/${t}_temp;`),

@@ -263,6 +263,46 @@ describe('deploy/olp-local serve', () => {
     }
   });
 
+  it('a configuration the workers cannot load: serve exits at once, naming the file, and starts nothing', async () => {
+    // A set_headers key file the workers' user cannot read: root's 0600 file when serve
+    // runs the workers as olp, a 0000 file otherwise. Before the check, lighttpd kept
+    // respawning workers that exited at start, and serve answered 503s for ever.
+    const keyFile = path.join(root, 'unreadable.key');
+    fs.writeFileSync(keyFile, 'sk-test\n', { mode: process.getuid() === 0 ? 0o600 : 0o000 });
+    const conf = path.join(home, 'config.json');
+    const saved = fs.readFileSync(conf);
+    const config = {
+      ...testConfig(),
+      providers: { echo: { network: { upstream: 'https://api.example.com', set_headers: { 'x-api-key': `file:${keyFile}` } } } },
+    };
+    fs.writeFileSync(conf, JSON.stringify(config, null, 2), { mode: 0o600 });
+    try {
+      const port = await freePort();
+      const r = spawnSync(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve'], {
+        env: {
+          PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
+          HOME: process.env.HOME ?? root,
+          OLP_HOME: home,
+          OLP_PORT: String(port),
+          OLP_BIN: cfg.bin,
+          OLP_NO_INSTALL: '1',
+        },
+        encoding: 'utf8',
+        timeout: 60000,
+        killSignal: 'SIGKILL',
+      });
+      const out = `${r.stdout}${r.stderr}`;
+      assert.equal(r.signal, null, `serve did not exit by itself within 60 s:\n${out}`);
+      assert.notEqual(r.status, 0, `serve started with a configuration its workers cannot load:\n${out}`);
+      assert.match(out, new RegExp(`set_headers\\.x-api-key: file ${keyFile}: Permission denied`), out);
+      assert.match(out, /cannot start with this configuration/, out);
+      assert.deepEqual(procsMentioning(home), [], 'serve left something running');
+    } finally {
+      fs.writeFileSync(conf, saved, { mode: 0o600 });
+      fs.rmSync(keyFile, { force: true });
+    }
+  });
+
   it('with the owner key revoked, the next start makes and prints a new one', async () => {
     olpKeys('revoke', `--id=${ownerId}`);
     const s = await serve();
