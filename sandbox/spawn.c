@@ -1319,7 +1319,7 @@ static void refill_after_teardown(const struct sbx_policy *p, const char *const 
 
 	if (now && warm)
 		sbx_warm_fill(p, now, tag);
-	if (now && pre) {
+	if (now && pre && opt) { /* pre: opt asked for it */
 		pkey = sbx_prestart_key(now, argv);
 		sbx_prestart_fill(p, argv, pkey, tag, opt->prestart, opt->owner_prestart_max,
 				  lease);
