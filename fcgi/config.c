@@ -271,6 +271,16 @@ static int read_sandbox(struct fcgi_config *c, struct buf *err)
 					"sandbox.prestart_idle_s: must be an integer of "
 					"seconds from 1 to 86400");
 		c->sandbox_prestart_idle_ms = (uint64_t)n * 1000;
+		/* One key's share of them (sandbox/pool.c): a guest's churn cannot take them
+		 * all. 0: half of prestart_max, rounded up. */
+		v = json_object_get(sbx, "prestart_per_key");
+		n = 0;
+		if (v && (parse_json_int(v, 1, 64, &n) || n > c->sandbox_prestart_max))
+			return conf_err(c, err,
+					"sandbox.prestart_per_key: must be an integer from 1 to "
+					"sandbox.prestart_max (%u)",
+					c->sandbox_prestart_max);
+		c->sandbox_prestart_per_key = (unsigned)n;
 	}
 	s = getenv("OLP_SANDBOX_EXEC");
 	c->sandbox_exec = xstrdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);

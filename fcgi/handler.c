@@ -1168,6 +1168,16 @@ static int check_concurrency(struct req_ctx *rc)
 	return -1;
 }
 
+/* The key's share of pre-started processes (sandbox/pool.c): no more than its runs at once
+ * (max_concurrent), so that the one started after each run counts against that; 0 = the
+ * host's sandbox.prestart_per_key. */
+static unsigned key_prestart_max(const struct req_ctx *rc)
+{
+	int64_t n = rc->id.quota.max_concurrent; /* 1..1024 when set (auth/) */
+
+	return n > 0 ? (unsigned)n : 0;
+}
+
 /* A provider run's outcome: how its sandbox started, or why it could not. */
 static void count_run_outcome(const char *provider, const struct prov_outcome *o)
 {
@@ -1236,7 +1246,9 @@ static void handle_chat(struct req_ctx *rc)
 					      .request_id = rc->rid,
 					      .tools = req.tools,
 					      .tool_choice = req.tool_choice,
-					      .tool_name = req.tool_name };
+					      .tool_name = req.tool_name,
+					      .owner = rc->id.key_id,
+					      .owner_prestart_max = key_prestart_max(rc) };
 		/* The run's output must be taken by the end of the run: a write that waits
 		 * for the client cannot outlast the run's timeout (see prov_sink). */
 		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));

@@ -290,6 +290,7 @@ static int app_init(bool cgi)
 					 /* Likewise a pre-started process (ADR 0022). */
 					 .prestart_max = cgi ? 0 : app.cfg.sandbox_prestart_max,
 					 .prestart_idle_ms = app.cfg.sandbox_prestart_idle_ms,
+					 .prestart_per_owner = app.cfg.sandbox_prestart_per_key,
 					 .on_prestart = on_prestart,
 					 .identity = app.cfg.sandbox_identity,
 					 .uid_range = app.cfg.sandbox_uid_range,

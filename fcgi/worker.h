@@ -44,6 +44,7 @@ struct fcgi_config {
 	bool sandbox_warm;	       /* sandbox.warm (default true) */
 	unsigned sandbox_prestart_max; /* sandbox.prestart_max (default 4; 0: none) */
 	uint64_t sandbox_prestart_idle_ms;  /* sandbox.prestart_idle_s (default 300) */
+	unsigned sandbox_prestart_per_key;  /* sandbox.prestart_per_key (0: half the max) */
 	enum sbx_identity sandbox_identity; /* sandbox.identity */
 	char *sandbox_uid_range;	    /* sandbox.uid_range, or NULL */
 	char *sandbox_cgroup;		    /* sandbox.cgroup: "auto", "off" or a cgroup path */

@@ -134,6 +134,13 @@ struct prov_request {
 	const json_t *tools;
 	enum prov_tool_choice tool_choice;
 	const char *tool_name; /* PROV_TOOLS_NAMED: one of tools' names */
+	/* Who asked (the API key's id; NULL = nobody in particular), for the sandbox's pools:
+	 * the processes a run leaves started ahead serve only later runs of the same owner,
+	 * and each owner has a share of them (sbx_run_options.owner_tag). */
+	const char *owner;
+	/* > 0: that owner's share of pre-started processes is at most this (its
+	 * max_concurrent), so that the one started after each run counts against it. */
+	unsigned owner_prestart_max;
 };
 
 struct prov_usage {

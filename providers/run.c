@@ -632,6 +632,8 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	for (size_t i = 1; i < plan.argv.n; i++) /* vibe takes its prompt here */
 		rc.given_bytes += strlen(plan.argv.v[i]);
 	opt.prestart = pv->ops->prompt_in_argv ? 0 : pv->prestart;
+	opt.owner_tag = req->owner;
+	opt.owner_prestart_max = req->owner_prestart_max;
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);

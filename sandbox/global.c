@@ -81,6 +81,10 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	sbx_g.warm = cfg->warm;
 	sbx_g.prestart_max = cfg->prestart_max;
 	sbx_g.prestart_idle_ms = cfg->prestart_idle_ms ? cfg->prestart_idle_ms : 300000;
+	sbx_g.prestart_per_owner =
+		cfg->prestart_per_owner ? cfg->prestart_per_owner : (cfg->prestart_max + 1) / 2;
+	if (sbx_g.prestart_per_owner > cfg->prestart_max)
+		sbx_g.prestart_per_owner = cfg->prestart_max;
 	sbx_g.on_prestart = cfg->on_prestart;
 	ret = mkdir_p(sbx_g.runtime_dir, 0700);
 	if (ret)

@@ -33,6 +33,7 @@ struct sbx_global {
 	bool warm;	       /* keep warm sandboxes (spawn.c) */
 	unsigned prestart_max; /* idle pre-started commands on the host, at most */
 	uint64_t prestart_idle_ms;
+	unsigned prestart_per_owner; /* ... of one owner tag (1..prestart_max) */
 	void (*on_prestart)(enum sbx_prestart_event ev);
 	enum sbx_identity ident; /* per-run uid or the worker's own (ident.c) */
 	bool ident_ok;		 /* runs can get their identity */
@@ -191,9 +192,9 @@ unsigned int sbx_etc_mask(void);
  * SBX_FD_*. argv NULL: a warm sandbox, whose stub waits for its command. */
 void sbx_build_bwrap_argv(const struct sbx_policy *p, const struct sbx_inputs *in,
 			  const char *const argv[], struct strv *out);
-/* Stop every warm sandbox of this process (spawn.c). */
+/* Stop every warm sandbox of this process (pool.c). */
 void sbx_warm_release_all(void);
-/* Stop every pre-started command of this process and its expiry thread (spawn.c). */
+/* Stop every pre-started command of this process and its expiry thread (pool.c). */
 void sbx_prestart_release_all(void);
 
 /* The host-wide cap on idle pre-started commands (prestart.c): one of prestart_max slot

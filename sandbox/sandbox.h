@@ -67,6 +67,9 @@ struct sbx_global_config {
 	 * each for at most prestart_idle_ms (0: 5 minutes). */
 	unsigned prestart_max;
 	uint64_t prestart_idle_ms;
+	/* Of those, at most this many for one owner tag (sbx_run_options.owner_tag) on the
+	 * whole host: 0 = half of prestart_max, rounded up; never above prestart_max. */
+	unsigned prestart_per_owner;
 	/* Optional: told of every pre-started command's event as it happens (from a request's
 	 * thread or the expiry thread, never under a lock of the caller's), so that counts can
 	 * be kept for the whole host (fcgi/ adds them to the shared metrics). Must be quick
@@ -304,7 +307,20 @@ struct sbx_run_options {
 	 * sbx_global_config.prestart_max (host-wide) and prestart_idle_ms; only where warm
 	 * sandboxes are on (sbx_global_config.warm). 0: none. */
 	unsigned prestart;
+	/* Whose run this is, for the pools (borrowed for the call; NULL = ""): the caller's
+	 * own name for who asked (an API key's id), opaque here. A warm sandbox or a
+	 * pre-started command made after a run is given only to a later run of the same
+	 * owner_tag, a tag that needs room puts down only its own, and each tag has a share:
+	 * half of this process's warm sandboxes, and prestart_per_owner of the host's
+	 * pre-started commands (idle, being started, or serving the run that took one until
+	 * that run's next one is started). At most SBX_OWNER_TAG_MAX bytes: a longer tag gets
+	 * no pre-started command. */
+	const char *owner_tag;
+	/* > 0: this tag's share of pre-started commands is at most this (e.g. its own cap on
+	 * runs at once), below sbx_global_config.prestart_per_owner. 0: that one. */
+	unsigned owner_prestart_max;
 };
+#define SBX_OWNER_TAG_MAX 100
 
 /* Run argv[0] (an absolute path) with argv under policy p. Blocks until the run is over,
  * the process tree is gone and the scratch dir is removed. Returns 0 when the run

@@ -34,7 +34,7 @@
 #include <linux/close_range.h>
 
 #include "common/common.h"
-#include "sandbox/internal.h"
+#include "sandbox/instance.h"
 #include "common/banned.h"
 
 /* The steps of child_exec, named in spawn failures. */
@@ -200,19 +200,6 @@ static int set_nonblock(int fd)
 }
 
 /* One supervised process and the parent's ends of its pipes. */
-struct run {
-	pid_t pid;
-	int pidfd;
-	int in_fd, out_fd, err_fd, status_fd;
-	int report_fd;	   /* olp-sandbox-exec's failure report (stub.h), or -1 */
-	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
-	struct buf status; /* bytes read from --json-status-fd */
-	bool reaped;
-	int wstatus;
-	bool exit_known; /* bwrap reported the command's exit code */
-	int exit_code;
-	struct sbx_cgroup cg; /* the run's cgroup (dir_fd -1 without one) */
-};
 
 /* vfork(): the parent sleeps until the child has exec'd (or failed), and no page table
  * is copied, which is slow on a paravirtualized VM (docs/performance.md).
@@ -684,7 +671,7 @@ static void sv_finish(struct supervisor *s, bool bwrap)
 	bool exit_known = s->end == SBX_END_EXITED && r->exit_known;
 
 	/* Anything the command left running is killed; nothing more is read. bwrap itself is
-	 * reaped now unless it has told us the exit code (then in instance_release). */
+	 * reaped now unless it has told us the exit code (then in sbx_instance_release). */
 	kill_tree(r);
 	if (!exit_known)
 		reap(r);
@@ -705,7 +692,7 @@ static void sv_finish(struct supervisor *s, bool bwrap)
 }
 
 /* Supervise the started run r until it is over and its result known (see above). The
- * namespace's teardown is waited for later (instance_release), off the client's path. */
+ * namespace's teardown is waited for later (sbx_instance_release), off the client's path. */
 static void supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
 		      const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
 {
@@ -803,40 +790,6 @@ static int make_pipe(int child_end_is_read, int *child, int *parent)
 	*parent = child_end_is_read ? p[1] : p[0];
 	return set_nonblock(*parent);
 }
-
-/* A writable file bind: the run works on a copy in its scratch dir, written back. */
-struct copy {
-	char *host;	       /* the real path of the host file */
-	char *path;	       /* the copy */
-	struct timespec ctime; /* the copy's, as made: changed means written */
-};
-
-/* One started process (bwrap, or the command itself in mode off), its scratch dir, its
- * host identity and, for SBX_NET_LOOPBACK, its network namespace. */
-struct instance {
-	struct run r;
-	struct sbx_scratch scratch;
-	struct sbx_ident id;
-	/* listen_fd until handed to on_listener (a warm sandbox keeps it until taken);
-	 * netns_fd until the child has joined the namespace. Both close-on-exec. */
-	struct sbx_netns ns;
-	int ns_userns_fd; /* identity shared: the user namespace made for ns, or -1 */
-	struct copy *copies;
-	size_t ncopies;
-};
-
-#define RUN_INIT                                                                                  \
-	{                                                                                         \
-		.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1, \
-		.report_fd = -1, .ns_pidfd = -1, .status = BUF_INIT,                              \
-		.cg = {.dir_fd = -1,                                                              \
-		       .procs_fd = -1 }                                                           \
-	}
-#define INSTANCE_INIT                                                                              \
-	{                                                                                          \
-		.r = RUN_INIT, .scratch = { .home_fd = -1 },                                       \
-		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT, .ns_userns_fd = -1 \
-	}
 
 /* Credentials are small: a file bigger than this is not copied in or back. */
 #define COPY_MAX (1u << 20)
@@ -1157,12 +1110,9 @@ static int make_pipes(const struct sbx_run_options *opt, bool bwrap, struct run 
 	return ret;
 }
 
-/* Create the scratch dir, take the run's cgroup and identity (and network namespace),
- * build the plan and the pipes, and start argv under p (argv NULL: a warm sandbox, whose
- * stub waits for its command and which keeps its listener until it is taken). */
-static int start_instance(const struct sbx_policy *p, const char *const argv[],
-			  const struct sbx_run_options *opt, const struct sbx_callbacks *cb,
-			  bool bwrap, struct instance *in, struct sbx_result *res)
+int sbx_instance_start(const struct sbx_policy *p, const char *const argv[],
+		       const struct sbx_run_options *opt, const struct sbx_callbacks *cb,
+		       bool bwrap, struct instance *in, struct sbx_result *res)
 {
 	struct strv args = STRV_INIT, envp = STRV_INIT;
 	struct child_plan plan;
@@ -1273,9 +1223,7 @@ static bool instance_writes_back(const struct instance *in)
 	return false;
 }
 
-/* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
- * to its writable credentials, release its uid and remove its dir. */
-static void instance_release(struct instance *in, const char *rid)
+void sbx_instance_release(struct instance *in, const char *rid)
 {
 	kill_tree(&in->r);
 	reap(&in->r);
@@ -1298,36 +1246,8 @@ static void instance_release(struct instance *in, const char *rid)
 	sbx_scratch_remove(&in->scratch, rid);
 }
 
-/* ---- warm sandboxes ----------------------------------------------------------------------
- * Building namespaces and mounts is most of a sandboxed spawn's cost (docs/performance.md).
- * For a policy it has run once, a worker keeps one sandbox started ahead of time, whose
- * payload (olp-sandbox-exec) waits on stdin for the command it is to become; a request
- * then costs one exec. A warm sandbox is built from exactly the same policy, so it is the
- * same sandbox; it just exists earlier. It is keyed by everything that shapes it: bwrap's
- * argv (less the scratch path), the rlimits, the seccomp variant and the network mode. A
- * SBX_NET_LOOPBACK one is made in a network namespace of its own, whose listener it keeps
- * (close-on-exec) until it is taken, then hands to on_listener; dropped or shut down, it
- * closes it. Used once, like every sandbox: no namespace serves two runs. */
-
-#define WARM_MAX 16
-#define WARM_PENDING_MAX 64 /* starts under way at once, all keys (more: no new start) */
-#define WARM_PER_KEY 2	    /* one in use by the next request while the other gets ready */
-
-static struct {
-	pthread_mutex_t lock;
-	struct {
-		char *key;
-		struct instance in;
-	} slot[WARM_MAX];
-	size_t n;
-	bool closed; /* shutting down: no new warm sandbox */
-	int filling; /* warm sandboxes being started right now */
-	/* The keys of those being started, so that threads finishing runs of one policy at
-	 * once start WARM_PER_KEY between them, not each their own (the keys are the
-	 * starting threads' own strings, there for as long as the start). */
-	const char *pending[WARM_PENDING_MAX];
-} warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
+/* The warm key of a policy (pool.c): everything that shapes its sandbox. NULL when no run
+ * of it can start. */
 static char *policy_key(const struct sbx_policy *p)
 {
 	struct sbx_scratch fake = { .name = "@scratch", .path = "@scratch" };
@@ -1378,559 +1298,34 @@ static char *policy_key(const struct sbx_policy *p)
 	return buf_detach(&key, NULL);
 }
 
-static bool instance_alive(const struct instance *in)
+bool sbx_instance_alive(const struct instance *in)
 {
 	struct pollfd pfd = { .fd = in->r.pidfd, .events = POLLIN };
 
 	return poll(&pfd, 1, 0) == 0;
 }
 
-/* Take a live warm instance for key (the oldest: the likeliest to be ready); false when
- * there is none. */
-static bool warm_take(const char *key, struct instance *out, const char *rid)
+/* After a run's teardown: a warm sandbox for a run that wrote credentials back, and the
+ * run's next pre-started process (lease: the slots of the one it took, if it took one),
+ * both keyed anew: a credential file this run wrote back is copied and keyed as it is
+ * now, so that the next run can take it (a sandbox made before would hold the old copy
+ * under the old key, one no later run asks for). */
+static void refill_after_teardown(const struct sbx_policy *p, const char *const argv[],
+				  const struct sbx_run_options *opt, bool warm, bool pre,
+				  struct sbx_lease *lease)
 {
-	for (;;) {
-		struct instance dead;
-		bool found = false, alive = false;
+	const char *tag = opt && opt->owner_tag ? opt->owner_tag : "";
+	char *now = policy_key(p), *pkey;
 
-		pthread_mutex_lock(&warm.lock);
-		for (size_t i = 0; i < warm.n; i++) {
-			if (strcmp(warm.slot[i].key, key))
-				continue;
-			*out = warm.slot[i].in;
-			free(warm.slot[i].key);
-			/* Keep the rest in age order. */
-			memmove(&warm.slot[i], &warm.slot[i + 1],
-				(warm.n - i - 1) * sizeof(warm.slot[0]));
-			warm.n--;
-			found = true;
-			break;
-		}
-		pthread_mutex_unlock(&warm.lock);
-		if (!found)
-			return false;
-		alive = instance_alive(out);
-		if (alive)
-			return true;
-		dead = *out;
-		instance_release(&dead, rid);
+	if (now && warm)
+		sbx_warm_fill(p, now, tag);
+	if (now && pre && opt) { /* pre: opt asked for it */
+		pkey = sbx_prestart_key(now, argv);
+		sbx_prestart_fill(p, argv, pkey, tag, opt->prestart, opt->owner_prestart_max,
+				  lease);
+		free(pkey);
 	}
-}
-
-/* Count, under warm.lock, the sandboxes for key that wait or are being started. */
-static size_t warm_have_locked(const char *key)
-{
-	size_t have = 0;
-
-	for (size_t i = 0; i < warm.n; i++)
-		have += !strcmp(warm.slot[i].key, key);
-	for (int i = 0; i < warm.filling; i++)
-		have += !strcmp(warm.pending[i], key);
-	return have;
-}
-
-static void warm_unreserve_locked(const char *key)
-{
-	for (int i = 0; i < warm.filling; i++) {
-		if (warm.pending[i] == key) {
-			warm.pending[i] = warm.pending[--warm.filling];
-			return;
-		}
-	}
-}
-
-/* Start one warm instance for key, unless WARM_PER_KEY wait or are being started already
- * (false then). Off the client's critical path: called after the run that needed it has
- * answered. The check and the reservation are one step under the lock. */
-static bool warm_fill_one(const struct sbx_policy *p, const char *key)
-{
-	struct instance in = INSTANCE_INIT, old = INSTANCE_INIT;
-	struct sbx_result res = { 0 };
-	bool keep = false, evict = false;
-
-	pthread_mutex_lock(&warm.lock);
-	if (warm.closed || warm.filling >= WARM_PENDING_MAX ||
-	    warm_have_locked(key) >= WARM_PER_KEY) {
-		pthread_mutex_unlock(&warm.lock);
-		return false;
-	}
-	/* Full: the oldest goes (a key no request has used since, e.g. one whose login file
-	 * changed); each holds a uid and a scratch dir. */
-	if (warm.n >= WARM_MAX) {
-		old = warm.slot[0].in;
-		free(warm.slot[0].key);
-		memmove(&warm.slot[0], &warm.slot[1], (warm.n - 1) * sizeof(warm.slot[0]));
-		warm.n--;
-		evict = true;
-	}
-	warm.pending[warm.filling++] = key;
-	pthread_mutex_unlock(&warm.lock);
-	if (evict)
-		instance_release(&old, NULL);
-	if (start_instance(p, NULL, NULL, NULL, true, &in, &res) == 0) {
-		pthread_mutex_lock(&warm.lock);
-		if (warm.n < WARM_MAX && !warm.closed) {
-			warm.slot[warm.n].key = xstrdup(key);
-			warm.slot[warm.n++].in = in;
-			keep = true;
-		}
-		pthread_mutex_unlock(&warm.lock);
-	}
-	if (!keep)
-		instance_release(&in, NULL);
-	pthread_mutex_lock(&warm.lock);
-	warm_unreserve_locked(key);
-	pthread_mutex_unlock(&warm.lock);
-	return true;
-}
-
-/* Start warm instances for key until WARM_PER_KEY wait or are on their way. bwrap is only
- * started here, not waited for: it builds the sandbox while the thread goes on. */
-static void warm_fill(const struct sbx_policy *p, const char *key)
-{
-	for (int i = 0; i < WARM_PER_KEY && warm_fill_one(p, key); i++)
-		;
-}
-
-static void prestart_close(void);
-static int prestart_filling(void);
-
-void sbx_warm_shutdown(void)
-{
-	int filling = 1;
-
-	pthread_mutex_lock(&warm.lock);
-	warm.closed = true;
-	pthread_mutex_unlock(&warm.lock);
-	prestart_close();
-	/* A sandbox being started now is put down by its own thread (closed): wait for
-	 * that, a second at most, so that none is cut off halfway by our exit. */
-	for (int i = 0; i < 100 && filling; i++) {
-		pthread_mutex_lock(&warm.lock);
-		filling = warm.filling;
-		pthread_mutex_unlock(&warm.lock);
-		filling += prestart_filling();
-		if (filling)
-			usleep(10000);
-	}
-	sbx_prestart_release_all();
-	sbx_warm_release_all();
-}
-
-void sbx_warm_release_all(void)
-{
-	pthread_mutex_lock(&warm.lock);
-	while (warm.n) {
-		struct instance in = warm.slot[--warm.n].in;
-
-		free(warm.slot[warm.n].key);
-		pthread_mutex_unlock(&warm.lock);
-		instance_release(&in, NULL);
-		pthread_mutex_lock(&warm.lock);
-	}
-	pthread_mutex_unlock(&warm.lock);
-}
-
-size_t sbx_warm_count(void)
-{
-	size_t n;
-
-	pthread_mutex_lock(&warm.lock);
-	n = warm.n;
-	pthread_mutex_unlock(&warm.lock);
-	return n;
-}
-
-/* The launch message olp-sandbox-exec reads before it becomes argv (stub.h). */
-static void add_u32(struct buf *b, uint32_t v)
-{
-	unsigned char le[4] = { v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24 };
-
-	buf_add(b, le, 4);
-}
-
-static void launch_message(const char *const argv[], const struct sbx_run_options *opt,
-			   struct buf *out)
-{
-	uint32_t argc = 0;
-
-	while (argv[argc])
-		argc++;
-	buf_add(out, SBX_LAUNCH_MAGIC, 4);
-	add_u32(out, argc);
-	for (uint32_t i = 0; i < argc; i++) {
-		add_u32(out, (uint32_t)strlen(argv[i]));
-		buf_adds(out, argv[i]);
-	}
-	if (opt && opt->stdin_data)
-		buf_add(out, opt->stdin_data, opt->stdin_len);
-}
-
-/* ---- pre-started commands ---------------------------------------------------------------
- * A step beyond a warm sandbox (ADR 0022): a warm sandbox whose stub was already sent its
- * launch message, so that the command itself (a provider CLI, whose own start-up is most
- * of its first token's wait) runs and waits on its stdin. Keyed by the warm key plus argv:
- * only a run of exactly the same command under exactly the same policy (environment,
- * credentials' identity, network mode and port included) takes it. Taken, it is the run's
- * alone: its listener goes to on_listener then, the run's stdin is written, the clock
- * starts; never reused. What it wrote while it waited stays in its pipes until then.
- * Bounded per process (PRE_MAX, oldest put down first), per host (prestart.c), and in
- * time (an expiry thread puts down what waited prestart_idle_ms, with or without
- * traffic). An idle one holds a uid slot, a scratch dir and its namespaces like a warm
- * sandbox, but no provider concurrency slot: that is the caller's, taken per run. */
-
-#define PRE_MAX 16
-#define LAUNCH_WRITE_MS 2000 /* the launch message is small: a pipe takes it at once */
-
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct {
-		char *key;
-		struct instance in;
-		int slot_fd;	/* the host-wide slot it holds while idle */
-		uint64_t since; /* mono_ms() it was started */
-	} slot[PRE_MAX];
-	size_t n;
-	bool closed;  /* shutting down: no new one */
-	int filling;  /* being started right now */
-	bool reaping; /* the expiry thread runs */
-	bool stop;    /* ... and is asked to end */
-	pthread_t reaper;
-	uint64_t hit, miss, expired, died;
-} pre = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
-
-const char *sbx_prestart_event_name(enum sbx_prestart_event ev)
-{
-	switch (ev) {
-	case SBX_PRESTART_READY: return "ready";
-	case SBX_PRESTART_HIT: return "hit";
-	case SBX_PRESTART_MISS: return "miss";
-	case SBX_PRESTART_EXPIRED: return "expired";
-	case SBX_PRESTART_DIED: return "died";
-	case SBX_PRESTART_RELEASED: return "released";
-	}
-	return "unknown";
-}
-
-/* Count one event of this process's, and tell the caller's hook (after pre.lock). */
-static void pre_event(enum sbx_prestart_event ev, uint64_t n)
-{
-	if (!n)
-		return;
-	pthread_mutex_lock(&pre.lock);
-	switch (ev) {
-	case SBX_PRESTART_HIT: pre.hit += n; break;
-	case SBX_PRESTART_MISS: pre.miss += n; break;
-	case SBX_PRESTART_EXPIRED: pre.expired += n; break;
-	case SBX_PRESTART_DIED: pre.died += n; break;
-	default: break;
-	}
-	pthread_mutex_unlock(&pre.lock);
-	for (uint64_t i = 0; sbx_g.on_prestart && i < n; i++)
-		sbx_g.on_prestart(ev);
-}
-
-static char *prestart_key(const char *policy, const char *const argv[])
-{
-	struct buf key = BUF_INIT;
-
-	buf_adds(&key, policy);
-	buf_addch(&key, '\x1d');
-	for (size_t i = 0; argv[i]; i++) {
-		buf_adds(&key, argv[i]);
-		buf_addch(&key, '\x1f');
-	}
-	return buf_detach(&key, NULL);
-}
-
-/* Alive and still waiting: its sandbox is up and its stdout not closed (a command that
- * exited while it waited, e.g. for want of credentials). */
-static bool prestart_alive(const struct instance *in)
-{
-	struct pollfd pfd = { .fd = in->r.out_fd, .events = POLLIN };
-
-	if (!instance_alive(in))
-		return false;
-	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)));
-}
-
-/* Remove entry i (locked); its key is freed, the rest stay in age order. */
-static void pre_remove(size_t i, struct instance *in, int *slot_fd)
-{
-	*in = pre.slot[i].in;
-	*slot_fd = pre.slot[i].slot_fd;
-	free(pre.slot[i].key);
-	memmove(&pre.slot[i], &pre.slot[i + 1], (pre.n - i - 1) * sizeof(pre.slot[0]));
-	pre.n--;
-}
-
-static void pre_put_down(struct instance *in, int slot_fd, const char *rid)
-{
-	instance_release(in, rid);
-	sbx_prestart_slot_put(slot_fd);
-}
-
-/* Take a live pre-started instance for key (the oldest); false when there is none. One
- * found dead is put down and counted. Taken, it holds no host slot any more. */
-static bool prestart_take(const char *key, struct instance *out, const char *rid)
-{
-	for (;;) {
-		bool found = false;
-		int slot_fd = -1;
-
-		pthread_mutex_lock(&pre.lock);
-		for (size_t i = 0; i < pre.n; i++) {
-			if (!strcmp(pre.slot[i].key, key)) {
-				pre_remove(i, out, &slot_fd);
-				found = true;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&pre.lock);
-		if (!found)
-			return false;
-		sbx_prestart_slot_put(slot_fd);
-		if (prestart_alive(out))
-			return true;
-		log_warnx(rid, "sandbox: a pre-started command had died while it waited");
-		pre_event(SBX_PRESTART_DIED, 1);
-		instance_release(out, rid);
-		*out = (struct instance)INSTANCE_INIT;
-	}
-}
-
-/* The expiry thread: every so often, put down what waited too long or died. It runs while
- * any process is idle or not: an idle worker's pre-started claudes must not live on. */
-static void *prestart_reaper(void *arg)
-{
-	(void)arg;
-	pthread_mutex_lock(&pre.lock);
-	while (!pre.stop) {
-		struct {
-			struct instance in;
-			int slot_fd;
-			bool expired;
-		} gone[PRE_MAX];
-		size_t ngone = 0;
-		uint64_t tick = sbx_g.prestart_idle_ms < 2000 ? 100 : 1000, now;
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)(tick % 1000) * 1000000L;
-		ts.tv_sec += (time_t)(tick / 1000) + ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		(void)pthread_cond_timedwait(&pre.cond, &pre.lock, &ts);
-		if (pre.stop)
-			break;
-		now = mono_ms();
-		for (size_t i = 0; i < pre.n;) {
-			bool expired = now - pre.slot[i].since >= sbx_g.prestart_idle_ms;
-
-			if (!expired && prestart_alive(&pre.slot[i].in)) {
-				i++;
-				continue;
-			}
-			gone[ngone].expired = expired;
-			pre_remove(i, &gone[ngone].in, &gone[ngone].slot_fd);
-			ngone++;
-		}
-		size_t nexpired = 0;
-
-		for (size_t i = 0; i < ngone; i++)
-			nexpired += gone[i].expired;
-		pthread_mutex_unlock(&pre.lock);
-		pre_event(SBX_PRESTART_EXPIRED, nexpired);
-		pre_event(SBX_PRESTART_DIED, ngone - nexpired);
-		for (size_t i = 0; i < ngone; i++)
-			pre_put_down(&gone[i].in, gone[i].slot_fd, NULL);
-		pthread_mutex_lock(&pre.lock);
-	}
-	pthread_mutex_unlock(&pre.lock);
-	return NULL;
-}
-
-/* Start the expiry thread if it is not running (locked). Every signal blocked in it: the
- * worker's own handling stays on its main thread. */
-static void prestart_reaper_start(void)
-{
-	sigset_t all, old;
-
-	if (pre.reaping)
-		return;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pre.stop = false;
-	pre.reaping = pthread_create(&pre.reaper, NULL, prestart_reaper, NULL) == 0;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!pre.reaping)
-		log_warnx(NULL, "sandbox: no expiry thread for pre-started commands");
-}
-
-/* Put down this process's oldest idle one, to make room for a more recent key. */
-static bool prestart_evict_oldest(void)
-{
-	struct instance in;
-	int slot_fd;
-
-	pthread_mutex_lock(&pre.lock);
-	if (!pre.n) {
-		pthread_mutex_unlock(&pre.lock);
-		return false;
-	}
-	pre_remove(0, &in, &slot_fd);
-	pthread_mutex_unlock(&pre.lock);
-	pre_event(SBX_PRESTART_EXPIRED, 1);
-	pre_put_down(&in, slot_fd, NULL);
-	return true;
-}
-
-static size_t prestart_have(const char *key)
-{
-	size_t have = 0;
-
-	pthread_mutex_lock(&pre.lock);
-	for (size_t i = 0; i < pre.n; i++)
-		have += !strcmp(pre.slot[i].key, key);
-	pthread_mutex_unlock(&pre.lock);
-	return have;
-}
-
-/* Write the launch message whole (the pipe is non-blocking), bounded in time. */
-static int write_launch(int fd, const struct buf *msg)
-{
-	uint64_t until = mono_ms() + LAUNCH_WRITE_MS;
-	size_t off = 0;
-
-	while (off < msg->len) {
-		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-		ssize_t w = write(fd, msg->data + off, msg->len - off);
-
-		if (w > 0) {
-			off += (size_t)w;
-			continue;
-		}
-		if (w < 0 && errno != EAGAIN && errno != EINTR)
-			return -errno;
-		if (mono_ms() >= until)
-			return -ETIMEDOUT;
-		(void)poll(&pfd, 1, 10);
-	}
-	return 0;
-}
-
-static void prestart_fill_one(const struct sbx_policy *p, const char *const argv[], const char *key)
-{
-	struct instance in = INSTANCE_INIT;
-	struct sbx_result res = { 0 };
-	struct buf msg = BUF_INIT;
-	bool keep = false, full;
-	int slot_fd;
-
-	pthread_mutex_lock(&pre.lock);
-	if (pre.closed) {
-		pthread_mutex_unlock(&pre.lock);
-		return;
-	}
-	pre.filling++;
-	full = pre.n >= PRE_MAX;
-	pthread_mutex_unlock(&pre.lock);
-	if (full)
-		(void)prestart_evict_oldest();
-	slot_fd = sbx_prestart_slot_take();
-	/* The host is at its cap: the least recently used of ours makes room, if we have
-	 * one; other processes' expire on their own. */
-	if (slot_fd == -EBUSY && prestart_evict_oldest())
-		slot_fd = sbx_prestart_slot_take();
-	if (slot_fd < 0)
-		goto out_done;
-	if (start_instance(p, NULL, NULL, NULL, true, &in, &res))
-		goto out_release;
-	launch_message(argv, NULL, &msg);
-	if (write_launch(in.r.in_fd, &msg))
-		goto out_release;
-	pthread_mutex_lock(&pre.lock);
-	if (!pre.closed && pre.n < PRE_MAX) {
-		pre.slot[pre.n].key = xstrdup(key);
-		pre.slot[pre.n].in = in;
-		pre.slot[pre.n].slot_fd = slot_fd;
-		pre.slot[pre.n++].since = mono_ms();
-		keep = true;
-		prestart_reaper_start();
-	}
-	pthread_mutex_unlock(&pre.lock);
-	if (keep)
-		pre_event(SBX_PRESTART_READY, 1);
-out_release:
-	if (!keep)
-		pre_put_down(&in, slot_fd, NULL);
-out_done:
-	buf_release(&msg);
-	pthread_mutex_lock(&pre.lock);
-	pre.filling--;
-	pthread_mutex_unlock(&pre.lock);
-}
-
-/* Start pre-started instances for key until want wait. Started, not waited for. */
-static void prestart_fill(const struct sbx_policy *p, const char *const argv[], const char *key,
-			  unsigned want)
-{
-	for (unsigned i = 0; i < want && prestart_have(key) < want; i++)
-		prestart_fill_one(p, argv, key);
-}
-
-/* No new one from now on (the process is about to exit). */
-static void prestart_close(void)
-{
-	pthread_mutex_lock(&pre.lock);
-	pre.closed = true;
-	pthread_mutex_unlock(&pre.lock);
-}
-
-static int prestart_filling(void)
-{
-	int n;
-
-	pthread_mutex_lock(&pre.lock);
-	n = pre.filling;
-	pthread_mutex_unlock(&pre.lock);
-	return n;
-}
-
-void sbx_prestart_release_all(void)
-{
-	pthread_mutex_lock(&pre.lock);
-	if (pre.reaping) {
-		pre.stop = true;
-		pthread_cond_broadcast(&pre.cond);
-		pthread_mutex_unlock(&pre.lock);
-		pthread_join(pre.reaper, NULL);
-		pthread_mutex_lock(&pre.lock);
-		pre.reaping = false;
-		pre.stop = false;
-	}
-	while (pre.n) {
-		struct instance in;
-		int slot_fd;
-
-		pre_remove(pre.n - 1, &in, &slot_fd);
-		pthread_mutex_unlock(&pre.lock);
-		pre_put_down(&in, slot_fd, NULL);
-		pre_event(SBX_PRESTART_RELEASED, 1);
-		pthread_mutex_lock(&pre.lock);
-	}
-	pthread_mutex_unlock(&pre.lock);
-}
-
-void sbx_prestart_stats(struct sbx_prestart_stats *out)
-{
-	pthread_mutex_lock(&pre.lock);
-	*out = (struct sbx_prestart_stats){ .hit = pre.hit,
-					    .miss = pre.miss,
-					    .expired = pre.expired,
-					    .died = pre.died,
-					    .idle = pre.n };
-	pthread_mutex_unlock(&pre.lock);
+	free(now);
 }
 
 static void tell_start(const struct sbx_callbacks *cb, struct sbx_result *res, enum sbx_start s)
@@ -1969,6 +1364,8 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
 			!(opt && (opt->pass_stdin || opt->pass_stderr));
 	const char *rid = opt ? opt->request_id : NULL;
+	const char *tag = opt && opt->owner_tag ? opt->owner_tag : "";
+	struct sbx_lease lease = SBX_LEASE_INIT;
 	char *key = NULL, *pkey = NULL;
 	bool writes_back;
 	int ret;
@@ -1988,9 +1385,10 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		goto out_release_instance;
 	key = warmable ? policy_key(p) : NULL;
 	if (key && opt && opt->prestart && sbx_g.prestart_max)
-		pkey = prestart_key(key, argv);
-	if (pkey && prestart_take(pkey, &in, rid)) {
-		pre_event(SBX_PRESTART_HIT, 1);
+		pkey = sbx_prestart_key(key, argv);
+	/* Its host-wide slots stay with this run (lease) for the one started after it. */
+	if (pkey && sbx_prestart_take(pkey, tag, &in, &lease, rid)) {
+		sbx_prestart_count(SBX_PRESTART_HIT, 1);
 		/* Its forwarder starts now, with this run's deadline: the command's connections
 		 * wait in the listener's backlog until then. Refused: put down unused. */
 		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
@@ -1998,13 +1396,13 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		tell_start(cb, res, SBX_START_PRESTART);
 		supervise(&in.r, p, opt, cb, res, bwrap);
 		ret = 0;
-	} else if (key && warm_take(key, &in, rid)) {
+	} else if (key && sbx_warm_take(key, tag, &in, rid)) {
 		/* Its namespace was made with it; the listener goes to the caller now, before
 		 * the command exists. Refused: the sandbox is put down unused. */
 		if (in.ns.listen_fd >= 0 && (ret = hand_listener(&in, cb, res)))
 			goto out_release_instance;
 		/* A sandbox built ahead of time: tell its stub what to become. */
-		launch_message(argv, opt, &launch);
+		sbx_launch_message(argv, opt, &launch);
 		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
 		wopt.stdin_data = launch.data;
 		wopt.stdin_len = launch.len;
@@ -2013,14 +1411,14 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		buf_release(&launch);
 		ret = 0;
 	} else {
-		ret = start_instance(p, argv, opt, cb, bwrap, &in, res);
+		ret = sbx_instance_start(p, argv, opt, cb, bwrap, &in, res);
 		if (!ret) {
 			tell_start(cb, res, SBX_START_COLD);
 			supervise(&in.r, p, opt, cb, res, bwrap);
 		}
 	}
 	if (pkey && res->start != SBX_START_PRESTART)
-		pre_event(SBX_PRESTART_MISS, 1);
+		sbx_prestart_count(SBX_PRESTART_MISS, 1);
 out_release_instance:
 	if (ret) {
 		res->end = SBX_END_SPAWN_FAILED;
@@ -2029,31 +1427,14 @@ out_release_instance:
 		res->spawn_errno = -ret;
 	}
 	/* The answer is out (on_result): get the next sandbox going, then clean up. A run
-	 * with writable credential copies fills after the teardown instead, with a key made
-	 * anew: its write-back (a refreshed login) changes the file, and a sandbox made before
-	 * it would hold the old copy under the old key, one no later run asks for. */
+	 * with writable credential copies fills after the teardown instead. */
 	writes_back = instance_writes_back(&in);
 	if (key && !ret && !writes_back)
-		warm_fill(p, key);
-	instance_release(&in, rid);
-	if (key && !ret && writes_back) {
-		char *now = policy_key(p);
-
-		if (now)
-			warm_fill(p, now);
-		free(now);
-	}
-	/* The next process after the teardown, keyed anew: a credential file this run wrote
-	 * back is copied and keyed as it is now, so that the next run can take it. */
-	if (pkey && !ret) {
-		char *now = policy_key(p);
-
-		free(pkey);
-		pkey = now ? prestart_key(now, argv) : NULL;
-		if (pkey)
-			prestart_fill(p, argv, pkey, opt->prestart);
-		free(now);
-	}
+		sbx_warm_fill(p, key, tag);
+	sbx_instance_release(&in, rid);
+	if (key && !ret && (writes_back || pkey))
+		refill_after_teardown(p, argv, opt, writes_back, pkey != NULL, &lease);
+	sbx_lease_put(&lease);
 	free(pkey);
 	free(key);
 	return ret;

@@ -168,7 +168,7 @@ async function main() {
   // Room for every miss's key (each leaves one waiting) without putting the hit key's down.
   fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify({
     auth: { allow_anonymous: false },
-    sandbox: { mode: 'bwrap', warm: true, prestart_max: runs + 4, prestart_idle_s: 600 },
+    sandbox: { mode: 'bwrap', warm: true, prestart_max: runs + 4, prestart_per_key: runs + 4, prestart_idle_s: 600 },
   }));
   const port = await freePort();
   const lt = spawn('lighttpd', ['-D', '-f', path.join(root, 'lighttpd/olp.conf')], {

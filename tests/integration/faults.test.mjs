@@ -542,6 +542,8 @@ const BAD_STARTS = [
   ['config.json, auth an array', 'config.json', '{"auth": []}', (h) => [`${h}/config.json`, 'auth']],
   ['config.json, auth.allow_anonymous "yes"', 'config.json', '{"auth": {"allow_anonymous": "yes"}}', (h) => [`${h}/config.json`, 'auth.allow_anonymous']],
   ['config.json, sandbox.mode unknown', 'config.json', '{"sandbox": {"mode": "chroot"}}', (h) => [`${h}/config.json`, 'sandbox.mode']],
+  ['config.json, sandbox.prestart_per_key above prestart_max', 'config.json', '{"sandbox": {"prestart_max": 2, "prestart_per_key": 3}}',
+    (h) => [`${h}/config.json: sandbox.prestart_per_key:`]],
   ['config.json, providers a string', 'config.json', '{"providers": "all"}', (h) => [`${h}/config.json`, 'providers']],
   ['config.json, auth.owner_only_endpoints[1] not a path', 'config.json', '{"auth": {"owner_only_endpoints": ["/health", 7]}}',
     (h) => [`${h}/config.json: auth.owner_only_endpoints[1]:`]],

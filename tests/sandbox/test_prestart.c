@@ -64,6 +64,30 @@ static int run(const struct sbx_policy *p, const char *const argv[], const char 
 	return sbx_run(p, argv, &opt, &cb, res);
 }
 
+/* A run of owner tag's, whose share is at most share (0: the host's default); argv is
+ * "/bin/sh -c cat" with variant as $0, so that each variant is another pre-start key (as
+ * another max_tokens is for claude). */
+static int run_as(const struct sbx_policy *p, const char *tag, unsigned share, int variant,
+		  const struct sbx_callbacks *cbp, struct sbx_result *res)
+{
+	char v[16];
+	const char *const argv[] = { "/bin/sh", "-c", "cat", v, NULL };
+	struct buf out = BUF_INIT;
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
+	struct sbx_run_options opt = { .stdin_data = "x",
+				       .stdin_len = 1,
+				       .hangup_fd = -1,
+				       .prestart = 1,
+				       .owner_tag = tag,
+				       .owner_prestart_max = share };
+	int ret;
+
+	snprintf(v, sizeof(v), "v%d", variant);
+	ret = sbx_run(p, argv, &opt, cbp ? cbp : &cb, res);
+	buf_release(&out);
+	return ret;
+}
+
 static size_t idle_now(void)
 {
 	struct sbx_prestart_stats st;
@@ -392,10 +416,164 @@ static void test_shutdown_leaves_nothing(void)
 	buf_release(&out);
 }
 
+/* A guest tag churning variants (another max_tokens each request) evicts only its own
+ * pre-started processes and holds at most its share of the host's slots (half of 4): the
+ * owner's survives, and the owner's next run takes it. Neither takes the other's. The
+ * pools are filled before sbx_run returns: no wait is needed to count them. */
+static void test_churn_evicts_only_its_own(void)
+{
+	struct sbx_policy *p = policy();
+	struct sbx_result res;
+
+	init(4, 60000);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 0, NULL, &res), 0);
+	CU_ASSERT_EQUAL(idle_now(), 1);
+	for (int v = 1; v <= 6; v++) {
+		CU_ASSERT_EQUAL(run_as(p, "guest", 0, v, NULL, &res), 0);
+		CU_ASSERT_NOT_EQUAL(res.start, SBX_START_PRESTART);
+	}
+	/* The owner's one and the guest's share of 2 (its last two variants). */
+	CU_ASSERT_EQUAL(idle_now(), 3);
+	/* The owner's variant run by the guest: not the owner's process. */
+	CU_ASSERT_EQUAL(run_as(p, "guest", 0, 0, NULL, &res), 0);
+	CU_ASSERT_NOT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT_EQUAL(run_as(p, "guest", 0, 6, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 0, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	init(4, 60000);
+	sbx_policy_free(p);
+}
+
+/* A tag's share holds for the host (init() first: no thread of ours at the fork): another process holding the guest's share leaves a
+ * guest run here nothing (it may evict none of it, nor the owner's), while the owner
+ * still gets one. */
+static void test_share_across_processes(void)
+{
+	struct sbx_policy *p;
+	struct sbx_result res;
+	int go[2], ready[2], status;
+	pid_t pid;
+	char c;
+
+	init(4, 60000);
+	CU_ASSERT_FATAL(pipe(go) == 0 && pipe(ready) == 0);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		struct sbx_result r;
+		struct sbx_policy *cp = policy();
+
+		close(go[1]);
+		close(ready[0]);
+		for (int v = 1; v <= 3; v++)
+			(void)run_as(cp, "guest", 0, v, NULL, &r);
+		c = idle_now() == 2 ? 'y' : 'n';
+		(void)!write(ready[1], &c, 1);
+		(void)!read(go[0], &c, 1); /* until the parent says, or SIGKILL */
+		sbx_policy_free(cp);
+		sbx_global_release();
+		_exit(0);
+	}
+	close(go[0]);
+	close(ready[1]);
+	CU_ASSERT_EQUAL(read(ready[0], &c, 1), 1);
+	CU_ASSERT_EQUAL(c, 'y');
+	p = policy();
+	CU_ASSERT_EQUAL(run_as(p, "guest", 0, 4, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(idle_now(), 0);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 1, NULL, &res), 0);
+	CU_ASSERT_EQUAL(idle_now(), 1);
+	/* The other process gone, its share is free again. */
+	kill(pid, SIGKILL);
+	CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+	CU_ASSERT_EQUAL(run_as(p, "guest", 0, 4, NULL, &res), 0);
+	CU_ASSERT_EQUAL(idle_now(), 2);
+	init(4, 60000);
+	sbx_policy_free(p);
+	close(go[1]);
+	close(ready[0]);
+}
+
+/* The run's own share (the caller gives its key's max_concurrent): with 1, a tag keeps one
+ * process started ahead, whatever it churns; a hit's successor takes the hit's slots. */
+static void test_owner_share_from_the_run(void)
+{
+	struct sbx_policy *p = policy();
+	struct sbx_result res;
+
+	init(4, 60000);
+	for (int v = 1; v <= 3; v++)
+		CU_ASSERT_EQUAL(run_as(p, "limited", 1, v, NULL, &res), 0);
+	CU_ASSERT_EQUAL(idle_now(), 1);
+	CU_ASSERT_EQUAL(run_as(p, "limited", 1, 3, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT_EQUAL(idle_now(), 1);
+	CU_ASSERT_EQUAL(run_as(p, "limited", 1, 3, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	init(4, 60000);
+	sbx_policy_free(p);
+}
+
+/* While a run that took its tag's pre-started process goes on, its host-wide slots stay
+ * its own: a third tag that runs meanwhile finds the host full (2 slots: the owner's in
+ * use, guest1's idle) and keeps nothing, evicts nothing; the owner's next one is made,
+ * and both the owner and guest1 hit. */
+struct nested {
+	const struct sbx_policy *p;
+	bool done;
+	size_t idle_during;
+};
+
+static int run_guest2(void *ctx, const char *data, size_t len)
+{
+	struct nested *n = ctx;
+	struct sbx_result res;
+
+	(void)data;
+	(void)len;
+	if (n->done)
+		return 0;
+	n->done = true;
+	(void)run_as(n->p, "guest2", 0, 2, NULL, &res);
+	n->idle_during = idle_now();
+	return 0;
+}
+
+static void test_lease_through_the_run(void)
+{
+	struct sbx_policy *p = policy();
+	struct sbx_result res;
+	struct nested n = { .p = p };
+	struct sbx_callbacks cb = { .on_stdout = run_guest2, .ctx = &n };
+
+	init(2, 60000);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 0, NULL, &res), 0);
+	CU_ASSERT_EQUAL(run_as(p, "guest1", 0, 1, NULL, &res), 0);
+	CU_ASSERT_EQUAL(idle_now(), 2);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 0, &cb, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT(n.done);
+	CU_ASSERT_EQUAL(n.idle_during, 1); /* guest1's only */
+	CU_ASSERT_EQUAL(idle_now(), 2);
+	CU_ASSERT_EQUAL(run_as(p, "guest1", 0, 1, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	CU_ASSERT_EQUAL(run_as(p, "owner", 0, 0, NULL, &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_PRESTART);
+	init(4, 60000);
+	sbx_policy_free(p);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
 		{ "host cap across processes", test_host_cap_across_processes },
+		{ "a tag's share across processes", test_share_across_processes },
+		{ "a tag's churn evicts only its own", test_churn_evicts_only_its_own },
+		{ "the run's own share", test_owner_share_from_the_run },
+		{ "slots kept through the run", test_lease_through_the_run },
 		{ "stdin, argv and isolation", test_stdin_argv_and_isolation },
 		{ "deadline from the take", test_deadline_from_take },
 		{ "a written-back credential", test_writable_credential },

@@ -977,6 +977,59 @@ static void test_warm_after_write_back(void)
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
 }
 
+/* A run of owner tag's under p. */
+static int run_as(struct sbx_policy *p, const char *tag, struct sbx_result *res)
+{
+	struct buf out = BUF_INIT;
+	struct sbx_callbacks cb = { .on_stdout = collect, .ctx = &out };
+	struct sbx_run_options opt = { .hangup_fd = -1, .owner_tag = tag };
+	int ret = sbx_run(p, (const char *const[]){ "/bin/true", NULL }, &opt, &cb, res);
+
+	buf_release(&out);
+	return ret;
+}
+
+/* A guest tag churning policies (each run another environment) keeps at most half of the
+ * process's 16 warm sandboxes and evicts only its own: the owner's wait on, and only the
+ * owner's run takes them. The pool used to drop its oldest, whoever's. */
+static void test_warm_churn_evicts_only_its_own(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = runtime_dir,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH,
+					 .warm = true };
+	struct sbx_policy *owner, *guest;
+	struct sbx_result res;
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	owner = probe_policy();
+	CU_ASSERT_EQUAL(run_as(owner, "owner", &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_COLD);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 2); /* filled before sbx_run returns */
+	for (int i = 0; i < 12; i++) {
+		char v[16];
+
+		guest = probe_policy();
+		snprintf(v, sizeof(v), "%d", i);
+		CU_ASSERT_EQUAL(sbx_policy_setenv(guest, "OLP_VARIANT", v), 0);
+		CU_ASSERT_EQUAL(run_as(guest, "guest", &res), 0);
+		CU_ASSERT_EQUAL(res.exit_status, 0);
+		sbx_policy_free(guest);
+	}
+	CU_ASSERT_EQUAL(sbx_warm_count(), 2 + 8);
+	/* The owner's policy run by the guest: not the owner's sandbox. */
+	CU_ASSERT_EQUAL(run_as(owner, "guest", &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_COLD);
+	CU_ASSERT_EQUAL(run_as(owner, "owner", &res), 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_WARM);
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	sbx_policy_free(owner);
+	cfg.warm = false;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1008,6 +1061,7 @@ int main(void)
 		{ "warm sandboxes", test_warm_sandboxes },
 		{ "a burst keeps two warm sandboxes", test_warm_burst_keeps_two },
 		{ "warm after a credential write-back", test_warm_after_write_back },
+		{ "a tag's warm churn evicts only its own", test_warm_churn_evicts_only_its_own },
 		{ NULL, NULL },
 	};
 	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP };

@@ -1,0 +1,121 @@
+/* Private to sandbox/: one started sandbox (spawn.c) and the pools that keep some ahead of
+ * time (pool.c), which spawn.c's sbx_run takes from and refills. */
+#ifndef OLP_SANDBOX_INSTANCE_H
+#define OLP_SANDBOX_INSTANCE_H
+
+#include <time.h>
+
+#include "sandbox/internal.h"
+
+struct run {
+	pid_t pid;
+	int pidfd;
+	int in_fd, out_fd, err_fd, status_fd;
+	int report_fd;	   /* olp-sandbox-exec's failure report (stub.h), or -1 */
+	int ns_pidfd;	   /* pidfd on bwrap's pid-namespace init, once known */
+	struct buf status; /* bytes read from --json-status-fd */
+	bool reaped;
+	int wstatus;
+	bool exit_known; /* bwrap reported the command's exit code */
+	int exit_code;
+	struct sbx_cgroup cg; /* the run's cgroup (dir_fd -1 without one) */
+};
+
+/* A writable file bind: the run works on a copy in its scratch dir, written back. */
+struct copy {
+	char *host;	       /* the real path of the host file */
+	char *path;	       /* the copy */
+	struct timespec ctime; /* the copy's, as made: changed means written */
+};
+
+/* One started process (bwrap, or the command itself in mode off), its scratch dir, its
+ * host identity and, for SBX_NET_LOOPBACK, its network namespace. */
+struct instance {
+	struct run r;
+	struct sbx_scratch scratch;
+	struct sbx_ident id;
+	/* listen_fd until handed to on_listener (a warm sandbox keeps it until taken);
+	 * netns_fd until the child has joined the namespace. Both close-on-exec. */
+	struct sbx_netns ns;
+	int ns_userns_fd; /* identity shared: the user namespace made for ns, or -1 */
+	struct copy *copies;
+	size_t ncopies;
+};
+
+#define RUN_INIT                                                                                  \
+	{                                                                                         \
+		.pid = -1, .pidfd = -1, .in_fd = -1, .out_fd = -1, .err_fd = -1, .status_fd = -1, \
+		.report_fd = -1, .ns_pidfd = -1, .status = BUF_INIT,                              \
+		.cg = {.dir_fd = -1,                                                              \
+		       .procs_fd = -1 }                                                           \
+	}
+#define INSTANCE_INIT                                                                              \
+	{                                                                                          \
+		.r = RUN_INIT, .scratch = { .home_fd = -1 },                                       \
+		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT, .ns_userns_fd = -1 \
+	}
+
+/* ---- spawn.c ---------------------------------------------------------------------------- */
+/* Create the scratch dir, take the run's cgroup and identity (and network namespace),
+ * build the plan and the pipes, and start argv under p (argv NULL: a warm sandbox, whose
+ * stub waits for its command and which keeps its listener until it is taken). in starts
+ * as INSTANCE_INIT and is released by the caller either way. 0 or -errno (res says where). */
+int sbx_instance_start(const struct sbx_policy *p, const char *const argv[],
+		       const struct sbx_run_options *opt, const struct sbx_callbacks *cb,
+		       bool bwrap, struct instance *in, struct sbx_result *res);
+/* Kill what is left of an instance, reap it, wait for its namespace, keep what it wrote
+ * to its writable credentials, release its uid and remove its dir. */
+void sbx_instance_release(struct instance *in, const char *rid);
+/* Its sandbox (bwrap, or the command in mode off) has not exited. */
+bool sbx_instance_alive(const struct instance *in);
+
+/* ---- pool.c: what this process keeps started ahead, per owner tag ------------------------
+ * Both pools file each entry under the tag of the run that made it
+ * (sbx_run_options.owner_tag; "" for none) and give it only to a run of the same tag, and
+ * a tag that needs room puts down only entries of its own: one tag's churn never costs
+ * another tag its entries (ADR 0008 and 0022, amended). */
+
+/* The host-wide slots a pre-started command holds (prestart.c): one of the host's, one of
+ * its tag's. A run that took one keeps them for the one it starts after it
+ * (sbx_prestart_fill), so that a tag does not lose its place on the host to another tag
+ * in the middle of its own run. -1: not held. */
+struct sbx_lease {
+	int host_fd, tag_fd;
+};
+#define SBX_LEASE_INIT                      \
+	{                                   \
+		.host_fd = -1, .tag_fd = -1 \
+	}
+void sbx_lease_put(struct sbx_lease *l);
+
+/* Take a live warm sandbox of policy key for tag (the oldest); false when there is none. */
+bool sbx_warm_take(const char *key, const char *tag, struct instance *out, const char *rid);
+/* Start warm sandboxes of policy key for tag until two wait or are on their way, within
+ * the tag's share of this process's pool. Started, not waited for. */
+void sbx_warm_fill(const struct sbx_policy *p, const char *key, const char *tag);
+
+/* The pre-start key: the warm key plus argv. malloc'd. */
+char *sbx_prestart_key(const char *policy, const char *const argv[]);
+/* Take a live pre-started command of key for tag (the oldest), with the host-wide slots it
+ * held (*lease, which must be empty); false when there is none. One found dead is put down
+ * and counted. */
+bool sbx_prestart_take(const char *key, const char *tag, struct instance *out,
+		       struct sbx_lease *lease, const char *rid);
+/* Start pre-started commands of key for tag until want wait, within the host's slots and
+ * the tag's share (share: 0 = sbx_g.prestart_per_owner, never above it). The first uses the
+ * slots in *lease, if any (they are taken from it). */
+void sbx_prestart_fill(const struct sbx_policy *p, const char *const argv[], const char *key,
+		       const char *tag, unsigned want, unsigned share, struct sbx_lease *lease);
+/* Count one event of this process's, and tell sbx_g.on_prestart. */
+void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n);
+/* The launch message olp-sandbox-exec reads before it becomes argv (stub.h), then
+ * opt->stdin_data if any. */
+void sbx_launch_message(const char *const argv[], const struct sbx_run_options *opt,
+			struct buf *out);
+
+/* prestart.c: one of a tag's `share` host-wide slots (<runtime_dir>/prestart-slots/
+ * t<hex of tag>.<i>.slot), as sbx_prestart_slot_take; put it with sbx_prestart_slot_put.
+ * -ENAMETOOLONG for a tag above SBX_OWNER_TAG_MAX bytes. */
+int sbx_prestart_tag_take(const char *tag, unsigned share);
+
+#endif

@@ -1,0 +1,670 @@
+/* What a process keeps started ahead of a run: warm sandboxes and pre-started commands.
+ *
+ * Warm sandboxes (ADR 0008). Building namespaces and mounts is most of a sandboxed spawn's
+ * cost (docs/performance.md). For a policy it has run once, a worker keeps sandboxes
+ * started ahead of time, whose payload (olp-sandbox-exec) waits on stdin for the command it
+ * is to become; a request then costs one exec. A warm sandbox is built from exactly the
+ * same policy, so it is the same sandbox; it just exists earlier. It is keyed by everything
+ * that shapes it: bwrap's argv (less the scratch path), the rlimits, the seccomp variant and
+ * the network mode (spawn.c, policy_key). A SBX_NET_LOOPBACK one is made in a network
+ * namespace of its own, whose listener it keeps (close-on-exec) until it is taken, then
+ * hands to on_listener; dropped or shut down, it closes it. Used once, like every sandbox:
+ * no namespace serves two runs.
+ *
+ * Pre-started commands (ADR 0022): a warm sandbox whose stub was already sent its launch
+ * message, so that the command itself (a provider CLI, whose own start-up is most of its
+ * first token's wait) runs and waits on its stdin. Keyed by the warm key plus argv: only a
+ * run of exactly the same command under exactly the same policy (environment, credentials'
+ * identity, network mode and port included) takes it. Taken, it is the run's alone: its
+ * listener goes to on_listener then, the run's stdin is written, the clock starts; never
+ * reused. What it wrote while it waited stays in its pipes until then. Bounded per process
+ * (PRE_MAX), per host (prestart.c), per owner tag on the host, and in time (an expiry
+ * thread puts down what waited prestart_idle_ms, with or without traffic). An idle one
+ * holds a uid slot, a scratch dir and its namespaces like a warm sandbox, but no provider
+ * concurrency slot: that is the caller's, taken per run.
+ *
+ * Owner tags (issue 22). Every entry is filed under the tag of the run that made it (the
+ * caller's key id: opaque here) and is given only to a run of the same tag. A tag has a
+ * share of each pool: at most WARM_PER_TAG of this process's warm sandboxes, and at most
+ * its share of the host's pre-start slots (flock'd tag slots, prestart.c). A tag that needs
+ * room puts down its own least recently made entry, never another tag's, so a guest that
+ * churns variants (a new max_tokens each request) only ever evicts its own, and cannot
+ * hold more than its share. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "sandbox/instance.h"
+#include "common/banned.h"
+
+/* ---- warm sandboxes --------------------------------------------------------------------- */
+
+#define WARM_MAX 16
+#define WARM_PER_TAG (WARM_MAX / 2) /* one tag's share: its churn leaves half to the others */
+#define WARM_PENDING_MAX 64	    /* starts under way at once, all keys (more: no new start) */
+#define WARM_PER_KEY 2		    /* one in use by the next request while the other gets ready */
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		char *key;
+		char *tag;
+		struct instance in;
+	} slot[WARM_MAX];
+	size_t n;
+	bool closed; /* shutting down: no new warm sandbox */
+	int filling; /* warm sandboxes being started right now */
+	/* Those being started, so that threads finishing runs of one policy at once start
+	 * WARM_PER_KEY between them, not each their own, and a tag's share counts them (the
+	 * strings are the starting threads' own, there for as long as the start). */
+	struct {
+		const char *key, *tag;
+	} pending[WARM_PENDING_MAX];
+} warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Remove entry i (locked) into *in; the rest stay in age order. */
+static void warm_remove_locked(size_t i, struct instance *in)
+{
+	*in = warm.slot[i].in;
+	free(warm.slot[i].key);
+	free(warm.slot[i].tag);
+	memmove(&warm.slot[i], &warm.slot[i + 1], (warm.n - i - 1) * sizeof(warm.slot[0]));
+	warm.n--;
+}
+
+bool sbx_warm_take(const char *key, const char *tag, struct instance *out, const char *rid)
+{
+	for (;;) {
+		struct instance dead;
+		bool found = false;
+
+		pthread_mutex_lock(&warm.lock);
+		for (size_t i = 0; i < warm.n; i++) {
+			if (!strcmp(warm.slot[i].key, key) && !strcmp(warm.slot[i].tag, tag)) {
+				warm_remove_locked(i, out);
+				found = true;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&warm.lock);
+		if (!found)
+			return false;
+		if (sbx_instance_alive(out))
+			return true;
+		dead = *out;
+		sbx_instance_release(&dead, rid);
+	}
+}
+
+/* Count, under warm.lock, the sandboxes of tag (of key too, unless key is NULL) that wait
+ * or are being started. */
+static size_t warm_have_locked(const char *key, const char *tag)
+{
+	size_t have = 0;
+
+	for (size_t i = 0; i < warm.n; i++)
+		have += !strcmp(warm.slot[i].tag, tag) && (!key || !strcmp(warm.slot[i].key, key));
+	for (int i = 0; i < warm.filling; i++)
+		have += !strcmp(warm.pending[i].tag, tag) &&
+			(!key || !strcmp(warm.pending[i].key, key));
+	return have;
+}
+
+static void warm_unreserve_locked(const char *key)
+{
+	for (int i = 0; i < warm.filling; i++) {
+		if (warm.pending[i].key == key) {
+			warm.pending[i] = warm.pending[--warm.filling];
+			return;
+		}
+	}
+}
+
+/* Make room for one more of tag's sandboxes of key (locked): when the tag is at its share
+ * or the pool is full, its own oldest of another policy goes into *old (a policy no run of
+ * it has used since, e.g. one whose login file changed); never another tag's. false when
+ * there is no room. */
+static bool warm_room_locked(const char *key, const char *tag, struct instance *old, bool *evict)
+{
+	if (warm.n < WARM_MAX && warm_have_locked(NULL, tag) < WARM_PER_TAG)
+		return true;
+	for (size_t i = 0; i < warm.n; i++) {
+		if (!strcmp(warm.slot[i].tag, tag) && strcmp(warm.slot[i].key, key)) {
+			warm_remove_locked(i, old);
+			*evict = true;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Start one warm instance of key for tag, unless WARM_PER_KEY wait or are being started
+ * already, or the tag has no room (false then). Off the client's critical path: called
+ * after the run that needed it has answered. The check and the reservation are one step
+ * under the lock. */
+static bool warm_fill_one(const struct sbx_policy *p, const char *key, const char *tag)
+{
+	struct instance in = INSTANCE_INIT, old = INSTANCE_INIT;
+	struct sbx_result res = { 0 };
+	bool keep = false, evict = false;
+
+	pthread_mutex_lock(&warm.lock);
+	if (warm.closed || warm.filling >= WARM_PENDING_MAX ||
+	    warm_have_locked(key, tag) >= WARM_PER_KEY ||
+	    !warm_room_locked(key, tag, &old, &evict)) {
+		pthread_mutex_unlock(&warm.lock);
+		return false;
+	}
+	warm.pending[warm.filling].key = key;
+	warm.pending[warm.filling++].tag = tag;
+	pthread_mutex_unlock(&warm.lock);
+	if (evict)
+		sbx_instance_release(&old, NULL);
+	if (sbx_instance_start(p, NULL, NULL, NULL, true, &in, &res) == 0) {
+		pthread_mutex_lock(&warm.lock);
+		if (warm.n < WARM_MAX && !warm.closed) {
+			warm.slot[warm.n].key = xstrdup(key);
+			warm.slot[warm.n].tag = xstrdup(tag);
+			warm.slot[warm.n++].in = in;
+			keep = true;
+		}
+		pthread_mutex_unlock(&warm.lock);
+	}
+	if (!keep)
+		sbx_instance_release(&in, NULL);
+	pthread_mutex_lock(&warm.lock);
+	warm_unreserve_locked(key);
+	pthread_mutex_unlock(&warm.lock);
+	return true;
+}
+
+/* bwrap is only started here, not waited for: it builds the sandbox while the thread goes
+ * on. */
+void sbx_warm_fill(const struct sbx_policy *p, const char *key, const char *tag)
+{
+	for (int i = 0; i < WARM_PER_KEY && warm_fill_one(p, key, tag); i++)
+		;
+}
+
+static void prestart_close(void);
+static int prestart_filling(void);
+
+void sbx_warm_shutdown(void)
+{
+	int filling = 1;
+
+	pthread_mutex_lock(&warm.lock);
+	warm.closed = true;
+	pthread_mutex_unlock(&warm.lock);
+	prestart_close();
+	/* A sandbox being started now is put down by its own thread (closed): wait for
+	 * that, a second at most, so that none is cut off halfway by our exit. */
+	for (int i = 0; i < 100 && filling; i++) {
+		pthread_mutex_lock(&warm.lock);
+		filling = warm.filling;
+		pthread_mutex_unlock(&warm.lock);
+		filling += prestart_filling();
+		if (filling)
+			usleep(10000);
+	}
+	sbx_prestart_release_all();
+	sbx_warm_release_all();
+}
+
+void sbx_warm_release_all(void)
+{
+	pthread_mutex_lock(&warm.lock);
+	while (warm.n) {
+		struct instance in;
+
+		warm_remove_locked(warm.n - 1, &in);
+		pthread_mutex_unlock(&warm.lock);
+		sbx_instance_release(&in, NULL);
+		pthread_mutex_lock(&warm.lock);
+	}
+	pthread_mutex_unlock(&warm.lock);
+}
+
+size_t sbx_warm_count(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&warm.lock);
+	n = warm.n;
+	pthread_mutex_unlock(&warm.lock);
+	return n;
+}
+
+static void add_u32(struct buf *b, uint32_t v)
+{
+	unsigned char le[4] = { v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24 };
+
+	buf_add(b, le, 4);
+}
+
+void sbx_launch_message(const char *const argv[], const struct sbx_run_options *opt,
+			struct buf *out)
+{
+	uint32_t argc = 0;
+
+	while (argv[argc])
+		argc++;
+	buf_add(out, SBX_LAUNCH_MAGIC, 4);
+	add_u32(out, argc);
+	for (uint32_t i = 0; i < argc; i++) {
+		add_u32(out, (uint32_t)strlen(argv[i]));
+		buf_adds(out, argv[i]);
+	}
+	if (opt && opt->stdin_data)
+		buf_add(out, opt->stdin_data, opt->stdin_len);
+}
+
+/* ---- pre-started commands --------------------------------------------------------------- */
+
+#define PRE_MAX 16
+#define LAUNCH_WRITE_MS 2000 /* the launch message is small: a pipe takes it at once */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct {
+		char *key;
+		char *tag;
+		struct instance in;
+		struct sbx_lease lease; /* the host-wide slots it holds while idle */
+		uint64_t since;		/* mono_ms() it was started */
+	} slot[PRE_MAX];
+	size_t n;
+	bool closed;  /* shutting down: no new one */
+	int filling;  /* being started right now */
+	bool reaping; /* the expiry thread runs */
+	bool stop;    /* ... and is asked to end */
+	pthread_t reaper;
+	uint64_t hit, miss, expired, died;
+} pre = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+void sbx_lease_put(struct sbx_lease *l)
+{
+	sbx_prestart_slot_put(l->host_fd);
+	sbx_prestart_slot_put(l->tag_fd);
+	*l = (struct sbx_lease)SBX_LEASE_INIT;
+}
+
+const char *sbx_prestart_event_name(enum sbx_prestart_event ev)
+{
+	switch (ev) {
+	case SBX_PRESTART_READY: return "ready";
+	case SBX_PRESTART_HIT: return "hit";
+	case SBX_PRESTART_MISS: return "miss";
+	case SBX_PRESTART_EXPIRED: return "expired";
+	case SBX_PRESTART_DIED: return "died";
+	case SBX_PRESTART_RELEASED: return "released";
+	}
+	return "unknown";
+}
+
+/* Counted under pre.lock; the caller's hook is told after it. */
+void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&pre.lock);
+	switch (ev) {
+	case SBX_PRESTART_HIT: pre.hit += n; break;
+	case SBX_PRESTART_MISS: pre.miss += n; break;
+	case SBX_PRESTART_EXPIRED: pre.expired += n; break;
+	case SBX_PRESTART_DIED: pre.died += n; break;
+	default: break;
+	}
+	pthread_mutex_unlock(&pre.lock);
+	for (uint64_t i = 0; sbx_g.on_prestart && i < n; i++)
+		sbx_g.on_prestart(ev);
+}
+
+char *sbx_prestart_key(const char *policy, const char *const argv[])
+{
+	struct buf key = BUF_INIT;
+
+	buf_adds(&key, policy);
+	buf_addch(&key, '\x1d');
+	for (size_t i = 0; argv[i]; i++) {
+		buf_adds(&key, argv[i]);
+		buf_addch(&key, '\x1f');
+	}
+	return buf_detach(&key, NULL);
+}
+
+/* Alive and still waiting: its sandbox is up and its stdout not closed (a command that
+ * exited while it waited, e.g. for want of credentials). */
+static bool prestart_alive(const struct instance *in)
+{
+	struct pollfd pfd = { .fd = in->r.out_fd, .events = POLLIN };
+
+	if (!sbx_instance_alive(in))
+		return false;
+	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)));
+}
+
+/* Remove entry i (locked); its strings are freed, the rest stay in age order. */
+static void pre_remove(size_t i, struct instance *in, struct sbx_lease *lease)
+{
+	*in = pre.slot[i].in;
+	*lease = pre.slot[i].lease;
+	free(pre.slot[i].key);
+	free(pre.slot[i].tag);
+	memmove(&pre.slot[i], &pre.slot[i + 1], (pre.n - i - 1) * sizeof(pre.slot[0]));
+	pre.n--;
+}
+
+static void pre_put_down(struct instance *in, struct sbx_lease *lease, const char *rid)
+{
+	sbx_instance_release(in, rid);
+	sbx_lease_put(lease);
+}
+
+bool sbx_prestart_take(const char *key, const char *tag, struct instance *out,
+		       struct sbx_lease *lease, const char *rid)
+{
+	for (;;) {
+		bool found = false;
+
+		pthread_mutex_lock(&pre.lock);
+		for (size_t i = 0; i < pre.n; i++) {
+			if (!strcmp(pre.slot[i].key, key) && !strcmp(pre.slot[i].tag, tag)) {
+				pre_remove(i, out, lease);
+				found = true;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&pre.lock);
+		if (!found)
+			return false;
+		if (prestart_alive(out))
+			return true;
+		log_warnx(rid, "sandbox: a pre-started command had died while it waited");
+		sbx_prestart_count(SBX_PRESTART_DIED, 1);
+		pre_put_down(out, lease, rid);
+		*out = (struct instance)INSTANCE_INIT;
+	}
+}
+
+/* The expiry thread: every so often, put down what waited too long or died. It runs while
+ * any process is idle or not: an idle worker's pre-started claudes must not live on. */
+static void *prestart_reaper(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&pre.lock);
+	while (!pre.stop) {
+		struct {
+			struct instance in;
+			struct sbx_lease lease;
+			bool expired;
+		} gone[PRE_MAX];
+		size_t ngone = 0, nexpired = 0;
+		uint64_t tick = sbx_g.prestart_idle_ms < 2000 ? 100 : 1000, now;
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)(tick % 1000) * 1000000L;
+		ts.tv_sec += (time_t)(tick / 1000) + ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		(void)pthread_cond_timedwait(&pre.cond, &pre.lock, &ts);
+		if (pre.stop)
+			break;
+		now = mono_ms();
+		for (size_t i = 0; i < pre.n;) {
+			bool expired = now - pre.slot[i].since >= sbx_g.prestart_idle_ms;
+
+			if (!expired && prestart_alive(&pre.slot[i].in)) {
+				i++;
+				continue;
+			}
+			gone[ngone].expired = expired;
+			nexpired += expired;
+			pre_remove(i, &gone[ngone].in, &gone[ngone].lease);
+			ngone++;
+		}
+		pthread_mutex_unlock(&pre.lock);
+		sbx_prestart_count(SBX_PRESTART_EXPIRED, nexpired);
+		sbx_prestart_count(SBX_PRESTART_DIED, ngone - nexpired);
+		for (size_t i = 0; i < ngone; i++)
+			pre_put_down(&gone[i].in, &gone[i].lease, NULL);
+		pthread_mutex_lock(&pre.lock);
+	}
+	pthread_mutex_unlock(&pre.lock);
+	return NULL;
+}
+
+/* Start the expiry thread if it is not running (locked). Every signal blocked in it: the
+ * worker's own handling stays on its main thread. */
+static void prestart_reaper_start(void)
+{
+	sigset_t all, old;
+
+	if (pre.reaping)
+		return;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pre.stop = false;
+	pre.reaping = pthread_create(&pre.reaper, NULL, prestart_reaper, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!pre.reaping)
+		log_warnx(NULL, "sandbox: no expiry thread for pre-started commands");
+}
+
+/* Put down this process's oldest idle one of tag, to make room for a more recent key of
+ * the same tag. Never another tag's: that is what keeps one tag's churn its own. */
+static bool prestart_evict_oldest(const char *tag)
+{
+	struct instance in;
+	struct sbx_lease lease;
+	bool found = false;
+
+	pthread_mutex_lock(&pre.lock);
+	for (size_t i = 0; i < pre.n && !found; i++) {
+		if (!strcmp(pre.slot[i].tag, tag)) {
+			pre_remove(i, &in, &lease);
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&pre.lock);
+	if (!found)
+		return false;
+	sbx_prestart_count(SBX_PRESTART_EXPIRED, 1);
+	pre_put_down(&in, &lease, NULL);
+	return true;
+}
+
+static size_t prestart_have(const char *key, const char *tag)
+{
+	size_t have = 0;
+
+	pthread_mutex_lock(&pre.lock);
+	for (size_t i = 0; i < pre.n; i++)
+		have += !strcmp(pre.slot[i].key, key) && !strcmp(pre.slot[i].tag, tag);
+	pthread_mutex_unlock(&pre.lock);
+	return have;
+}
+
+/* Write the launch message whole (the pipe is non-blocking), bounded in time. */
+static int write_launch(int fd, const struct buf *msg)
+{
+	uint64_t until = mono_ms() + LAUNCH_WRITE_MS;
+	size_t off = 0;
+
+	while (off < msg->len) {
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		ssize_t w = write(fd, msg->data + off, msg->len - off);
+
+		if (w > 0) {
+			off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (mono_ms() >= until)
+			return -ETIMEDOUT;
+		(void)poll(&pfd, 1, 10);
+	}
+	return 0;
+}
+
+/* One host-wide slot into *fd: one of tag's cap of them (cap 0: one of the host's). The
+ * one already held (a lease), else a new one; when every slot is held, tag's least
+ * recently made one of this process's makes room. Other tags' are never put down (theirs
+ * expire on their own), nor other processes'. 0 or -errno. */
+static int pre_slot(int *fd, const char *tag, unsigned cap)
+{
+	int ret = 0;
+
+	if (*fd >= 0)
+		return 0;
+	for (int tries = 0; tries < 2; tries++) {
+		ret = cap ? sbx_prestart_tag_take(tag, cap) : sbx_prestart_slot_take();
+		if (ret >= 0) {
+			*fd = ret;
+			return 0;
+		}
+		if (ret != -EBUSY || !prestart_evict_oldest(tag))
+			break;
+	}
+	return ret;
+}
+
+/* The slots a new one of tag holds, the tag's first (the cheaper refusal). */
+static int pre_slots(struct sbx_lease *held, const char *tag, unsigned share,
+		     struct sbx_lease *lease)
+{
+	unsigned cap = sbx_g.prestart_per_owner;
+	int ret;
+
+	if (share && share < cap)
+		cap = share;
+	held->tag_fd = lease->tag_fd;
+	held->host_fd = lease->host_fd;
+	*lease = (struct sbx_lease)SBX_LEASE_INIT;
+	ret = pre_slot(&held->tag_fd, tag, cap);
+	if (!ret)
+		ret = pre_slot(&held->host_fd, tag, 0);
+	return ret;
+}
+
+static void prestart_fill_one(const struct sbx_policy *p, const char *const argv[], const char *key,
+			      const char *tag, unsigned share, struct sbx_lease *lease)
+{
+	struct instance in = INSTANCE_INIT;
+	struct sbx_lease held = SBX_LEASE_INIT;
+	struct sbx_result res = { 0 };
+	struct buf msg = BUF_INIT;
+	bool keep = false, started = false, full;
+
+	pthread_mutex_lock(&pre.lock);
+	if (pre.closed) {
+		pthread_mutex_unlock(&pre.lock);
+		return;
+	}
+	pre.filling++;
+	full = pre.n >= PRE_MAX;
+	pthread_mutex_unlock(&pre.lock);
+	/* This process holds its most: only the tag's own oldest makes room. */
+	if (full && !prestart_evict_oldest(tag))
+		goto out_release;
+	if (pre_slots(&held, tag, share, lease))
+		goto out_release;
+	started = true;
+	if (sbx_instance_start(p, NULL, NULL, NULL, true, &in, &res))
+		goto out_release;
+	sbx_launch_message(argv, NULL, &msg);
+	if (write_launch(in.r.in_fd, &msg))
+		goto out_release;
+	pthread_mutex_lock(&pre.lock);
+	if (!pre.closed && pre.n < PRE_MAX) {
+		pre.slot[pre.n].key = xstrdup(key);
+		pre.slot[pre.n].tag = xstrdup(tag);
+		pre.slot[pre.n].in = in;
+		pre.slot[pre.n].lease = held;
+		pre.slot[pre.n++].since = mono_ms();
+		keep = true;
+		prestart_reaper_start();
+	}
+	pthread_mutex_unlock(&pre.lock);
+	if (keep)
+		sbx_prestart_count(SBX_PRESTART_READY, 1);
+out_release:
+	if (!keep && started)
+		sbx_instance_release(&in, NULL);
+	if (!keep)
+		sbx_lease_put(&held);
+	buf_release(&msg);
+	pthread_mutex_lock(&pre.lock);
+	pre.filling--;
+	pthread_mutex_unlock(&pre.lock);
+}
+
+/* Started, not waited for. */
+void sbx_prestart_fill(const struct sbx_policy *p, const char *const argv[], const char *key,
+		       const char *tag, unsigned want, unsigned share, struct sbx_lease *lease)
+{
+	for (unsigned i = 0; i < want && prestart_have(key, tag) < want; i++)
+		prestart_fill_one(p, argv, key, tag, share, lease);
+}
+
+/* No new one from now on (the process is about to exit). */
+static void prestart_close(void)
+{
+	pthread_mutex_lock(&pre.lock);
+	pre.closed = true;
+	pthread_mutex_unlock(&pre.lock);
+}
+
+static int prestart_filling(void)
+{
+	int n;
+
+	pthread_mutex_lock(&pre.lock);
+	n = pre.filling;
+	pthread_mutex_unlock(&pre.lock);
+	return n;
+}
+
+void sbx_prestart_release_all(void)
+{
+	pthread_mutex_lock(&pre.lock);
+	if (pre.reaping) {
+		pre.stop = true;
+		pthread_cond_broadcast(&pre.cond);
+		pthread_mutex_unlock(&pre.lock);
+		pthread_join(pre.reaper, NULL);
+		pthread_mutex_lock(&pre.lock);
+		pre.reaping = false;
+		pre.stop = false;
+	}
+	while (pre.n) {
+		struct instance in;
+		struct sbx_lease lease;
+
+		pre_remove(pre.n - 1, &in, &lease);
+		pthread_mutex_unlock(&pre.lock);
+		pre_put_down(&in, &lease, NULL);
+		sbx_prestart_count(SBX_PRESTART_RELEASED, 1);
+		pthread_mutex_lock(&pre.lock);
+	}
+	pthread_mutex_unlock(&pre.lock);
+}
+
+void sbx_prestart_stats(struct sbx_prestart_stats *out)
+{
+	pthread_mutex_lock(&pre.lock);
+	*out = (struct sbx_prestart_stats){ .hit = pre.hit,
+					    .miss = pre.miss,
+					    .expired = pre.expired,
+					    .died = pre.died,
+					    .idle = pre.n };
+	pthread_mutex_unlock(&pre.lock);
+}
