@@ -482,14 +482,14 @@ int egr_route_check(const struct egr_route *r, const char **why)
 				*why = "a header to drop is not a header name";
 				return -EINVAL;
 			}
-		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++) {
-			const char *p = r->allow_paths[i];
-
-			if (!egr_path_canonical(p, strlen(p)) || strpbrk(p, "?#")) {
-				*why = "an allowed path is not a canonical absolute path";
+		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
+			if ((ret = egr_allow_parse(r->allow_paths[i], NULL, why)))
+				return ret;
+		for (size_t i = 0; r->models && r->models[i]; i++)
+			if (!r->models[i][0] || strpbrk(r->models[i], "\r\n")) {
+				*why = "a model to allow is empty or holds a line break";
 				return -EINVAL;
 			}
-		}
 		return 0;
 	}
 	if (r->mode == EGR_MODE_CONNECT) {
@@ -544,19 +544,52 @@ static void forwarder_free(struct egr_forwarder *f)
 	strv_free(f->drop);
 	for (size_t i = 0; i < f->n_set; i++) {
 		free(f->set_names[i]);
+		explicit_bzero(f->set_lines[i], strlen(f->set_lines[i]));
 		free(f->set_lines[i]);
 	}
 	free(f->set_names);
 	free(f->set_lines);
-	strv_free(f->allow_paths);
+	for (size_t i = 0; i < f->n_allow; i++)
+		egr_allow_release(&f->allow[i]);
+	free(f->allow);
+	strv_free(f->models);
+	for (size_t i = 0; f->secrets && f->secrets[i]; i++)
+		explicit_bzero(f->secrets[i], strlen(f->secrets[i]));
+	strv_free(f->secrets);
 	free(f->ca_file);
 	strv_free(f->allow_hosts);
 	free(f->slots);
 	free(f);
 }
 
+/* What echo.c looks for: each header value set, or its part after "Scheme " (a token and
+ * a space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
+ * ("2023-06-01") and masking them would garble answers. NULL when none. */
+static char **secrets_of(const struct egr_route *r)
+{
+	char **v = xcalloc(r->n_set_headers + 1, sizeof(*v));
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->n_set_headers; i++) {
+		const char *val = r->set_headers[i].value, *sp = strchr(val, ' ');
+
+		if (sp && egr_is_token(val, (size_t)(sp - val)) && sp[1])
+			val = sp + 1;
+		if (strlen(val) >= 16)
+			v[n++] = xstrdup(val);
+	}
+	if (!n) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+/* The route was checked (egr_route_check): every entry parses. */
 static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 {
+	const char *why;
+
 	f->mode = r->mode;
 	f->flags = r->flags;
 	f->rid = r->request_id ? xstrdup(r->request_id) : NULL;
@@ -583,7 +616,12 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 				buf_addf(&b, "%s;", r->set_headers[i].name);
 			f->set_lines[i] = buf_detach(&b, NULL);
 		}
-		f->allow_paths = strv_copy(r->allow_paths, false);
+		f->n_allow = strv_len(r->allow_paths);
+		f->allow = xcalloc(f->n_allow + 1, sizeof(*f->allow));
+		for (size_t i = 0; i < f->n_allow; i++)
+			(void)egr_allow_parse(r->allow_paths[i], &f->allow[i], &why);
+		f->models = strv_copy(r->models, false);
+		f->secrets = secrets_of(r);
 		f->ca_file = r->ca_file ? xstrdup(r->ca_file) : NULL;
 	} else {
 		f->allow_hosts = strv_copy(r->allow_hosts, true);
@@ -661,5 +699,15 @@ void egr_stop(struct egr_forwarder *f, struct egr_stats *stats)
 					     .upstream_errors = atomic_load(&f->n_upstream_errors),
 					     .bytes_up = atomic_load(&f->bytes_up),
 					     .bytes_down = atomic_load(&f->bytes_down) };
+	if (stats)
+		egr_usage_get(f, &stats->usage);
 	forwarder_free(f);
+}
+
+void egr_usage_get(struct egr_forwarder *f, struct egr_usage *u)
+{
+	*u = (struct egr_usage){ .answers = atomic_load(&f->n_answers),
+				 .input_tokens = atomic_load(&f->tok_in),
+				 .output_tokens = atomic_load(&f->tok_out),
+				 .cached_tokens = atomic_load(&f->tok_cached) };
 }
