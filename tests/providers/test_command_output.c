@@ -403,11 +403,11 @@ static void test_run_upstream(void)
 	close(fd);
 	buf_addf(&src, "file:%s", key.data);
 	buf_addf(&path, "%s/registry-up.json", tmpdir);
-	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:{s:s,s:{s:s}},s:[{s:s}]}}}", "providers",
+	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:{s:s,s:{s:s},s:[s]},s:[{s:s}]}}}", "providers",
 			 "local", "type", "command", "argv", "/bin/sh", "-c",
 			 "cat >/dev/null; printf %s \"$OLP_UPSTREAM_URL\"", "timeout_s", 20,
 			 "network", "upstream", "http://127.0.0.1:9", "set_headers", "x-api-key",
-			 src.data, "models", "id", "up-model");
+			 src.data, "allow_paths", "POST /v1/x", "models", "id", "up-model");
 	CU_ASSERT_FATAL(regj != NULL);
 	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
 	json_decref(regj);
