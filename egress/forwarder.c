@@ -428,6 +428,62 @@ static bool is_ip_literal(const char *host, size_t len)
 	return digits_only;
 }
 
+/* The upstream mode's part of egr_route_check. */
+static int upstream_route_check(const struct egr_route *r, const char **why)
+{
+	CURLU *u;
+	char *scheme = NULL, *extra = NULL;
+	int ret = 0;
+
+	if (!r->upstream || !*r->upstream) {
+		*why = "upstream mode needs an upstream URL";
+		return -EINVAL;
+	}
+	u = curl_url();
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
+	    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
+		*why = "the upstream is not an http:// or https:// URL";
+		ret = -EINVAL;
+	} else if (!curl_url_get(u, CURLUPART_USER, &extra, 0) ||
+		   !curl_url_get(u, CURLUPART_QUERY, &extra, 0) ||
+		   !curl_url_get(u, CURLUPART_FRAGMENT, &extra, 0)) {
+		*why = "the upstream URL may not carry a user, a query or a fragment";
+		ret = -EINVAL;
+	}
+	curl_free(scheme);
+	curl_free(extra);
+	curl_url_cleanup(u);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < r->n_set_headers; i++) {
+		const struct egr_header *h = &r->set_headers[i];
+
+		if (!h->name || !h->value || !egr_is_token(h->name, strlen(h->name)) ||
+		    strpbrk(h->value, "\r\n")) {
+			*why = "a header to set has no name, a name that is not a token, or a "
+			       "CR or LF in its value";
+			return -EINVAL;
+		}
+	}
+	for (size_t i = 0; r->drop_headers && r->drop_headers[i]; i++)
+		if (!egr_is_token(r->drop_headers[i], strlen(r->drop_headers[i]))) {
+			*why = "a header to drop is not a header name";
+			return -EINVAL;
+		}
+	for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
+		if ((ret = egr_allow_parse(r->allow_paths[i], NULL, why)))
+			return ret;
+	for (size_t i = 0; r->models && r->models[i]; i++)
+		if (!r->models[i][0] || strpbrk(r->models[i], "\r\n")) {
+			*why = "a model to allow is empty or holds a line break";
+			return -EINVAL;
+		}
+	return 0;
+}
+
 int egr_route_check(const struct egr_route *r, const char **why)
 {
 	const char *dummy;
@@ -438,60 +494,8 @@ int egr_route_check(const struct egr_route *r, const char **why)
 		*why = "no route";
 		return -EINVAL;
 	}
-	if (r->mode == EGR_MODE_UPSTREAM) {
-		CURLU *u;
-		char *scheme = NULL, *extra = NULL;
-		int ret = 0;
-
-		if (!r->upstream || !*r->upstream) {
-			*why = "upstream mode needs an upstream URL";
-			return -EINVAL;
-		}
-		u = curl_url();
-		if (!u)
-			return -ENOMEM;
-		if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
-		    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
-		    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
-			*why = "the upstream is not an http:// or https:// URL";
-			ret = -EINVAL;
-		} else if (!curl_url_get(u, CURLUPART_USER, &extra, 0) ||
-			   !curl_url_get(u, CURLUPART_QUERY, &extra, 0) ||
-			   !curl_url_get(u, CURLUPART_FRAGMENT, &extra, 0)) {
-			*why = "the upstream URL may not carry a user, a query or a fragment";
-			ret = -EINVAL;
-		}
-		curl_free(scheme);
-		curl_free(extra);
-		curl_url_cleanup(u);
-		if (ret)
-			return ret;
-		for (size_t i = 0; i < r->n_set_headers; i++) {
-			const struct egr_header *h = &r->set_headers[i];
-
-			if (!h->name || !h->value || !egr_is_token(h->name, strlen(h->name)) ||
-			    strpbrk(h->value, "\r\n")) {
-				*why = "a header to set has no name, a name that is not a token, "
-				       "or "
-				       "a CR or LF in its value";
-				return -EINVAL;
-			}
-		}
-		for (size_t i = 0; r->drop_headers && r->drop_headers[i]; i++)
-			if (!egr_is_token(r->drop_headers[i], strlen(r->drop_headers[i]))) {
-				*why = "a header to drop is not a header name";
-				return -EINVAL;
-			}
-		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
-			if ((ret = egr_allow_parse(r->allow_paths[i], NULL, why)))
-				return ret;
-		for (size_t i = 0; r->models && r->models[i]; i++)
-			if (!r->models[i][0] || strpbrk(r->models[i], "\r\n")) {
-				*why = "a model to allow is empty or holds a line break";
-				return -EINVAL;
-			}
-		return 0;
-	}
+	if (r->mode == EGR_MODE_UPSTREAM)
+		return upstream_route_check(r, why);
 	if (r->mode == EGR_MODE_CONNECT) {
 		if (!r->allow_hosts || !r->allow_hosts[0]) {
 			*why = "connect mode needs allow_hosts";
