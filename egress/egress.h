@@ -23,8 +23,11 @@
  * much as it likes, and open as many connections as it likes. It must not reach any host
  * or path the route does not name, must not learn the credential the forwarder adds (it
  * is never echoed, never logged), must not smuggle a second request past the path check,
- * and must not hold more than the limits below. Nothing a client sends is logged but the
- * method, the path without its query, and the CONNECT authority, cut. */
+ * must not spend the credential on another method, path, model or stored object than the
+ * route names (EGR_CHECK_BODY), and must not hold more than the limits below. Whatever it
+ * spends is counted from the upstream's own answers (egr_usage_get). Nothing a client
+ * sends is logged but the method, the path without its query, and the CONNECT
+ * authority, cut. */
 #ifndef OLP_EGRESS_H
 #define OLP_EGRESS_H
 
@@ -50,6 +53,17 @@ enum egr_flags {
 	 * points at 127.0.0.1, the host's LAN address or 169.254.169.254 reaches nothing of
 	 * the host's or its network's). For tests. */
 	EGR_ALLOW_LOCAL_TARGETS = 1 << 0,
+	/* Upstream mode: every path and method (but TRACE, TRACK and CONNECT, never) instead
+	 * of allow_paths. Only for a run that holds its own credential (no set_headers): the
+	 * forwarder adds nothing that a path could spend. */
+	EGR_ANY_PATH = 1 << 1,
+	/* Upstream mode: every request body must be one JSON object (no Content-Encoding)
+	 * whose top-level members pass the checks of route.models and egress/body.c:
+	 * "background" and "store" absent, false or null; "previous_response_id" and
+	 * "conversation" absent or null; "prompt" not an object. Anything else is refused
+	 * (400 or 403) before the body's last byte leaves, so that the upstream never acts
+	 * on it. For model APIs (Messages, Responses, Chat Completions). */
+	EGR_CHECK_BODY = 1 << 2,
 };
 
 /* Where a run's traffic may go. Every string and array is copied by egr_start(). */
@@ -66,18 +80,30 @@ struct egr_route {
 	 * credentials the CLI was given. NULL-terminated; NULL = EGR_DEFAULT_DROP. */
 	const char *const *drop_headers;
 	/* Headers set on every request, replacing any the client sent under that name. No
-	 * CR, LF or NUL anywhere; names are HTTP tokens. */
+	 * CR, LF or NUL anywhere; names are HTTP tokens. Each value of 16 bytes or more (the
+	 * part after "Scheme " when it has that form) is a secret the run must never read:
+	 * a response header that holds one is dropped, and in a response body each copy is
+	 * overwritten with '*' (the length stays), so that an upstream that echoes its
+	 * request does not hand the credential back. */
 	const struct egr_header *set_headers;
 	size_t n_set_headers;
-	/* The paths a request may have, NULL-terminated; NULL = any path. An entry ending in
-	 * '/' allows every path that starts with it ("/v1/" allows "/v1/a/b"); any other
-	 * entry allows itself and the paths below it ("/v1/messages" allows
-	 * "/v1/messages" and "/v1/messages/count_tokens", not "/v1/messages2"). Matched on
-	 * the path without the query string, after refusing (400) any path that is not in
-	 * canonical form (a "." or ".." segment, an empty segment, a backslash, or
-	 * %2e/%2f/%5c/%00 percent-encoded), so that no upstream normalisation can turn an
-	 * allowed path into another. */
+	/* The requests allowed, NULL-terminated; NULL or empty = none (see EGR_ANY_PATH).
+	 * Each entry is "METHOD /path": the method exactly (case-sensitive, an HTTP token;
+	 * never TRACE, TRACK or CONNECT), and the path compared exactly with the request's
+	 * path without its query string (a query string is allowed). A path that ends in a
+	 * '*' after a '/' is a prefix: it allows every path that starts with what comes
+	 * before the '*' (the entry "GET /v1/models/" followed by '*' allows
+	 * "/v1/models/a/b"); wide, for operators who write it on purpose. A path listed for
+	 * other methods only is refused with 405, any other with 403. Matched after refusing (400) any path that is not in canonical form (a "." or
+	 * ".." segment, an empty segment, a backslash or ';', or %2e/%2f/%5c/%00
+	 * percent-encoded), so that no upstream normalisation can turn an allowed path into
+	 * another. */
 	const char *const *allow_paths;
+	/* With EGR_CHECK_BODY: the values a body's top-level "model" may have,
+	 * NULL-terminated; an entry ending in '*' allows every model that starts with what
+	 * comes before it. With a list, a body without "model" is refused too. NULL = the
+	 * model is not checked. */
+	const char *const *models;
 	/* PEM file of the CA(s) that sign the upstream's certificate (a private CA); NULL =
 	 * the system store. Verification is never turned off. */
 	const char *ca_file;
@@ -116,6 +142,14 @@ struct egr_limits {
 #define EGR_DEFAULT_IDLE_MS 300000
 #define EGR_DEFAULT_CONNECT_TIMEOUT_MS 10000
 
+/* The tokens the upstream's answers reported (egr_usage_get). */
+struct egr_usage {
+	uint64_t answers;      /* answers that carried a usage object */
+	int64_t input_tokens;  /* prompt, cached input included */
+	int64_t output_tokens; /* completion */
+	int64_t cached_tokens; /* of input_tokens, read from a cache */
+};
+
 /* What one forwarder did, for the caller's log line. */
 struct egr_stats {
 	uint64_t conns;		  /* client connections accepted */
@@ -124,6 +158,7 @@ struct egr_stats {
 	uint64_t upstream_errors; /* answered 502/504, or cut after the answer had begun */
 	uint64_t bytes_up;	  /* request body / tunnel bytes, client to upstream */
 	uint64_t bytes_down;	  /* response body / tunnel bytes, upstream to client */
+	struct egr_usage usage;	  /* what the upstream's answers reported */
 };
 
 /* Set up libcurl once for the process (curl_global_init); egr_start() calls it too. Call
@@ -146,5 +181,17 @@ struct egr_forwarder *egr_start(int listen_fd, const struct egr_route *route,
  * thread, free f. Returns promptly whatever the clients and the upstream do. stats, when
  * not NULL, gets the totals. f may be NULL. */
 void egr_stop(struct egr_forwarder *f, struct egr_stats *stats);
+
+/* The tokens the upstream reported so far in the answers this forwarder passed, summed
+ * over every request of every connection: the "usage" object of a JSON answer, or of
+ * each event of an SSE answer, at the top level or in its "message" or "response"
+ * member (the Anthropic Messages, OpenAI Responses and Chat Completions shapes), read
+ * as the bytes go by; within one answer the largest count of each kind is kept (the
+ * counts of a stream are running totals). input_tokens is "input_tokens" plus Anthropic's
+ * "cache_read_input_tokens" and "cache_creation_input_tokens", or "prompt_tokens";
+ * output_tokens is "output_tokens" or "completion_tokens". Each count is capped at 10^9
+ * an answer. An answer cut before its usage came counts what had come. Safe to call
+ * while the forwarder runs. */
+void egr_usage_get(struct egr_forwarder *f, struct egr_usage *u);
 
 #endif

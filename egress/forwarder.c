@@ -428,6 +428,62 @@ static bool is_ip_literal(const char *host, size_t len)
 	return digits_only;
 }
 
+/* The upstream mode's part of egr_route_check. */
+static int upstream_route_check(const struct egr_route *r, const char **why)
+{
+	CURLU *u;
+	char *scheme = NULL, *extra = NULL;
+	int ret = 0;
+
+	if (!r->upstream || !*r->upstream) {
+		*why = "upstream mode needs an upstream URL";
+		return -EINVAL;
+	}
+	u = curl_url();
+	if (!u)
+		return -ENOMEM;
+	if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
+	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
+	    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
+		*why = "the upstream is not an http:// or https:// URL";
+		ret = -EINVAL;
+	} else if (!curl_url_get(u, CURLUPART_USER, &extra, 0) ||
+		   !curl_url_get(u, CURLUPART_QUERY, &extra, 0) ||
+		   !curl_url_get(u, CURLUPART_FRAGMENT, &extra, 0)) {
+		*why = "the upstream URL may not carry a user, a query or a fragment";
+		ret = -EINVAL;
+	}
+	curl_free(scheme);
+	curl_free(extra);
+	curl_url_cleanup(u);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < r->n_set_headers; i++) {
+		const struct egr_header *h = &r->set_headers[i];
+
+		if (!h->name || !h->value || !egr_is_token(h->name, strlen(h->name)) ||
+		    strpbrk(h->value, "\r\n")) {
+			*why = "a header to set has no name, a name that is not a token, or a "
+			       "CR or LF in its value";
+			return -EINVAL;
+		}
+	}
+	for (size_t i = 0; r->drop_headers && r->drop_headers[i]; i++)
+		if (!egr_is_token(r->drop_headers[i], strlen(r->drop_headers[i]))) {
+			*why = "a header to drop is not a header name";
+			return -EINVAL;
+		}
+	for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
+		if ((ret = egr_allow_parse(r->allow_paths[i], NULL, why)))
+			return ret;
+	for (size_t i = 0; r->models && r->models[i]; i++)
+		if (!r->models[i][0] || strpbrk(r->models[i], "\r\n")) {
+			*why = "a model to allow is empty or holds a line break";
+			return -EINVAL;
+		}
+	return 0;
+}
+
 int egr_route_check(const struct egr_route *r, const char **why)
 {
 	const char *dummy;
@@ -438,60 +494,8 @@ int egr_route_check(const struct egr_route *r, const char **why)
 		*why = "no route";
 		return -EINVAL;
 	}
-	if (r->mode == EGR_MODE_UPSTREAM) {
-		CURLU *u;
-		char *scheme = NULL, *extra = NULL;
-		int ret = 0;
-
-		if (!r->upstream || !*r->upstream) {
-			*why = "upstream mode needs an upstream URL";
-			return -EINVAL;
-		}
-		u = curl_url();
-		if (!u)
-			return -ENOMEM;
-		if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
-		    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
-		    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
-			*why = "the upstream is not an http:// or https:// URL";
-			ret = -EINVAL;
-		} else if (!curl_url_get(u, CURLUPART_USER, &extra, 0) ||
-			   !curl_url_get(u, CURLUPART_QUERY, &extra, 0) ||
-			   !curl_url_get(u, CURLUPART_FRAGMENT, &extra, 0)) {
-			*why = "the upstream URL may not carry a user, a query or a fragment";
-			ret = -EINVAL;
-		}
-		curl_free(scheme);
-		curl_free(extra);
-		curl_url_cleanup(u);
-		if (ret)
-			return ret;
-		for (size_t i = 0; i < r->n_set_headers; i++) {
-			const struct egr_header *h = &r->set_headers[i];
-
-			if (!h->name || !h->value || !egr_is_token(h->name, strlen(h->name)) ||
-			    strpbrk(h->value, "\r\n")) {
-				*why = "a header to set has no name, a name that is not a token, "
-				       "or "
-				       "a CR or LF in its value";
-				return -EINVAL;
-			}
-		}
-		for (size_t i = 0; r->drop_headers && r->drop_headers[i]; i++)
-			if (!egr_is_token(r->drop_headers[i], strlen(r->drop_headers[i]))) {
-				*why = "a header to drop is not a header name";
-				return -EINVAL;
-			}
-		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++) {
-			const char *p = r->allow_paths[i];
-
-			if (!egr_path_canonical(p, strlen(p)) || strpbrk(p, "?#")) {
-				*why = "an allowed path is not a canonical absolute path";
-				return -EINVAL;
-			}
-		}
-		return 0;
-	}
+	if (r->mode == EGR_MODE_UPSTREAM)
+		return upstream_route_check(r, why);
 	if (r->mode == EGR_MODE_CONNECT) {
 		if (!r->allow_hosts || !r->allow_hosts[0]) {
 			*why = "connect mode needs allow_hosts";
@@ -549,19 +553,52 @@ static void forwarder_free(struct egr_forwarder *f)
 	strv_free(f->drop);
 	for (size_t i = 0; i < f->n_set; i++) {
 		free(f->set_names[i]);
+		explicit_bzero(f->set_lines[i], strlen(f->set_lines[i]));
 		free(f->set_lines[i]);
 	}
 	free(f->set_names);
 	free(f->set_lines);
-	strv_free(f->allow_paths);
+	for (size_t i = 0; i < f->n_allow; i++)
+		egr_allow_release(&f->allow[i]);
+	free(f->allow);
+	strv_free(f->models);
+	for (size_t i = 0; f->secrets && f->secrets[i]; i++)
+		explicit_bzero(f->secrets[i], strlen(f->secrets[i]));
+	strv_free(f->secrets);
 	free(f->ca_file);
 	strv_free(f->allow_hosts);
 	free(f->slots);
 	free(f);
 }
 
+/* What echo.c looks for: each header value set, or its part after "Scheme " (a token and
+ * a space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
+ * ("2023-06-01") and masking them would garble answers. NULL when none. */
+static char **secrets_of(const struct egr_route *r)
+{
+	char **v = xcalloc(r->n_set_headers + 1, sizeof(*v));
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->n_set_headers; i++) {
+		const char *val = r->set_headers[i].value, *sp = strchr(val, ' ');
+
+		if (sp && egr_is_token(val, (size_t)(sp - val)) && sp[1])
+			val = sp + 1;
+		if (strlen(val) >= 16)
+			v[n++] = xstrdup(val);
+	}
+	if (!n) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+/* The route was checked (egr_route_check): every entry parses. */
 static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 {
+	const char *why;
+
 	f->mode = r->mode;
 	f->flags = r->flags;
 	f->rid = r->request_id ? xstrdup(r->request_id) : NULL;
@@ -588,7 +625,12 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 				buf_addf(&b, "%s;", r->set_headers[i].name);
 			f->set_lines[i] = buf_detach(&b, NULL);
 		}
-		f->allow_paths = strv_copy(r->allow_paths, false);
+		f->n_allow = strv_len(r->allow_paths);
+		f->allow = xcalloc(f->n_allow + 1, sizeof(*f->allow));
+		for (size_t i = 0; i < f->n_allow; i++)
+			(void)egr_allow_parse(r->allow_paths[i], &f->allow[i], &why);
+		f->models = strv_copy(r->models, false);
+		f->secrets = secrets_of(r);
 		f->ca_file = r->ca_file ? xstrdup(r->ca_file) : NULL;
 	} else {
 		f->allow_hosts = strv_copy(r->allow_hosts, true);
@@ -666,5 +708,15 @@ void egr_stop(struct egr_forwarder *f, struct egr_stats *stats)
 					     .upstream_errors = atomic_load(&f->n_upstream_errors),
 					     .bytes_up = atomic_load(&f->bytes_up),
 					     .bytes_down = atomic_load(&f->bytes_down) };
+	if (stats)
+		egr_usage_get(f, &stats->usage);
 	forwarder_free(f);
+}
+
+void egr_usage_get(struct egr_forwarder *f, struct egr_usage *u)
+{
+	*u = (struct egr_usage){ .answers = atomic_load(&f->n_answers),
+				 .input_tokens = atomic_load(&f->tok_in),
+				 .output_tokens = atomic_load(&f->tok_out),
+				 .cached_tokens = atomic_load(&f->tok_cached) };
 }

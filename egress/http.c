@@ -286,24 +286,6 @@ bool egr_path_canonical(const char *path, size_t len)
 	return true;
 }
 
-bool egr_path_allowed(char *const *allow, const char *path, size_t len)
-{
-	if (!allow)
-		return true;
-	for (; *allow; allow++) {
-		size_t el = strlen(*allow);
-
-		if (el && (*allow)[el - 1] == '/') {
-			if (len >= el && !memcmp(path, *allow, el))
-				return true;
-		} else if (len >= el && !memcmp(path, *allow, el) &&
-			   (len == el || path[el] == '/')) {
-			return true;
-		}
-	}
-	return false;
-}
-
 const char *egr_reason(int status)
 {
 	switch (status) {
@@ -326,6 +308,7 @@ const char *egr_reason(int status)
 	case 408: return "Request Timeout";
 	case 409: return "Conflict";
 	case 413: return "Content Too Large";
+	case 415: return "Unsupported Media Type";
 	case 417: return "Expectation Failed";
 	case 422: return "Unprocessable Content";
 	case 429: return "Too Many Requests";

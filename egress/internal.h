@@ -33,7 +33,10 @@ struct egr_forwarder {
 	char **set_names; /* n_set names, as given */
 	char **set_lines; /* n_set "Name: value" lines for libcurl */
 	size_t n_set;
-	char **allow_paths;    /* NULL-terminated, or NULL: any path */
+	struct egr_allow *allow; /* n_allow entries of route.allow_paths, parsed */
+	size_t n_allow;
+	char **models;	       /* route.models, or NULL: not checked */
+	char **secrets;	       /* what echo.c masks in answers (NULL-terminated; wiped) */
 	char *ca_file;	       /* or NULL */
 	char **allow_hosts;    /* lower-case "host:port", NULL-terminated */
 	struct egr_limits lim; /* defaults filled in */
@@ -47,10 +50,130 @@ struct egr_forwarder {
 
 	_Atomic uint64_t next_conn;
 	_Atomic uint64_t n_conns, n_requests, n_refused, n_upstream_errors, bytes_up, bytes_down;
+	_Atomic uint64_t n_answers;
+	_Atomic int64_t tok_in, tok_out, tok_cached; /* usage.c */
 };
 
 /* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
 void egr_raise_stop(struct egr_forwarder *f);
+
+struct egr_req;
+
+/* ---- the route's rules (policy.c) ------------------------------------------------------- */
+
+/* One entry of route.allow_paths. */
+struct egr_allow {
+	char *method;
+	char *path; /* the exact path, or a prefix ending in '/' */
+	size_t len;
+	bool prefix;
+};
+
+/* Parse "METHOD /path" into a (when not NULL; egr_allow_release frees it): 0, or -EINVAL
+ * with *why (a static string). */
+int egr_allow_parse(const char *entry, struct egr_allow *a, const char **why);
+void egr_allow_release(struct egr_allow *a);
+/* Methods never forwarded, whatever the route says (TRACE, TRACK, CONNECT). */
+bool egr_method_never(const char *method);
+/* Whether method and path (len bytes, canonical, no query) are allowed by the n entries
+ * of allow: 0, 405 (the path is listed for other methods), or 403. */
+int egr_allow_match(const struct egr_allow *allow, size_t n, const char *method, const char *path,
+		    size_t len);
+/* Whether a client's request header stays here: hop-by-hop (egr_req_hop_by_hop), or one
+ * that asks a server or a proxy on the way for another method, URL or client address
+ * (X-HTTP-Method-Override, X-Original-URL, X-Forwarded-*, Forwarded, Proxy-*, ...). */
+bool egr_req_dropped(const struct egr_req *r, const char *name);
+/* Whether model is one of models (NULL-terminated; an entry ending in '*' is a prefix). */
+bool egr_model_allowed(char *const *models, const char *model, size_t len);
+
+/* ---- JSON read as it streams (jscan.c) ------------------------------------------------ */
+
+#define EGR_JSCAN_DEPTH 512 /* deeper nesting is an error */
+#define EGR_JSCAN_KEY 40    /* longer keys are kept as "too long" */
+#define EGR_JSCAN_CAP 4096  /* the largest value captured whole */
+
+/* A strict reader of one JSON text fed in pieces, with no buffering but the values it is
+ * asked to capture: RFC 8259 structure, strings with valid escapes and no control bytes,
+ * the literals true, false, null and numbers; anything else (comments, trailing commas,
+ * NaN, single quotes, a second value) is an error, so that what it calls a member is what
+ * any JSON parser calls one. Zero it, set want/got/ctx, feed, finish. */
+struct egr_jscan {
+	/* Called where a value starts in an object at depth 1 or 2 (1: a member of the
+	 * top-level object): key[0] is the top-level member's key, key[1] the key inside it
+	 * (depth 2). A key is "" when it held an escape or was too long (key_odd[i] then
+	 * says so). 1 to capture the value, 0 not to, < 0 to stop with an error. */
+	int (*want)(void *ctx, const struct egr_jscan *s, unsigned depth);
+	/* A captured value's JSON text; whole is false when it was longer than the cap (raw
+	 * then holds its start). < 0 stops with an error. */
+	int (*got)(void *ctx, const struct egr_jscan *s, unsigned depth, const char *raw,
+		   size_t len, bool whole);
+	void *ctx;
+
+	char key[2][EGR_JSCAN_KEY];
+	bool key_odd[2];
+	/* private */
+	unsigned depth, key_len, lit_len, uni, cap_depth;
+	int expect;
+	bool in_str, str_is_key, esc, in_lit, lit_num, lit_bad, cap_on, cap_over, failed;
+	char lit[8];
+	size_t cap_len;
+	unsigned char stack[EGR_JSCAN_DEPTH]; /* 1: object, 0: array */
+	char cap[EGR_JSCAN_CAP];
+};
+
+/* Read the next len bytes: 0, or -1 (not JSON, or a callback stopped it; sticky). */
+int egr_jscan_feed(struct egr_jscan *s, const char *data, size_t len);
+/* The end of the text: 0 when exactly one complete value was read, else -1. */
+int egr_jscan_finish(struct egr_jscan *s);
+
+/* ---- request bodies (body.c) ----------------------------------------------------------- */
+
+/* The check of one request body under EGR_CHECK_BODY. */
+struct egr_body {
+	struct egr_jscan js;
+	char *const *models;
+	bool model_seen, finished;
+	int status;	 /* when refused: 400 or 403 */
+	const char *why; /* ... and the message for the client (static) */
+};
+
+void egr_body_begin(struct egr_body *b, char *const *models);
+/* The next bytes of the body, before they go upstream: 0, or -1 (refused: status, why). */
+int egr_body_feed(struct egr_body *b, const char *data, size_t len);
+/* The body's end, before its last bytes go upstream: 0, or -1 (refused). */
+int egr_body_finish(struct egr_body *b);
+
+/* ---- answers: usage and echoed secrets (answer.c) -------------------------------------- */
+
+/* The usage count of one answer. */
+struct egr_answer {
+	struct egr_forwarder *f;
+	struct egr_jscan js;
+	bool sse, off;
+	unsigned line_pos; /* SSE: bytes of the current line seen (0: at its start) */
+	char prefix[5];	   /* SSE: the line's first bytes, to find "data:" */
+	bool data_line, in_event, cr;
+	int64_t in, out, cached; /* the largest seen in this answer, counted already */
+	bool counted;
+	/* The secrets' partial copies at the end of what was read, held back (echo). */
+	struct buf held;
+};
+
+/* Start the count of an answer whose Content-Type is ctype (NULL: none), with
+ * Content-Encoding cenc (NULL: none; any other than identity: not read). */
+void egr_answer_begin(struct egr_answer *a, struct egr_forwarder *f, const char *ctype,
+		      size_t ctype_len, bool encoded);
+/* The next bytes of the answer's body: their usage is counted. */
+void egr_answer_feed(struct egr_answer *a, const char *data, size_t len);
+/* The end of the answer (complete or cut). */
+void egr_answer_end(struct egr_answer *a);
+void egr_answer_release(struct egr_answer *a);
+/* Overwrite every copy of the forwarder's secrets in data with '*' and hold back a tail
+ * that may be the start of one: what of held+data may be written now is left in out
+ * (which holds it; held keeps the rest). With no secrets out is data itself. */
+void egr_echo_mask(struct egr_answer *a, const char *data, size_t len, struct buf *out);
+/* Whether a response header's value holds a secret. */
+bool egr_echo_in(const struct egr_forwarder *f, const char *value, size_t len);
 
 /* ---- one request head ---------------------------------------------------------------- */
 
@@ -92,8 +215,6 @@ bool egr_list_has(const char *value, const char *token, size_t token_len);
 
 /* Whether path (len bytes, starting with '/') is in the canonical form egress.h describes. */
 bool egr_path_canonical(const char *path, size_t len);
-/* Whether path is allowed by allow (NULL-terminated; NULL allows all). */
-bool egr_path_allowed(char *const *allow, const char *path, size_t len);
 /* The reason phrase of an HTTP status. */
 const char *egr_reason(int status);
 /* A header name is an HTTP token (RFC 9110 5.6.2). */

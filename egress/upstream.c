@@ -60,8 +60,11 @@ struct up {
 	size_t trailer_bytes;
 	uint64_t body_seen;
 	bool body_done;
-	int body_status; /* 400 or 413: the body was refused */
-	int client_err;	 /* -errno: the client went away or stalled */
+	int body_status;      /* 400, 403, 413 or 431: the body was refused ... */
+	const char *body_why; /* ... with this message (static), or NULL for the default */
+	bool check_body;      /* EGR_CHECK_BODY and a body: read as it goes (body.c) */
+	struct egr_body check;
+	int client_err; /* -errno: the client went away or stalled */
 
 	/* the response */
 	struct buf rlines; /* the upstream's header lines of the head being read */
@@ -78,6 +81,8 @@ struct up {
 	bool watch_client;
 	bool stopped;
 	uint64_t down;
+	struct egr_answer ans; /* the answer's usage and echoed secrets (answer.c) */
+	struct buf masked;     /* a piece of the answer with its secrets masked */
 };
 
 /* ---- the request body ---------------------------------------------------------------- */
@@ -178,6 +183,20 @@ static ssize_t body_refused(struct up *u, int status)
 	return -1;
 }
 
+/* The body check (EGR_CHECK_BODY) sees each piece before libcurl does, and the body's end
+ * before its last piece goes: a refused body never reaches the upstream whole. */
+static int check_piece(struct up *u, const char *p, size_t n)
+{
+	if (!u->check_body)
+		return 0;
+	if (egr_body_feed(&u->check, p, n) || (u->body_done && egr_body_finish(&u->check))) {
+		u->body_status = u->check.status;
+		u->body_why = u->check.why;
+		return -1;
+	}
+	return 0;
+}
+
 /* Decode the chunked body into dst: bytes (0 at its end), or -1. */
 static ssize_t read_chunked(struct up *u, char *dst, size_t max)
 {
@@ -258,7 +277,7 @@ static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
 	ssize_t n = u->req->chunked ? read_chunked(u, dst, size * nitems)
 				    : read_plain(u, dst, size * nitems);
 
-	if (n < 0)
+	if (n < 0 || check_piece(u, dst, (size_t)n))
 		return CURL_READFUNC_ABORT;
 	atomic_fetch_add(&u->c->f->bytes_up, (uint64_t)n);
 	return (size_t)n;
@@ -351,9 +370,10 @@ static void send_head(struct up *u)
 	struct buf *out = &u->pending, conn_hdr = BUF_INIT;
 	struct hline h;
 	size_t pos = 0;
-	const char *cl = NULL;
-	size_t cl_len = 0;
-	bool te = false;
+	const char *cl = NULL, *ctype = NULL;
+	size_t cl_len = 0, ctype_len = 0;
+	bool te = false, encoded = false;
+
 	u->head_sent = true;
 	/* The upstream's own Connection header names more hop-by-hop headers. */
 	while (next_hline(&u->rlines, &pos, &h)) {
@@ -365,15 +385,25 @@ static void send_head(struct up *u)
 			cl_len = h.value_len;
 		} else if (hline_is(&h, "transfer-encoding")) {
 			te = true;
+		} else if (hline_is(&h, "content-type") && !ctype) {
+			ctype = h.value;
+			ctype_len = h.value_len;
+		} else if (hline_is(&h, "content-encoding")) {
+			encoded |= h.value_len != 8 || strncasecmp(h.value, "identity", 8);
 		}
 	}
+	egr_answer_begin(&u->ans, c->f, ctype, ctype_len, encoded);
+	/* An echo of the credential in the reason phrase: the standard one instead. */
+	if (egr_echo_in(c->f, u->reason, strlen(u->reason)))
+		u->reason[0] = '\0';
 	u->no_body = !strcasecmp(u->req->method, "HEAD") || u->status / 100 == 1 ||
 		     u->status == 204 || u->status == 304;
 	buf_addf(out, "HTTP/1.1 %d %s\r\n", u->status,
 		 u->reason[0] ? u->reason : egr_reason(u->status));
 	pos = 0;
 	while (next_hline(&u->rlines, &pos, &h))
-		if (!hop_by_hop_response(h.name, h.name_len, conn_hdr.len ? conn_hdr.data : NULL)) {
+		if (!hop_by_hop_response(h.name, h.name_len, conn_hdr.len ? conn_hdr.data : NULL) &&
+		    !egr_echo_in(c->f, h.raw, h.raw_len)) {
 			buf_add(out, h.raw, h.raw_len);
 			buf_adds(out, "\r\n");
 		}
@@ -458,10 +488,38 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	return len;
 }
 
+/* Write a piece of the answer's body (after the head, if it is still pending), in a chunk
+ * of its own when we chunk (never an empty one, which would end the answer): 0 or
+ * -errno. */
+static int write_piece(struct up *u, const char *p, size_t len)
+{
+	struct egr_conn *c = u->c;
+	char hex[24];
+	struct iovec iov[4] = { { .iov_base = u->pending.data, .iov_len = u->pending.len },
+				{ .iov_base = hex },
+				{ .iov_base = (void *)p, .iov_len = len },
+				{ .iov_base = (void *)"\r\n", .iov_len = 2 } };
+	int ret;
+
+	if (!len && !u->pending.len)
+		return 0;
+	iov[1].iov_len =
+		u->chunked_out && len ? (size_t)snprintf(hex, sizeof(hex), "%zx\r\n", len) : 0;
+	if (!u->chunked_out || !len)
+		iov[3].iov_len = 0;
+	ret = egr_conn_writev(c, c->fd, iov, 4);
+	buf_reset(&u->pending);
+	u->head_written = true;
+	if (ret)
+		return ret;
+	u->down += len;
+	atomic_fetch_add(&c->f->bytes_down, len);
+	return 0;
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
 	struct up *u = ud;
-	struct egr_conn *c = u->c;
 	size_t len = size * n;
 	int ret;
 
@@ -472,27 +530,18 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 	}
 	if (u->no_body || !len)
 		return len;
-	{
-		char hex[24];
-		struct iovec iov[4] = { { .iov_base = u->pending.data, .iov_len = u->pending.len },
-					{ .iov_base = hex },
-					{ .iov_base = p, .iov_len = len },
-					{ .iov_base = (void *)"\r\n", .iov_len = 2 } };
-
-		iov[1].iov_len =
-			u->chunked_out ? (size_t)snprintf(hex, sizeof(hex), "%zx\r\n", len) : 0;
-		if (!u->chunked_out)
-			iov[3].iov_len = 0;
-		ret = egr_conn_writev(c, c->fd, iov, 4);
-		buf_reset(&u->pending);
-		u->head_written = true;
+	/* Counted before the client has it: whatever the run saw, the count saw first. */
+	egr_answer_feed(&u->ans, p, len);
+	if (u->c->f->secrets) {
+		egr_echo_mask(&u->ans, p, len, &u->masked);
+		ret = write_piece(u, u->masked.data, u->masked.len);
+	} else {
+		ret = write_piece(u, p, len);
 	}
 	if (ret) {
 		u->client_err = ret;
 		return 0;
 	}
-	u->down += len;
-	atomic_fetch_add(&c->f->bytes_down, len);
 	return len;
 }
 
@@ -515,8 +564,10 @@ static void add_header(struct up *u, const char *line)
 	u->hdrs = n;
 }
 
-/* The request headers libcurl sends: the client's, minus hop-by-hop and the
- * placeholder credentials, plus the route's; and none of libcurl's own defaults. */
+/* The request headers libcurl sends: the client's, minus hop-by-hop, overriding
+ * (egr_req_dropped) and the placeholder credentials, plus the route's; and none of
+ * libcurl's own defaults. Accept-Encoding is always identity: a compressed answer could
+ * not be read for its usage (answer.c) nor its echoes masked. */
 static void build_headers(struct up *u)
 {
 	struct egr_forwarder *f = u->c->f;
@@ -527,8 +578,8 @@ static void build_headers(struct up *u)
 	for (size_t i = 0; i < r->nh; i++) {
 		const struct egr_hdr *h = &r->h[i];
 
-		if (egr_req_hop_by_hop(r, h->name) || name_in(f->drop, h->name) ||
-		    name_in(f->set_names, h->name))
+		if (egr_req_dropped(r, h->name) || name_in(f->drop, h->name) ||
+		    name_in(f->set_names, h->name) || !strcasecmp(h->name, "accept-encoding"))
 			continue;
 		accept |= !strcasecmp(h->name, "accept");
 		ctype |= !strcasecmp(h->name, "content-type");
@@ -547,6 +598,7 @@ static void build_headers(struct up *u)
 	if (!ctype)
 		add_header(u, "Content-Type:");
 	add_header(u, "Expect:");
+	add_header(u, "Accept-Encoding: identity");
 	if (r->chunked)
 		add_header(u, "Transfer-Encoding: chunked");
 	buf_release(&line);
@@ -671,22 +723,35 @@ static bool refuse(struct egr_conn *c, const struct egr_req *r, int status, cons
 static bool admit(struct egr_conn *c, const struct egr_req *r)
 {
 	struct egr_forwarder *f = c->f;
+	const char *cenc = egr_req_header(r, "content-encoding");
+	int st;
 
-	if (!strcmp(r->method, "CONNECT"))
+	if (egr_method_never(r->method))
 		return refuse(c, r, 405, "invalid_request_error",
-			      "OLP egress: CONNECT is not allowed here");
+			      "OLP egress: TRACE, TRACK and CONNECT are never forwarded");
 	if (r->target[0] != '/')
 		return refuse(c, r, 400, "invalid_request_error",
 			      "OLP egress: the request target must be a path");
 	if (!egr_path_canonical(r->target, r->path_len))
 		return refuse(c, r, 400, "invalid_request_error",
 			      "OLP egress: the path is not in canonical form");
-	if (!egr_path_allowed(f->allow_paths, r->target, r->path_len))
+	st = f->flags & EGR_ANY_PATH
+		     ? 0
+		     : egr_allow_match(f->allow, f->n_allow, r->method, r->target, r->path_len);
+	if (st == 405)
+		return refuse(c, r, 405, "permission_error",
+			      "OLP egress: this method is not allowed on this path for this "
+			      "provider");
+	if (st)
 		return refuse(c, r, 403, "permission_error",
 			      "OLP egress: this path is not allowed for this provider");
 	if (r->has_length && r->length > f->lim.max_body_bytes)
 		return refuse(c, r, 413, "request_too_large",
 			      "OLP egress: the request body is too large");
+	/* A compressed body could not be checked (body.c). */
+	if ((f->flags & EGR_CHECK_BODY) && cenc && strcasecmp(cenc, "identity"))
+		return refuse(c, r, 415, "invalid_request_error",
+			      "OLP egress: a compressed request body is not allowed");
 	return true;
 }
 
@@ -704,6 +769,11 @@ static void up_begin(struct up *u, const struct egr_req *r)
 	u->trailer_bytes = 0;
 	u->body_done = !u->has_body;
 	u->body_status = u->client_err = u->status = 0;
+	u->body_why = NULL;
+	u->check_body = u->has_body && (u->c->f->flags & EGR_CHECK_BODY);
+	if (u->check_body)
+		egr_body_begin(&u->check, u->c->f->models);
+	egr_answer_begin(&u->ans, u->c->f, NULL, 0, true);
 	u->head_sent = u->head_written = u->chunked_out = u->close_delim = u->no_body =
 		u->close_after = false;
 	buf_reset(&u->pending);
@@ -727,8 +797,9 @@ static void fail_before_head(struct egr_conn *c, struct up *u, const struct egr_
 		return;
 	}
 	if (u->body_status) {
-		refuse(c, r, u->body_status, "invalid_request_error",
-		       "OLP egress: malformed chunked request body");
+		refuse(c, r, u->body_status,
+		       u->body_status == 403 ? "permission_error" : "invalid_request_error",
+		       u->body_why ? u->body_why : "OLP egress: malformed chunked request body");
 		return;
 	}
 	if (u->stopped && !(f->lim.deadline_ms && mono_ms() >= f->lim.deadline_ms))
@@ -790,10 +861,14 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 		fail_before_head(c, u, r, res);
 		return false;
 	}
+	egr_answer_end(&u->ans);
 	if (res != CURLE_OK) {
 		fail_after_head(c, u, r, res);
 		return false;
 	}
+	/* The answer is whole: what was held back as maybe the start of a secret was not. */
+	if (u->ans.held.len && write_piece(u, u->ans.held.data, u->ans.held.len))
+		return false;
 	if (u->chunked_out)
 		buf_adds(&u->pending, "0\r\n\r\n");
 	if (flush_pending(u))
@@ -813,6 +888,8 @@ void egr_upstream_serve(struct egr_conn *c)
 	buf_init(&u->url);
 	buf_init(&u->rlines);
 	buf_init(&u->pending);
+	buf_init(&u->masked);
+	buf_init(&u->ans.held);
 	u->multi = curl_multi_init();
 	u->easy = curl_easy_init();
 	if (!u->multi || !u->easy) {
@@ -858,6 +935,8 @@ void egr_upstream_conn_release(struct egr_conn *c)
 	buf_release(&u->url);
 	buf_release(&u->rlines);
 	buf_release(&u->pending);
+	buf_release(&u->masked);
+	egr_answer_release(&u->ans);
 	free(u);
 	c->mode_state = NULL;
 }

@@ -67,7 +67,10 @@ struct prov_network {
 	struct strv hdr_names;	 /* upstream: "set_headers" names (lower case) ... */
 	struct strv hdr_srcs;	 /* ... and their sources ("file:/abs", "env:NAME", either
 				    maybe after "Bearer "), never the values */
-	struct strv allow_paths; /* upstream: none = any path */
+	struct strv allow_paths; /* upstream: "METHOD /path" entries (network.c) */
+	bool any_path;		 /* upstream: no list, and the run holds its own credential */
+	bool check_body;	 /* upstream: a CLI type's: bodies checked (EGR_CHECK_BODY) */
+	bool check_model;	 /* ... and their model must be the run's (prov_net_models) */
 	struct strv allow_hosts; /* connect: "host:port" */
 };
 
@@ -140,6 +143,9 @@ const char *prov_net_mode_name(enum prov_net mode);
  * value (reset first). 0, or -errno with why set to a message naming the file or the
  * variable, never its content. */
 int prov_net_resolve(const char *src, struct buf *value, struct buf *why);
+/* The models a run of model id may name in its request bodies (egr_route.models), pushed
+ * onto out: none when pv's bodies are not checked for a model. */
+void prov_net_models(const struct prov_provider *pv, const char *id, struct strv *out);
 
 /* Take one of pv's concurrency slots (slots.c): an fd to hand back to prov_slot_release,
  * PROV_SLOT_NONE when there is no cap, -EBUSY when all are taken, -errno on failure. */

@@ -4,7 +4,8 @@
  *
  *   false | "none"   no network (a command's default)
  *   "host"           the host's network: a loud, explicit opt-in
- *   {"upstream": URL, "set_headers": {h: src}, "allow_paths": […], "upstream_ca": pem}
+ *   {"upstream": URL, "set_headers": {h: src}, "allow_paths": ["METHOD /path", …],
+ *    "upstream_ca": pem}
  *   {"allow_hosts": ["host:port", "a.b.c.d:port", …]}   CONNECT mode
  *   true             legacy: a CLI's default upstream; "host" for a command (deprecated)
  *
@@ -31,16 +32,25 @@
 #define NET_MAX_SECRET 8192
 #define BEARER "Bearer "
 
-/* A CLI type's default: its public API, and the paths it was seen calling (docs/
- * providers.md, "Network"). */
+/* A CLI type's network facts: its public API, the requests the real binary was seen
+ * making (tests/provider-clis; docs/providers.md, "Network"), which are all a run of it
+ * may make unless the operator lists others, and whether the model in its request bodies
+ * is the one OLP names on its command line (vibe takes its model from its config.toml,
+ * so its model is not checked). Claude maps an alias ("sonnet") to a full id itself. */
 static const struct net_default {
 	const char *type;
 	const char *upstream;
-	const char *const *allow_paths; /* NULL-terminated; NULL = any */
+	const char *const *allow_paths; /* NULL-terminated */
+	bool model_is_argv;
+	const char *const *aliases; /* model ids the CLI widens to "claude-<id>-..." */
 } defaults[] = {
-	{ "claude", "https://api.anthropic.com", (const char *const[]){ "/v1/messages", NULL } },
-	{ "codex", "https://api.openai.com/v1", (const char *const[]){ "/responses", NULL } },
-	{ "vibe", "https://api.mistral.ai", NULL },
+	{ "claude", "https://api.anthropic.com",
+	  (const char *const[]){ "POST /v1/messages", "POST /v1/messages/count_tokens", NULL },
+	  true, (const char *const[]){ "sonnet", "opus", "haiku", NULL } },
+	{ "codex", "https://api.openai.com/v1", (const char *const[]){ "POST /responses", NULL },
+	  true, NULL },
+	{ "vibe", "https://api.mistral.ai",
+	  (const char *const[]){ "POST /v1/chat/completions", NULL }, false, NULL },
 };
 
 struct net_reader {
@@ -260,8 +270,7 @@ static int check_url(struct net_reader *r, const char *url)
 	return 0;
 }
 
-static int read_strings(struct net_reader *r, const char *key, const json_t *v, struct strv *out,
-			bool slash)
+static int read_strings(struct net_reader *r, const char *key, const json_t *v, struct strv *out)
 {
 	const json_t *a;
 	size_t i;
@@ -271,9 +280,57 @@ static int read_strings(struct net_reader *r, const char *key, const json_t *v, 
 	json_array_foreach(v, i, a) {
 		if (!is_plain_string(a) || !json_string_length(a))
 			return bad(r, ".%s[%zu]: must be a non-empty string", key, i);
-		if (slash && json_string_value(a)[0] != '/')
-			return bad(r, ".%s[%zu]: must start with /", key, i);
 		strv_push(out, json_string_value(a));
+	}
+	return 0;
+}
+
+/* "METHOD /path" entries. A plain "/path" (the form before issue 22, matched as a prefix
+ * with any method) is taken as "POST /path", exact, and said at start: the narrowest
+ * reading that keeps a model API working, never a wider one. */
+static int read_allow_paths(struct net_reader *r, const json_t *v)
+{
+	const json_t *a;
+	size_t i;
+
+	if (!json_is_array(v))
+		return bad(r, ".allow_paths: must be an array of \"METHOD /path\" strings");
+	json_array_foreach(v, i, a) {
+		const char *e = json_string_value(a), *one[2] = { NULL, NULL }, *why = NULL;
+		struct egr_route route = { .mode = EGR_MODE_UPSTREAM, .upstream = "http://x" };
+		struct buf entry = BUF_INIT;
+
+		if (!is_plain_string(a) || !json_string_length(a))
+			return bad(r, ".allow_paths[%zu]: must be a non-empty string", i);
+		if (e[0] == '/') {
+			buf_addf(&entry, "POST %s", e);
+			if (!r->strict)
+				log_warnx(
+					NULL,
+					"%s.network.allow_paths[%zu]: \"%.200s\" names no method: "
+					"taken as \"%.200s\" (that exact path, POST only); write "
+					"\"METHOD /path\" entries (docs/providers.md, \"Network\")",
+					r->where, i, e, entry.data);
+		} else {
+			buf_adds(&entry, e);
+		}
+		one[0] = entry.data;
+		route.allow_paths = one;
+		if (egr_route_check(&route, &why)) {
+			buf_release(&entry);
+			return bad(r,
+				   ".allow_paths[%zu]: %s (\"METHOD /path\", the path canonical, "
+				   "no query; a '*' only at the end, after a '/')",
+				   i, why ? why : "refused");
+		}
+		if (!r->strict && entry.len && entry.data[entry.len - 1] == '*')
+			log_warnx(
+				NULL,
+				"%s.network.allow_paths[%zu]: \"%.200s\" allows every path under "
+				"it: a run may reach any API there with the credential the worker "
+				"adds",
+				r->where, i, entry.data);
+		strv_push_take(&r->n->allow_paths, buf_detach(&entry, NULL));
 	}
 	return 0;
 }
@@ -335,8 +392,7 @@ static int read_upstream(struct net_reader *r, const json_t *o)
 	n->upstream_host = host_of(n->upstream);
 	if ((v = json_object_get(o, "set_headers")) && (ret = read_set_headers(r, v)))
 		return ret;
-	if ((v = json_object_get(o, "allow_paths")) &&
-	    (ret = read_strings(r, "allow_paths", v, &n->allow_paths, true)))
+	if ((v = json_object_get(o, "allow_paths")) && (ret = read_allow_paths(r, v)))
 		return ret;
 	if ((v = json_object_get(o, "upstream_ca"))) {
 		if (!is_plain_string(v) || json_string_value(v)[0] != '/')
@@ -354,7 +410,7 @@ static int read_connect(struct net_reader *r, const json_t *o)
 	int ret;
 
 	r->n->mode = PROV_NET_CONNECT;
-	if ((ret = read_strings(r, "allow_hosts", v, &r->n->allow_hosts, false)))
+	if ((ret = read_strings(r, "allow_hosts", v, &r->n->allow_hosts)))
 		return ret;
 	if (!r->n->allow_hosts.n)
 		return bad(r, ".allow_hosts: must list at least one \"host:port\"");
@@ -428,12 +484,37 @@ static int set_default(struct net_reader *r, const struct prov_provider *pv,
 				  "%s.env.%s: taken as the network's upstream (%s); move it to "
 				  "network.upstream",
 				  r->where, pv->ops->base_url_env, url);
-	} else {
-		for (size_t j = 0; d->allow_paths && d->allow_paths[j]; j++)
-			strv_push(&r->n->allow_paths, d->allow_paths[j]);
 	}
 	r->n->upstream = xstrdup(url);
 	r->n->upstream_host = host_of(url);
+	return 0;
+}
+
+/* What upstream mode allows when allow_paths is not given: a CLI type's requests; for a
+ * command that holds its own credential (no set_headers) any request, since the worker
+ * adds nothing a path could spend; a secretless command must list its own. Bodies are
+ * checked for the CLI types (EGR_CHECK_BODY), whose calls are all model calls. */
+static int upstream_rules(struct net_reader *r, const struct net_default *d, bool command)
+{
+	struct prov_network *n = r->n;
+
+	n->check_body = d != NULL;
+	n->check_model = d && d->model_is_argv;
+	if (n->allow_paths.n)
+		return 0;
+	if (d) {
+		for (size_t j = 0; d->allow_paths[j]; j++)
+			strv_push(&n->allow_paths, d->allow_paths[j]);
+		return 0;
+	}
+	/* config.json's overrides are checked before the type is known: the load says. */
+	if (!command)
+		return 0;
+	if (prov_net_secretless(n))
+		return bad(r, ".allow_paths: a command in upstream mode with set_headers must "
+			      "list the requests it may make (\"METHOD /path\"): the worker's "
+			      "credential goes out on each");
+	n->any_path = true;
 	return 0;
 }
 
@@ -450,6 +531,7 @@ static int check_route(struct net_reader *r)
 		.n_set_headers = n->hdr_names.n,
 		.allow_paths = n->allow_paths.n ? (const char *const *)n->allow_paths.v : NULL,
 		.ca_file = n->ca_file,
+		.flags = (n->any_path ? EGR_ANY_PATH : 0) | (n->check_body ? EGR_CHECK_BODY : 0),
 	};
 	const char *why = NULL;
 	int ret = 0;
@@ -522,10 +604,32 @@ int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, 
 			      "({\"upstream\": …} or {\"allow_hosts\": […]})");
 	}
 	if (!ret && pv->net.mode == PROV_NET_UPSTREAM)
+		ret = upstream_rules(&r, d, command);
+	if (!ret && pv->net.mode == PROV_NET_UPSTREAM)
 		ret = check_route(&r);
 	if (!ret && !strict)
 		warn_overrides(pv, v, where);
 	return ret;
+}
+
+void prov_net_models(const struct prov_provider *pv, const char *id, struct strv *out)
+{
+	const struct net_default *d = default_for(pv->type);
+	size_t len = strlen(id);
+
+	if (!pv->net.check_model || !d)
+		return;
+	/* "claude-sonnet-4-6[1m]": the CLI sends the id without the bracket. */
+	if (len && id[len - 1] == ']' && strchr(id, '['))
+		len = (size_t)(strchr(id, '[') - id);
+	strv_push_take(out, xstrndup(id, len));
+	for (size_t i = 0; d->aliases && d->aliases[i]; i++)
+		if (strlen(d->aliases[i]) == len && !memcmp(d->aliases[i], id, len)) {
+			struct buf b = BUF_INIT;
+
+			buf_addf(&b, "claude-%s-*", d->aliases[i]);
+			strv_push_take(out, buf_detach(&b, NULL));
+		}
 }
 
 void prov_net_release(struct prov_network *n)

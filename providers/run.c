@@ -101,6 +101,7 @@ struct net_run {
 	struct egr_header *hdrs;
 	struct buf *values; /* the credentials read for this run: wiped once egr copied them */
 	size_t n;
+	struct strv models; /* route.models */
 	uint64_t deadline_ms;
 	struct egr_forwarder *fwd;
 };
@@ -114,6 +115,8 @@ static void net_wipe(struct net_run *nr)
 	}
 	free(nr->values);
 	free(nr->hdrs);
+	strv_release(&nr->models);
+	nr->route.models = NULL;
 	nr->values = NULL;
 	nr->hdrs = NULL;
 	nr->n = 0;
@@ -343,6 +346,39 @@ static void estimate_usage(struct run_ctx *rc, const struct sbx_result *res)
 	u->estimated = true;
 }
 
+/* What the upstream itself reported through the forwarder beats a smaller report of the
+ * CLI's (issue 22): a run that called the API past its CLI, or a CLI that under-reports,
+ * is billed for what the upstream counted. Read before the outcome is handed on, while the
+ * forwarder still runs: every answer the CLI read had gone through its count first. */
+static void net_usage(struct run_ctx *rc)
+{
+	struct prov_usage *u = &rc->out->usage;
+	struct egr_usage e;
+
+	if (!rc->net.fwd)
+		return;
+	egr_usage_get(rc->net.fwd, &e);
+	if (!e.answers ||
+	    (e.input_tokens <= u->prompt_tokens && e.output_tokens <= u->completion_tokens))
+		return;
+	if (u->present)
+		log_warnx(rc->req->request_id,
+			  "provider %s: the upstream counted %lld input and %lld output tokens in "
+			  "%llu answers, the CLI reported %lld and %lld: the larger are billed",
+			  rc->req->model->provider->name, (long long)e.input_tokens,
+			  (long long)e.output_tokens, (unsigned long long)e.answers,
+			  (long long)u->prompt_tokens, (long long)u->completion_tokens);
+	if (e.input_tokens > u->prompt_tokens)
+		u->prompt_tokens = e.input_tokens;
+	if (e.output_tokens > u->completion_tokens)
+		u->completion_tokens = e.output_tokens;
+	if (e.cached_tokens > u->cached_tokens)
+		u->cached_tokens = e.cached_tokens;
+	u->total_tokens = u->prompt_tokens + u->completion_tokens;
+	u->present = true;
+	u->partial = false;
+}
+
 /* Everything known about the run: turn it into the outcome, once. */
 static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 {
@@ -365,6 +401,7 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 			out->status = status_for_upstream(rc->upstream_status);
 	}
 	estimate_usage(rc, res);
+	net_usage(rc);
 	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
 		log_warnx(rc->req->request_id,
 			  "provider %s: %s (%s, exit %d, upstream %d, %zu bytes "
@@ -508,6 +545,11 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 	nr->route.upstream = n->upstream;
 	nr->route.ca_file = n->ca_file;
 	nr->route.allow_paths = n->allow_paths.n ? (const char *const *)n->allow_paths.v : NULL;
+	nr->route.flags = (n->any_path ? EGR_ANY_PATH : 0) | (n->check_body ? EGR_CHECK_BODY : 0);
+	/* The run's own model only: a secretless run must not spend on another one. */
+	strv_init(&nr->models);
+	prov_net_models(pv, req->model->id, &nr->models);
+	nr->route.models = nr->models.n ? (const char *const *)nr->models.v : NULL;
 	nr->route.drop_headers = n->hdr_names.n ? NULL : drop_nothing;
 	nr->n = n->hdr_names.n;
 	nr->hdrs = xcalloc(nr->n + 1, sizeof(*nr->hdrs));

@@ -379,7 +379,8 @@ int main(int argc, char **argv)
 		struct egr_route ru = { .mode = EGR_MODE_UPSTREAM,
 					.upstream = url,
 					.set_headers = set,
-					.n_set_headers = 1 },
+					.n_set_headers = 1,
+					.flags = EGR_ANY_PATH },
 				 rc = { .mode = EGR_MODE_CONNECT,
 					.allow_hosts = hosts,
 					.flags = EGR_ALLOW_LOCAL_TARGETS };

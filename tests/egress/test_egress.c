@@ -270,7 +270,8 @@ static struct egr_route plain_route(void)
 {
 	return (struct egr_route){ .mode = EGR_MODE_UPSTREAM,
 				   .request_id = "test-egress",
-				   .upstream = upstream_url };
+				   .upstream = upstream_url,
+				   .flags = EGR_ANY_PATH };
 }
 
 /* ---- upstream mode --------------------------------------------------------------------- */
@@ -441,9 +442,30 @@ static void check_status(uint16_t port, const char *path, int want)
 	resp_release(&resp);
 }
 
+static void check_method(uint16_t port, const char *method, const char *path, int want)
+{
+	struct tc_resp resp;
+	char req[512];
+
+	snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", method,
+		 path);
+	CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+	if (resp.status != want)
+		fprintf(stderr, "\n  %s %s: %d, wanted %d ", method, path, resp.status, want);
+	CU_ASSERT_EQUAL(resp.status, want);
+	if (want >= 400)
+		CU_ASSERT_PTR_NOT_NULL(
+			strstr(resp.body.data, "{\"type\":\"error\",\"error\":{\"type\":"));
+	resp_release(&resp);
+}
+
+/* Exact paths with their methods (issue 22): "/v1/messages" let every path below it and
+ * every method through; now a sibling API, another method, TRACE and CONNECT are refused
+ * before anything reaches the upstream. */
 static void test_allow_paths(void)
 {
-	const char *const allow[] = { "/v1/messages", "/v1/models/", NULL };
+	const char *const allow[] = { "GET /v1/messages", "POST /v1/messages", "GET /v1/models/*",
+				      NULL };
 	struct egr_route r = plain_route();
 	struct egr_stats st;
 	unsigned before = tu_requests(up_plain);
@@ -451,17 +473,31 @@ static void test_allow_paths(void)
 	struct egr_forwarder *f;
 
 	r.allow_paths = allow;
+	r.flags = 0;
 	f = fwd(&r, NULL, &port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
 	check_status(port, "/v1/messages", 200);
 	check_status(port, "/v1/messages?beta=true", 200);
-	check_status(port, "/v1/messages/count_tokens", 200);
+	check_method(port, "POST", "/v1/messages?beta=true", 200);
 	check_status(port, "/v1/models/claude", 200);
-	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 4);
+	check_status(port, "/v1/models/a/b", 200);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 5);
+	/* Below an exact path: another API (the batches of the whole workspace). */
+	check_status(port, "/v1/messages/batches", 403);
+	check_status(port, "/v1/messages/count_tokens", 403);
+	check_method(port, "POST", "/v1/messages/batches", 403);
 	check_status(port, "/v1/messagesX", 403);
 	check_status(port, "/v1/models", 403);
 	check_status(port, "/admin", 403);
 	check_status(port, "/", 403);
+	/* A listed path with a method it is not listed for. */
+	check_method(port, "DELETE", "/v1/messages", 405);
+	check_method(port, "PUT", "/v1/messages", 405);
+	check_method(port, "post", "/v1/messages", 405);
+	check_method(port, "POST", "/v1/models/x", 405);
+	/* Never, listed or not: TRACE reflects the request, credential included. */
+	check_method(port, "TRACE", "/v1/messages", 405);
+	check_method(port, "TRACK", "/v1/messages", 405);
 	check_status(port, "/v1/messages/../../admin", 400);
 	check_status(port, "/v1/messages/%2e%2e/admin", 400);
 	check_status(port, "/v1/messages%2f..%2fadmin", 400);
@@ -470,9 +506,325 @@ static void test_allow_paths(void)
 	check_status(port, "/v1/messages;/../admin", 400);
 	check_status(port, "http://evil.example/v1/messages", 400);
 	/* Nothing refused reached the upstream. */
-	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 4);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 5);
 	egr_stop(f, &st);
-	CU_ASSERT_EQUAL(st.refused, 11);
+	CU_ASSERT_EQUAL(st.refused, 20);
+	/* With no list, nothing at all; with EGR_ANY_PATH, still never TRACE. */
+	r.allow_paths = NULL;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	check_status(port, "/v1/messages", 403);
+	egr_stop(f, NULL);
+	r.flags = EGR_ANY_PATH;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	check_method(port, "DELETE", "/anything", 200);
+	check_method(port, "TRACE", "/anything", 405);
+	check_method(port, "TRACK", "/anything", 405);
+	egr_stop(f, NULL);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 6);
+}
+
+/* Headers that would make a server or a proxy on the way act on another method, URL or
+ * client than the one checked never leave (issue 22). */
+static void test_override_headers(void)
+{
+	static const char *const gone[] = {
+		"x-http-method-override",
+		"x-http-method",
+		"x-method-override",
+		"x-original-url",
+		"x-rewrite-url",
+		"x-forwarded-for",
+		"x-forwarded-host",
+		"forwarded",
+		"proxy-foo",
+		"x-real-ip",
+		"keep-alive",
+		"\r\nte:",
+		"trailer",
+		"upgrade",
+		"x-hop",
+		"gzip",
+	};
+	const char *const allow[] = { "POST /v1/messages", NULL };
+	struct egr_route r = plain_route();
+	struct tc_resp resp;
+	struct buf head = BUF_INIT;
+	uint16_t port;
+	struct egr_forwarder *f;
+
+	r.allow_paths = allow;
+	r.flags = 0;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(
+		one_request(port,
+			    "POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+			    "X-HTTP-Method-Override: DELETE\r\nX-HTTP-Method: DELETE\r\n"
+			    "X-Method-Override: DELETE\r\nX-Original-URL: /v1/files\r\n"
+			    "X-Rewrite-URL: /v1/files\r\nX-Forwarded-For: 10.0.0.1\r\n"
+			    "X-Forwarded-Host: evil.example\r\nForwarded: for=10.0.0.1\r\n"
+			    "Proxy-Foo: 1\r\nX-Real-IP: 10.0.0.1\r\nKeep-Alive: timeout=5\r\n"
+			    "TE: trailers\r\nTrailer: X-T\r\nUpgrade: h2c\r\n"
+			    "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+			    "Accept-Encoding: gzip\r\nX-Kept: yes\r\n"
+			    "Content-Length: 2\r\n\r\n{}",
+			    &resp),
+		0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	tu_last(up_plain, &head, NULL);
+	for (size_t i = 0; i < ARRAY_SIZE(gone); i++) {
+		if (strcasestr(head.data, gone[i]))
+			fprintf(stderr, "\n  %s reached the upstream ", gone[i]);
+		CU_ASSERT_PTR_NULL(strcasestr(head.data, gone[i]));
+	}
+	CU_ASSERT_PTR_NOT_NULL(strcasestr(head.data, "x-kept: yes\r\n"));
+	/* The answer must be readable for its usage: never compressed. */
+	CU_ASSERT_PTR_NOT_NULL(strcasestr(head.data, "accept-encoding: identity\r\n"));
+	resp_release(&resp);
+	buf_release(&head);
+	egr_stop(f, NULL);
+}
+
+/* One POST of body to port; the status. */
+static int post_json(uint16_t port, const char *path, const char *extra, const char *body)
+{
+	struct tc_resp resp;
+	struct buf req = BUF_INIT;
+	int status;
+
+	buf_addf(&req,
+		 "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+		 "Content-Length: %zu\r\n\r\n%s",
+		 path, extra, strlen(body), body);
+	status = one_request(port, req.data, &resp) ? -1 : resp.status;
+	if (status >= 400)
+		CU_ASSERT_PTR_NOT_NULL(
+			strstr(resp.body.data, "{\"type\":\"error\",\"error\":{\"type\":"));
+	resp_release(&resp);
+	buf_release(&req);
+	return status;
+}
+
+/* EGR_CHECK_BODY (issue 22): from a secretless run, a body with another model, a
+ * background or stored response, or no JSON object at all is refused; the upstream never
+ * gets it whole (the test upstream counts only requests it read to the end). */
+static void test_body_check(void)
+{
+	static const struct {
+		const char *body;
+		int want;
+	} cases[] = {
+		{ "{\"model\":\"claude-run\",\"max_tokens\":5,\"messages\":[]}", 200 },
+		{ " {\"stream\":true, \"model\" : \"claude-run\", \"store\":false, "
+		  "\"background\":null}\n",
+		  200 },
+		{ "{\"model\":\"claude-haiku-9-1\",\"x\":{\"model\":\"claude-run\"}}", 200 },
+		{ "{\"model\":\"claude-other\",\"messages\":[]}", 403 },
+		{ "{\"x\":{\"model\":\"claude-run\"},\"model\":\"gpt-5\"}", 403 },
+		{ "{\"model\":\"claude-run\",\"model\":\"claude-other\"}", 403 },
+		{ "{\"Model\":\"claude-other\",\"model\":\"claude-run\"}", 403 },
+		{ "{\"mo\\u0064el\":\"claude-other\",\"model\":\"claude-run\"}", 400 },
+		{ "{\"model\":5}", 403 },
+		{ "{\"messages\":[]}", 403 },
+		{ "{\"model\":\"claude-run\",\"background\":true}", 403 },
+		{ "{\"model\":\"claude-run\",\"store\":true}", 403 },
+		{ "{\"model\":\"claude-run\",\"previous_response_id\":\"resp_1\"}", 403 },
+		{ "{\"model\":\"claude-run\",\"conversation\":\"conv_1\"}", 403 },
+		{ "{\"model\":\"claude-run\",\"prompt\":{\"id\":\"pmpt_1\"}}", 403 },
+		{ "{\"model\":\"claude-run\",\"prompt\":\"a text prompt\"}", 200 },
+		{ "[{\"model\":\"claude-run\"}]", 400 },
+		{ "{\"model\":\"claude-run\"} {\"model\":\"x\"}", 400 },
+		{ "{\"model\":\"claude-run\",}", 400 },
+		{ "{\"model\":\"claude-run\" /* c */}", 400 },
+		{ "{'model':'claude-run'}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":NaN}", 400 },
+		{ "{\"model\":\"claude-run\"", 400 },
+		{ "model=claude-run", 400 },
+	};
+	const char *const allow[] = { "POST /v1/messages", NULL };
+	const char *const models[] = { "claude-run", "claude-haiku-*", NULL };
+	struct egr_route r = plain_route();
+	struct buf big = BUF_INIT;
+	struct tc_resp resp;
+	struct tc t;
+	uint16_t port;
+	struct egr_forwarder *f;
+	unsigned before;
+
+	r.allow_paths = allow;
+	r.models = models;
+	r.flags = EGR_CHECK_BODY;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		int st;
+
+		before = tu_requests(up_plain);
+		st = post_json(port, "/v1/messages", "", cases[i].body);
+		if (st != cases[i].want)
+			fprintf(stderr, "\n  body %zu: %d, wanted %d ", i, st, cases[i].want);
+		CU_ASSERT_EQUAL(st, cases[i].want);
+		CU_ASSERT_EQUAL(tu_requests(up_plain), before + (cases[i].want == 200));
+	}
+	/* A compressed body could hold anything. */
+	before = tu_requests(up_plain);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "Content-Encoding: gzip\r\n",
+				  "{\"model\":\"claude-run\"}"),
+			415);
+	/* A large body streams through checked; the refusal comes at its very end. */
+	buf_adds(&big, "{\"messages\":[");
+	for (int i = 0; i < 20000; i++)
+		buf_addf(&big, "%s{\"role\":\"user\",\"content\":\"%d\"}", i ? "," : "", i);
+	buf_adds(&big, "],\"model\":\"claude-run\"}");
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", big.data), 200);
+	big.data[big.len - 3] = 'X';
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", big.data), 403);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 1);
+	/* Chunked: the other model in the second chunk, the background in the last. */
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&t, "POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+				    "Transfer-Encoding: chunked\r\n\r\n"
+				    "a\r\n{\"model\":\"\r\n"
+				    "d\r\nclaude-other\"\r\n1\r\n}\r\n0\r\n\r\n"),
+			0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "not the run's model"));
+	resp_release(&resp);
+	tc_close(&t);
+	CU_ASSERT_EQUAL_FATAL(tc_open(&t, port), 0);
+	CU_ASSERT_EQUAL(tc_send(&t, "POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+				    "Transfer-Encoding: chunked\r\n\r\n"
+				    "16\r\n{\"model\":\"claude-run\",\r\n"
+				    "12\r\n\"background\":true}\r\n0\r\n\r\n"),
+			0);
+	CU_ASSERT_EQUAL(tc_response(&t, &resp, false), 0);
+	CU_ASSERT_EQUAL(resp.status, 403);
+	CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "background"));
+	resp_release(&resp);
+	tc_close(&t);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 1);
+	buf_release(&big);
+	egr_stop(f, NULL);
+}
+
+/* The answers of three APIs, as SSE and JSON, through /reflect (the request's body is the
+ * answer). A string that looks like a usage object in the text is not one. */
+#define ANTHROPIC_SSE                                                                              \
+	"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\","     \
+	"\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\r\n"  \
+	"\r\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":"       \
+	"{\"type\":\"text_delta\",\"text\":\"\\\"usage\\\":{\\\"input_tokens\\\":999}\"}}\n\n"     \
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":6}}" \
+	"\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+#define RESPONSES_SSE                                                                             \
+	"event: response.created\ndata: "                                                         \
+	"{\"type\":\"response.created\",\"response\":{\"id\":\"r\","                              \
+	"\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\","  \
+	"\"response\":{\"id\":\"r\",\"output\":[{\"content\":[{\"text\":\"hi\"}]}],\"usage\":{"   \
+	"\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":4},\"output_tokens\":7," \
+	"\"total_tokens\":27}}}\n\n"
+#define CHAT_JSON                                                                           \
+	"{\"object\":\"chat.completion\",\"choices\":[{\"message\":{\"content\":\"hi\"}}]," \
+	"\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}"
+
+static void reflect(uint16_t port, const char *path, const char *answer)
+{
+	struct tc_resp resp;
+	struct buf req = BUF_INIT;
+
+	buf_addf(&req, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", path,
+		 strlen(answer), answer);
+	CU_ASSERT_EQUAL(one_request(port, req.data, &resp), 0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	/* Passed on unchanged. */
+	CU_ASSERT_EQUAL(resp.body.len, strlen(answer));
+	CU_ASSERT(resp.body.len == strlen(answer) &&
+		  !memcmp(resp.body.data, answer, resp.body.len));
+	resp_release(&resp);
+	buf_release(&req);
+}
+
+/* Every answer's usage is counted as it goes by (issue 22): the ledger no longer depends
+ * on the run's CLI reporting what the run spent. */
+static void test_usage(void)
+{
+	struct egr_route r = plain_route();
+	struct egr_usage mid;
+	struct egr_stats st;
+	uint16_t port;
+	struct egr_forwarder *f = fwd(&r, NULL, &port);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	/* In pieces of 7 bytes: the events are split anywhere. */
+	reflect(port, "/reflect?sse=1&piece=7", ANTHROPIC_SSE);
+	egr_usage_get(f, &mid);
+	CU_ASSERT_EQUAL(mid.answers, 1);
+	CU_ASSERT_EQUAL(mid.input_tokens, 15);
+	CU_ASSERT_EQUAL(mid.output_tokens, 6);
+	CU_ASSERT_EQUAL(mid.cached_tokens, 5);
+	reflect(port, "/reflect?sse=1", RESPONSES_SSE);
+	reflect(port, "/reflect?piece=5", CHAT_JSON);
+	/* Not JSON, or no usage: nothing. */
+	reflect(port, "/reflect?sse=1", "data: [DONE]\n\ndata: {\"usage\":\n\n");
+	reflect(port, "/reflect", "{\"usage\":\"many\"}");
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.usage.answers, 3);
+	CU_ASSERT_EQUAL(st.usage.input_tokens, 15 + 20 + 3);
+	CU_ASSERT_EQUAL(st.usage.output_tokens, 6 + 7 + 2);
+	CU_ASSERT_EQUAL(st.usage.cached_tokens, 5 + 4);
+}
+
+/* A reflecting upstream (issue 22: the injected key came back into the run): the headers
+ * that hold the credential are dropped, and every copy in a body is masked, also when a
+ * copy is split between two pieces of the answer. */
+static void test_echo(void)
+{
+	const char *key = "sk-ant-api03-REALabcdef0123456789";
+	const struct egr_header set[] = { { "x-api-key", key },
+					  { "authorization",
+					    "Bearer sk-proj-REAL9876543210fedcba" },
+					  { "anthropic-version", "2023-06-01" } };
+	struct egr_route r = plain_route();
+	struct tc_resp resp;
+	uint16_t port;
+	struct egr_forwarder *f;
+
+	r.set_headers = set;
+	r.n_set_headers = ARRAY_SIZE(set);
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (int piece = 0; piece <= 7; piece += 7) {
+		char req[128];
+
+		snprintf(req, sizeof(req), "GET /echo%s HTTP/1.1\r\nHost: x\r\n\r\n",
+			 piece ? "?piece=7" : "");
+		CU_ASSERT_EQUAL(one_request(port, req, &resp), 0);
+		CU_ASSERT_EQUAL(resp.status, 200);
+		CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "method=GET"));
+		CU_ASSERT_PTR_NULL(strstr(resp.body.data, "REAL"));
+		CU_ASSERT_PTR_NOT_NULL(
+			strstr(resp.body.data, "x-api-key: *********************************\r\n"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "authorization: Bearer "
+							      "****************************\r\n"));
+		/* A short value is no secret: left alone. */
+		CU_ASSERT_PTR_NOT_NULL(strstr(resp.body.data, "anthropic-version: 2023-06-01"));
+		resp_release(&resp);
+	}
+	/* An answer header that echoes it is dropped. */
+	CU_ASSERT_EQUAL(one_request(port,
+				    "POST /reflect HTTP/1.1\r\nHost: x\r\n"
+				    "Content-Length: 2\r\n\r\n{}",
+				    &resp),
+			0);
+	CU_ASSERT_EQUAL(resp.status, 200);
+	CU_ASSERT_PTR_NULL(strstr(resp.head.data, "REAL"));
+	CU_ASSERT_PTR_NULL(strcasestr(resp.head.data, "x-echo"));
+	CU_ASSERT_STRING_EQUAL(resp.body.data, "{}");
+	resp_release(&resp);
+	egr_stop(f, NULL);
 }
 
 static void test_body_cap(void)
@@ -694,7 +1046,9 @@ static void test_concurrent(void)
 
 static void test_https(void)
 {
-	struct egr_route r = { .mode = EGR_MODE_UPSTREAM, .upstream = upstream_tls_url };
+	struct egr_route r = { .mode = EGR_MODE_UPSTREAM,
+			       .upstream = upstream_tls_url,
+			       .flags = EGR_ANY_PATH };
 	struct tc_resp resp;
 	uint16_t port;
 	struct egr_forwarder *f;
@@ -725,7 +1079,7 @@ static void test_https(void)
 
 static void test_unreachable(void)
 {
-	struct egr_route r = { .mode = EGR_MODE_UPSTREAM };
+	struct egr_route r = { .mode = EGR_MODE_UPSTREAM, .flags = EGR_ANY_PATH };
 	struct egr_stats st;
 	struct tc_resp resp;
 	char url[64];
@@ -1041,7 +1395,12 @@ static void test_route_check(void)
 		   *no_port[] = { "api.example.com", NULL }, *bad_port[] = { "a.example:0", NULL },
 		   *v6[] = { "[::1]:443", NULL }, *ok_hosts[] = { "api.example.com:443", NULL },
 		   *any_ip[] = { "0.0.0.0:443", NULL }, *v6_no_port[] = { "[::1]", NULL },
-		   *bad_path[] = { "/v1/../admin", NULL }, *ok_path[] = { "/v1/messages", NULL };
+		   *bad_path[] = { "POST /v1/../admin", NULL },
+		   *ok_path[] = { "POST /v1/messages", "GET /v1/models/*", NULL },
+		   *no_method[] = { "/v1/messages", NULL }, *trace[] = { "TRACE /v1/x", NULL },
+		   *connect[] = { "CONNECT /v1/x", NULL }, *mid_star[] = { "GET /v1/*/x", NULL },
+		   *query[] = { "POST /v1/messages?beta=true", NULL },
+		   *empty_model[] = { "", NULL };
 	/* A port is digits only (found by fuzz_egress). */
 	const char *signed_port[] = { "a.example:+443", NULL };
 	const struct egr_header crlf[] = { { "x-api-key", "a\r\nx-evil: 1" } },
@@ -1074,6 +1433,16 @@ static void test_route_check(void)
 		{ { .mode = EGR_MODE_UPSTREAM,
 		    .upstream = "https://a.example",
 		    .allow_paths = bad_path },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .allow_paths = no_method },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .allow_paths = trace }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .allow_paths = connect },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .allow_paths = mid_star },
+		  0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .allow_paths = query }, 0 },
+		{ { .mode = EGR_MODE_UPSTREAM, .upstream = "https://a", .models = empty_model },
 		  0 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = ok_hosts }, 1 },
 		{ { .mode = EGR_MODE_CONNECT, .allow_hosts = NULL }, 0 },
@@ -1138,7 +1507,7 @@ static void logged_request(void *arg)
 static void test_no_secrets_logged(void)
 {
 	const struct egr_header set[] = { { "x-api-key", "sk-real-SECRET" } };
-	const char *const allow[] = { "/v1/", NULL };
+	const char *const allow[] = { "POST /v1/messages", NULL };
 	struct egr_route r = plain_route();
 	struct buf log = BUF_INIT;
 	char path[300];
@@ -1147,6 +1516,7 @@ static void test_no_secrets_logged(void)
 	r.set_headers = set;
 	r.n_set_headers = 1;
 	r.allow_paths = allow;
+	r.flags = 0;
 	l.f = fwd(&r, NULL, &l.port);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(l.f);
 	snprintf(path, sizeof(path), "%s/log", tmpdir);
@@ -1201,6 +1571,10 @@ int main(void)
 		{ "request bodies: length, chunked, 100-continue", test_request_bodies },
 		{ "placeholder dropped, credential set", test_credentials },
 		{ "allowed paths", test_allow_paths },
+		{ "overriding and hop-by-hop headers dropped", test_override_headers },
+		{ "request bodies checked", test_body_check },
+		{ "usage counted from the answers", test_usage },
+		{ "the credential never echoed back", test_echo },
 		{ "body cap", test_body_cap },
 		{ "keep-alive and pipelining", test_keep_alive },
 		{ "streaming keeps the upstream's timing", test_streaming },

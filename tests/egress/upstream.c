@@ -174,8 +174,8 @@ static void sleep_ms(long ms)
 		;
 }
 
-/* Read one request body (discarded): its length, or -1. */
-static int64_t read_body(struct tu_conn *c, const char *head)
+/* Read one request body (kept in keep, up to 1 MiB): its length, or -1. */
+static int64_t read_body(struct tu_conn *c, const char *head, struct buf *keep)
 {
 	char v[64];
 	int64_t total = 0;
@@ -201,6 +201,8 @@ static int64_t read_body(struct tu_conn *c, const char *head)
 				total = -1;
 				break;
 			}
+			if (keep->len + size <= (1 << 20))
+				buf_add(keep, c->in.data, size);
 			buf_consume(&c->in, size + 2);
 			total += (int64_t)size;
 		}
@@ -216,6 +218,8 @@ static int64_t read_body(struct tu_conn *c, const char *head)
 			if (need(c, 1))
 				return -1;
 			take = c->in.len < n ? c->in.len : (size_t)n;
+			if (keep->len + take <= (1 << 20))
+				buf_add(keep, c->in.data, take);
 			buf_consume(&c->in, take);
 			n -= take;
 			total += (int64_t)take;
@@ -224,9 +228,41 @@ static int64_t read_body(struct tu_conn *c, const char *head)
 	return total;
 }
 
-static int respond(struct tu_conn *c, const char *method, const char *path, const char *head,
-		   int64_t body, bool *close_after)
+/* body as a chunked answer, in pieces of piece bytes (0: one) a few ms apart. */
+static int write_pieces(struct tu_conn *c, const char *body, size_t len, long piece)
 {
+	size_t step = piece > 0 ? (size_t)piece : len;
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step;
+
+		if (off)
+			sleep_ms(2);
+		if (io_printf(c, "%zx\r\n", n) || io_write(c, body + off, n) ||
+		    io_write(c, "\r\n", 2))
+			return -1;
+	}
+	return io_write(c, "0\r\n\r\n", 5);
+}
+
+static int respond(struct tu_conn *c, const char *method, const char *path, const char *head,
+		   int64_t body, const struct buf *kept, bool *close_after)
+{
+	if (!strncmp(path, "/reflect", 8)) {
+		char v[512];
+		bool sse = query_num(path, "sse", 0);
+
+		/* The request's own x-api-key, echoed in a header of the answer. */
+		if (io_printf(c,
+			      "HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%s%s%s"
+			      "Transfer-Encoding: chunked\r\n\r\n",
+			      sse ? "text/event-stream" : "application/json",
+			      header(head, "x-api-key", v, sizeof(v)) ? "X-Echo: key=" : "",
+			      header(head, "x-api-key", v, sizeof(v)) ? v : "",
+			      header(head, "x-api-key", v, sizeof(v)) ? "\r\n" : ""))
+			return -1;
+		return write_pieces(c, kept->data, kept->len, query_num(path, "piece", 0));
+	}
 	if (!strncmp(path, "/stream", 7)) {
 		long n = query_num(path, "n", 3), gap = query_num(path, "gap", 100);
 		bool close = query_num(path, "close", 0);
@@ -295,6 +331,13 @@ static int respond(struct tu_conn *c, const char *method, const char *path, cons
 
 		buf_addf(&b, "method=%s\npath=%s\nbody=%lld\n%s", method, path, (long long)body,
 			 head);
+		if (query_num(path, "piece", 0)) {
+			ret = io_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+					   "Transfer-Encoding: chunked\r\n\r\n") ||
+			      write_pieces(c, b.data, b.len, query_num(path, "piece", 0));
+			buf_release(&b);
+			return ret;
+		}
 		ret = io_printf(c,
 				"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
 				"%zu\r\n\r\n",
@@ -309,7 +352,7 @@ static int respond(struct tu_conn *c, const char *method, const char *path, cons
 static void *conn_main(void *arg)
 {
 	struct tu_conn *c = arg;
-	struct buf head = BUF_INIT;
+	struct buf head = BUF_INIT, kept = BUF_INIT;
 	int one = 1;
 
 	(void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -333,7 +376,8 @@ static void *conn_main(void *arg)
 		buf_consume(&c->in, (size_t)(e - c->in.data) + 4);
 		if (sscanf(head.data, "%15s %2047s", method, path) != 2)
 			goto out;
-		body = read_body(c, head.data);
+		buf_reset(&kept);
+		body = read_body(c, head.data, &kept);
 		if (body < 0)
 			goto out;
 		pthread_mutex_lock(&c->s->lock);
@@ -342,7 +386,7 @@ static void *conn_main(void *arg)
 		buf_add(&c->s->last_head, head.data, head.len);
 		c->s->last_body = (uint64_t)body;
 		pthread_mutex_unlock(&c->s->lock);
-		if (respond(c, method, path, head.data, body, &close_after) || close_after)
+		if (respond(c, method, path, head.data, body, &kept, &close_after) || close_after)
 			goto out;
 		if (header(head.data, "connection", v, sizeof(v)) && !strcasecmp(v, "close"))
 			goto out;
@@ -355,6 +399,7 @@ out:
 	}
 	shutdown(c->fd, SHUT_RDWR);
 	buf_release(&head);
+	buf_release(&kept);
 	c->done = true;
 	return NULL;
 }

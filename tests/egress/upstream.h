@@ -10,8 +10,13 @@
  *  /big?bytes=N                  N bytes with a Content-Length
  *  /status/NNN                   status NNN with a small JSON body
  *  /hang                         nothing, ever (until tu_stop)
+ *  /reflect?sse=0|1&piece=N      the request's body as the answer, chunked in pieces of N
+ *                                bytes a few ms apart (0: one), as text/event-stream or
+ *                                application/json; the request's x-api-key is echoed in a
+ *                                header "X-Echo: key=<value>" (a reflecting upstream)
  *  anything else                 200, Content-Length, the body "method=M\npath=P\nbody=LEN\n"
- *                                followed by the request head as received */
+ *                                followed by the request head as received (with ?piece=N:
+ *                                chunked instead, in pieces of N bytes) */
 #ifndef OLP_TESTS_EGRESS_UPSTREAM_H
 #define OLP_TESTS_EGRESS_UPSTREAM_H
 

@@ -15,8 +15,8 @@
  *  - a path called canonical gives no other path however an upstream normalises it:
  *    percent-decoded, it still has no "." or ".." segment, no empty segment but a last
  *    one, no backslash, ';' or NUL, and decoding adds no '/';
- *  - an allowed path starts with an allow entry, at a segment boundary when the entry
- *    does not end in '/';
+ *  - an allowed request is an entry's method and exactly its path, or a path under a
+ *    prefix entry's; a path listed for other methods only gets 405, any other 403;
  *  - an authority that egr_host_port_valid() calls a name and not an IP is one libc
  *    cannot read as an address (a raw IP must never pass as a listed name), and its port
  *    is 1-65535 in plain digits.
@@ -112,7 +112,11 @@ static bool stays_itself(const char *path, size_t len)
 
 static void check_path(const char *path, size_t len)
 {
-	static char *const allow[] = { "/v1/messages", "/v1/models/", "/api", NULL };
+	static const struct egr_allow allow[] = {
+		{ .method = "POST", .path = "/v1/messages", .len = 12 },
+		{ .method = "GET", .path = "/v1/models/", .len = 11, .prefix = true },
+		{ .method = "POST", .path = "/api", .len = 4 },
+	};
 	char *dec;
 	size_t dlen;
 	bool canon = egr_path_canonical(path, len);
@@ -128,19 +132,22 @@ static void check_path(const char *path, size_t len)
 	}
 	if (!len || path[0] != '/')
 		return;
-	if (egr_path_allowed(allow, path, len)) {
-		bool ok = false;
+	{
+		int st = egr_allow_match(allow, ARRAY_SIZE(allow), "POST", path, len);
+		bool exact = false, under = false;
 
-		for (size_t i = 0; allow[i]; i++) {
-			size_t el = strlen(allow[i]);
-
-			if (len < el || memcmp(path, allow[i], el))
-				continue;
-			ok |= allow[i][el - 1] == '/' || len == el || path[el] == '/';
+		for (size_t i = 0; i < ARRAY_SIZE(allow); i++) {
+			exact |= !allow[i].prefix && len == allow[i].len &&
+				 !memcmp(path, allow[i].path, len);
+			under |= allow[i].prefix && len >= allow[i].len &&
+				 !memcmp(path, allow[i].path, allow[i].len);
 		}
-		CHECK(ok);
+		/* POST is allowed exactly on "/v1/messages" and "/api"; any other path that
+		 * is listed at all is listed for GET only (405); the rest is 403. */
+		CHECK(st == 0 || st == 403 || st == 405);
+		CHECK((st == 0) == exact);
+		CHECK((st == 405) == (under && !exact));
 	}
-	CHECK(egr_path_allowed(NULL, path, len));
 }
 
 /* CONNECT's authority, as connect.c checks it before anything else. */

@@ -46,6 +46,8 @@ const SCRIPT = [
   `/usr/bin/curl -sS --max-time 20 -H 'x-api-key: ${PLACEHOLDER}' -H 'Authorization: Bearer ${PLACEHOLDER}' ` +
     '-H "Content-Type: application/json" --data-binary \'{"q":1}\' "$OLP_UPSTREAM_URL/v1/echo?x=1" || echo "curl failed $?"',
   '/usr/bin/curl -sS --max-time 20 -o /dev/null -w "other-status %{http_code}\\n" "$OLP_UPSTREAM_URL/v1/other"',
+  '/usr/bin/curl -sS --max-time 20 -o /dev/null -w "get-status %{http_code}\\n" "$OLP_UPSTREAM_URL/v1/echo"',
+  '/usr/bin/curl -sS --max-time 20 -o /dev/null -X TRACE -w "trace-status %{http_code}\\n" "$OLP_UPSTREAM_URL/v1/echo"',
   'echo "--- env"',
   'env',
   'echo "--- files"',
@@ -71,13 +73,14 @@ function registry(upURL, keyFile) {
   });
   return {
     providers: {
-      up: cmd('up-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` }, allow_paths: ['/v1/echo'] }),
+      up: cmd('up-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` }, allow_paths: ['POST /v1/echo'] }),
       pass: cmd('pass-model', { upstream: upURL }),
       conn: cmd('conn-model', { allow_hosts: ['api.anthropic.com:443'] }, ['/bin/sh', '-c', CONNECT_SCRIPT]),
       hostnet: cmd('host-model', 'host', ['/usr/bin/cat']),
       nonet: cmd('none-model', false, ['/usr/bin/cat']),
       // The listener and the key file stay the worker's: the run has fds 0-2 only.
-      upfd: cmd('upfd-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` } }, [cfg.fdcheck]),
+      upfd: cmd('upfd-model', { upstream: upURL, set_headers: { 'x-api-key': `file:${keyFile}` }, allow_paths: ['POST /v1/echo'] },
+        [cfg.fdcheck]),
     },
   };
 }
@@ -142,6 +145,8 @@ describe('network modes', () => {
     const out = r.json.choices[0].message.content;
     assert.match(out, /^upstream-answer POST \/v1\/echo\?x=1$/m, out);
     assert.match(out, /^other-status 403$/m, 'a path outside allow_paths is refused');
+    assert.match(out, /^get-status 405$/m, 'a method outside allow_paths is refused');
+    assert.match(out, /^trace-status 405$/m, 'TRACE is never forwarded');
     assert.equal(seen.length, before + 1);
     const h = seen.at(-1).headers;
     assert.equal(h['x-api-key'], KEY);
@@ -177,9 +182,14 @@ describe('network modes', () => {
     }
     // pass has no allow_paths and no set_headers: the CLI's own headers go through.
     assert.equal(r.status, 200, r.text);
-    assert.match(r.json.choices[0].message.content, /^other-status 200$/m, 'no allow_paths: any path');
-    assert.equal(seen.length, before + 2);
-    assert.equal(seen.at(-2).headers['x-api-key'], PLACEHOLDER);
+    // A command that holds its own credential and lists nothing may make any request
+    // (the worker adds nothing a path could spend), but never TRACE.
+    const out = r.json.choices[0].message.content;
+    assert.match(out, /^other-status 200$/m, 'no allow_paths: any path');
+    assert.match(out, /^get-status 200$/m, out);
+    assert.match(out, /^trace-status 405$/m, out);
+    assert.equal(seen.length, before + 3);
+    assert.equal(seen.at(-3).headers['x-api-key'], PLACEHOLDER);
   });
 
   it('CONNECT mode: only listed names; raw IPs and unlisted hosts refused, no way around the proxy', async (t) => {

@@ -45,6 +45,8 @@ const REAL_OPENAI = `sk-proj-REAL${SECRET}`;
 const PLACEHOLDER_CLAUDE = 'sk-olp-placeholder-claude-000000';
 const PLACEHOLDER_CODEX = 'sk-olp-placeholder-codex-000000';
 const OLP_TOKEN = 'sk-olp-0123456789abcdef0123456789abcdef';
+// claude's default requests in network.c.
+const CLAUDE_ALLOW = ['POST /v1/messages', 'POST /v1/messages/count_tokens'];
 
 let work, ca;
 const up = {};	// up[scheme] = { anthropic, openai } servers
@@ -60,10 +62,12 @@ async function startUpstream(file, scheme) {
   return { ...s, url: `${scheme}://127.0.0.1:${s.port}` };
 }
 
-// egress-forward in upstream mode: listens on 127.0.0.1, prints its port.
-async function startForwarder(upstreamUrl, setHeader, allow, { withCa = true } = {}) {
+// egress-forward in upstream mode: listens on 127.0.0.1, prints its port. allow: the
+// "METHOD /path" requests allowed; models: bodies checked (-B), their model one of these.
+async function startForwarder(upstreamUrl, setHeader, allow, { withCa = true, models = null } = {}) {
   const argv = [forwardBin, '-s', setHeader];
   for (const a of allow) argv.push('-a', a);
+  if (models) argv.push('-B', ...models.flatMap((m) => ['-m', m]));
   if (withCa && upstreamUrl.startsWith('https:')) argv.push('-c', ca.ca);
   argv.push(upstreamUrl);
   const s = await startProc(argv, { PATH: '/usr/bin:/bin' }, 'egress-forward');
@@ -286,9 +290,15 @@ before(async () => {
     const [anthropic, openai] = await Promise.all([startUpstream('fake-anthropic.mjs', scheme),
                                                    startUpstream('fake-openai.mjs', scheme)]);
     up[scheme] = { anthropic, openai };
+    // The requests network.c allows each type by default (issue 22), nothing more: the
+    // real CLIs must get through with exactly these, their bodies checked for the run's
+    // model. codex's upstream in OLP is ".../v1" and its default "POST /responses"; this
+    // forwarder is given the server's root, so codex's calls arrive as /v1/responses.
     fwd[scheme] = {
-      anthropic: await startForwarder(anthropic.url, `x-api-key:${REAL_ANTHROPIC}`, ['/v1/messages']),
-      openai: await startForwarder(openai.url, `authorization:Bearer ${REAL_OPENAI}`, ['/v1/']),
+      anthropic: await startForwarder(anthropic.url, `x-api-key:${REAL_ANTHROPIC}`,
+        CLAUDE_ALLOW, { models: ['claude-fake', 'claude-fail401', 'claude-fail429', 'claude-cut'] }),
+      openai: await startForwarder(openai.url, `authorization:Bearer ${REAL_OPENAI}`,
+        ['POST /v1/responses'], { models: ['gpt-fake', 'gpt-fail401', 'gpt-fail429', 'gpt-cut'] }),
     };
   }
 });
@@ -442,7 +452,7 @@ test('the OpenAI Responses stream keeps its timing through the forwarder (https)
 
 test('https: without the test CA the forwarder refuses the upstream (verification is never off)', async () => {
   const before = (await requests(up.https.anthropic)).length;
-  const f = await startForwarder(up.https.anthropic.url, `x-api-key:${REAL_ANTHROPIC}`, ['/v1/messages'],
+  const f = await startForwarder(up.https.anthropic.url, `x-api-key:${REAL_ANTHROPIC}`, CLAUDE_ALLOW,
                                  { withCa: false });
   const res = await fetch(`${f.url}/v1/messages`, {
     method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': PLACEHOLDER_CLAUDE },
@@ -466,5 +476,29 @@ test('a path outside the allow list is refused by the forwarder, never forwarded
   assert.equal(await rawRequest(port, 'POST', '/v1/messages/%2e%2e/files', h), 400);
   assert.equal(await rawRequest(port, 'POST', '/v1/messages/../files', h), 400);
   assert.equal(await rawRequest(port, 'POST', '/v1//messages', h), 400);
+  // Exact paths with their methods (issue 22): no sibling API below a listed path, no
+  // other method on it, never TRACE.
+  assert.equal(await rawRequest(port, 'GET', '/v1/messages/batches', h), 403);
+  assert.equal(await rawRequest(port, 'POST', '/v1/messages/batches', h), 403);
+  assert.equal(await rawRequest(port, 'GET', '/v1/messages', h), 405);
+  assert.equal(await rawRequest(port, 'DELETE', '/v1/messages', h), 405);
+  assert.equal(await rawRequest(port, 'TRACE', '/v1/messages', h), 405);
   assert.equal((await requests(up.http.anthropic)).length, before);
+});
+
+test('a body for another model, or a background response, is refused by the forwarder', async () => {
+  const before = (await requests(up.http.openai)).length;
+  const post = async (body) => {
+    const res = await fetch(`${fwd.http.openai.url}/v1/responses`, {
+      method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${PLACEHOLDER_CODEX}` },
+      body: JSON.stringify(body),
+    });
+    const j = await res.json();
+    return [res.status, j.error?.type];
+  };
+  assert.deepEqual(await post({ model: 'gpt-5-pro', input: 'x' }), [403, 'permission_error']);
+  assert.deepEqual(await post({ model: 'gpt-fake', input: 'x', background: true }), [403, 'permission_error']);
+  assert.deepEqual(await post({ model: 'gpt-fake', input: 'x', store: true }), [403, 'permission_error']);
+  assert.deepEqual(await post({ input: 'x' }), [403, 'permission_error']);
+  assert.equal((await requests(up.http.openai)).length, before);
 });

@@ -142,8 +142,9 @@ test('claude: text streamed as ordered deltas, usage, finish, answered at the re
 });
 
 // Upstream mode, secretless (issue 12): the CLI gets only the forwarder's loopback URL and
-// a placeholder key; the worker reads the real one from a 0600 file and adds it. The
-// allow_paths are the defaults network.c gives each type (what each CLI was seen calling).
+// a placeholder key; the worker reads the real one from a 0600 file and adds it. No
+// allow_paths: each type's defaults in network.c (what each CLI was seen calling), with
+// every body checked for the run's own model (issue 22).
 function secretlessRegistry() {
   const key = path.join(work, 'upstream.key');
   writeFileSync(key, 'sk-real-upstream-key\n', { mode: 0o600 });
@@ -151,9 +152,9 @@ function secretlessRegistry() {
   writeFileSync(toml, ['[analytics]', 'enabled = false', '', '[features]', 'plugins = false', ''].join('\n'));
   return writeJson('secretless.json', { providers: {
     anthropic: { type: 'claude', bin: claudeBin, timeout_s: 60, models: [{ id: 'claude-secretless' }],
-      network: { upstream: anthropic.url, allow_paths: ['/v1/messages'], set_headers: { 'x-api-key': `file:${key}` } } },
+      network: { upstream: anthropic.url, set_headers: { 'x-api-key': `file:${key}` } } },
     openai: { type: 'codex', bin: codexJs, timeout_s: 60, config_toml: toml, models: [{ id: 'gpt-secretless' }],
-      network: { upstream: `${openai.url}/v1`, allow_paths: ['/responses'],
+      network: { upstream: `${openai.url}/v1`,
         set_headers: { authorization: `Bearer file:${key}` } } } } });
 }
 

@@ -17,6 +17,7 @@
 #include "common/common.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
+#include "tests/egress/upstream.h"
 #include "tests/support/recorder.h"
 #include "common/banned.h"
 
@@ -403,11 +404,11 @@ static void test_run_upstream(void)
 	close(fd);
 	buf_addf(&src, "file:%s", key.data);
 	buf_addf(&path, "%s/registry-up.json", tmpdir);
-	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:{s:s,s:{s:s}},s:[{s:s}]}}}", "providers",
+	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:{s:s,s:{s:s},s:[s]},s:[{s:s}]}}}", "providers",
 			 "local", "type", "command", "argv", "/bin/sh", "-c",
 			 "cat >/dev/null; printf %s \"$OLP_UPSTREAM_URL\"", "timeout_s", 20,
 			 "network", "upstream", "http://127.0.0.1:9", "set_headers", "x-api-key",
-			 src.data, "models", "id", "up-model");
+			 src.data, "allow_paths", "POST /v1/x", "models", "id", "up-model");
 	CU_ASSERT_FATAL(regj != NULL);
 	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
 	json_decref(regj);
@@ -451,6 +452,73 @@ static void test_run_upstream(void)
 	buf_release(&src);
 }
 
+/* A run that calls the API itself, past what its own output reports (issue 22): the
+ * command's curl gets an answer whose usage says 1000 and 500 tokens through the
+ * forwarder, while the command prints a chunk claiming 3 and 1. The outcome (what the
+ * answer, the ledger and tokens_per_day count) holds the upstream's count. Before, it
+ * held the command's 3 and 1. */
+static void test_run_upstream_usage(void)
+{
+	static const char answer[] =
+		"{\"object\":\"chat.completion\",\"usage\":{\"prompt_tokens\":1000,"
+		"\"completion_tokens\":500,\"total_tokens\":1500}}";
+	struct buf err = BUF_INIT, path = BUF_INIT, url = BUF_INIT, script = BUF_INIT;
+	struct tu_server *up = tu_start(NULL, NULL);
+	json_t *regj, *msgs;
+	struct prov_registry *r;
+	struct prov_outcome o;
+	struct ts_rec rec;
+	struct prov_sink sink = ts_rec_sink(&rec);
+	struct prov_request req = { .model_name = "spend-model", .request_id = "test-spend" };
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(up);
+	buf_addf(&url, "http://127.0.0.1:%u", tu_port(up));
+	buf_addf(&script,
+		 "cat >/dev/null; /usr/bin/curl -s -o /dev/null --data-binary '%s' "
+		 "\"$OLP_UPSTREAM_URL/reflect\"; "
+		 "printf 'data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],"
+		 "\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\\n\\n"
+		 "data: [DONE]\\n\\n'",
+		 answer);
+	buf_addf(&path, "%s/registry-spend.json", tmpdir);
+	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:s,s:i,s:{s:s},s:[{s:s}]}}}", "providers", "local",
+			 "type", "command", "argv", "/bin/sh", "-c", script.data, "output", "sse",
+			 "timeout_s", 20, "network", "upstream", url.data, "models", "id",
+			 "spend-model");
+	CU_ASSERT_FATAL(regj != NULL);
+	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
+	json_decref(regj);
+	r = prov_registry_load(path.data, NULL, &err);
+	CU_ASSERT_FATAL(r != NULL);
+	msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hello");
+	req.model = prov_registry_find(r, "spend-model");
+	req.messages = msgs;
+	CU_ASSERT_FATAL(req.model != NULL);
+	ts_rec_init(&rec);
+	prov_run(&req, &sink, -1, &o);
+	if (o.err == PROV_ERR_SANDBOX) {
+		fprintf(stderr, "upstream run refused (%s): the usage hand-off is not tried\n",
+			o.message);
+	} else {
+		CU_ASSERT_EQUAL(o.err, PROV_OK);
+		CU_ASSERT_STRING_EQUAL(rec.text.data, "hi");
+		CU_ASSERT_EQUAL(tu_requests(up), 1);
+		CU_ASSERT_TRUE(o.usage.present);
+		CU_ASSERT_EQUAL(o.usage.prompt_tokens, 1000);
+		CU_ASSERT_EQUAL(o.usage.completion_tokens, 500);
+		CU_ASSERT_EQUAL(o.usage.total_tokens, 1500);
+	}
+	ts_rec_release(&rec);
+	json_decref(msgs);
+	prov_registry_free(r);
+	unlink(path.data);
+	tu_stop(up);
+	buf_release(&err);
+	buf_release(&path);
+	buf_release(&url);
+	buf_release(&script);
+}
+
 /* The sandbox is not there on every host: then the run is not tried. */
 static void test_run_sse_if_possible(void)
 {
@@ -461,6 +529,7 @@ static void test_run_sse_if_possible(void)
 	}
 	test_run_sse();
 	test_run_upstream();
+	test_run_upstream_usage();
 }
 
 int main(void)

@@ -1379,7 +1379,8 @@ static void test_network_forms(void)
 	setenv("OLP_TEST_NET_KEY", "sk-env-key", 1);
 	expect_net("a",
 		   "{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":\"http://127.0.0.1:1\","
-		   "\"set_headers\":{\"authorization\":\"Bearer env:OLP_TEST_NET_KEY\"}}}",
+		   "\"set_headers\":{\"authorization\":\"Bearer env:OLP_TEST_NET_KEY\"},"
+		   "\"allow_paths\":[\"POST /v1/chat/completions\"]}}",
 		   "upstream", "127.0.0.1:1", true);
 	/* Without set_headers the CLI's own credentials pass through: not secretless. */
 	expect_net("a", "{\"type\":\"codex\",\"network\":{\"upstream\":\"https://x.example/v1\"}}",
@@ -1393,8 +1394,26 @@ static void test_network_forms(void)
 	 * file may be put in place before the first run, which reads it again. */
 	expect_net("a",
 		   "{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":\"http://127.0.0.1:1\","
-		   "\"set_headers\":{\"x-api-key\":\"file:/nonexistent/olp-key\"}}}",
+		   "\"set_headers\":{\"x-api-key\":\"file:/nonexistent/olp-key\"},"
+		   "\"allow_paths\":[\"POST /v1/x\",\"/v1/legacy\"]}}",
 		   "upstream", "127.0.0.1:1", true);
+	/* A command without set_headers holds its own credential: no list needed. */
+	expect_net("a",
+		   "{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":\"http://127.0.0.1:1\"}}",
+		   "upstream", "127.0.0.1:1", false);
+	/* A secretless command must list what its runs may ask for (issue 22): the worker's
+	 * credential is not spent on any path by default. */
+	{
+		json_t *e = parse("{\"argv\":[\"/bin/cat\"],\"network\":{\"upstream\":"
+				  "\"http://127.0.0.1:1\",\"set_headers\":{\"authorization\":"
+				  "\"Bearer env:OLP_TEST_NET_KEY\"}}}");
+		struct buf err = BUF_INIT;
+
+		CU_ASSERT_PTR_NULL(prov_provider_from_json("a", e, &err));
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, "a.network.allow_paths: a command"));
+		json_decref(e);
+		buf_release(&err);
+	}
 	unsetenv("OLP_TEST_NET_KEY");
 	unlink(key);
 }
@@ -1407,7 +1426,7 @@ static void test_network_errors(void)
 	struct {
 		char config[1024];
 		const char *path;
-	} bad[32];
+	} bad[40];
 	size_t n = 0;
 	struct buf err = BUF_INIT;
 
@@ -1454,8 +1473,16 @@ static void test_network_errors(void)
 		"{\"upstream\":\"https://api.example/v1?x=1\"}}}");
 	NET_BAD("providers.a.network.upstream: names no host", "{\"upstream\":\"https:///v1\"}}}");
 	NET_BAD("providers.a.network.upstream: must be a base URL", "{\"upstream\":5}}}");
-	NET_BAD("providers.a.network.allow_paths[0]: must start with /",
+	NET_BAD("providers.a.network.allow_paths[0]: an allowed request is not \"METHOD /path\"",
 		UP "\"allow_paths\":[\"v1/messages\"]}}}");
+	NET_BAD("providers.a.network.allow_paths[1]: TRACE, TRACK and CONNECT are never allowed",
+		UP "\"allow_paths\":[\"POST /v1/messages\",\"TRACE /v1/messages\"]}}}");
+	NET_BAD("providers.a.network.allow_paths[0]: an allowed request's path is not",
+		UP "\"allow_paths\":[\"GET /v1/*/batches\"]}}}");
+	NET_BAD("providers.a.network.allow_paths[0]: an allowed request's path is not",
+		UP "\"allow_paths\":[\"POST /v1/messages?beta=true\"]}}}");
+	NET_BAD("providers.a.network.allow_paths[0]: an allowed request's path is not",
+		UP "\"allow_paths\":[\"/v1/../files\"]}}}");
 	NET_BAD("providers.a.network.upstream_ca: must be an absolute path",
 		UP "\"upstream_ca\":\"ca.pem\"}}}");
 	NET_BAD("providers.a.network.upstream_ca: /nonexistent/ca.pem:",

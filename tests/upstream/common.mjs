@@ -36,7 +36,14 @@ export function serve(name, handler) {
       res.end(JSON.stringify(log));
       return;
     }
-    const body = req.method === 'POST' ? await readBody(req) : {};
+    let body = {};
+    try {
+      if (req.method === 'POST') body = await readBody(req);
+    } catch {
+      // The client cut its request short (the egress forwarder does so when it refuses a
+      // body): nothing was asked, nothing is logged.
+      return;
+    }
     const entry = { method: req.method, path: req.url, model: body.model ?? null, stream: body.stream ?? null,
                     auth: req.headers['x-api-key'] ? 'x-api-key' : req.headers.authorization ? 'bearer' : null,
                     user_agent: req.headers['user-agent'] ?? null, t: Date.now(),
