@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { startServer, stageFor, curl, chatBody, olpKeys, waitFor } from './harness.mjs';
+import { startServer, stageFor, curl, chatBody, olpKeys, waitFor, makeHome, cfg } from './harness.mjs';
 
 const SECRET = 'sk-OWNER-SECRET-' + Math.random().toString(36).slice(2);
 const FAKE_CODEX = `#!/bin/sh
@@ -170,3 +170,41 @@ for (const id of identities()) {
     });
   });
 }
+
+// auth.anonymous is checked when a worker starts, every error naming the JSON path: a typo
+// must not give anonymous callers a provider, a login, or no limit.
+const BAD_ANON = [
+  ['a login provider', { providers: ['leaky'] }, 'auth.anonymous.providers[0]: provider \\"leaky\\" runs commands with its login'],
+  ['an unknown provider', { providers: ['echo', 'nope'] }, 'auth.anonymous.providers[1]: unknown provider'],
+  ['providers not a list', { providers: 'echo' }, 'auth.anonymous.providers: must be'],
+  ['a misspelt limit', { quota: { requests_per_dy: 5 } }, 'auth.anonymous.quota.requests_per_dy: unknown limit'],
+  ['a limit of 0', { quota: { max_concurrent: 0 } }, 'auth.anonymous.quota.max_concurrent: must be'],
+  ['an unknown setting', { provider: ['echo'] }, 'auth.anonymous.provider: unknown setting'],
+  ['not an object', true, 'auth.anonymous: must be an object'],
+];
+
+describe('auth.anonymous checked at start', () => {
+  for (const [what, anonymous, named] of BAD_ANON) {
+    test(`${what}: the worker does not start, and says where`, () => {
+      const registry = {
+        providers: {
+          echo: { type: 'command', argv: ['/usr/bin/cat'], network: false, models: [{ id: 'echo' }] },
+          leaky: { type: 'codex', credentials: '/nonexistent/auth.json', models: [{ id: 'leaky-model' }] },
+        },
+      };
+      const dirs = makeHome({ registry, config: { auth: { allow_anonymous: true, anonymous } } });
+      try {
+        const r = spawnSync(cfg.bin, [], {
+          encoding: 'utf8',
+          timeout: 30000,
+          env: { PATH: process.env.PATH ?? '/usr/bin:/bin', OLP_HOME: dirs.home, GATEWAY_INTERFACE: 'CGI/1.1',
+            REQUEST_METHOD: 'GET', REQUEST_URI: '/health' },
+        });
+        assert.notEqual(r.status, 0, `started anyway: ${r.stdout.slice(0, 200)}`);
+        assert.ok(r.stderr.includes(`${dirs.home}/config.json: ${named}`), `"${named}" not named in: ${r.stderr}`);
+      } finally {
+        fs.rmSync(dirs.root, { recursive: true, force: true });
+      }
+    });
+  }
+});
