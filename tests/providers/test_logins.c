@@ -29,9 +29,9 @@ static void write_text(const char *path, const char *text, mode_t mode)
 	FILE *f = fopen(path, "w");
 
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fputs(text, f);
-	fclose(f);
-	chmod(path, mode);
+	CU_ASSERT(fputs(text, f) >= 0);
+	CU_ASSERT(fclose(f) == 0);
+	CU_ASSERT(chmod(path, mode) == 0);
 }
 
 static struct prov_provider *provider(const char *name, const char *entry)
