@@ -38,6 +38,8 @@ enum auth_result {
 };
 
 #define AUTH_ID_MAX 64
+/* A provider name as a manifest holds it: 1..63 of [A-Za-z0-9._-], plus the NUL. */
+#define AUTH_PROVIDER_MAX 64
 
 /* A key's quota: its manifest's "quota" ({"requests_per_minute": N, "requests_per_day": N,
  * "tokens_per_day": N, "max_concurrent": N}, each optional; null: none, as the Node OLP
@@ -71,12 +73,30 @@ struct auth_identity {
 	bool all_providers; /* providers_enabled was "*" */
 	char **providers;   /* else this list (n_providers entries, heap strings) */
 	size_t n_providers;
-	struct auth_quota quota; /* all 0 for env owner, anonymous, and "quota": null */
+	struct auth_quota quota; /* all 0 for env owner and "quota": null; anonymous: its own
+				    (auth_options.anonymous) */
+	/* A guest key's "login_access" (provider names, heap strings): the providers whose
+	 * login (credential files bound into a run whose CLI runs commands) the owner let this
+	 * key reach. NULL for every other identity: an owner reaches every login, anonymous
+	 * none. */
+	char **login_access;
+	size_t n_login_access;
+};
+
+/* What the anonymous identity may do (config.json auth.anonymous), as a key's manifest
+ * says it for a key. */
+struct auth_anonymous {
+	bool all_providers;	      /* "providers": "*" */
+	const char *const *providers; /* else these (n_providers; maybe none at all) */
+	size_t n_providers;
+	struct auth_quota quota;
 };
 
 struct auth_options {
 	bool allow_anonymous;	     /* config.json auth.allow_anonymous */
 	const char *env_owner_token; /* OLP_OWNER_TOKEN, or NULL; copied (only its hash is kept) */
+	/* The anonymous identity's providers and quota; NULL: no provider at all. Copied. */
+	const struct auth_anonymous *anonymous;
 };
 
 /* An open key store: opaque, thread-safe (one per worker process, shared by its threads). */
@@ -109,6 +129,10 @@ const char *auth_error_type(enum auth_result r);
 void auth_identity_release(struct auth_identity *id);
 /* Whether id may use provider (a registry provider name). */
 bool auth_identity_allows(const struct auth_identity *id, const char *provider);
+/* Whether id may reach provider's login: a run of id may hold the credential files of a
+ * provider whose CLI runs commands (the model can read them). The owner tier always;
+ * a guest key only when its manifest's "login_access" names provider; anonymous never. */
+bool auth_identity_may_hold_login(const struct auth_identity *id, const char *provider);
 const char *auth_tier_name(enum auth_tier t); /* "owner", "guest", "anonymous", "none" */
 
 /* Record that id was used (manifest last_used_at). Cheap to call after the response is
@@ -139,6 +163,16 @@ struct audit_record {
 void auth_audit(struct auth_store *st, const struct audit_record *rec);
 uint64_t auth_audit_failures(const struct auth_store *st);
 
+/* One key other than an owner's that may reach a provider's login ("login_access"). */
+struct auth_login_grant {
+	char key_id[AUTH_ID_MAX];
+	char provider[AUTH_PROVIDER_MAX];
+};
+/* Every grant of the active keys, for the owner's /health: the manifests that changed
+ * since they were last read are read again first, so a set-login shows at once. *out is
+ * malloc'd (free it; NULL when *n is 0). 0 or -errno. Thread-safe. */
+int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n);
+
 /* ==== key management (olp-keys) ==========================================================
  * These work on the files under olp_home directly and need no open auth_store. They are
  * safe against running workers and other olp-keys runs: every writer takes flock(2) on the
@@ -168,6 +202,10 @@ struct auth_key_spec {
 	const char *notes;	 /* NULL: "notes": null */
 	bool force;		 /* allow a second active owner */
 	struct auth_quota quota; /* each 0..AUTH_QUOTA_MAX; all 0: "quota": null */
+	/* A guest's "login_access" (provider names; none: the field is not written). An
+	 * owner key reaches every login: giving it one is AUTH_KEY_ERR_INVALID_ARG. */
+	const char *const *login_access;
+	size_t n_login_access;
 };
 
 /* A created key. token is the only copy of the secret: show it once, then wipe the struct
@@ -211,6 +249,20 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 					const struct auth_quota *q, unsigned fields,
 					struct auth_quota *result, struct buf *msg);
 
+/* Allow (allow true) or take back the logins of key id named in providers ("login_access",
+ * which holds provider names; the key's runs may then hold those providers' credential
+ * files where the provider's CLI runs commands, so whoever holds the key can read them).
+ * clear: take back every one first. Under the key's lock, as set-quota; the field is
+ * removed when it ends empty. *result (may be NULL) gets the list as written (release with
+ * auth_strings_free). AUTH_KEY_ERR_INVALID_ARG for a bad provider name, or for allowing
+ * an owner key (which reaches every login anyway). */
+enum auth_key_result auth_key_set_login(const char *olp_home, const char *id,
+					const char *const *providers, size_t n, bool allow,
+					bool clear, char ***result, size_t *n_result,
+					struct buf *msg);
+/* Free an array of n heap strings (NULL is fine). */
+void auth_strings_free(char **v, size_t n);
+
 /* One key as listed: never its hash. Strings are heap copies owned by the list; the
  * timestamps are NULL when the manifest has null. */
 struct auth_key_info {
@@ -226,6 +278,8 @@ struct auth_key_info {
 	char *last_used_at;
 	char *notes;
 	struct auth_quota quota;
+	char **login_access; /* "login_access" (n_login_access provider names) */
+	size_t n_login_access;
 };
 
 struct auth_key_list {

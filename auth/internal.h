@@ -54,8 +54,9 @@ struct auth_key_record {
 	enum auth_tier tier; /* AUTH_TIER_OWNER or AUTH_TIER_GUEST */
 	bool revoked;	     /* revoked_at is not null */
 	bool all_providers;
-	struct strv providers;	 /* when !all_providers; zeroed is empty */
-	struct auth_quota quota; /* all 0: none */
+	struct strv providers;	  /* when !all_providers; zeroed is empty */
+	struct auth_quota quota;  /* all 0: none */
+	struct strv login_access; /* "login_access": provider names; zeroed is empty */
 };
 
 void auth_key_record_release(struct auth_key_record *r);
@@ -96,6 +97,10 @@ int auth_manifest_write_at(int dirfd, json_t *root);
 int auth_manifest_update(const char *keys_dir, const char *id,
 			 int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
 			 void *arg);
+
+/* Whether s can be a provider name in a manifest: 1..AUTH_PROVIDER_MAX-1 of
+ * [A-Za-z0-9._-]. */
+bool auth_provider_name_valid(const char *s);
 
 /* Whether every limit of q is in 0..AUTH_QUOTA_MAX (max_concurrent: 0..1024). */
 bool auth_quota_valid(const struct auth_quota *q);

@@ -118,17 +118,6 @@ static bool name_valid(const char *s)
 	return true;
 }
 
-static bool provider_name_valid(const char *s)
-{
-	size_t i;
-
-	for (i = 0; s[i]; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-' || s[i] == '.'))
-			return false;
-	return i > 0 && i < 64;
-}
-
 static int mkdir_0700(const char *path)
 {
 	if (mkdir(path, 0700) == 0 || errno == EEXIST)
@@ -207,6 +196,17 @@ static json_t *manifest_new(const char *id, const struct auth_key_spec *spec,
 		      "created_at", now, "revoked_at", "last_used_at", "notes", spec->notes);
 	if (m && !spec->notes)
 		json_object_set_new(m, "notes", json_null());
+	/* Written only when given: a key without it keeps the Node OLP's exact layout. */
+	if (m && spec->n_login_access) {
+		json_t *la = json_array();
+
+		for (i = 0; la && i < spec->n_login_access; i++)
+			json_array_append_new(la, json_string(spec->login_access[i]));
+		if (!la || json_object_set_new(m, "login_access", la) < 0) {
+			json_decref(m);
+			m = NULL;
+		}
+	}
 	return m;
 }
 
@@ -285,7 +285,7 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
 	for (i = 0; spec->providers && i < spec->n_providers; i++) {
-		if (!provider_name_valid(spec->providers[i])) {
+		if (!auth_provider_name_valid(spec->providers[i])) {
 			msg_set(msg, "invalid provider name \"%s\"", spec->providers[i]);
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
@@ -294,6 +294,16 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 		msg_set(msg, "a quota limit is a whole number from 1 to 10^15, max_concurrent "
 			     "from 1 to 1024 (0: no limit)");
 		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (spec->n_login_access && spec->tier != AUTH_TIER_GUEST) {
+		msg_set(msg, "an owner key reaches every provider's login already");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	for (i = 0; i < spec->n_login_access; i++) {
+		if (!auth_provider_name_valid(spec->login_access[i])) {
+			msg_set(msg, "invalid provider name \"%s\"", spec->login_access[i]);
+			return AUTH_KEY_ERR_INVALID_ARG;
+		}
 	}
 	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
@@ -474,6 +484,81 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 	return res;
 }
 
+/* ---- login access (issue 22) ---------------------------------------------------------- */
+
+struct login_arg {
+	const char *const *providers;
+	size_t n;
+	bool allow, clear;
+	struct strv result;
+	bool owner; /* the key is an owner's: refused */
+};
+
+static int login_edit(json_t *root, const struct auth_key_record *rec, void *arg)
+{
+	struct login_arg *la = arg;
+	json_t *v;
+
+	strv_release(&la->result);
+	if (rec->tier != AUTH_TIER_GUEST) {
+		la->owner = true;
+		return 0;
+	}
+	/* What it had (unless cleared), less what is taken back, then what is allowed. */
+	for (size_t i = 0; !la->clear && i < rec->login_access.n; i++) {
+		const char *p = rec->login_access.v[i];
+		bool taken = false;
+
+		for (size_t j = 0; !la->allow && j < la->n; j++)
+			taken |= strcmp(p, la->providers[j]) == 0;
+		if (!taken && strv_find(&la->result, p) < 0)
+			strv_push(&la->result, p);
+	}
+	for (size_t i = 0; la->allow && i < la->n; i++)
+		if (strv_find(&la->result, la->providers[i]) < 0)
+			strv_push(&la->result, la->providers[i]);
+	if (!la->result.n)
+		return json_object_del(root, "login_access") == 0 ? 1 : 0;
+	v = json_array();
+	for (size_t i = 0; v && i < la->result.n; i++)
+		json_array_append_new(v, json_string(la->result.v[i]));
+	if (!v)
+		return -ENOMEM;
+	return json_object_set_new(root, "login_access", v) < 0 ? -ENOMEM : 1;
+}
+
+enum auth_key_result auth_key_set_login(const char *olp_home, const char *id,
+					const char *const *providers, size_t n, bool allow,
+					bool clear, char ***result, size_t *n_result,
+					struct buf *msg)
+{
+	struct login_arg la = {
+		.providers = providers, .n = n, .allow = allow, .clear = clear, .result = STRV_INIT
+	};
+	enum auth_key_result res;
+
+	if (result) {
+		*result = NULL;
+		*n_result = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!auth_provider_name_valid(providers[i])) {
+			msg_set(msg, "invalid provider name \"%s\"", providers[i]);
+			return AUTH_KEY_ERR_INVALID_ARG;
+		}
+	}
+	res = key_edit(olp_home, id, login_edit, &la, "cannot set the login access of key", msg);
+	if (res == AUTH_KEY_OK && la.owner) {
+		msg_set(msg, "key %s is an owner key: it reaches every provider's login already",
+			id);
+		res = AUTH_KEY_ERR_INVALID_ARG;
+	}
+	if (res == AUTH_KEY_OK && result)
+		*result = strv_detach(&la.result, n_result);
+	strv_release(&la.result);
+	return res;
+}
+
 /* ---- list -------------------------------------------------------------------------- */
 
 static char *dup_str_or_null(json_t *v)
@@ -501,6 +586,7 @@ static void key_info_release(struct auth_key_info *k)
 	free(k->revoked_at);
 	free(k->last_used_at);
 	free(k->notes);
+	auth_strings_free(k->login_access, k->n_login_access);
 }
 
 void auth_key_list_release(struct auth_key_list *l)
@@ -567,6 +653,7 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
 		k->notes = dup_str_or_null(json_object_get(root, "notes"));
 		k->quota = rec.quota;
+		k->login_access = strv_detach(&rec.login_access, &k->n_login_access);
 		json_decref(root);
 		auth_key_record_release(&rec);
 	}

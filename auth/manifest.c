@@ -14,6 +14,7 @@
 void auth_key_record_release(struct auth_key_record *r)
 {
 	strv_release(&r->providers);
+	strv_release(&r->login_access);
 }
 
 void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src)
@@ -22,8 +23,22 @@ void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_rec
 
 	*dst = *src;
 	strv_init(&dst->providers);
+	strv_init(&dst->login_access);
 	for (i = 0; i < src->providers.n; i++)
 		strv_push(&dst->providers, src->providers.v[i]);
+	for (i = 0; i < src->login_access.n; i++)
+		strv_push(&dst->login_access, src->login_access.v[i]);
+}
+
+bool auth_provider_name_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-' || s[i] == '.'))
+			return false;
+	return i > 0 && i < AUTH_PROVIDER_MAX;
 }
 
 void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)
@@ -93,6 +108,34 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 	rec->all_providers = false;
 	for (i = 0; i < n; i++)
 		strv_push(&rec->providers, json_string_value(json_array_get(v, i)));
+	return 0;
+}
+
+/* "login_access" (this edition's, issue 22): absent or null (none), or an array of
+ * provider names. Strict: a value that does not parse makes the manifest invalid, so the
+ * key is refused rather than given a login nobody meant it to have. The Node OLP keeps
+ * fields it does not know, so such a manifest still works there. */
+static int parse_login_access(json_t *v, struct auth_key_record *rec, const char **why)
+{
+	json_t *p;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v)) {
+		*why = "login_access is neither null nor an array";
+		return -EINVAL;
+	}
+	json_array_foreach(v, i, p) {
+		if (!json_is_string(p) || strlen(json_string_value(p)) != json_string_length(p) ||
+		    !auth_provider_name_valid(json_string_value(p))) {
+			*why = "login_access holds something other than a provider name";
+			return -EINVAL;
+		}
+	}
+	json_array_foreach(v, i, p) {
+		strv_push(&rec->login_access, json_string_value(p));
+	}
 	return 0;
 }
 
@@ -238,9 +281,13 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 	ret = parse_quota(json_object_get(root, "quota"), &tmp.quota, why);
 	if (ret)
 		goto out_release_tmp;
+	ret = parse_login_access(json_object_get(root, "login_access"), &tmp, why);
+	if (ret)
+		goto out_release_tmp;
 	if (rec) {
 		*rec = tmp;
 		strv_init(&tmp.providers); /* moved to rec */
+		strv_init(&tmp.login_access);
 	}
 out_release_tmp:
 	auth_key_record_release(&tmp);

@@ -26,7 +26,7 @@ static const char usage_text[] =
 	"Commands:\n"
 	"  keygen --owner | --name=NAME [--tier=owner|guest] [--providers=a,b] [--notes=TEXT]\n"
 	"         [--quota-rpm=N] [--quota-rpd=N] [--quota-tpd=N] [--quota-concurrent=N]\n"
-	"         [--force]\n"
+	"         [--allow-login=a,b] [--force]\n"
 	"                            create a key and print its token (once)\n"
 	"  list [--owner-only] [--include-revoked]\n"
 	"                            list keys and their quotas (never their hashes)\n"
@@ -34,6 +34,8 @@ static const char usage_text[] =
 	"  set-quota --id=ID [--quota-rpm=N|none] [--quota-rpd=N|none] [--quota-tpd=N|none]\n"
 	"            [--concurrent=N|none] [--clear]\n"
 	"                            change a key's quota; workers apply it on the next request\n"
+	"  set-login --id=ID (--allow=a,b | --deny=a,b | --clear)\n"
+	"                            let a guest key reach providers' logins, or take it back\n"
 	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
 	"                            requests and tokens per key, provider and UTC day\n"
 	"\n"
@@ -50,9 +52,14 @@ static const char usage_text[] =
 	"(set-quota: --concurrent) is how many chat completions of the key may run at once on\n"
 	"the host, 1 to 1024. set-quota changes only the limits given (--clear removes them\n"
 	"all first).\n"
+	"Logins: a provider whose CLI runs commands itself (codex, vibe, claude with its own\n"
+	"tools on) and whose runs are given its login (credential files) serves owner keys\n"
+	"only: the model can read those files and show them to whoever asked. --allow-login\n"
+	"(set-login --allow) lets a guest key use such a provider anyway; that key's prompts\n"
+	"can then read the login.\n"
 	"Exit status: 0 done, 1 failed, 2 usage error.\n";
 
-enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE, CMD_SET_QUOTA, CMD_USAGE };
+enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE, CMD_SET_QUOTA, CMD_USAGE, CMD_SET_LOGIN };
 
 struct opts {
 	enum cmd cmd;
@@ -77,6 +84,9 @@ struct opts {
 	const char *quota_tpd;
 	const char *quota_concurrent;
 	bool clear;
+	/* keygen (allow_login), set-login */
+	const char *allow_login;
+	const char *deny_login;
 	/* usage */
 	const char *since;
 };
@@ -105,6 +115,7 @@ struct opt_def {
 #define REVOKE (1u << CMD_REVOKE)
 #define SET_QUOTA (1u << CMD_SET_QUOTA)
 #define USAGE (1u << CMD_USAGE)
+#define SET_LOGIN (1u << CMD_SET_LOGIN)
 
 static const struct opt_def opt_defs[] = {
 	VALUE("olp-home", ALL, olp_home),
@@ -118,18 +129,23 @@ static const struct opt_def opt_defs[] = {
 	FLAG("force", KEYGEN, force),
 	FLAG("owner-only", LIST, owner_only),
 	FLAG("include-revoked", LIST, include_revoked),
-	VALUE("id", REVOKE | SET_QUOTA | USAGE, id),
+	VALUE("id", REVOKE | SET_QUOTA | USAGE | SET_LOGIN, id),
 	VALUE("quota-rpm", KEYGEN | SET_QUOTA, quota_rpm),
 	VALUE("quota-rpd", KEYGEN | SET_QUOTA, quota_rpd),
 	VALUE("quota-tpd", KEYGEN | SET_QUOTA, quota_tpd),
 	VALUE("quota-concurrent", KEYGEN | SET_QUOTA, quota_concurrent),
 	/* set-quota's own name for it, beside --clear */
 	VALUE("concurrent", SET_QUOTA, quota_concurrent),
-	FLAG("clear", SET_QUOTA, clear),
+	FLAG("clear", SET_QUOTA | SET_LOGIN, clear),
 	VALUE("since", USAGE, since),
+	VALUE("allow-login", KEYGEN, allow_login),
+	/* set-login's names for them */
+	VALUE("allow", SET_LOGIN, allow_login),
+	VALUE("deny", SET_LOGIN, deny_login),
 };
 
-static const char *const cmd_names[] = { "", "keygen", "list", "revoke", "set-quota", "usage" };
+static const char *const cmd_names[] = { "",	      "keygen", "list",	    "revoke",
+					 "set-quota", "usage",	"set-login" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -359,6 +375,18 @@ static void quota_text(const struct auth_quota *q, struct buf *b)
 		buf_addf(b, "%sconcurrent=%" PRId64, b->len ? "," : "", q->max_concurrent);
 }
 
+/* The risk of a login allowance, in words, on stderr (also with --json): whoever holds the
+ * key can have the model print the provider's credential files. */
+static void warn_logins(const char *id, const struct strv *logins)
+{
+	for (size_t i = 0; i < logins->n; i++)
+		fprintf(stderr,
+			"olp-keys: warning: key %s may now use provider %s with its login: this "
+			"key's prompts can read %s's login (the credential files its runs are "
+			"given), and whoever holds the key can take it.\n",
+			id, logins->v[i], logins->v[i]);
+}
+
 static int cmd_keygen(const struct opts *o, const char *home)
 {
 	struct auth_key_spec spec = { .tier = AUTH_TIER_GUEST,
@@ -367,7 +395,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	struct auth_new_key key;
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
-	struct strv prov = STRV_INIT;
+	struct strv prov = STRV_INIT, logins = STRV_INIT;
 	struct buf quota = BUF_INIT;
 	int rc = EXIT_FAILURE;
 	unsigned fields;
@@ -397,6 +425,19 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		spec.providers = (const char *const *)prov.v;
 		spec.n_providers = prov.n;
 	}
+	if (o->allow_login) {
+		if (spec.tier != AUTH_TIER_GUEST) {
+			rc = usage_error("--allow-login is for guest keys: an owner key reaches "
+					 "every provider's login already");
+			goto out_free;
+		}
+		if (split_providers(o->allow_login, &logins)) {
+			rc = usage_error("--allow-login is a comma-separated list of names");
+			goto out_free;
+		}
+		spec.login_access = (const char *const *)logins.v;
+		spec.n_login_access = logins.n;
+	}
 	r = auth_key_create(home, &spec, &key, &msg);
 	if (r) {
 		rc = fail("keygen: %s", msg.len ? msg.data : auth_key_strerror(r));
@@ -414,6 +455,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		printf("Token (shown only now; store it safely, it cannot be recovered):\n%s\n",
 		       key.token);
 	}
+	warn_logins(key.id, &logins);
 	/* The token is shown only here: a failed write must not exit 0. */
 	if (fflush(stdout) != 0 || ferror(stdout))
 		rc = fail("could not write the token of key %s (%s); revoke it", key.id,
@@ -423,6 +465,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	auth_new_key_wipe(&key);
 out_free:
 	strv_release(&prov);
+	strv_release(&logins);
 	buf_release(&msg);
 	buf_release(&quota);
 	return rc;
@@ -433,9 +476,18 @@ static json_t *json_str_or_null(const char *s)
 	return s ? json_string(s) : json_null();
 }
 
+static json_t *strings_json(char *const *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
 static json_t *key_to_json(const struct auth_key_info *k)
 {
-	json_t *prov;
+	json_t *prov, *o;
 	size_t i;
 
 	if (k->all_providers) {
@@ -445,12 +497,16 @@ static json_t *key_to_json(const struct auth_key_info *k)
 		for (i = 0; i < k->n_providers; i++)
 			json_array_append_new(prov, json_string(k->providers[i]));
 	}
-	return json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "id", k->id, "name",
-			 json_str_or_null(k->name), "owner_tier", auth_tier_name(k->tier),
-			 "providers_enabled", prov, "quota", quota_to_json(&k->quota), "created_at",
-			 json_str_or_null(k->created_at), "last_used_at",
-			 json_str_or_null(k->last_used_at), "revoked_at",
-			 json_str_or_null(k->revoked_at), "notes", json_str_or_null(k->notes));
+	o = json_pack("{s:s, s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "id", k->id, "name",
+		      json_str_or_null(k->name), "owner_tier", auth_tier_name(k->tier),
+		      "providers_enabled", prov, "quota", quota_to_json(&k->quota), "created_at",
+		      json_str_or_null(k->created_at), "last_used_at",
+		      json_str_or_null(k->last_used_at), "revoked_at",
+		      json_str_or_null(k->revoked_at), "notes", json_str_or_null(k->notes));
+	if (o)
+		json_object_set_new(o, "login_access",
+				    strings_json(k->login_access, k->n_login_access));
+	return o;
 }
 
 static void providers_text(const struct auth_key_info *k, struct buf *b)
@@ -471,7 +527,7 @@ static void providers_text(const struct auth_key_info *k, struct buf *b)
 static int cmd_list(const struct opts *o, const char *home)
 {
 	struct auth_key_list list;
-	struct buf msg = BUF_INIT, prov = BUF_INIT, quota = BUF_INIT;
+	struct buf msg = BUF_INIT, prov = BUF_INIT, quota = BUF_INIT, logins = BUF_INIT;
 	enum auth_key_result r;
 	json_t *arr = NULL;
 	size_t i;
@@ -486,8 +542,8 @@ static int cmd_list(const struct opts *o, const char *home)
 	if (o->json)
 		arr = json_array();
 	else
-		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %s\n", "ID", "NAME", "TIER",
-		       "PROVIDERS", "CREATED", "LAST USED", "STATUS", "QUOTA");
+		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %-20s %s\n", "ID", "NAME", "TIER",
+		       "PROVIDERS", "CREATED", "LAST USED", "STATUS", "QUOTA", "LOGIN ACCESS");
 	for (i = 0; i < list.n; i++) {
 		const struct auth_key_info *k = &list.keys[i];
 
@@ -500,11 +556,17 @@ static int cmd_list(const struct opts *o, const char *home)
 		}
 		providers_text(k, &prov);
 		quota_text(&k->quota, &quota);
-		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %s\n", k->id,
+		buf_reset(&logins);
+		for (size_t j = 0; j < k->n_login_access; j++)
+			buf_addf(&logins, "%s%s", j ? "," : "", k->login_access[j]);
+		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %-20s %s\n", k->id,
 		       k->name ? k->name : "", auth_tier_name(k->tier), prov.data,
 		       k->created_at ? k->created_at : "-",
 		       k->last_used_at ? k->last_used_at : "never",
-		       k->revoked ? "revoked" : "active", quota.data);
+		       k->revoked ? "revoked" : "active", quota.data,
+		       k->tier == AUTH_TIER_OWNER ? "(all)"
+		       : logins.len		  ? logins.data
+						  : "-");
 	}
 	if (arr)
 		print_json(arr);
@@ -512,6 +574,7 @@ static int cmd_list(const struct opts *o, const char *home)
 	buf_release(&msg);
 	buf_release(&prov);
 	buf_release(&quota);
+	buf_release(&logins);
 	return EXIT_SUCCESS;
 }
 
@@ -564,6 +627,49 @@ static int cmd_set_quota(const struct opts *o, const char *home)
 		quota_text(&now, &text);
 		printf("Key %s: quota %s.\n", o->id, text.data);
 	}
+	buf_release(&msg);
+	buf_release(&text);
+	return rc;
+}
+
+static int cmd_set_login(const struct opts *o, const char *home)
+{
+	struct strv names = STRV_INIT;
+	struct buf msg = BUF_INIT, text = BUF_INIT;
+	enum auth_key_result r;
+	char **now = NULL;
+	size_t n = 0;
+	int rc = EXIT_SUCCESS;
+
+	if (!o->id)
+		return usage_error("set-login needs --id=ID");
+	if (!!o->allow_login + !!o->deny_login + o->clear != 1)
+		return usage_error("set-login needs one of --allow=a,b, --deny=a,b or --clear");
+	if ((o->allow_login || o->deny_login) &&
+	    split_providers(o->allow_login ? o->allow_login : o->deny_login, &names)) {
+		strv_release(&names);
+		return usage_error("--%s is a comma-separated list of names",
+				   o->allow_login ? "allow" : "deny");
+	}
+	r = auth_key_set_login(home, o->id, (const char *const *)names.v, names.n,
+			       o->allow_login != NULL, o->clear, &now, &n, &msg);
+	if (r) {
+		rc = fail("set-login: %s", msg.len ? msg.data : auth_key_strerror(r));
+		goto out_free;
+	}
+	if (o->json) {
+		print_json(
+			json_pack("{s:s, s:o}", "id", o->id, "login_access", strings_json(now, n)));
+	} else {
+		for (size_t i = 0; i < n; i++)
+			buf_addf(&text, "%s%s", i ? "," : "", now[i]);
+		printf("Key %s: login access %s.\n", o->id, n ? text.data : "none");
+	}
+	if (o->allow_login)
+		warn_logins(o->id, &names);
+out_free:
+	auth_strings_free(now, n);
+	strv_release(&names);
 	buf_release(&msg);
 	buf_release(&text);
 	return rc;
@@ -705,6 +811,7 @@ int main(int argc, char **argv)
 	case CMD_REVOKE: rc = cmd_revoke(&o, home); break;
 	case CMD_SET_QUOTA: rc = cmd_set_quota(&o, home); break;
 	case CMD_USAGE: rc = cmd_usage(&o, home); break;
+	case CMD_SET_LOGIN: rc = cmd_set_login(&o, home); break;
 	case CMD_NONE: rc = EXIT_USAGE; break;
 	}
 	free(home);

@@ -52,6 +52,10 @@ struct auth_store {
 	char *olp_home;
 	char *keys_dir;
 	bool allow_anonymous;
+	/* The anonymous identity's providers and quota (auth_options.anonymous). */
+	bool anon_all;
+	struct strv anon_providers;
+	struct auth_quota anon_quota;
 	bool have_env_owner;
 	unsigned char env_hash[AUTH_HASH_BYTES];
 
@@ -320,41 +324,56 @@ static bool store_refresh(struct auth_store *st, uint_fast64_t gen_seen)
 
 /* ---- identities -------------------------------------------------------------------- */
 
+/* A heap copy of sv's strings into *out (NULL when sv is empty). */
+static void strings_copy(const struct strv *sv, char ***out, size_t *n)
+{
+	struct strv copy = STRV_INIT;
+
+	*out = NULL;
+	*n = 0;
+	if (!sv || !sv->n)
+		return;
+	for (size_t i = 0; i < sv->n; i++)
+		strv_push(&copy, sv->v[i]);
+	*out = strv_detach(&copy, n);
+}
+
 /* providers (may be NULL) is copied; out->providers stays NULL when all or empty. */
 static void identity_fill(struct auth_identity *out, const char *id, enum auth_tier tier, bool all,
 			  const struct strv *providers)
 {
-	struct strv copy = STRV_INIT;
-	size_t i;
-
 	memset(out, 0, sizeof(*out));
 	snprintf(out->key_id, sizeof(out->key_id), "%s", id);
 	out->tier = tier;
 	out->all_providers = all;
-	if (all || !providers || !providers->n)
-		return;
-	for (i = 0; i < providers->n; i++)
-		strv_push(&copy, providers->v[i]);
-	out->providers = strv_detach(&copy, &out->n_providers);
+	if (!all)
+		strings_copy(providers, &out->providers, &out->n_providers);
 }
 
 static void identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
 {
 	identity_fill(out, r->id, r->tier, r->all_providers, &r->providers);
 	out->quota = r->quota;
+	/* An owner reaches every login: a list on an owner key means nothing. */
+	if (r->tier == AUTH_TIER_GUEST)
+		strings_copy(&r->login_access, &out->login_access, &out->n_login_access);
+}
+
+void auth_strings_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
 }
 
 void auth_identity_release(struct auth_identity *id)
 {
-	size_t i;
-
 	if (!id)
 		return;
-	for (i = 0; i < id->n_providers; i++)
-		free(id->providers[i]);
-	free(id->providers);
-	id->providers = NULL;
-	id->n_providers = 0;
+	auth_strings_free(id->providers, id->n_providers);
+	auth_strings_free(id->login_access, id->n_login_access);
+	id->providers = id->login_access = NULL;
+	id->n_providers = id->n_login_access = 0;
 }
 
 bool auth_identity_allows(const struct auth_identity *id, const char *provider)
@@ -367,6 +386,20 @@ bool auth_identity_allows(const struct auth_identity *id, const char *provider)
 		return true;
 	for (i = 0; i < id->n_providers; i++)
 		if (strcmp(id->providers[i], provider) == 0)
+			return true;
+	return false;
+}
+
+bool auth_identity_may_hold_login(const struct auth_identity *id, const char *provider)
+{
+	if (!id || !provider)
+		return false;
+	if (id->tier == AUTH_TIER_OWNER)
+		return true;
+	if (id->tier != AUTH_TIER_GUEST)
+		return false; /* anonymous (and no identity) never */
+	for (size_t i = 0; i < id->n_login_access; i++)
+		if (strcmp(id->login_access[i], provider) == 0)
 			return true;
 	return false;
 }
@@ -498,7 +531,9 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 	if (!tok) {
 		if (!st->allow_anonymous)
 			return AUTH_ERR_REQUIRED;
-		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, true, NULL);
+		identity_fill(out, AUTH_ID_ANONYMOUS, AUTH_TIER_ANONYMOUS, st->anon_all,
+			      &st->anon_providers);
+		out->quota = st->anon_quota;
 		return AUTH_OK;
 	}
 	if (len > AUTH_TOKEN_MAX)
@@ -646,6 +681,12 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 	st->keys_dir = path_join(olp_home, "keys");
 	if (opt) {
 		st->allow_anonymous = opt->allow_anonymous;
+		if (opt->anonymous) {
+			st->anon_all = opt->anonymous->all_providers;
+			for (size_t i = 0; i < opt->anonymous->n_providers; i++)
+				strv_push(&st->anon_providers, opt->anonymous->providers[i]);
+			st->anon_quota = opt->anonymous->quota;
+		}
 		/* Only the hash is kept: the token itself never lives in our memory. */
 		if (opt->env_owner_token && *opt->env_owner_token) {
 			auth_hash_token(opt->env_owner_token, strlen(opt->env_owner_token),
@@ -690,6 +731,7 @@ void auth_store_free(struct auth_store *st)
 	pthread_mutex_destroy(&st->scan_lock);
 	pthread_rwlock_destroy(&st->idx_lock);
 	sodium_memzero(st->env_hash, sizeof(st->env_hash));
+	strv_release(&st->anon_providers);
 	free(st->olp_home);
 	free(st->keys_dir);
 	free(st);
@@ -706,4 +748,39 @@ void auth_audit(struct auth_store *st, const struct audit_record *rec)
 uint64_t auth_audit_failures(const struct auth_store *st)
 {
 	return st ? atomic_load(&st->audit.failures) : 0;
+}
+
+/* ---- login grants (issue 22) ------------------------------------------------------------ */
+
+int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n)
+{
+	struct auth_file_sig sig;
+	size_t cap = 0;
+
+	*out = NULL;
+	*n = 0;
+	/* A rescan re-reads only the manifests whose file changed (set-login replaces it). */
+	pthread_mutex_lock(&st->scan_lock);
+	keys_dir_sig(st, &sig);
+	store_rescan_locked(st, &sig);
+	pthread_mutex_unlock(&st->scan_lock);
+	pthread_rwlock_rdlock(&st->idx_lock);
+	for (size_t i = 0; st->idx && i < st->idx->n; i++) {
+		const struct key_entry *e = &st->idx->v[i];
+
+		if (!e->valid || e->rec.revoked || e->rec.tier != AUTH_TIER_GUEST)
+			continue;
+		for (size_t j = 0; j < e->rec.login_access.n; j++) {
+			if (*n == cap) {
+				cap = cap ? 2 * cap : 8;
+				*out = xreallocarray(*out, cap, sizeof(**out));
+			}
+			snprintf((*out)[*n].key_id, sizeof((*out)[*n].key_id), "%s", e->rec.id);
+			snprintf((*out)[*n].provider, sizeof((*out)[*n].provider), "%s",
+				 e->rec.login_access.v[j]);
+			(*n)++;
+		}
+	}
+	pthread_rwlock_unlock(&st->idx_lock);
+	return 0;
 }

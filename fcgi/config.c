@@ -1,6 +1,7 @@
 /* Configuration: OLP_HOME, $OLP_HOME/config.json and a few environment overrides. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -63,6 +64,7 @@ static const struct {
 	{ "auth", NULL, JSON_OBJECT },
 	{ "auth", "allow_anonymous", JSON_TRUE },
 	{ "auth", "owner_only_endpoints", JSON_ARRAY },
+	{ "auth", "anonymous", JSON_OBJECT },
 	{ "server", NULL, JSON_OBJECT },
 	{ "server", "route_prefix", JSON_STRING },
 	{ "sandbox", NULL, JSON_OBJECT },
@@ -206,6 +208,124 @@ static int read_auth(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* auth.anonymous.quota: the limits of a key's manifest, each null (none) or an integer in
+ * its range; anything else, an unknown limit included, stops the worker (a typo must not
+ * lift a limit). */
+static int read_anon_quota(struct fcgi_config *c, const json_t *q, struct buf *err)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		int64_t max;
+	} limits[] = {
+		{ "requests_per_minute", offsetof(struct auth_quota, requests_per_minute),
+		  AUTH_QUOTA_MAX },
+		{ "requests_per_day", offsetof(struct auth_quota, requests_per_day),
+		  AUTH_QUOTA_MAX },
+		{ "tokens_per_day", offsetof(struct auth_quota, tokens_per_day), AUTH_QUOTA_MAX },
+		{ "max_concurrent", offsetof(struct auth_quota, max_concurrent),
+		  AUTH_QUOTA_CONCURRENT_MAX },
+	};
+	const char *k;
+	const json_t *v;
+
+	if (!q || json_is_null(q))
+		return 0;
+	if (!json_is_object(q))
+		return conf_err(c, err, "auth.anonymous.quota: must be an object of limits");
+	json_object_foreach((json_t *)q, k, v) {
+		size_t i;
+
+		for (i = 0; i < ARRAY_SIZE(limits) && strcmp(k, limits[i].name); i++)
+			;
+		if (i == ARRAY_SIZE(limits))
+			return conf_err(c, err,
+					"auth.anonymous.quota.%.100s: unknown limit "
+					"(requests_per_minute, requests_per_day, tokens_per_day, "
+					"max_concurrent)",
+					k);
+		if (!json_is_null(v) &&
+		    parse_json_int(v, 1, limits[i].max,
+				   (int64_t *)((char *)&c->anon_quota + limits[i].off)))
+			return conf_err(
+				c, err,
+				"auth.anonymous.quota.%s: must be null or an integer from 1 "
+				"to %lld",
+				k, (long long)limits[i].max);
+	}
+	return 0;
+}
+
+/* auth.anonymous: {"providers": "*" or [names], "quota": {…}}, like a key's manifest. */
+static int read_anonymous(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *a = json_object_get(json_object_get(c->json, "auth"), "anonymous");
+	const json_t *p = json_object_get(a, "providers"), *v;
+	const char *k;
+	size_t i;
+
+	json_object_foreach((json_t *)a, k, v) {
+		if (strcmp(k, "providers") && strcmp(k, "quota"))
+			return conf_err(c, err,
+					"auth.anonymous.%.100s: unknown setting (providers, quota)",
+					k);
+	}
+	if (p && !json_is_null(p)) {
+		c->anon_providers_set = true;
+		c->anon_all = json_is_string(p) && !strcmp(json_string_value(p), "*");
+		if (!c->anon_all && !json_is_array(p))
+			return conf_err(c, err,
+					"auth.anonymous.providers: must be \"*\" or an array of "
+					"provider names");
+		json_array_foreach(p, i, v) {
+			if (!json_is_string(v) || !json_string_length(v))
+				return conf_err(c, err,
+						"auth.anonymous.providers[%zu]: must be a provider "
+						"name",
+						i);
+			strv_push(&c->anon_providers, json_string_value(v));
+		}
+	}
+	return read_anon_quota(c, json_object_get(a, "quota"), err);
+}
+
+/* Once the registry is known: the names given must be providers it serves, and never one
+ * whose runs hold a login (anonymous callers never may); without a list, anonymous callers
+ * get the providers that use no account of the owner's (local commands), none of the CLIs. */
+static int bind_anonymous(struct fcgi_config *c, const struct prov_registry *reg, struct buf *err)
+{
+	size_t i, j, n = prov_registry_provider_count(reg);
+
+	for (i = 0; !c->anon_providers_set && i < n; i++) {
+		const struct prov_provider *pv = prov_registry_provider_at(reg, i);
+
+		if (!prov_provider_uses_account(pv))
+			strv_push(&c->anon_providers, prov_provider_name(pv));
+	}
+	for (i = 0; c->anon_providers_set && i < c->anon_providers.n; i++) {
+		const char *name = c->anon_providers.v[i];
+		const struct prov_provider *pv = NULL;
+
+		for (j = 0; j < n && !pv; j++)
+			if (!strcmp(prov_provider_name(prov_registry_provider_at(reg, j)), name))
+				pv = prov_registry_provider_at(reg, j);
+		if (!pv)
+			return conf_err(
+				c, err,
+				"auth.anonymous.providers[%zu]: unknown provider \"%.100s\" "
+				"(not in %s, or not served)",
+				i, name, c->registry_path);
+		if (prov_provider_login_exposed(pv))
+			return conf_err(
+				c, err,
+				"auth.anonymous.providers[%zu]: provider \"%.100s\" runs "
+				"commands with its login in the run; anonymous callers never "
+				"get it",
+				i, name);
+	}
+	return 0;
+}
+
 /* s is NULL (the setting is absent) or one of the NULL-terminated choices. */
 static bool one_of(const char *s, const char *const choices[])
 {
@@ -336,6 +456,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 
 	memset(c, 0, sizeof(*c));
 	strv_init(&c->owner_only);
+	strv_init(&c->anon_providers);
 	if (load_file(c, err) || check_shape(c, err))
 		return -1;
 	/* The providers' settings, whose meaning providers/ knows. */
@@ -345,7 +466,8 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 		return -1;
 	}
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
-	    read_sandbox(c, err) || read_usage(c, err) || read_metrics(c, err))
+	    read_anonymous(c, err) || read_sandbox(c, err) || read_usage(c, err) ||
+	    read_metrics(c, err))
 		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");
@@ -415,10 +537,10 @@ int fcgi_config_bind(struct fcgi_config *c, const struct prov_registry *reg, str
 	const json_t *chains = json_object_get(json_object_get(c->json, "routing"), "chains");
 	const json_t *hops;
 	const char *name;
-	int ret = 0;
+	int ret = bind_anonymous(c, reg, err);
 
 	json_object_foreach((json_t *)chains, name, hops) {
-		if ((ret = bind_chain(c, reg, name, hops, err)))
+		if (ret || (ret = bind_chain(c, reg, name, hops, err)))
 			break;
 	}
 	json_decref(c->json);
@@ -445,6 +567,7 @@ void fcgi_config_release(struct fcgi_config *c)
 		free(c->chains[i].model);
 	free(c->chains);
 	strv_release(&c->owner_only);
+	strv_release(&c->anon_providers);
 	free(c->home);
 	free(c->path);
 	json_decref(c->json);

@@ -353,8 +353,9 @@ static void add_prestart_block(struct buf *b)
 
 static void handle_health(struct req_ctx *rc)
 {
+	struct auth_login_grant *grants = NULL;
 	struct buf b = BUF_INIT;
-	size_t i, j;
+	size_t i, j, ngrants = 0;
 
 	if (authenticate(rc, false))
 		return;
@@ -364,6 +365,7 @@ static void handle_health(struct req_ctx *rc)
 	if (is_owner(rc)) {
 		const struct prov_registry *reg = rc->app->reg;
 
+		(void)auth_login_grants(rc->app->auth, &grants, &ngrants);
 		buf_adds(&b, ",\"providers\":{");
 		for (i = 0; i < prov_registry_provider_count(reg); i++) {
 			const struct prov_provider *pv = prov_registry_provider_at(reg, i);
@@ -381,6 +383,7 @@ static void handle_health(struct req_ctx *rc)
 					 strlen(prov_provider_display_name(pv)));
 			add_network(&b, pv);
 			add_cli_state(&b, pv);
+			fcgi_access_health(&b, pv, grants, ngrants);
 			buf_adds(&b, ",\"models\":[");
 			for (j = 0; j < prov_registry_model_count(reg); j++) {
 				const struct prov_model *m = prov_registry_model_at(reg, j);
@@ -408,6 +411,7 @@ static void handle_health(struct req_ctx *rc)
 	buf_addch(&b, '}');
 	send_json(rc, 200, &b, (const struct hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 	buf_release(&b);
+	free(grants);
 }
 
 /* GET /health/live: the worker is up and takes requests. For web-server and load-balancer
@@ -428,7 +432,7 @@ static void handle_models(struct req_ctx *rc)
 {
 	const struct prov_registry *reg = rc->app->reg;
 	struct buf b = BUF_INIT;
-	size_t i;
+	size_t i, n = 0;
 
 	if (authenticate(rc, true))
 		return;
@@ -437,7 +441,10 @@ static void handle_models(struct req_ctx *rc)
 		const struct prov_model *m = prov_registry_model_at(reg, i);
 		const char *owner = prov_provider_name(m->provider);
 
-		if (i)
+		/* Only what this caller may use (issue 22): no model it would be refused. */
+		if (fcgi_access_check(&rc->id, m->provider))
+			continue;
+		if (n++)
 			buf_addch(&b, ',');
 		buf_adds(&b, "{\"id\":");
 		buf_add_json_str(&b, m->id, strlen(m->id));
@@ -1027,20 +1034,40 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 			    struct answer *a)
 {
 	struct buf wanted = BUF_INIT, mine = BUF_INIT;
+	const char *login = NULL;
 	size_t i, n = 0;
 
 	for (i = 0; i < a->nhops; i++) {
 		const char *p = prov_provider_name(a->hops[i].m->provider);
+		enum fcgi_access acc = fcgi_access_check(&rc->id, a->hops[i].m->provider);
 
-		if (auth_identity_allows(&rc->id, p))
+		if (acc == FCGI_ACCESS_OK)
 			a->hops[n++] = a->hops[i];
-		else if (!strstr(wanted.data, p))
+		else if (acc == FCGI_ACCESS_LOGIN && !login)
+			login = p;
+		else if (acc == FCGI_ACCESS_PROVIDER && !strstr(wanted.data, p))
 			buf_addf(&wanted, "%s%s", wanted.len ? ", " : "", p);
 	}
-	if (n) {
+	if (n || login) {
 		a->nhops = n;
 		buf_release(&wanted);
+	}
+	if (n)
 		return 0;
+	if (login && rc->id.tier == AUTH_TIER_ANONYMOUS) {
+		fail(rc, 403, "permission_error", "login_owner_only",
+		     "Provider '%s' runs commands with its login in the run, so its login is "
+		     "owner-only: anonymous callers may not use model '%.200s'",
+		     login, req->model);
+		return -1;
+	}
+	if (login) {
+		fail(rc, 403, "permission_error", "login_owner_only",
+		     "Provider '%s' runs commands with its login in the run, so its login is "
+		     "owner-only: this key may not use model '%.200s' (the owner can allow it: "
+		     "olp-keys set-login --id=%s --allow=%s)",
+		     login, req->model, rc->id.key_id, login);
+		return -1;
 	}
 	for (i = 0; i < rc->id.n_providers; i++)
 		buf_addf(&mine, "%s%s", i ? ", " : "", rc->id.providers[i]);
@@ -1248,7 +1275,8 @@ static void handle_chat(struct req_ctx *rc)
 					      .tool_choice = req.tool_choice,
 					      .tool_name = req.tool_name,
 					      .owner = rc->id.key_id,
-					      .owner_prestart_max = key_prestart_max(rc) };
+					      .owner_prestart_max = key_prestart_max(rc),
+					      .login_owner = rc->id.tier == AUTH_TIER_OWNER };
 		/* The run's output must be taken by the end of the run: a write that waits
 		 * for the client cannot outlast the run's timeout (see prov_sink). */
 		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));

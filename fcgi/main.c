@@ -269,6 +269,7 @@ static void on_prestart(enum sbx_prestart_event ev)
 static int app_init(bool cgi)
 {
 	struct sbx_global_config sc;
+	struct auth_anonymous anon;
 	struct auth_options ao;
 	struct buf err = BUF_INIT;
 	int ret;
@@ -316,8 +317,13 @@ static int app_init(bool cgi)
 	}
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
+	anon = (struct auth_anonymous){ .all_providers = app.cfg.anon_all,
+					.providers = (const char *const *)app.cfg.anon_providers.v,
+					.n_providers = app.cfg.anon_providers.n,
+					.quota = app.cfg.anon_quota };
 	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
-				    .env_owner_token = getenv("OLP_OWNER_TOKEN") };
+				    .env_owner_token = getenv("OLP_OWNER_TOKEN"),
+				    .anonymous = &anon };
 	app.auth = auth_store_open(app.cfg.home, &ao);
 	if (!app.auth) {
 		log_err(NULL, "key store in %s", app.cfg.home);

@@ -34,6 +34,12 @@ struct fcgi_config {
 	char *route_prefix;
 	uint64_t heartbeat_ms; /* streaming.heartbeat_interval_ms (default 15000; 0: off) */
 	bool allow_anonymous;
+	/* auth.anonymous: what anonymous callers may use (issue 22). providers_set: its
+	 * "providers" was given ("*": anon_all), else the default, bound to the registry by
+	 * fcgi_config_bind: the providers that use no account of the owner's (commands). */
+	bool anon_providers_set, anon_all;
+	struct strv anon_providers;
+	struct auth_quota anon_quota;
 	struct strv owner_only;	   /* auth.owner_only_endpoints: paths only the owner may call */
 	struct fcgi_chain *chains; /* routing.chains, once bound to the registry */
 	size_t nchains;
@@ -67,6 +73,18 @@ void fcgi_config_release(struct fcgi_config *c);
 const struct fcgi_chain *fcgi_config_chain(const struct fcgi_config *c, const char *model);
 /* Whether path (after the route prefix) is in auth.owner_only_endpoints. */
 bool fcgi_config_owner_only(const struct fcgi_config *c, const char *path);
+
+/* ---- access.c: who may use which provider (providers_enabled, logins; issue 22) ---- */
+enum fcgi_access {
+	FCGI_ACCESS_OK = 0,
+	FCGI_ACCESS_PROVIDER, /* not in the caller's providers_enabled */
+	FCGI_ACCESS_LOGIN,    /* the provider's runs hold a login the caller may not hold */
+};
+enum fcgi_access fcgi_access_check(const struct auth_identity *id, const struct prov_provider *pv);
+/* The owner's /health: pv's ",\"login_exposed\":…" and, when exposed, ",\"login_access\":
+ * [key ids]", the guest keys allowed to hold its login (grants from auth_login_grants). */
+void fcgi_access_health(struct buf *b, const struct prov_provider *pv,
+			const struct auth_login_grant *grants, size_t n);
 
 struct fcgi_app {
 	struct fcgi_config cfg;

@@ -255,7 +255,7 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 	/* Credentials only as configured (prov_run adds the provider's "env"): the sandbox
 	 * environment starts empty, so nothing (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in
 	 * from the worker's own environment. */
-	return prov_cli_bind_credentials(pv, creds, plan, out);
+	return prov_cli_bind_credentials(pv, creds, req, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -687,6 +687,7 @@ static void claude_parser_free(void *st)
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
 	.upstream_tokens = true,
+	.credentials_ok = prov_claude_credentials_ok,
 	.base_url_env = "ANTHROPIC_BASE_URL",
 	.api_key_env = "ANTHROPIC_API_KEY",
 	.caps = PROV_CAP_IMAGES | PROV_CAP_TOOLS,

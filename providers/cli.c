@@ -223,14 +223,28 @@ static int inside_for(const char *host, char *inside)
 	return ret > 0 && ret < PATH_MAX ? 0 : -ENAMETOOLONG;
 }
 
+/* check: NULL for a read-only copy, else a writable one whose write-back it decides. */
+static int bind_cred_file(struct prov_plan *plan, const char *host, const char *inside,
+			  sbx_writeback_check check)
+{
+	char exp[PATH_MAX];
+	int ret;
+
+	if (!check)
+		return prov_cli_bind_file(plan, host, inside, false);
+	if ((ret = expand_home(host, exp)))
+		return ret;
+	return sbx_policy_add_bind_checked(plan->policy, exp, inside, check);
+}
+
 static int bind_one_credential(struct prov_plan *plan, const char *host, const char *rel,
-			       bool writable)
+			       sbx_writeback_check check)
 {
 	char inside[PATH_MAX];
 	int n;
 
 	if (!rel)
-		return inside_for(host, inside) ?: prov_cli_bind_file(plan, host, inside, writable);
+		return inside_for(host, inside) ?: bind_cred_file(plan, host, inside, check);
 	if (rel[0] == '/')
 		n = strncmp(rel, SBX_HOME_PATH "/", sizeof(SBX_HOME_PATH))
 			    ? -1
@@ -239,13 +253,18 @@ static int bind_one_credential(struct prov_plan *plan, const char *host, const c
 		n = snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, rel);
 	if (n <= 0 || n >= (int)sizeof(inside))
 		return -EINVAL;
-	return prov_cli_bind_file(plan, host, inside, writable);
+	return bind_cred_file(plan, host, inside, check);
 }
 
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
-			      struct prov_plan *plan, struct prov_outcome *out)
+			      const struct prov_request *req, struct prov_plan *plan,
+			      struct prov_outcome *out)
 {
-	bool writable = pv->credentials_writable;
+	/* A login is replaced only by its owner's runs, and only with a file of its own
+	 * format: a guest's run must not swap in a login of its choosing (or garbage) that
+	 * every later run, the owner's included, would use (issue 22). */
+	sbx_writeback_check check =
+		pv->credentials_writable && req->login_owner ? pv->ops->credentials_ok : NULL;
 	size_t i;
 	int ret = 0;
 
@@ -254,7 +273,7 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const 
 		return 0;
 	if (!pv->credentials_set) {
 		for (i = 0; !ret && dflt && dflt[i]; i++)
-			ret = bind_one_credential(plan, dflt[i], NULL, writable);
+			ret = bind_one_credential(plan, dflt[i], NULL, check);
 		/* A default outside HOME (no HOME at all) is simply not there. */
 		return ret == -EINVAL || ret == -ENOENT ? 0 : ret;
 	}
@@ -262,7 +281,7 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const 
 		const char *inside = pv->cred_inside.v[i];
 
 		ret = bind_one_credential(plan, pv->cred_host.v[i], inside[0] ? inside : NULL,
-					  writable);
+					  check);
 	}
 	if (ret)
 		snprintf(out->message, sizeof(out->message),

@@ -30,10 +30,13 @@ int prov_cli_bind_install(struct sbx_policy *p, const char *real);
  * (network.set_headers: the worker adds the credential), else pv's "credentials" (see
  * struct prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
  * left out). A host path with no place given keeps its place relative to HOME inside.
- * Read-only unless "credentials_writable" (OAuth clients that refresh tokens). Missing
- * files are skipped when the run starts. 0, or -errno with out->message set. */
+ * Every run gets a copy; it is written back only with "credentials_writable" (OAuth
+ * clients that refresh tokens), for a run of the login's owner (req->login_owner), and
+ * when the type's credentials_ok accepts it. Missing files are skipped when the run
+ * starts. 0, or -errno with out->message set. */
 int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
-			      struct prov_plan *plan, struct prov_outcome *out);
+			      const struct prov_request *req, struct prov_plan *plan,
+			      struct prov_outcome *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 

@@ -153,7 +153,7 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	    (pv->credentials_set && !pv->cred_host.n && pv->config_toml_off))
 		codex_home = SBX_HOME_PATH;
 	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", codex_home)) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, plan, out)))
+	    (ret = prov_cli_bind_credentials(pv, creds, req, plan, out)))
 		return ret;
 	if (pv->config_toml_off)
 		return 0;
@@ -305,6 +305,12 @@ static void codex_parser_free(void *st)
 const struct provider_ops prov_codex_ops = {
 	.type = "codex",
 	.upstream_tokens = true,
+	/* codex exec runs shell commands itself (with its own sandbox off: ours is the
+	 * boundary), so a prompt can read what the run holds. */
+	.runs_commands = true,
+	.credentials_ok = prov_codex_credentials_ok,
+	/* A config.toml's model provider base_url is where the owner sends codex. */
+	.config_upstream = prov_codex_config_upstream,
 	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */
 	.api_key_env = "OPENAI_API_KEY",
 	.plan = codex_plan,

@@ -25,6 +25,21 @@ struct provider_ops {
 	bool upstream_tokens;
 	/* The request's prompt is in argv (vibe): never pre-started (ADR 0022). */
 	bool prompt_in_argv;
+	/* Its CLI runs commands itself, as the model asks (codex's shell, vibe's bash tool):
+	 * whatever a run holds, a prompt can have it read and printed. With a login bound
+	 * into the run, only keys allowed the login may use it (issue 22, ADR 0025). claude
+	 * runs none unless its "tools" setting turns its own tools on (prov_provider). */
+	bool runs_commands;
+	/* Whether a run's changed credentials file (credentials_writable) may replace the
+	 * host's: inside is where the run saw it, data what it left. Strict on the shape of
+	 * the CLI's own format, lenient on extra fields (credentials.c). NULL: never written
+	 * back. */
+	sbx_writeback_check credentials_ok;
+	/* Optional, read at load: the base URL the CLI's own configuration sends it to (codex's
+	 * config.toml), which becomes the default upstream as an "env" base_url_env does; a
+	 * heap string, or NULL for none. May set what it implies (codex: model_provider).
+	 * where names the provider in warnings. */
+	char *(*config_upstream)(struct prov_provider *pv, const char *where);
 	/* Build the run for req; 0 or -errno (out->message says why). -E2BIG: the request
 	 * cannot be given to this provider (PROV_ERR_PROMPT_REFUSED, a 400); any other
 	 * error is the provider's (PROV_ERR_SPAWN_FAILED). */
@@ -115,6 +130,7 @@ struct prov_provider {
 	int64_t max_retries;	   /* claude, codex: "max_retries", or -1 for the default */
 	char *system_prompt;	   /* claude: NULL for the built-in one */
 	char *tools;		   /* claude: NULL for none ("") */
+	bool own_tools;		   /* claude: "tools" turns some of its own tools on */
 	char *config_toml;	   /* codex: NULL for ~/.codex/config.toml */
 	char *model_provider;	   /* codex: a [model_providers.<id>] of config.toml, or NULL */
 };
@@ -146,6 +162,16 @@ int prov_net_resolve(const char *src, struct buf *value, struct buf *why);
 /* The models a run of model id may name in its request bodies (egr_route.models), pushed
  * onto out: none when pv's bodies are not checked for a model. */
 void prov_net_models(const struct prov_provider *pv, const char *id, struct strv *out);
+
+/* ---- credentials.c: what a written-back credentials file must look like ---- */
+/* The largest credentials file a run may write back: a login is a few KiB. */
+#define PROV_CRED_MAX ((size_t)64 * 1024)
+bool prov_claude_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
+bool prov_codex_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
+bool prov_vibe_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
+
+/* codexconf.c: codex's config.toml, for config_upstream. */
+char *prov_codex_config_upstream(struct prov_provider *pv, const char *where);
 
 /* Take one of pv's concurrency slots (slots.c): an fd to hand back to prov_slot_release,
  * PROV_SLOT_NONE when there is no cap, -EBUSY when all are taken, -errno on failure. */

@@ -462,17 +462,35 @@ static const struct net_default *default_for(const char *type)
 }
 
 /* A CLI's default upstream mode. An "env" ANTHROPIC_BASE_URL (a config written before
- * network modes) keeps its upstream: that is where the operator meant runs to go. */
-static int set_default(struct net_reader *r, const struct prov_provider *pv,
-		       const struct net_default *d)
+ * network modes), or the base_url of codex's config.toml, keeps its upstream: that is
+ * where the operator meant runs to go. */
+static int set_default(struct net_reader *r, struct prov_provider *pv, const struct net_default *d)
 {
 	const char *url = d->upstream;
 	ssize_t i = pv->ops && pv->ops->base_url_env
 			    ? strv_find(&pv->env_names, pv->ops->base_url_env)
 			    : -1;
+	char *own = i < 0 && pv->ops && pv->ops->config_upstream && !r->strict
+			    ? pv->ops->config_upstream(pv, r->where)
+			    : NULL;
 	int ret;
 
 	r->n->mode = PROV_NET_UPSTREAM;
+	if (own) {
+		url = own;
+		ret = check_url(r, url);
+		if (ret)
+			buf_adds(r->err, " (it is the base_url of the provider's config.toml)");
+		else
+			log_warnx(NULL,
+				  "%s: the base_url of its config.toml is taken as the network's "
+				  "upstream (%s)",
+				  r->where, url);
+		r->n->upstream = ret ? NULL : xstrdup(url);
+		r->n->upstream_host = ret ? NULL : host_of(url);
+		free(own);
+		return ret;
+	}
 	if (i >= 0) {
 		url = pv->env_values.v[i];
 		if ((ret = check_url(r, url))) {
@@ -560,7 +578,8 @@ static void warn_overrides(const struct prov_provider *pv, const json_t *v, cons
 			  "%s.network: vibe takes its API base from its config.toml only: its "
 			  "provider's api_base must be " PROV_NET_URL "/v1 (docs/providers.md)",
 			  where);
-	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider)
+	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider &&
+	    default_for(pv->type) && !strcmp(n->upstream, default_for(pv->type)->upstream))
 		log_warnx(NULL,
 			  "%s.model_provider: its base_url is replaced by the forwarder's, which "
 			  "goes to %s; set network.upstream to the base_url it had",

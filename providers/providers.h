@@ -77,6 +77,14 @@ unsigned prov_provider_caps(const struct prov_provider *pv);
 /* Its "prestart": how many processes of a run it keeps started ahead per key (sandbox
  * policy + argv; ADR 0022), 0 = none. */
 unsigned prov_provider_prestart(const struct prov_provider *pv);
+/* Whether its runs use an account of the owner's upstream (claude, codex, vibe: a login or
+ * an API key), as a local command's do not: what anonymous callers get by default. */
+bool prov_provider_uses_account(const struct prov_provider *pv);
+/* Whether its runs hold its login where a prompt can read it: its CLI runs commands (codex,
+ * vibe, claude with its own "tools" on) and credential files are bound into the run (not
+ * secretless, not "credentials": []). Such a provider serves only callers that may hold
+ * its login (auth_identity_may_hold_login; issue 22, ADR 0025). From its settings alone. */
+bool prov_provider_login_exposed(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 
@@ -141,6 +149,10 @@ struct prov_request {
 	/* > 0: that owner's share of pre-started processes is at most this (its
 	 * max_concurrent), so that the one started after each run counts against it. */
 	unsigned owner_prestart_max;
+	/* The caller owns the provider's login (the owner tier): only its runs write a
+	 * changed credentials file back ("credentials_writable"); every other run gets a
+	 * copy that is dropped with the run. */
+	bool login_owner;
 };
 
 struct prov_usage {

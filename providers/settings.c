@@ -383,7 +383,12 @@ static int read_system_prompt(struct reader *r, const char *key, const json_t *v
 
 static int read_tools(struct reader *r, const char *key, const json_t *v)
 {
-	return read_string(r, key, v, &r->pv->tools);
+	int ret = read_string(r, key, v, &r->pv->tools);
+
+	/* Any of claude's own tools (Bash, Read…) lets a prompt reach what the run holds. */
+	if (!ret)
+		r->pv->own_tools = r->pv->tools[strspn(r->pv->tools, " \t,")] != '\0';
+	return ret;
 }
 
 static const struct setting {

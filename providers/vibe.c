@@ -39,7 +39,7 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 	strv_push(&plan->argv, "streaming");
 	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")))
 		return ret;
-	return prov_cli_bind_credentials(pv, creds, plan, out);
+	return prov_cli_bind_credentials(pv, creds, req, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -173,6 +173,9 @@ static void vibe_parser_free(void *st)
 const struct provider_ops prov_vibe_ops = {
 	.type = "vibe",
 	.upstream_tokens = true,
+	/* vibe --prompt runs its tools (bash, read_file…) without asking. */
+	.runs_commands = true,
+	.credentials_ok = prov_vibe_credentials_ok,
 	.prompt_in_argv = true,
 	/* vibe takes its API base from its config.toml only (docs/providers.md). */
 	.api_key_env = "MISTRAL_API_KEY",

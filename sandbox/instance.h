@@ -23,9 +23,11 @@ struct run {
 
 /* A writable file bind: the run works on a copy in its scratch dir, written back. */
 struct copy {
-	char *host;	       /* the real path of the host file */
-	char *path;	       /* the copy */
-	struct timespec ctime; /* the copy's, as made: changed means written */
+	char *host;		   /* the real path of the host file */
+	char *path;		   /* the copy */
+	struct timespec ctime;	   /* the copy's, as made: changed means written */
+	char *inside;		   /* where the run sees it (a warm instance outlives its policy) */
+	sbx_writeback_check check; /* or NULL: any change is written back */
 };
 
 /* One started process (bwrap, or the command itself in mode off), its scratch dir, its

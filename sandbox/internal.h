@@ -17,6 +17,8 @@ struct sbx_policy {
 	struct strv env;     /* "NAME=value", one per name */
 	struct strv bind_ro; /* pairs: host path, path inside */
 	struct strv bind_rw; /* pairs: host path, path inside */
+	/* One per bind_rw pair: what checks its write-back, or NULL (written back as is). */
+	sbx_writeback_check *rw_checks;
 	bool allow_unix;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */

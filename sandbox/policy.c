@@ -43,6 +43,7 @@ void sbx_policy_free(struct sbx_policy *p)
 	strv_release(&p->env);
 	strv_release(&p->bind_ro);
 	strv_release(&p->bind_rw);
+	free(p->rw_checks);
 	free(p);
 }
 
@@ -124,15 +125,29 @@ static bool has_dotdot(const char *path)
 	return false;
 }
 
-int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
-			bool writable)
+int sbx_policy_add_bind_checked(struct sbx_policy *p, const char *host_path, const char *inside,
+				sbx_writeback_check check)
 {
-	struct strv *sv = writable ? &p->bind_rw : &p->bind_ro;
+	size_t n = p->bind_rw.n / 2;
 
 	if (check_abs(host_path) || check_abs(inside) || has_dotdot(inside) || !strcmp(inside, "/"))
 		return -EINVAL;
-	strv_push(sv, host_path);
-	strv_push(sv, inside);
+	strv_push(&p->bind_rw, host_path);
+	strv_push(&p->bind_rw, inside);
+	p->rw_checks = xreallocarray(p->rw_checks, n + 1, sizeof(*p->rw_checks));
+	p->rw_checks[n] = check;
+	return 0;
+}
+
+int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
+			bool writable)
+{
+	if (writable)
+		return sbx_policy_add_bind_checked(p, host_path, inside, NULL);
+	if (check_abs(host_path) || check_abs(inside) || has_dotdot(inside) || !strcmp(inside, "/"))
+		return -EINVAL;
+	strv_push(&p->bind_ro, host_path);
+	strv_push(&p->bind_ro, inside);
 	return 0;
 }
 

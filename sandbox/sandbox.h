@@ -169,6 +169,18 @@ int sbx_policy_add_rw(struct sbx_policy *p, const char *host_path);
  * 0, or -EINVAL when a path breaks the rules above. */
 int sbx_policy_add_bind(struct sbx_policy *p, const char *host_path, const char *inside,
 			bool writable);
+/* Whether a run's changed copy of a writable file may replace the host file: inside is
+ * where the run saw it, data (len bytes, at most 1 MiB) what it left there. true writes it
+ * back; false leaves the host file as it was, and the refusal is logged with *why (a static
+ * string that must never quote the content). Called once the run's processes are gone, on
+ * the thread that ran it. */
+typedef bool (*sbx_writeback_check)(const char *inside, const char *data, size_t len,
+				    const char **why);
+/* sbx_policy_add_bind(p, host_path, inside, true), whose write-back happens only when check
+ * (required) accepts the new content: the caller, who knows what the file is, decides
+ * (a credentials file must still parse as one; issue 22). 0 or -EINVAL as there. */
+int sbx_policy_add_bind_checked(struct sbx_policy *p, const char *host_path, const char *inside,
+				sbx_writeback_check check);
 /* Set one variable of the child's (otherwise empty) environment. Copies both. 0, or
  * -EINVAL when name is empty or holds '='. */
 int sbx_policy_setenv(struct sbx_policy *p, const char *name, const char *value);

@@ -841,6 +841,7 @@ static void write_back(const struct copy *c, const char *rid)
 {
 	struct buf b = BUF_INIT, tmp = BUF_INIT;
 	struct stat st, hst;
+	const char *why = NULL;
 	char rnd[17];
 	int fd = -1, ret;
 
@@ -850,6 +851,12 @@ static void write_back(const struct copy *c, const char *rid)
 	random_hex(rnd, 8);
 	buf_addf(&tmp, "%s.olp-%s", c->host, rnd);
 	ret = read_small(c->path, &b);
+	/* The caller's verdict on what the run left: a refusal keeps the host file. */
+	if (!ret && c->check && !c->check(c->inside, b.data, b.len, &why)) {
+		log_warnx(rid, "sandbox: a run's changes to %s were not kept: %s", c->host,
+			  why ? why : "refused");
+		goto out_release;
+	}
 	if (!ret && stat(c->host, &hst) < 0)
 		ret = -errno;
 	if (!ret) {
@@ -868,6 +875,7 @@ static void write_back(const struct copy *c, const char *rid)
 		log_warnx(rid, "sandbox: a run's changes to %s were not kept: %s", c->host,
 			  strerror(-ret));
 	}
+out_release:
 	buf_release(&tmp);
 	buf_release(&b);
 }
@@ -887,7 +895,16 @@ static int prepare_binds(const struct sbx_policy *p, const struct sbx_inputs *in
 		int fd;
 
 		if (b->how == SBX_BIND_COPY) {
+			size_t at = inst->ncopies;
+
 			ret = make_copy(inst, host, b->file);
+			/* What decides the write-back goes with the copy: a warm instance is
+			 * released under another policy object than the one that made it. */
+			if (inst->ncopies > at) {
+				inst->copies[at].inside = xstrdup(p->bind_rw.v[2 * (k - nro) + 1]);
+				inst->copies[at].check =
+					p->rw_checks ? p->rw_checks[k - nro] : NULL;
+			}
 		} else if (b->how == SBX_BIND_FILE) {
 			fd = open(host, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 			if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -1238,6 +1255,7 @@ void sbx_instance_release(struct instance *in, const char *rid)
 			write_back(&in->copies[i], rid);
 		free(in->copies[i].host);
 		free(in->copies[i].path);
+		free(in->copies[i].inside);
 	}
 	free(in->copies);
 	in->copies = NULL;
@@ -1279,6 +1297,9 @@ static char *policy_key(const struct sbx_policy *p)
 				 (long long)st->st_size, (long long)st->st_mtim.tv_sec,
 				 st->st_mtim.tv_nsec);
 	}
+	/* Who decides a write-back is part of the sandbox: a warm one keeps what made it. */
+	for (size_t k = 0; k < p->bind_rw.n / 2; k++)
+		buf_addf(&key, "check%zu=%p,", k, p->rw_checks ? (void *)p->rw_checks[k] : NULL);
 	set_rlimits(&plan, p);
 	for (size_t i = 0; i < ARRAY_SIZE(plan.rl); i++)
 		buf_addf(&key, "%llu,", (unsigned long long)plan.rl[i].rlim_cur);

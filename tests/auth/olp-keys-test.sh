@@ -2,7 +2,7 @@
 # olp-keys as an operator uses it: keygen/list/revoke, both flag forms, --json, exit codes
 # 0/1/2, the second-owner guard, the permission check, and no token or hash in list;
 # quotas (keygen --quota-*, set-quota, list) and usage (rows written by usage-fill through
-# usage/usage.h, as a worker writes them).
+# usage/usage.h, as a worker writes them); logins (keygen --allow-login, set-login).
 # usage: olp-keys-test.sh PATH-TO-olp-keys PATH-TO-usage-fill
 set -u
 KEYS=${1:?usage: $0 PATH-TO-olp-keys PATH-TO-usage-fill}
@@ -208,6 +208,31 @@ grep -q 'YYYY-MM-DD' "$T/err" || fail "--since message: $(cat "$T/err")"
 expect 2 "$KEYS" usage --clear --olp-home="$H"
 # The ledger holds no token and no hash.
 grep -q "$owner_tok" "$H/usage.db" "$H"/usage.db-* 2>/dev/null && fail "a token in the ledger"
+
+# Logins (issue 22): keygen --allow-login and set-login write "login_access", say the risk
+# in words, refuse an owner key; list shows it; a key without one has no such field.
+expect 2 "$KEYS" keygen --owner --force --allow-login=codex --olp-home="$H"
+expect 2 "$KEYS" keygen --name=l --allow-login=, --olp-home="$H"
+expect 0 "$KEYS" keygen --name=login1 --allow-login=codex --json --olp-home="$H"
+l_id=$(json "$T/out" 'd["id"]')
+grep -q "prompts can read codex's login" "$T/err" || fail "keygen --allow-login does not say the risk: $(cat "$T/err")"
+[ "$(json "$H/keys/$l_id/manifest.json" 'd["login_access"]')" = "['codex']" ] || fail "manifest login_access"
+[ "$(json "$H/keys/$q_id/manifest.json" '"login_access" in d')" = False ] || fail "login_access written unasked"
+expect 2 "$KEYS" set-login --id="$l_id" --olp-home="$H"
+expect 2 "$KEYS" set-login --id="$l_id" --allow=vibe --deny=codex --olp-home="$H"
+expect 2 "$KEYS" set-quota --id="$l_id" --allow=vibe --olp-home="$H"
+expect 0 "$KEYS" set-login --id="$l_id" --allow=vibe --olp-home="$H"
+grep -q 'login access codex,vibe' "$T/out" || fail "set-login --allow output: $(cat "$T/out")"
+grep -q "prompts can read vibe's login" "$T/err" || fail "set-login --allow does not say the risk"
+expect 0 "$KEYS" set-login --id="$l_id" --deny=codex --json --olp-home="$H"
+[ "$(json "$T/out" 'd["login_access"]')" = "['vibe']" ] || fail "set-login --deny: $(cat "$T/out")"
+expect 0 "$KEYS" list --json --olp-home="$H"
+[ "$(json "$T/out" '[k["login_access"] for k in d if k["id"]=="'"$l_id"'"][0]')" = "['vibe']" ] || fail "list --json login_access"
+expect 0 "$KEYS" list --olp-home="$H"
+grep "$l_id" "$T/out" | grep -q 'vibe' || fail "list lacks the login access: $(cat "$T/out")"
+expect 1 "$KEYS" set-login --id="$owner_id" --allow=codex --olp-home="$H"
+expect 0 "$KEYS" set-login --id="$l_id" --clear --olp-home="$H"
+[ "$(json "$H/keys/$l_id/manifest.json" '"login_access" in d')" = False ] || fail "set-login --clear leaves the field"
 
 # A store others can read is refused, with the fix in the message.
 chmod 755 "$H/keys"

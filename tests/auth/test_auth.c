@@ -380,6 +380,14 @@ static void test_manifest_invalid(void)
 		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
 		  "\",\"owner_tier\":\"guest\"}",
 		  "providers_enabled is neither \"*\" nor an array" },
+		/* A login allowance that does not parse refuses the key (issue 22). */
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\",\"login_access\":\"*\"}",
+		  "login_access is neither null nor an array" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\","
+		  "\"login_access\":[\"codex\",\"../x\"]}",
+		  "login_access holds something other than a provider name" },
 		/* A quota that does not parse must not become no quota. */
 		{ QUOTA_MANIFEST("5"), "quota is neither null nor an object" },
 		{ QUOTA_MANIFEST("[]"), "quota is neither null nor an object" },
@@ -554,17 +562,152 @@ static void test_check_missing(void)
 	CU_ASSERT_STRING_EQUAL(auth_error_type(AUTH_ERR_INVALID), "invalid_or_revoked_key");
 	auth_store_free(st);
 
+	/* Anonymous with nothing set gets no provider at all (issue 22: it used to get every
+	 * one, with no limit). */
 	st = auth_store_open(home, &anon);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
 	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, NULL, &id), AUTH_OK);
 	CU_ASSERT_EQUAL(id.tier, AUTH_TIER_ANONYMOUS);
 	CU_ASSERT_STRING_EQUAL(id.key_id, "__anonymous__");
-	CU_ASSERT(auth_identity_allows(&id, "claude"));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, "claude"));
+	CU_ASSERT(auth_quota_none(&id.quota));
 	auth_touch(st, &id); /* no manifest: nothing to write, nothing to crash */
 	auth_identity_release(&id);
 	/* A wrong token is still wrong when anonymous access is on. */
 	CU_ASSERT_EQUAL(auth_check(st, NULL, "olp_wrong", &id), AUTH_ERR_INVALID);
 	auth_store_free(st);
+	tu_rmhome(home);
+}
+
+/* auth.anonymous: its own providers and quota, like a key's; never a login. */
+static void test_check_anonymous_settings(void)
+{
+	static const char *const local[] = { "local", "echo" };
+	struct auth_anonymous a = { .providers = local,
+				    .n_providers = 2,
+				    .quota = { .requests_per_day = 5, .max_concurrent = 1 } };
+	struct auth_options o = { .allow_anonymous = true, .anonymous = &a };
+	char *home = tu_mkhome();
+	struct auth_identity id;
+	struct auth_store *st;
+
+	st = auth_store_open(home, &o);
+	a.n_providers = 0; /* copied at open */
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, NULL, &id), AUTH_OK);
+	CU_ASSERT(auth_identity_allows(&id, "echo"));
+	CU_ASSERT(auth_identity_allows(&id, "local"));
+	CU_ASSERT_FALSE(auth_identity_allows(&id, "codex"));
+	CU_ASSERT_EQUAL(id.quota.requests_per_day, 5);
+	CU_ASSERT_EQUAL(id.quota.max_concurrent, 1);
+	CU_ASSERT_FALSE(auth_identity_may_hold_login(&id, "local"));
+	auth_identity_release(&id);
+	auth_store_free(st);
+
+	a.all_providers = true;
+	st = auth_store_open(home, &o);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, NULL, &id), AUTH_OK);
+	CU_ASSERT(auth_identity_allows(&id, "codex"));
+	CU_ASSERT_FALSE(auth_identity_may_hold_login(&id, "codex"));
+	auth_identity_release(&id);
+	auth_store_free(st);
+	tu_rmhome(home);
+}
+
+/* login_access: set by keygen and set-login, kept in the manifest, carried by the guest's
+ * identity, listed for /health; an owner holds every login, a guest none unless named. */
+static void test_login_access(void)
+{
+	static const char *const codex[] = { "codex" }, *const two[] = { "vibe", "codex" };
+	struct auth_key_spec g = { .name = "g", .tier = AUTH_TIER_GUEST };
+	struct auth_key_spec o = { .name = "owner", .tier = AUTH_TIER_OWNER };
+	char *home = tu_mkhome(), *authz, **now = NULL;
+	struct auth_login_grant *grants;
+	struct auth_new_key owner, guest, plain;
+	struct auth_identity id;
+	struct auth_store *st;
+	struct buf msg = BUF_INIT;
+	size_t n = 0, ng;
+	json_t *m;
+
+	/* An owner key reaches every login already: no list on it. */
+	o.login_access = codex;
+	o.n_login_access = 1;
+	CU_ASSERT_EQUAL(auth_key_create(home, &o, &owner, &msg), AUTH_KEY_ERR_INVALID_ARG);
+	o.n_login_access = 0;
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &o, &owner, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &plain, &msg), AUTH_KEY_OK);
+	g.login_access = codex;
+	g.n_login_access = 1;
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &guest, &msg), AUTH_KEY_OK);
+	/* Written only where given: other manifests keep the Node OLP's exact fields. */
+	m = tu_manifest(home, plain.id);
+	CU_ASSERT_PTR_NULL(json_object_get(m, "login_access"));
+	json_decref(m);
+	m = tu_manifest(home, guest.id);
+	CU_ASSERT_STRING_EQUAL(
+		json_string_value(json_array_get(json_object_get(m, "login_access"), 0)), "codex");
+	json_decref(m);
+
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	authz = bearer(owner.token);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, authz, NULL, &id), AUTH_OK);
+	CU_ASSERT(auth_identity_may_hold_login(&id, "codex"));
+	auth_identity_release(&id);
+	free(authz);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, plain.token, &id), AUTH_OK);
+	CU_ASSERT_FALSE(auth_identity_may_hold_login(&id, "codex"));
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, guest.token, &id), AUTH_OK);
+	CU_ASSERT(auth_identity_may_hold_login(&id, "codex"));
+	CU_ASSERT_FALSE(auth_identity_may_hold_login(&id, "vibe"));
+	auth_identity_release(&id);
+
+	/* set-login: allow, take back, clear; an owner refused; seen on the next check. */
+	CU_ASSERT_EQUAL(auth_key_set_login(home, plain.id, two, 2, true, false, &now, &n, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	auth_strings_free(now, n);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, plain.token, &id), AUTH_OK);
+	CU_ASSERT(auth_identity_may_hold_login(&id, "vibe"));
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL(auth_key_set_login(home, plain.id, two, 1, false, false, &now, &n, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_STRING_EQUAL(now[0], "codex");
+	auth_strings_free(now, n);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL(ng, 2); /* plain: codex; guest: codex */
+	for (size_t i = 0; i < ng; i++)
+		CU_ASSERT_STRING_EQUAL(grants[i].provider, "codex");
+	free(grants);
+	CU_ASSERT_EQUAL(auth_key_set_login(home, plain.id, NULL, 0, false, true, &now, &n, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(n, 0);
+	auth_strings_free(now, n);
+	m = tu_manifest(home, plain.id);
+	CU_ASSERT_PTR_NULL(json_object_get(m, "login_access"));
+	json_decref(m);
+	CU_ASSERT_EQUAL(auth_key_set_login(home, owner.id, codex, 1, true, false, NULL, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL(auth_key_set_login(home, plain.id, (const char *const[]){ "a/b" }, 1, true,
+					   false, NULL, NULL, &msg),
+			AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL(ng, 1);
+	free(grants);
+	/* A revoked key's grant is no risk any more. */
+	CU_ASSERT_EQUAL(auth_key_revoke(home, guest.id, NULL, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL(ng, 0);
+	free(grants);
+	auth_store_free(st);
+	auth_new_key_wipe(&owner);
+	auth_new_key_wipe(&guest);
+	auth_new_key_wipe(&plain);
+	buf_release(&msg);
 	tu_rmhome(home);
 }
 
@@ -1456,6 +1599,8 @@ static const struct ts_test manifest_tests[] = {
 
 static const struct ts_test check_tests[] = {
 	{ "missing token, anonymous", test_check_missing },
+	{ "anonymous settings", test_check_anonymous_settings },
+	{ "login access", test_login_access },
 	{ "env owner", test_check_env_owner },
 	{ "keys and tiers", test_check_keys_and_tiers },
 	{ "revoked on the next request", test_check_revoked_next_request },

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -571,7 +572,10 @@ static void test_cross_feed(void)
 static char tmpdir[] = "/tmp/olp-provcli-test-XXXXXX";
 
 /* A registry with one provider of type, whose "bin" is fixtures/fake-cli.sh, handing it
- * the fixture through a credentials bind. */
+ * the fixture through a credentials bind, and a writable directory (tmpdir/seen, "seen" in
+ * the home) where it leaves what it was given: a directory is bound as it is, so what the
+ * stand-in writes there is seen at once, whatever a credentials file's write-back would
+ * make of it (issue 22: only a login's owner's run writes one back, in the CLI's format). */
 static struct prov_registry *fake_registry(const char *type, const char *output, const char *extra)
 {
 	struct buf reg = BUF_INIT, err = BUF_INIT, path = BUF_INIT;
@@ -582,14 +586,13 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	buf_addf(&reg,
 		 "{\"providers\":{\"p\":{\"type\":\"%s\",\"bin\":\"%s/"
 		 "fake-cli.sh\",\"timeout_s\":20,\"network\":false,"
-		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/argv.txt\":\"argv.txt\","
-		 "\"%s/stdin.txt\":\"stdin.txt\"},"
+		 "\"credentials\":{\"%s/%s\":\"out.ndjson\",\"%s/seen\":\"seen\"},"
 		 "\"credentials_writable\":true,"
 		 "\"env\":{\"FAKE_OUTPUT\":\"" SBX_HOME_PATH "/out.ndjson\","
-		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/argv.txt\","
-		 "\"FAKE_STDIN_OUT\":\"" SBX_HOME_PATH "/stdin.txt\"%s},"
+		 "\"FAKE_ARGV_OUT\":\"" SBX_HOME_PATH "/seen/argv.txt\","
+		 "\"FAKE_STDIN_OUT\":\"" SBX_HOME_PATH "/seen/stdin.txt\"%s},"
 		 "\"models\":[{\"id\":\"m-1\"}]}}}",
-		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, tmpdir, extra);
+		 type, FIXTURES_DIR, FIXTURES_DIR, output, tmpdir, extra);
 	fd = open(path.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
 	CU_ASSERT_EQUAL(write_all(fd, reg.data, reg.len), 0);
@@ -604,15 +607,19 @@ static struct prov_registry *fake_registry(const char *type, const char *output,
 	return r;
 }
 
-/* An empty file in tmpdir for the stand-in to write into (a writable credentials copy). */
+/* An empty file in tmpdir/seen for the stand-in (another uid) to write into. */
 static void reset_file(const char *name, struct buf *path)
 {
 	int fd;
 
 	buf_reset(path);
-	buf_addf(path, "%s/%s", tmpdir, name);
-	fd = open(path->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	buf_addf(path, "%s/seen", tmpdir);
+	(void)mkdir(path->data, 0777);
+	CU_ASSERT_FATAL(chmod(path->data, 0777) == 0);
+	buf_addf(path, "/%s", name);
+	fd = open(path->data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT(fchmod(fd, 0666) == 0);
 	close(fd);
 }
 
@@ -630,7 +637,8 @@ static void run_fake_msgs(const char *type, const char *output, const char *extr
 				    .model_name = "m-1",
 				    .messages = msgs ? msgs : dflt,
 				    .max_tokens = 99,
-				    .request_id = "test" };
+				    .request_id = "test",
+				    .login_owner = true };
 	struct prov_sink sink = ts_rec_sink(r);
 	struct buf argv_path = BUF_INIT, stdin_path = BUF_INIT;
 

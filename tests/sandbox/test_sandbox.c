@@ -611,6 +611,49 @@ static void test_credential_copies(void)
 	sbx_policy_free(p);
 }
 
+/* A checked writable bind (issue 22): the run's copy replaces the host file only when the
+ * caller's check accepts what the run left; a refusal keeps the host file as it was. */
+static bool accept_v(const char *inside, const char *data, size_t len, const char **why)
+{
+	bool ok = !strcmp(inside, SBX_HOME_PATH "/.cfg/chk.json") && len > 6 &&
+		  !memcmp(data, "token-", 6);
+
+	*why = "not a token";
+	return ok;
+}
+
+static void test_checked_write_back(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct buf out = BUF_INIT, host = BUF_INIT;
+	struct sbx_result res;
+	char rw[512];
+
+	snprintf(rw, sizeof(rw), "%s.chk-cred", runtime_dir);
+	write_file(rw, "token-v1\n", 0600);
+	CU_ASSERT_EQUAL(
+		sbx_policy_add_bind_checked(p, rw, SBX_HOME_PATH "/.cfg/chk.json", accept_v), 0);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){ "/bin/sh", "-c", "echo garbage > .cfg/chk.json", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_EQUAL(buf_read_file(&host, rw, 4096), 0);
+	CU_ASSERT_STRING_EQUAL(host.data, "token-v1\n");
+	buf_reset(&host);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){ "/bin/sh", "-c", "echo token-v2 > .cfg/chk.json", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_EQUAL(buf_read_file(&host, rw, 4096), 0);
+	CU_ASSERT_STRING_EQUAL(host.data, "token-v2\n");
+	unlink(rw);
+	buf_release(&host);
+	buf_release(&out);
+	sbx_policy_free(p);
+}
+
 /* A run whose log line names its request: the host file of a writable bind is gone when
  * the run ends, so the run's changes cannot be kept, and the warning says for whom. */
 struct logged_run {
@@ -1051,6 +1094,7 @@ int main(void)
 		{ "environment on no command line", test_environment_on_no_command_line },
 		{ "filesystem view", test_filesystem_view },
 		{ "credential files as copies", test_credential_copies },
+		{ "a checked write-back", test_checked_write_back },
 		{ "log lines name the request", test_log_lines_name_the_request },
 		{ "scratch removed", test_scratch_removed },
 		{ "concurrent runs", test_concurrent_runs },
