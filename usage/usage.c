@@ -103,11 +103,11 @@ static const char *const stmt_sql[ST__N] = {
 		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
 		    " GROUP BY day, key_id, COALESCE(provider, '')"
 		    " ORDER BY day, key_id, COALESCE(provider, '')",
-	[ST_RECENT] =
-		"SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
-		" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, count"
-		" FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
-		" ORDER BY ts_ms DESC, id DESC LIMIT ?3",
+	[ST_RECENT] = "SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
+		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, "
+		      "start, count"
+		      " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		      " ORDER BY ts_ms DESC, id DESC LIMIT ?3",
 	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
 	[ST_PRUNE_WINDOWS] = "DELETE FROM quota_windows WHERE start_ms < ?1",
 	[ST_PRUNE_HOLDS] = "DELETE FROM quota_holds WHERE expires_ms < ?1",

@@ -203,7 +203,7 @@ struct usage_day {
 	char provider[64]; /* "" for rows without a provider (refused before any ran) */
 	char day[11];	   /* "YYYY-MM-DD" */
 	int64_t requests;  /* refusals counted one by one (usage_record_add) */
-	int64_t errors; /* status >= 400 */
+	int64_t errors;	   /* status >= 400 */
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
 	int64_t cached_tokens;

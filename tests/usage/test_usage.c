@@ -550,7 +550,8 @@ static void test_quota_holds(void)
 static void test_quota_refund(void)
 {
 	struct usage_store *st = open_store(new_home());
-	struct usage_quota q = { .requests_per_day = 2, .requests_per_minute = 5,
+	struct usage_quota q = { .requests_per_day = 2,
+				 .requests_per_minute = 5,
 				 .tokens_per_day = 1000 };
 	int64_t d = today_ms() + 3 * MINUTE_MS;
 	struct usage_claim c = { .tokens = 900, .ttl_ms = 60000 };
