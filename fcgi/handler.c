@@ -1368,12 +1368,13 @@ static json_t *key_json(struct usage_store *st, const struct usage_key *k,
 	}
 	/* A failure here leaves zeros (the store counted it); the rest still answers. */
 	(void)usage_quota_state(st, k->id, 0, &qs);
-	o = json_pack("{sssososbsos{sIsIsI}}", "key_id", k->id, "name",
+	o = json_pack("{sssososbsos{sIsIsIsI}}", "key_id", k->id, "name",
 		      k->name ? json_string(k->name) : json_null(), "tier",
 		      k->tier ? json_string(k->tier) : json_null(), "revoked", k->revoked, "quota",
 		      quota_json(k), "quota_state", "requests_this_minute",
 		      (json_int_t)qs.requests_this_minute, "requests_today",
-		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today);
+		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today,
+		      "tokens_reserved", (json_int_t)qs.tokens_reserved);
 	json_object_set_new(o, "days", arr);
 	json_object_set_new(o, "totals",
 			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
@@ -1394,7 +1395,7 @@ static json_t *recent_json(const struct usage_row *rows, size_t n)
 
 		json_array_append_new(
 			arr,
-			json_pack("{sosIsssososisIsIsIsIsIss}", "ts", day_string(r->ts_ms, true),
+			json_pack("{sosIsssososisIsIsIsIsIsssI}", "ts", day_string(r->ts_ms, true),
 				  "ts_ms", (json_int_t)r->ts_ms, "key_id", r->key_id, "provider",
 				  r->provider[0] ? json_string(r->provider) : json_null(), "model",
 				  r->model[0] ? json_string(r->model) : json_null(), "status",
@@ -1402,7 +1403,8 @@ static json_t *recent_json(const struct usage_row *rows, size_t n)
 				  "completion_tokens", (json_int_t)r->completion_tokens,
 				  "cached_tokens", (json_int_t)r->cached_tokens, "duration_ms",
 				  (json_int_t)r->duration_ms, "ttfb_ms", (json_int_t)r->ttfb_ms,
-				  "start", usage_start_name(r->start)));
+				  "start", usage_start_name(r->start), "count",
+				  (json_int_t)r->count));
 	}
 	return arr;
 }
