@@ -76,42 +76,37 @@ enum agg { AGG_SUM = 0, AGG_MIN };
 static const struct family {
 	const char *name;
 	enum kind kind;
-	const char *help;
 	enum agg agg;
+	const char *help;
 } families[] = {
-	{ "olp_requests_total", K_COUNTER,
-	  "Requests answered, by route, provider, model and HTTP status.", AGG_SUM },
-	{ "olp_request_duration_seconds", K_HISTOGRAM,
-	  "Time from a request's arrival to the end of its answer, by provider.", AGG_SUM },
-	{ "olp_time_to_first_byte_seconds", K_HISTOGRAM,
-	  "Time from a request's arrival to the first byte of its answer, by provider.", AGG_SUM },
-	{ "olp_runs_in_flight", K_GAUGE, "Provider runs under way now, by provider.", AGG_SUM },
-	{ "olp_runs_total", K_COUNTER,
-	  "Provider runs whose sandbox started, by provider and how (cold, warm, prestart).",
-	  AGG_SUM },
-	{ "olp_sandbox_start_failures_total", K_COUNTER,
-	  "Provider runs whose sandbox or process could not start, by provider and reason.",
-	  AGG_SUM },
-	{ "olp_quota_rejections_total", K_COUNTER,
-	  "Requests refused for a key's quota, by the limit reached.", AGG_SUM },
-	{ "olp_audit_write_failures_total", K_COUNTER, "Audit records that could not be written.",
-	  AGG_SUM },
-	{ "olp_ledger_write_failures_total", K_COUNTER,
-	  "Usage ledger rows that could not be written.", AGG_SUM },
-	{ "olp_prestart_events_total", K_COUNTER,
+	{ "olp_requests_total", K_COUNTER, AGG_SUM,
+	  "Requests answered, by route, provider, model and HTTP status." },
+	{ "olp_request_duration_seconds", K_HISTOGRAM, AGG_SUM,
+	  "Time from a request's arrival to the end of its answer, by provider." },
+	{ "olp_time_to_first_byte_seconds", K_HISTOGRAM, AGG_SUM,
+	  "Time from a request's arrival to the first byte of its answer, by provider." },
+	{ "olp_runs_in_flight", K_GAUGE, AGG_SUM, "Provider runs under way now, by provider." },
+	{ "olp_runs_total", K_COUNTER, AGG_SUM,
+	  "Provider runs whose sandbox started, by provider and how (cold, warm, prestart)." },
+	{ "olp_sandbox_start_failures_total", K_COUNTER, AGG_SUM,
+	  "Provider runs whose sandbox or process could not start, by provider and reason." },
+	{ "olp_quota_rejections_total", K_COUNTER, AGG_SUM,
+	  "Requests refused for a key's quota, by the limit reached." },
+	{ "olp_audit_write_failures_total", K_COUNTER, AGG_SUM,
+	  "Audit records that could not be written." },
+	{ "olp_ledger_write_failures_total", K_COUNTER, AGG_SUM,
+	  "Usage ledger rows that could not be written." },
+	{ "olp_prestart_events_total", K_COUNTER, AGG_SUM,
 	  "Pre-started provider processes: started (ready), taken by a run (hit), not there "
 	  "for a run that could have taken one (miss), put down unused (expired, released), "
-	  "found dead (died).",
-	  AGG_SUM },
-	{ "olp_prestart_idle", K_GAUGE, "Pre-started provider processes waiting now.", AGG_SUM },
-	{ "olp_ledger_available", K_GAUGE,
+	  "found dead (died)." },
+	{ "olp_prestart_idle", K_GAUGE, AGG_SUM, "Pre-started provider processes waiting now." },
+	{ "olp_ledger_available", K_GAUGE, AGG_MIN,
 	  "1 when every worker can write the usage ledger; 0 while one cannot (keys with a "
-	  "quota are then refused with 503).",
-	  AGG_MIN },
-	{ "olp_unauthenticated_requests_total", K_COUNTER,
+	  "quota are then refused with 503)." },
+	{ "olp_unauthenticated_requests_total", K_COUNTER, AGG_SUM,
 	  "Requests answered without a checked identity (no key, a bad key, an unknown route), "
-	  "by HTTP status: counted here, summarised in the audit log.",
-	  AGG_SUM },
+	  "by HTTP status: counted here, summarised in the audit log." },
 };
 
 static const struct family *family_find(const char *name)

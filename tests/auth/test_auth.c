@@ -1481,7 +1481,7 @@ static void test_audit_size_rotation(void)
 	audit_scan(home, &af);
 	CU_ASSERT_EQUAL(af.files, 3); /* audit.ndjson and 2 rotated */
 	CU_ASSERT(af.largest < 65536 + 1024);
-	CU_ASSERT(af.total < 3 * (65536 + 1024));
+	CU_ASSERT(af.total < (off_t)3 * (65536 + 1024));
 	CU_ASSERT_EQUAL(af.bad, 0);
 	buf_addf(&p, "%s/logs/audit.ndjson", home);
 	text = read_all(p.data);

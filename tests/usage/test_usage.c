@@ -158,7 +158,7 @@ static void test_refusals(void)
 	size_t n;
 
 	for (int i = 0; i < 300; i++) /* 600 ms apart: 100 in each of 3 minutes */
-		add(st, m + i * 600, "k", NULL, 429, 0, 0, USAGE_START_NONE);
+		add(st, m + (int64_t)i * 600, "k", NULL, 429, 0, 0, USAGE_START_NONE);
 	add(st, m + 5, "k", NULL, 400, 0, 0, USAGE_START_NONE);
 	/* A provider's own max_concurrent: its provider and model, no run. */
 	add(st, m + 6, "k", "claude", 429, 0, 0, USAGE_START_NONE);
@@ -174,7 +174,7 @@ static void test_refusals(void)
 		if (rows[i].status == 429 && !*rows[i].provider) {
 			CU_ASSERT_EQUAL(rows[i].count, 100);
 			CU_ASSERT_EQUAL(rows[i].ts_ms % MINUTE_MS, 0);
-			CU_ASSERT_EQUAL(rows[i].duration_ms, 100 * 100);
+			CU_ASSERT_EQUAL(rows[i].duration_ms, UINT64_C(10000));
 			CU_ASSERT_EQUAL(rows[i].ttfb_ms, 0);
 		} else if (rows[i].status == 429) {
 			CU_ASSERT_EQUAL(rows[i].count, 2);
@@ -715,7 +715,7 @@ static void test_open_together(void)
 				if (f && fgets(line, sizeof(line), f))
 					printf("\n  round %d opener %d logged: %s", round, i, line);
 				if (f)
-					fclose(f);
+					(void)fclose(f);
 			}
 			CU_ASSERT_EQUAL(sb.st_size, 0);
 		}
@@ -801,7 +801,7 @@ static void test_open_while_locked(void)
 		if (f && fgets(line, sizeof(line), f))
 			printf("\n  opener logged: %s", line);
 		if (f)
-			fclose(f);
+			(void)fclose(f);
 	}
 	CU_ASSERT_EQUAL(sb.st_size, 0);
 	close(ready[0]);
