@@ -97,7 +97,16 @@ struct auth_options {
 	const char *env_owner_token; /* OLP_OWNER_TOKEN, or NULL; copied (only its hash is kept) */
 	/* The anonymous identity's providers and quota; NULL: no provider at all. Copied. */
 	const struct auth_anonymous *anonymous;
+	/* The audit log (config.json audit.*; 0: the default): rotate audit.ndjson once it
+	 * holds max_bytes, keep the keep newest rotated files, and write at most one summary
+	 * of unauthenticated requests per summary_s seconds per process. */
+	uint64_t audit_max_bytes;
+	unsigned audit_keep;
+	unsigned audit_summary_s;
 };
+#define AUTH_AUDIT_MAX_BYTES_DEFAULT (UINT64_C(64) << 20)
+#define AUTH_AUDIT_KEEP_DEFAULT 7
+#define AUTH_AUDIT_SUMMARY_S_DEFAULT 60
 
 /* An open key store: opaque, thread-safe (one per worker process, shared by its threads). */
 struct auth_store;
@@ -155,11 +164,16 @@ struct audit_record {
 	const char *request_id;
 };
 
-/* Append one line (one write(2), O_APPEND, 0600, daily rotation to
- * audit-YYYY-MM-DD.ndjson). rec and its strings are borrowed; NULL strings become null.
+/* Append one line (one write(2), O_APPEND, 0600; rotated daily to audit-YYYY-MM-DD.ndjson
+ * and past audit_max_bytes to audit-YYYY-MM-DDTHHMMSS.ndjson, the audit_keep newest
+ * rotated files kept). rec and its strings are borrowed; NULL strings become null.
  * The query string of path is dropped and long fields are cut, so that no token a client
- * put in a URL reaches the log. Never fails a request: a failure is counted and reported
- * by auth_audit_failures(). Thread-safe and safe across processes. */
+ * put in a URL reaches the log. A request without an identity refused with a 4xx
+ * (key_id NULL) is not a line: it is counted, and a summary line (event
+ * "unauthenticated_summary", count, statuses) goes out at most once per
+ * audit_summary_s per process, and when the store is freed. Never fails a request: a
+ * failure is counted and reported by auth_audit_failures(). Thread-safe and safe across
+ * processes. */
 void auth_audit(struct auth_store *st, const struct audit_record *rec);
 uint64_t auth_audit_failures(const struct auth_store *st);
 

@@ -112,16 +112,28 @@ json_t *auth_quota_to_json(const struct auth_quota *q);
 void auth_iso_time_now(char out[AUTH_ISO_MAX]);
 
 /* ---- audit.c: $OLP_HOME/logs/audit.ndjson ------------------------------------------- */
+/* The statuses 400..499 counted one by one in an unauthenticated summary. */
+#define AUTH_AUDIT_STATUSES 100
 struct auth_audit_log {
 	char *dir;	      /* $OLP_HOME/logs */
-	pthread_mutex_t lock; /* guards fd and day */
+	pthread_mutex_t lock; /* guards everything below but failures */
 	int fd;		      /* open on audit.ndjson, or -1 */
+	ino_t ino;	      /* ... its inode (a rotation by another process changes the path's) */
 	long day;	      /* UTC day number (time / 86400) fd was opened for */
+	uint64_t max_bytes;   /* rotate past this size */
+	unsigned keep;	      /* rotated files kept */
+	unsigned summary_s;   /* at most one unauthenticated summary per this many seconds */
+	/* Requests without an identity since the last summary: in all, by status, since. */
+	uint64_t unauth_total;
+	uint64_t unauth[AUTH_AUDIT_STATUSES];
+	time_t unauth_since;
+	time_t next_summary; /* no summary before this */
 	_Atomic uint64_t failures;
 };
 
-/* Takes ownership of dir (a heap string). Opens nothing until the first line. */
-void auth_audit_log_init(struct auth_audit_log *a, char *dir);
+/* Takes ownership of dir (a heap string); the audit_ settings of opt (NULL: defaults).
+ * Opens nothing until the first line. */
+void auth_audit_log_init(struct auth_audit_log *a, char *dir, const struct auth_options *opt);
 void auth_audit_log_release(struct auth_audit_log *a);
 void auth_audit_log_write(struct auth_audit_log *a, const struct audit_record *rec);
 

@@ -699,7 +699,7 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 	pthread_mutex_init(&st->touch_lock, NULL);
 	pthread_cond_init(&st->touch_cond, NULL);
 	atomic_init(&st->stale, false);
-	auth_audit_log_init(&st->audit, path_join(olp_home, "logs"));
+	auth_audit_log_init(&st->audit, path_join(olp_home, "logs"), opt);
 
 	if (stat(st->keys_dir, &sb) == 0 && (sb.st_mode & 077))
 		log_warnx(NULL, "auth: %s is accessible to group or others; run: chmod -R go= %s",

@@ -126,6 +126,8 @@ enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERROR };
  * borrowed: it must outlive all logging. */
 void log_set_level(enum log_level min);
 void log_set_program(const char *name);
+/* Whether a line of level lvl is written (lvl >= the level set). */
+bool log_enabled(enum log_level lvl);
 void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define log_info(rid, ...) log_msg(LOG_LVL_INFO, 0, rid, __VA_ARGS__)

@@ -24,6 +24,11 @@ void log_set_level(enum log_level min)
 	log_min = min;
 }
 
+bool log_enabled(enum log_level lvl)
+{
+	return lvl >= log_min;
+}
+
 void log_set_program(const char *name)
 {
 	log_prog = name;

@@ -80,6 +80,7 @@ static const struct {
 	{ "routing", "chains", JSON_OBJECT },
 	{ "usage", NULL, JSON_OBJECT },
 	{ "usage", "enabled", JSON_TRUE },
+	{ "audit", NULL, JSON_OBJECT },
 };
 
 static const char *type_name(json_type t)
@@ -427,6 +428,41 @@ static int read_usage(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* audit: how large logs/audit.ndjson grows before it is rotated, and how many rotated files
+ * are kept (issue 22: the log's disk use is bounded, about max_bytes * (keep + 1)). Strict:
+ * a typo must not leave the log unbounded. */
+static int read_audit(struct fcgi_config *c, struct buf *err)
+{
+	static const char *const known[] = { "max_bytes", "keep" };
+	const json_t *a = json_object_get(c->json, "audit"), *v;
+	const char *k;
+	int64_t n;
+
+	json_object_foreach((json_t *)a, k, v) {
+		size_t i = 0;
+
+		while (i < ARRAY_SIZE(known) && strcmp(k, known[i]))
+			i++;
+		if (i == ARRAY_SIZE(known))
+			return conf_err(c, err, "audit.%.64s: unknown setting (max_bytes, keep)",
+					k);
+	}
+	/* 64 KiB at least (a few dozen lines), 1 TiB at most. */
+	v = json_object_get(a, "max_bytes");
+	if (v && parse_json_int(v, 65536, INT64_C(1) << 40, &n))
+		return conf_err(c, err,
+				"audit.max_bytes: must be an integer of bytes from 65536 to "
+				"1099511627776");
+	c->audit_max_bytes = v ? (uint64_t)n : 0;
+	v = json_object_get(a, "keep");
+	if (v && parse_json_int(v, 1, 10000, &n))
+		return conf_err(c, err,
+				"audit.keep: must be an integer from 1 to 10000 (rotated files "
+				"kept)");
+	c->audit_keep = v ? (unsigned)n : 0;
+	return 0;
+}
+
 /* metrics_token: lets a Prometheus server scrape GET /metrics without the owner's token.
  * Long enough not to be guessed, and only characters a header carries as they are. */
 static int read_metrics(struct fcgi_config *c, struct buf *err)
@@ -467,7 +503,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 	}
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
 	    read_anonymous(c, err) || read_sandbox(c, err) || read_usage(c, err) ||
-	    read_metrics(c, err))
+	    read_audit(c, err) || read_metrics(c, err))
 		return -1;
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");

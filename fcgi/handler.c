@@ -52,7 +52,8 @@ struct req_ctx {
 	bool chat;
 	struct prov_usage usage;
 	enum usage_start start;
-	int key_slot; /* the key's concurrency slot (check_concurrency), or -1 */
+	int key_slot;		  /* the key's concurrency slot (check_concurrency), or -1 */
+	struct usage_claim claim; /* the request's count and token reservation (check_quota) */
 };
 
 /* The key's concurrency slot (check_concurrency), when held: free it. */
@@ -402,10 +403,8 @@ static void handle_health(struct req_ctx *rc)
 		buf_addf(&b, ",\"audit_failures\":%llu",
 			 (unsigned long long)auth_audit_failures(rc->app->auth));
 		/* The ledger and quotas: off, or whether its database works right now. */
-		buf_addf(&b, ",\"usage\":{\"enabled\":%s,\"available\":%s,\"failures\":%llu}",
-			 rc->app->usage ? "true" : "false",
-			 rc->app->usage && usage_available(rc->app->usage) ? "true" : "false",
-			 (unsigned long long)(rc->app->usage ? usage_failures(rc->app->usage) : 0));
+		buf_adds(&b, ",\"usage\":");
+		fcgi_usage_health_json(&b, rc->app->usage);
 		add_prestart_block(&b);
 	}
 	buf_addch(&b, '}');
@@ -1120,31 +1119,24 @@ static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *re
 
 /* The key's quota (issue 14), once the request is known to be valid and servable and
  * before any provider starts: a malformed request costs the key nothing. Shared by the
- * workers of the host through the usage store. A store that fails lets the request
- * through (it counted and logged the failure: the owner's /health shows it). 0 to go on,
- * or -1 after answering 429. */
-static int check_quota(struct req_ctx *rc)
+ * workers of the host through the usage store. The request reserves what it may spend of
+ * tokens_per_day until its row settles it (record_usage), or until its hops' timeouts
+ * have passed when its worker dies. A store that cannot write refuses (503: fcgi/quota.c).
+ * 0 to go on, or -1 after answering 429 or 503. */
+static int check_quota(struct req_ctx *rc, size_t body_len, const struct fcgi_chat_request *req,
+		       const struct answer *a)
 {
-	const struct auth_quota *aq = &rc->id.quota;
-	struct usage_quota q = { .requests_per_minute = aq->requests_per_minute,
-				 .requests_per_day = aq->requests_per_day,
-				 .tokens_per_day = aq->tokens_per_day };
-	struct usage_verdict v;
+	struct fcgi_quota_hdr hdr;
 	struct fcgi_error e;
-	char retry[24];
+	uint64_t ttl = ANSWER_WRITE_MS;
 
-	if (!rc->app->usage || !usage_quota_any(&q))
+	for (size_t i = 0; i < a->nhops; i++)
+		ttl += prov_provider_timeout_ms(a->hops[i].m->provider) + ANSWER_WRITE_MS;
+	rc->claim = (struct usage_claim){ .tokens = fcgi_quota_estimate(body_len, req->max_tokens),
+					  .ttl_ms = ttl };
+	if (!fcgi_quota_check(rc->app->usage, &rc->id, &rc->claim, &e, &hdr))
 		return 0;
-	if (usage_quota_take(rc->app->usage, rc->id.key_id, &q, 0, &v) < 0 || v.allowed)
-		return 0;
-	metrics_quota_rejected(v.limit ? v.limit : "quota");
-	snprintf(retry, sizeof(retry), "%u", v.retry_after ? v.retry_after : 1);
-	fcgi_error_set(&e, 429, "rate_limit_error", "quota_exceeded", NULL,
-		       "Quota exceeded: this key's %s is %lld and it has used %lld; try again in "
-		       "%s s",
-		       v.limit ? v.limit : "quota", (long long)v.limit_value, (long long)v.used,
-		       retry);
-	send_error(rc, &e, (const struct hdr[]){ { "Retry-After", retry }, { 0 } });
+	send_error(rc, &e, (const struct hdr[]){ { "Retry-After", hdr.retry_after }, { 0 } });
 	return -1;
 }
 
@@ -1232,8 +1224,9 @@ static void handle_chat(struct req_ctx *rc)
 		.emit = answer_emit, .done = answer_done, .start = answer_start, .ctx = &a
 	};
 	struct prov_request preq;
-	struct prov_outcome o;
+	struct prov_outcome o = { 0 };
 	json_t *messages = NULL;
+	bool ran = false;
 
 	memset(&req, 0, sizeof(req));
 	if (authenticate(rc, true))
@@ -1251,7 +1244,8 @@ static void handle_chat(struct req_ctx *rc)
 		goto out_answer;
 	}
 	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
-	    check_hop_caps(rc, &req, &a) || check_concurrency(rc) || check_quota(rc))
+	    check_hop_caps(rc, &req, &a) || check_concurrency(rc) ||
+	    check_quota(rc, body.len, &req, &a))
 		goto out_answer;
 	fcgi_completion_init(&a.meta, req.model);
 	stops_init(&a, req.stop);
@@ -1286,9 +1280,14 @@ static void handle_chat(struct req_ctx *rc)
 		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
 		metrics_run_end(rc->provider);
 		count_run_outcome(rc->provider, &o);
+		ran |= o.ran;
 		if (!a.answered && a.cur == hop) /* done never came: never loop on a hop */
 			break;
 	}
+	/* Every provider it could go to was at its own max_concurrent: nothing ran, so the
+	 * request does not use up one of the key's (issue 22 item 7). */
+	if (!ran && o.err == PROV_ERR_CONCURRENCY_LIMIT)
+		fcgi_quota_refund(rc->app->usage, rc->id.key_id, &rc->claim, rc->rid);
 out_answer:
 	json_decref(messages);
 	fcgi_chat_release(&req);
@@ -1409,12 +1408,13 @@ static json_t *key_json(struct usage_store *st, const struct usage_key *k,
 	}
 	/* A failure here leaves zeros (the store counted it); the rest still answers. */
 	(void)usage_quota_state(st, k->id, 0, &qs);
-	o = json_pack("{sssososbsos{sIsIsI}}", "key_id", k->id, "name",
+	o = json_pack("{sssososbsos{sIsIsIsI}}", "key_id", k->id, "name",
 		      k->name ? json_string(k->name) : json_null(), "tier",
 		      k->tier ? json_string(k->tier) : json_null(), "revoked", k->revoked, "quota",
 		      quota_json(k), "quota_state", "requests_this_minute",
 		      (json_int_t)qs.requests_this_minute, "requests_today",
-		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today);
+		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today,
+		      "tokens_reserved", (json_int_t)qs.tokens_reserved);
 	json_object_set_new(o, "days", arr);
 	json_object_set_new(o, "totals",
 			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
@@ -1435,7 +1435,7 @@ static json_t *recent_json(const struct usage_row *rows, size_t n)
 
 		json_array_append_new(
 			arr,
-			json_pack("{sosIsssososisIsIsIsIsIss}", "ts", day_string(r->ts_ms, true),
+			json_pack("{sosIsssososisIsIsIsIsIsssI}", "ts", day_string(r->ts_ms, true),
 				  "ts_ms", (json_int_t)r->ts_ms, "key_id", r->key_id, "provider",
 				  r->provider[0] ? json_string(r->provider) : json_null(), "model",
 				  r->model[0] ? json_string(r->model) : json_null(), "status",
@@ -1443,7 +1443,8 @@ static json_t *recent_json(const struct usage_row *rows, size_t n)
 				  "completion_tokens", (json_int_t)r->completion_tokens,
 				  "cached_tokens", (json_int_t)r->cached_tokens, "duration_ms",
 				  (json_int_t)r->duration_ms, "ttfb_ms", (json_int_t)r->ttfb_ms,
-				  "start", usage_start_name(r->start)));
+				  "start", usage_start_name(r->start), "count",
+				  (json_int_t)r->count));
 	}
 	return arr;
 }
@@ -1710,6 +1711,7 @@ static void handle_metrics(struct req_ctx *rc)
 			return;
 		}
 	}
+	fcgi_ledger_sync(rc->app->usage);
 	if (metrics_render(&b)) {
 		fail(rc, 503, "metrics_unavailable", "metrics_unavailable",
 		     "This worker could not open the pool's shared metrics file (its start-up "
@@ -1766,6 +1768,15 @@ static void log_request(struct req_ctx *rc)
 	struct buf l = BUF_INIT;
 	uint64_t ms = mono_ms() - rc->t0;
 	struct audit_record ar;
+	/* Refused without an identity (no key, a bad one, no such route): anyone can send
+	 * these as fast as the network allows, so they are counted (metrics; a summary line
+	 * in the audit log, auth/audit.c), not written a line each, but at debug level. */
+	bool anon_refusal = !rc->have_id && rc->status >= 400 && rc->status < 500;
+
+	if (anon_refusal)
+		metrics_unauthenticated(rc->status);
+	if (anon_refusal && !log_enabled(LOG_LVL_DEBUG))
+		goto out_audit;
 
 	buf_adds(&l, ",\"method\":");
 	buf_add_json_str(&l, rc->method, strlen(rc->method));
@@ -1786,7 +1797,7 @@ static void log_request(struct req_ctx *rc)
 	}
 	log_event("request", rc->rid, l.data);
 	buf_release(&l);
-
+out_audit:
 	ar = (struct audit_record){
 		.key_id = rc->have_id ? rc->id.key_id : NULL,
 		.owner_tier = auth_tier_name(rc->have_id ? rc->id.tier : AUTH_TIER_NONE),
@@ -1819,12 +1830,14 @@ static void record_usage(struct req_ctx *rc)
 		.duration_ms = now - rc->t0,
 		.ttfb_ms = rc->t_first ? rc->t_first - rc->t0 : 0,
 		.start = rc->start,
+		.hold_id = rc->claim.hold_id, /* settled: the real count replaces it */
 	};
 
 	/* A failure is counted and logged by the store (the owner's /health shows it), and
 	 * counted for the pool in /metrics. */
 	if (rc->app->usage && usage_record_add(rc->app->usage, &r) < 0)
 		metrics_ledger_failure();
+	fcgi_ledger_sync(rc->app->usage);
 }
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only

@@ -323,7 +323,9 @@ static int app_init(bool cgi)
 					.quota = app.cfg.anon_quota };
 	ao = (struct auth_options){ .allow_anonymous = app.cfg.allow_anonymous,
 				    .env_owner_token = getenv("OLP_OWNER_TOKEN"),
-				    .anonymous = &anon };
+				    .anonymous = &anon,
+				    .audit_max_bytes = app.cfg.audit_max_bytes,
+				    .audit_keep = app.cfg.audit_keep };
 	app.auth = auth_store_open(app.cfg.home, &ao);
 	if (!app.auth) {
 		log_err(NULL, "key store in %s", app.cfg.home);
@@ -337,7 +339,8 @@ static int app_init(bool cgi)
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the
 	 * worker was started; the cost is one open per CGI request. A database that cannot
-	 * be opened still gives a store (it retries): requests are served either way. */
+	 * be opened still gives a store (it retries): keys without a quota are served, keys
+	 * with one refused until it works (ADR 0026). */
 	if (app.cfg.usage_enabled) {
 		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days };
 
@@ -346,6 +349,7 @@ static int app_init(bool cgi)
 			log_err(NULL, "usage store in %s", app.cfg.home);
 			return -1;
 		}
+		fcgi_ledger_sync(app.usage); /* olp_ledger_available from the start */
 	} else {
 		log_info(NULL, "usage ledger and quotas off (config.json usage.enabled)");
 	}

@@ -57,6 +57,8 @@ struct fcgi_config {
 	char *registry_path;		    /* the registry actually used */
 	bool usage_enabled;		    /* usage.enabled (default true): ledger and quotas */
 	unsigned usage_retention_days;	    /* usage.retention_days (0: the store's default) */
+	uint64_t audit_max_bytes;	    /* audit.max_bytes (0: auth's default, 64 MiB) */
+	unsigned audit_keep;		    /* audit.keep (0: auth's default, 7) */
 	char *metrics_token; /* metrics_token: a bearer token for GET /metrics alone, or NULL */
 };
 
@@ -96,6 +98,29 @@ struct fcgi_app {
 	 * refused: fail closed). */
 	char *keyslot_dir;
 };
+
+/* ---- quota.c: a key's quota against the usage store (ADR 0026) ---------------------- */
+/* The tokens a chat request is expected to cost, reserved against tokens_per_day while it
+ * runs: its body's bytes / 4 (the prompt, a little over) plus its max_tokens, or 1024
+ * when it sets none. */
+int64_t fcgi_quota_estimate(size_t body_len, int64_t max_tokens);
+struct fcgi_quota_hdr {
+	char retry_after[24]; /* the Retry-After of a refusal */
+};
+/* Check id's quota and count the request (with claim's reservation: claim->tokens and
+ * ttl_ms set by the caller). 0 to go on (also for a key without a quota, or no store);
+ * -1 with e and hdr filled: 429 quota_exceeded, or 503 usage_unavailable when the store
+ * cannot write (fails closed). */
+int fcgi_quota_check(struct usage_store *st, const struct auth_identity *id,
+		     struct usage_claim *claim, struct fcgi_error *e, struct fcgi_quota_hdr *hdr);
+/* Give claim back (a request no provider took): logged when the store fails. */
+void fcgi_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *claim,
+		       const char *rid);
+/* olp_ledger_available for this worker, from st's health (nothing when st is NULL). */
+void fcgi_ledger_sync(struct usage_store *st);
+/* The /health "usage" object: enabled, available, ok, failing_since, last_error,
+ * failures (st NULL: the ledger is off). */
+void fcgi_usage_health_json(struct buf *b, struct usage_store *st);
 
 /* One request's I/O: FastCGI streams, or stdin/stdout/environ in plain CGI mode.
  *

@@ -10,7 +10,9 @@
  * Gauges are per process (a slot per series and pid): a run counted in flight by a worker
  * that is then SIGKILLed would otherwise stay counted for ever. A scrape sums the rows
  * whose process is alive (same pid and start time in /proc), and a dead process's row is
- * taken over, zeroed, by the next process that needs that series. */
+ * taken over, zeroed, by the next process that needs that series. A few gauges are a
+ * state each process sets rather than a count (olp_ledger_available): a scrape shows the
+ * lowest live row, so one worker that cannot write the ledger shows as 0. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -68,32 +70,43 @@ struct mfile {
 static struct mfile *mf;
 
 /* The families OLP exposes, in the order a scrape lists them. */
+/* How a gauge's live rows make its value. */
+enum agg { AGG_SUM = 0, AGG_MIN };
+
 static const struct family {
 	const char *name;
 	enum kind kind;
+	enum agg agg;
 	const char *help;
 } families[] = {
-	{ "olp_requests_total", K_COUNTER,
+	{ "olp_requests_total", K_COUNTER, AGG_SUM,
 	  "Requests answered, by route, provider, model and HTTP status." },
-	{ "olp_request_duration_seconds", K_HISTOGRAM,
+	{ "olp_request_duration_seconds", K_HISTOGRAM, AGG_SUM,
 	  "Time from a request's arrival to the end of its answer, by provider." },
-	{ "olp_time_to_first_byte_seconds", K_HISTOGRAM,
+	{ "olp_time_to_first_byte_seconds", K_HISTOGRAM, AGG_SUM,
 	  "Time from a request's arrival to the first byte of its answer, by provider." },
-	{ "olp_runs_in_flight", K_GAUGE, "Provider runs under way now, by provider." },
-	{ "olp_runs_total", K_COUNTER,
+	{ "olp_runs_in_flight", K_GAUGE, AGG_SUM, "Provider runs under way now, by provider." },
+	{ "olp_runs_total", K_COUNTER, AGG_SUM,
 	  "Provider runs whose sandbox started, by provider and how (cold, warm, prestart)." },
-	{ "olp_sandbox_start_failures_total", K_COUNTER,
+	{ "olp_sandbox_start_failures_total", K_COUNTER, AGG_SUM,
 	  "Provider runs whose sandbox or process could not start, by provider and reason." },
-	{ "olp_quota_rejections_total", K_COUNTER,
+	{ "olp_quota_rejections_total", K_COUNTER, AGG_SUM,
 	  "Requests refused for a key's quota, by the limit reached." },
-	{ "olp_audit_write_failures_total", K_COUNTER, "Audit records that could not be written." },
-	{ "olp_ledger_write_failures_total", K_COUNTER,
+	{ "olp_audit_write_failures_total", K_COUNTER, AGG_SUM,
+	  "Audit records that could not be written." },
+	{ "olp_ledger_write_failures_total", K_COUNTER, AGG_SUM,
 	  "Usage ledger rows that could not be written." },
-	{ "olp_prestart_events_total", K_COUNTER,
+	{ "olp_prestart_events_total", K_COUNTER, AGG_SUM,
 	  "Pre-started provider processes: started (ready), taken by a run (hit), not there "
 	  "for a run that could have taken one (miss), put down unused (expired, released), "
 	  "found dead (died)." },
-	{ "olp_prestart_idle", K_GAUGE, "Pre-started provider processes waiting now." },
+	{ "olp_prestart_idle", K_GAUGE, AGG_SUM, "Pre-started provider processes waiting now." },
+	{ "olp_ledger_available", K_GAUGE, AGG_MIN,
+	  "1 when every worker can write the usage ledger; 0 while one cannot (keys with a "
+	  "quota are then refused with 503)." },
+	{ "olp_unauthenticated_requests_total", K_COUNTER, AGG_SUM,
+	  "Requests answered without a checked identity (no key, a bad key, an unknown route), "
+	  "by HTTP status: counted here, summarised in the audit log." },
 };
 
 static const struct family *family_find(const char *name)
@@ -354,6 +367,16 @@ int metrics_gauge_add(const char *name, const char *const labels[], int64_t delt
 	return err;
 }
 
+int metrics_gauge_set(const char *name, const char *const labels[], int64_t value)
+{
+	int err;
+	struct mslot *s = series(name, labels, K_GAUGE, &err);
+
+	if (s)
+		__atomic_store_n(&s->v[0], (uint64_t)value, __ATOMIC_RELAXED);
+	return err;
+}
+
 int metrics_observe_us(const char *name, const char *const labels[], uint64_t us)
 {
 	int err;
@@ -403,10 +426,13 @@ static void render_histogram(struct buf *out, const char *name, const struct msl
 		 llen ? "}" : "", (unsigned long long)count);
 }
 
-/* A gauge's value: the sum of the rows of its series whose process is alive. Only from
- * the series' first row (i), so that each series is written once. */
-static bool gauge_sum(size_t i, int64_t *sum)
+/* A gauge's value: the sum (AGG_MIN: the lowest) of the rows of its series whose process is
+ * alive. Only from the series' first row (i), so that each series is written once; false
+ * too for an AGG_MIN gauge without a live row (nothing to say). */
+static bool gauge_sum(size_t i, enum agg agg, int64_t *sum)
 {
+	bool any = false;
+
 	const struct mslot *s = &mf->slots[i];
 
 	for (size_t j = 0; j < i; j++) {
@@ -427,10 +453,17 @@ static bool gauge_sum(size_t i, int64_t *sum)
 			continue;
 		pid = __atomic_load_n(&t->pid, __ATOMIC_ACQUIRE);
 		start = __atomic_load_n(&t->pid_start, __ATOMIC_RELAXED);
-		if (pid && alive(pid, start))
-			*sum += (int64_t)__atomic_load_n(&t->v[0], __ATOMIC_RELAXED);
+		if (pid && alive(pid, start)) {
+			int64_t v = (int64_t)__atomic_load_n(&t->v[0], __ATOMIC_RELAXED);
+
+			if (agg == AGG_SUM)
+				*sum += v;
+			else if (!any || v < *sum)
+				*sum = v;
+			any = true;
+		}
 	}
-	return true;
+	return agg == AGG_SUM || any;
 }
 
 static bool key_in_family(const char *key, const char *name)
@@ -479,7 +512,7 @@ int metrics_render(struct buf *out)
 				continue;
 			if (fam->kind == K_HISTOGRAM)
 				render_histogram(out, fam->name, s);
-			else if (fam->kind == K_GAUGE && gauge_sum(i, &g))
+			else if (fam->kind == K_GAUGE && gauge_sum(i, fam->agg, &g))
 				buf_addf(out, "%s %lld\n", s->key, (long long)g);
 			else if (fam->kind == K_COUNTER)
 				buf_addf(out, "%s %llu\n", s->key,
@@ -794,7 +827,9 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 		    s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
 			continue;
 		if (fam->kind == K_GAUGE)
-			return gauge_sum(i, out) ? 0 : -EINVAL; /* the first row sums them all */
+			return gauge_sum(i, fam->agg, out)
+				       ? 0
+				       : -EINVAL; /* the first row sums them all */
 		*out = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
 		return 0;
 	}
@@ -804,4 +839,18 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 void metrics_ledger_failure(void)
 {
 	(void)metrics_counter_add("olp_ledger_write_failures_total", NULL, 1);
+}
+
+void metrics_ledger_available(bool ok)
+{
+	(void)metrics_gauge_set("olp_ledger_available", NULL, ok ? 1 : 0);
+}
+
+void metrics_unauthenticated(int status)
+{
+	char st[16];
+
+	snprintf(st, sizeof(st), "%d", status);
+	(void)metrics_counter_add("olp_unauthenticated_requests_total",
+				  (const char *const[]){ "status", st, NULL }, 1);
 }

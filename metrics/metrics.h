@@ -42,6 +42,8 @@ int metrics_counter_add(const char *name, const char *const labels[], uint64_t n
 /* Gauges are per process: each process adds to its own row, and a scrape sums the rows
  * of live processes, so a worker killed mid-run (SIGKILL) leaves nothing stuck. */
 int metrics_gauge_add(const char *name, const char *const labels[], int64_t delta);
+/* Set this process's row of a gauge (a state, not a count: olp_ledger_available). */
+int metrics_gauge_set(const char *name, const char *const labels[], int64_t value);
 /* Observe a duration (microseconds) in a histogram of buckets 5 ms … 120 s. */
 int metrics_observe_us(const char *name, const char *const labels[], uint64_t us);
 
@@ -72,6 +74,12 @@ void metrics_quota_rejected(const char *limit);
 void metrics_audit_failures(uint64_t n);
 /* One usage ledger write failed. */
 void metrics_ledger_failure(void);
+/* Whether this process can write the usage ledger now (olp_ledger_available: the pool's
+ * value is the lowest of the live workers'; a worker without a ledger never sets it). */
+void metrics_ledger_available(bool ok);
+/* A request answered without a checked identity (401, or 404 on an unknown route…), by
+ * status (olp_unauthenticated_requests_total). */
+void metrics_unauthenticated(int status);
 /* A pre-started provider process's event (sbx_prestart_event_name: "ready", "hit",
  * "miss", "expired", "died", "released") and how it moved the number waiting
  * (olp_prestart_events_total, olp_prestart_idle). */

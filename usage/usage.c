@@ -1,10 +1,15 @@
 /* usage: the ledger and the quota counters in one SQLite database per host (usage.h,
- * docs/adr/0020-usage-store.md).
+ * docs/adr/0020-usage-store.md, 0026-ledger-fails-closed.md).
  *
- * Schema (PRAGMA user_version 1):
- *   requests       one row per request: numbers and names, never content, tokens or hashes
+ * Schema (PRAGMA user_version 2):
+ *   requests       one row per request (count 1), or per key, minute, status, provider
+ *                  and model for refusals (count of them): numbers and names, never
+ *                  content, tokens or hashes
  *   quota_windows  (key_id, kind, start_ms) -> requests, tokens: the fixed UTC minute
  *                  (kind 0) and day (kind 1) a key is in; pruned after two days
+ *   quota_holds    tokens reserved by requests under way against their key's
+ *                  tokens_per_day of a day, until settled or expired (a killed worker's)
+ * Version 1 (no count, no quota_holds) is migrated in place.
  * A newer user_version than this code knows is refused (an older olp must not write a
  * database a newer one migrated). */
 #include <errno.h>
@@ -23,8 +28,10 @@
 #include "usage/usage.h"
 #include "common/banned.h"
 
-#define USAGE_SCHEMA_VERSION 1
+#define USAGE_SCHEMA_VERSION 2
 #define USAGE_BUSY_TIMEOUT_MS 2000
+/* How long opening waits for other processes setting the same database up. */
+#define USAGE_SETUP_PATIENCE_MS 10000u
 #define USAGE_REOPEN_MS 10000u
 #define USAGE_PRUNE_EVERY_MS 3600000u /* an hour */
 #define USAGE_LOG_EVERY_MS 60000u     /* a minute */
@@ -40,13 +47,19 @@ enum stmt_id {
 	ST_COMMIT,
 	ST_ROLLBACK,
 	ST_INSERT,
+	ST_REFUSAL_ADD,
 	ST_ADD_TOKENS,
 	ST_WIN_GET,
 	ST_WIN_TAKE,
+	ST_WIN_REFUND,
+	ST_HELD,
+	ST_HOLD_ADD,
+	ST_HOLD_DROP,
 	ST_DAYS,
 	ST_RECENT,
 	ST_PRUNE_ROWS,
 	ST_PRUNE_WINDOWS,
+	ST_PRUNE_HOLDS,
 	ST__N
 };
 
@@ -57,6 +70,12 @@ static const char *const stmt_sql[ST__N] = {
 	[ST_INSERT] = "INSERT INTO requests (ts_ms, key_id, provider, model, status,"
 		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
 		      " start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	/* A refusal into its minute's row (same binding as ST_INSERT, ?1 the minute's start):
+	 * found by the (key_id, ts_ms) index. No row changed: the caller inserts one. */
+	[ST_REFUSAL_ADD] = "UPDATE requests SET count = count + 1, duration_ms = duration_ms + ?9"
+			   " WHERE key_id = ?2 AND ts_ms = ?1 AND status = ?5 AND start = 0"
+			   " AND provider IS ?3 AND model IS ?4 AND prompt_tokens = 0"
+			   " AND completion_tokens = 0 AND cached_tokens = 0",
 	[ST_ADD_TOKENS] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
 			  " VALUES (?1, 1, ?2, 0, ?3) ON CONFLICT (key_id, kind, start_ms)"
 			  " DO UPDATE SET tokens = tokens + excluded.tokens",
@@ -68,20 +87,30 @@ static const char *const stmt_sql[ST__N] = {
 		"INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
 		" VALUES (?1, 0, ?2, 1, 0), (?1, 1, ?3, 1, 0)"
 		" ON CONFLICT (key_id, kind, start_ms) DO UPDATE SET requests = requests + 1",
+	[ST_WIN_REFUND] = "UPDATE quota_windows SET requests = max(requests - 1, 0)"
+			  " WHERE key_id = ?1 AND ((kind = 0 AND start_ms = ?2)"
+			  " OR (kind = 1 AND start_ms = ?3))",
+	/* The key's reservations of a day (?2) still alive at ?3. */
+	[ST_HELD] = "SELECT coalesce(sum(tokens), 0) FROM quota_holds WHERE key_id = ?1"
+		    " AND day_ms = ?2 AND expires_ms > ?3",
+	[ST_HOLD_ADD] = "INSERT INTO quota_holds (key_id, day_ms, tokens, expires_ms)"
+			" VALUES (?1, ?2, ?3, ?4)",
+	[ST_HOLD_DROP] = "DELETE FROM quota_holds WHERE id = ?1",
 	[ST_DAYS] = "SELECT key_id, COALESCE(provider, ''),"
-		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, count(*),"
-		    " sum(status >= 400), sum(prompt_tokens), sum(completion_tokens),"
+		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, sum(count),"
+		    " sum((status >= 400) * count), sum(prompt_tokens), sum(completion_tokens),"
 		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3)"
 		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
 		    " GROUP BY day, key_id, COALESCE(provider, '')"
 		    " ORDER BY day, key_id, COALESCE(provider, '')",
-	[ST_RECENT] =
-		"SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
-		" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start"
-		" FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
-		" ORDER BY ts_ms DESC, id DESC LIMIT ?3",
+	[ST_RECENT] = "SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
+		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, "
+		      "start, count"
+		      " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		      " ORDER BY ts_ms DESC, id DESC LIMIT ?3",
 	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
 	[ST_PRUNE_WINDOWS] = "DELETE FROM quota_windows WHERE start_ms < ?1",
+	[ST_PRUNE_HOLDS] = "DELETE FROM quota_holds WHERE expires_ms < ?1",
 };
 
 /* Version 1. Every column is a number or a name the caller chose to store: no prompt, no
@@ -110,6 +139,19 @@ static const char schema_v1[] = "CREATE TABLE requests ("
 				" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
 				"PRAGMA user_version = 1;";
 
+/* Version 2 (issue 22): refusals counted in a row a minute (count), and the tokens
+ * reserved by requests under way. AUTOINCREMENT: a hold's id is never reused, so a late
+ * settlement of an expired hold cannot drop another request's. */
+static const char schema_v2[] = "ALTER TABLE requests ADD COLUMN count INTEGER NOT NULL DEFAULT 1;"
+				"CREATE TABLE quota_holds ("
+				" id INTEGER PRIMARY KEY AUTOINCREMENT,"
+				" key_id TEXT NOT NULL,"
+				" day_ms INTEGER NOT NULL,"
+				" tokens INTEGER NOT NULL,"
+				" expires_ms INTEGER NOT NULL);"
+				"CREATE INDEX quota_holds_key ON quota_holds (key_id, day_ms);"
+				"PRAGMA user_version = 2;";
+
 struct usage_store {
 	pthread_mutex_t lock; /* guards everything below but failures/available */
 	char *path;
@@ -132,6 +174,9 @@ struct usage_store {
 	uint64_t unlogged; /* failures since the last line */
 	_Atomic uint64_t failures;
 	_Atomic bool available;
+	/* usage_health: since when writes fail (unix ms; 0: they work), and the last error. */
+	_Atomic int64_t failing_since_ms;
+	_Atomic int last_err;
 };
 
 static int64_t wall_ms(void)
@@ -275,6 +320,12 @@ static int db_migrate(sqlite3 *db, const char **detail)
 		rc = sqlite3_exec(db, schema_v1, NULL, NULL, NULL);
 		if (rc != SQLITE_OK)
 			goto out_rollback;
+		version = 1;
+	}
+	if (version == 1) {
+		rc = sqlite3_exec(db, schema_v2, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+			goto out_rollback;
 	}
 	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 	if (rc != SQLITE_OK)
@@ -292,11 +343,58 @@ out_err:
 	return sq_errno(db, rc);
 }
 
-/* Open the connection, set it up and prepare the statements. With st->lock held. */
+static void stmts_finalize(struct usage_store *st)
+{
+	for (size_t i = 0; i < ST__N; i++) {
+		sqlite3_finalize(st->stmt[i]);
+		st->stmt[i] = NULL;
+	}
+}
+
+/* WAL, the schema, the statements, on an open connection: 0 or -errno (-EBUSY: another
+ * process holds a lock this needs), with *detail saying what failed. */
+static int db_setup(struct usage_store *st, sqlite3 *db, const char **detail)
+{
+	int rc, err;
+
+	/* WAL: readers never block the writer. synchronous=NORMAL: no fsync per commit; a power
+	 * loss may lose the last rows, never corrupt the file (ADR 0020). */
+	rc = sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", NULL, NULL,
+			  NULL);
+	if (rc != SQLITE_OK) {
+		*detail = sqlite3_errmsg(db);
+		return sq_errno(db, rc);
+	}
+	err = db_migrate(db, detail);
+	if (err)
+		return err;
+	for (size_t i = 0; i < ST__N; i++) {
+		rc = sqlite3_prepare_v3(db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					&st->stmt[i], NULL);
+		if (rc != SQLITE_OK) {
+			err = sq_errno(db, rc);
+			*detail = sqlite3_errstr(rc); /* static: finalizing may reset errmsg */
+			stmts_finalize(st);
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* Open the connection, set it up and prepare the statements. With st->lock held.
+ *
+ * SQLite does not wait (call the busy handler) where waiting could deadlock: a connection
+ * that holds a read lock and needs the write lock while another process holds it gets
+ * SQLITE_BUSY at once. Workers started together on one database meet exactly that when
+ * they switch it to WAL and make its schema (issue 22 item 15: "database is locked" in
+ * the log of a normal start). So setting up is tried again, after short pauses, for up to
+ * USAGE_SETUP_PATIENCE_MS; only then is it a failure (counted and logged). */
 static int db_open(struct usage_store *st)
 {
 	const char *detail = NULL;
 	sqlite3 *db = NULL;
+	uint64_t give_up;
+	unsigned pause_ms = 1;
 	int rc, err;
 
 	err = db_create_file(st->path);
@@ -306,8 +404,11 @@ static int db_open(struct usage_store *st)
 	rc = sqlite3_open_v2(st->path, &db,
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
 			     NULL);
-	if (rc != SQLITE_OK)
-		goto out_sqlite;
+	if (rc != SQLITE_OK) {
+		err = sq_errno(db, rc);
+		detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+		goto out_close;
+	}
 	if (sqlite3_db_readonly(db, "main") == 1) {
 		err = -EACCES;
 		detail = "the database is read-only for this user";
@@ -318,39 +419,40 @@ static int db_open(struct usage_store *st)
 	sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
 	sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
 	sqlite3_busy_timeout(db, USAGE_BUSY_TIMEOUT_MS);
-	/* WAL: readers never block the writer. synchronous=NORMAL: no fsync per commit; a power
-	 * loss may lose the last rows, never corrupt the file (ADR 0020). */
-	rc = sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", NULL, NULL,
-			  NULL);
-	if (rc != SQLITE_OK)
-		goto out_sqlite;
-	err = db_migrate(db, &detail);
+	give_up = mono_ms() + USAGE_SETUP_PATIENCE_MS;
+	while ((err = db_setup(st, db, &detail)) == -EBUSY && mono_ms() < give_up) {
+		usleep(pause_ms * 1000);
+		pause_ms = pause_ms < 64 ? 2 * pause_ms : 64;
+	}
 	if (err)
 		goto out_close;
-	for (size_t i = 0; i < ST__N; i++) {
-		rc = sqlite3_prepare_v3(db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-					&st->stmt[i], NULL);
-		if (rc != SQLITE_OK)
-			goto out_sqlite;
-	}
 	st->db = db;
 	atomic_store(&st->available, true);
 	return 0;
 
-out_sqlite:
-	err = sq_errno(db, rc);
-	detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
 out_close:
 	note_failure(st, "opening the database", err, detail);
-	for (size_t i = 0; i < ST__N; i++) {
-		sqlite3_finalize(st->stmt[i]);
-		st->stmt[i] = NULL;
-	}
+	stmts_finalize(st);
 	sqlite3_close_v2(db);
 	return err;
 out_fail:
 	note_failure(st, "creating the database file", err, NULL);
 	return err;
+}
+
+/* usage_health: a write could not be made (the first of a run sets since when). */
+static void health_failed(struct usage_store *st, int err)
+{
+	int64_t none = 0;
+
+	atomic_store(&st->last_err, err);
+	atomic_compare_exchange_strong(&st->failing_since_ms, &none, wall_ms());
+}
+
+/* ... and one was: the store works again. */
+static void health_ok(struct usage_store *st)
+{
+	atomic_store(&st->failing_since_ms, 0);
 }
 
 /* 0 when the connection is up (opening it when its time has come), else -errno. */
@@ -364,11 +466,14 @@ static int db_ready(struct usage_store *st)
 	if (st->next_open_ms && now < st->next_open_ms) {
 		/* Still waiting to retry: this call failed too, counted but not logged anew. */
 		note_failure(st, "using the database", st->open_err, "not open");
+		health_failed(st, st->open_err);
 		return st->open_err;
 	}
 	st->open_err = db_open(st);
-	if (st->open_err)
+	if (st->open_err) {
 		st->next_open_ms = now + st->reopen_ms;
+		health_failed(st, st->open_err);
+	}
 	return st->open_err;
 }
 
@@ -379,6 +484,7 @@ static int db_failed(struct usage_store *st, const char *what, int rc)
 	int err = sq_errno(st->db, rc);
 
 	note_failure(st, what, err, sqlite3_errmsg(st->db));
+	health_failed(st, err);
 	if (err != -EBUSY && err != -EINVAL) {
 		db_close(st);
 		st->open_err = err;
@@ -552,6 +658,19 @@ bool usage_available(const struct usage_store *st)
 	return st && atomic_load(&((struct usage_store *)st)->available);
 }
 
+void usage_health(const struct usage_store *st, struct usage_health *out)
+{
+	struct usage_store *m = (struct usage_store *)st; /* atomics are read, not changed */
+
+	*out = (struct usage_health){ .ok = false };
+	if (!st)
+		return;
+	out->failing_since_ms = atomic_load(&m->failing_since_ms);
+	out->ok = out->failing_since_ms == 0;
+	out->last_err = atomic_load(&m->last_err);
+	out->failures = atomic_load(&m->failures);
+}
+
 const char *usage_start_name(enum usage_start s)
 {
 	switch (s) {
@@ -589,6 +708,11 @@ static void prune_maybe(struct usage_store *st)
 	rc = stmt_run(s);
 	if (rc != SQLITE_OK)
 		goto out_fail;
+	s = stmt_get(st, ST_PRUNE_HOLDS);
+	sqlite3_bind_int64(s, 1, wall);
+	rc = stmt_run(s);
+	if (rc != SQLITE_OK)
+		goto out_fail;
 	rc = tx_commit(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
@@ -606,6 +730,66 @@ static int64_t row_tokens(int64_t n)
 static int64_t row_ms(uint64_t ms)
 {
 	return ms > USAGE_ROW_DURATION_MAX_MS ? (int64_t)USAGE_ROW_DURATION_MAX_MS : (int64_t)ms;
+}
+
+/* A request that cost nothing: refused before any provider started, or by a full one. */
+static bool is_refusal(const struct usage_record *r, int64_t p, int64_t c)
+{
+	return r->start == USAGE_START_NONE && r->status >= 400 && p == 0 && c == 0 &&
+	       row_tokens(r->cached_tokens) == 0;
+}
+
+/* Bind r to ST_INSERT's or ST_REFUSAL_ADD's parameters (ts its row's time). */
+static void bind_row(sqlite3_stmt *s, const struct usage_record *r, int64_t ts, int64_t p,
+		     int64_t c, uint64_t ttfb_ms)
+{
+	sqlite3_bind_int64(s, 1, ts);
+	bind_text(s, 2, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	bind_text(s, 3, r->provider, sizeof(((struct usage_row *)0)->provider) - 1);
+	bind_text(s, 4, r->model, sizeof(((struct usage_row *)0)->model) - 1);
+	sqlite3_bind_int(s, 5, r->status);
+	sqlite3_bind_int64(s, 6, p);
+	sqlite3_bind_int64(s, 7, c);
+	sqlite3_bind_int64(s, 8, row_tokens(r->cached_tokens));
+	sqlite3_bind_int64(s, 9, row_ms(r->duration_ms));
+	sqlite3_bind_int64(s, 10, row_ms(ttfb_ms));
+	sqlite3_bind_int(s, 11, (int)r->start);
+}
+
+/* The row (or the refusal's count in its minute's row), inside the caller's transaction:
+ * SQLite's result code. */
+static int row_put(struct usage_store *st, const struct usage_record *r, int64_t ts, int64_t p,
+		   int64_t c)
+{
+	sqlite3_stmt *s;
+	int rc;
+
+	if (is_refusal(r, p, c)) {
+		ts = floor_to(ts, MINUTE_MS);
+		s = stmt_get(st, ST_REFUSAL_ADD);
+		bind_row(s, r, ts, p, c, 0);
+		rc = stmt_run(s);
+		if (rc != SQLITE_OK || sqlite3_changes(st->db) > 0)
+			return rc;
+		s = stmt_get(st, ST_INSERT);
+		bind_row(s, r, ts, p, c, 0);
+		return stmt_run(s);
+	}
+	s = stmt_get(st, ST_INSERT);
+	bind_row(s, r, ts, p, c, r->ttfb_ms);
+	return stmt_run(s);
+}
+
+/* Drop a reservation (settled or given back): SQLite's result code. */
+static int hold_drop(struct usage_store *st, int64_t hold_id)
+{
+	sqlite3_stmt *s;
+
+	if (hold_id <= 0)
+		return SQLITE_OK;
+	s = stmt_get(st, ST_HOLD_DROP);
+	sqlite3_bind_int64(s, 1, hold_id);
+	return stmt_run(s);
 }
 
 int usage_record_add(struct usage_store *st, const struct usage_record *r)
@@ -627,19 +811,7 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 	rc = tx_begin(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	s = stmt_get(st, ST_INSERT);
-	sqlite3_bind_int64(s, 1, ts);
-	bind_text(s, 2, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	bind_text(s, 3, r->provider, sizeof(((struct usage_row *)0)->provider) - 1);
-	bind_text(s, 4, r->model, sizeof(((struct usage_row *)0)->model) - 1);
-	sqlite3_bind_int(s, 5, r->status);
-	sqlite3_bind_int64(s, 6, p);
-	sqlite3_bind_int64(s, 7, c);
-	sqlite3_bind_int64(s, 8, row_tokens(r->cached_tokens));
-	sqlite3_bind_int64(s, 9, row_ms(r->duration_ms));
-	sqlite3_bind_int64(s, 10, row_ms(r->ttfb_ms));
-	sqlite3_bind_int(s, 11, (int)r->start);
-	rc = stmt_run(s);
+	rc = row_put(st, r, ts, p, c);
 	if (rc != SQLITE_OK)
 		goto out_fail;
 	if (tokens > 0) {
@@ -651,9 +823,14 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 		if (rc != SQLITE_OK)
 			goto out_fail;
 	}
+	/* The real count is in: the reservation made for it goes, in the same commit. */
+	rc = hold_drop(st, r->hold_id);
+	if (rc != SQLITE_OK)
+		goto out_fail;
 	rc = tx_commit(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
+	health_ok(st);
 	prune_maybe(st);
 	err = 0;
 	goto out_unlock;
@@ -670,6 +847,7 @@ struct win_counts {
 	int64_t min_requests;
 	int64_t day_requests;
 	int64_t day_tokens;
+	int64_t day_held; /* reserved by requests under way (quota_holds alive at now) */
 };
 
 static void bind_windows(sqlite3_stmt *s, const char *key_id, int64_t now_ms)
@@ -679,8 +857,8 @@ static void bind_windows(sqlite3_stmt *s, const char *key_id, int64_t now_ms)
 	sqlite3_bind_int64(s, 3, floor_to(now_ms, DAY_MS));
 }
 
-/* The key's current minute and day at now_ms (missing windows count 0): SQLite's result
- * code. */
+/* The key's current minute and day at now_ms (missing windows count 0), and what its
+ * requests under way hold of the day: SQLite's result code. */
 static int win_get(struct usage_store *st, const char *key_id, int64_t now_ms, struct win_counts *c)
 {
 	sqlite3_stmt *s = stmt_get(st, ST_WIN_GET);
@@ -697,7 +875,17 @@ static int win_get(struct usage_store *st, const char *key_id, int64_t now_ms, s
 		}
 	}
 	sqlite3_reset(s);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+	if (rc != SQLITE_DONE)
+		return rc;
+	s = stmt_get(st, ST_HELD);
+	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	sqlite3_bind_int64(s, 2, floor_to(now_ms, DAY_MS));
+	sqlite3_bind_int64(s, 3, now_ms);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		c->day_held = sqlite3_column_int64(s, 0);
+	sqlite3_reset(s);
+	return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
 /* Count one request in the key's minute and day. */
@@ -707,6 +895,23 @@ static int win_take(struct usage_store *st, const char *key_id, int64_t now_ms)
 
 	bind_windows(s, key_id, now_ms);
 	return stmt_run(s);
+}
+
+/* Reserve c->tokens of the key's day until now_ms + c->ttl_ms; c->hold_id its id. */
+static int hold_add(struct usage_store *st, const char *key_id, int64_t now_ms,
+		    struct usage_claim *c)
+{
+	sqlite3_stmt *s = stmt_get(st, ST_HOLD_ADD);
+	int rc;
+
+	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+	sqlite3_bind_int64(s, 2, floor_to(now_ms, DAY_MS));
+	sqlite3_bind_int64(s, 3, row_tokens(c->tokens));
+	sqlite3_bind_int64(s, 4, now_ms + (int64_t)(c->ttl_ms ? c->ttl_ms : DAY_MS));
+	rc = stmt_run(s);
+	if (rc == SQLITE_OK)
+		c->hold_id = sqlite3_last_insert_rowid(st->db);
+	return rc;
 }
 
 /* Whole seconds from now_ms to end_ms, rounded up, at least 1. */
@@ -727,27 +932,57 @@ static void refuse(struct usage_verdict *v, const char *limit, int64_t value, in
 	v->retry_after = secs_until(now_ms, end_ms);
 }
 
+/* The verdict of q on what the key counted (c): v stays allowed when no limit is reached. */
+static void judge(const struct usage_quota *q, const struct win_counts *c, int64_t now_ms,
+		  struct usage_verdict *v)
+{
+	int64_t minute = floor_to(now_ms, MINUTE_MS), day = floor_to(now_ms, DAY_MS);
+	int64_t tokens = c->day_tokens + c->day_held;
+
+	if (q->requests_per_day > 0 && c->day_requests >= q->requests_per_day)
+		refuse(v, "requests_per_day", q->requests_per_day, c->day_requests, now_ms,
+		       day + DAY_MS);
+	else if (q->tokens_per_day > 0 && tokens >= q->tokens_per_day)
+		refuse(v, "tokens_per_day", q->tokens_per_day, tokens, now_ms, day + DAY_MS);
+	else if (q->requests_per_minute > 0 && c->min_requests >= q->requests_per_minute)
+		refuse(v, "requests_per_minute", q->requests_per_minute, c->min_requests, now_ms,
+		       minute + MINUTE_MS);
+}
+
 int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
 		     int64_t now_ms, struct usage_verdict *v)
 {
-	int64_t minute, day;
+	return usage_quota_claim(st, key_id, q, now_ms, NULL, v);
+}
+
+int usage_quota_claim(struct usage_store *st, const char *key_id, const struct usage_quota *q,
+		      int64_t now_ms, struct usage_claim *claim, struct usage_verdict *v)
+{
+	struct usage_claim none = { 0 };
 	struct win_counts c;
 	int rc, err;
 
 	if (v)
 		*v = (struct usage_verdict){ .allowed = true };
-	if (!st || !key_id || !*key_id || !q || !v)
+	if (!claim)
+		claim = &none;
+	claim->hold_id = 0;
+	claim->counted = false;
+	if (!st || !key_id || !*key_id || !q || !v) {
+		if (v)
+			v->allowed = false;
 		return -EINVAL;
+	}
 	if (!usage_quota_any(q))
 		return 0;
 	if (!now_ms)
 		now_ms = wall_ms();
-	minute = floor_to(now_ms, MINUTE_MS);
-	day = floor_to(now_ms, DAY_MS);
+	claim->minute_ms = floor_to(now_ms, MINUTE_MS);
+	claim->day_ms = floor_to(now_ms, DAY_MS);
 	pthread_mutex_lock(&st->lock);
 	err = db_ready(st);
 	if (err)
-		goto out_unlock;
+		goto out_closed;
 	/* Check and count in one write transaction: BEGIN IMMEDIATE takes the database's write
 	 * lock first, so two workers cannot both read "2 of 3" and both go ahead. */
 	rc = tx_begin(st);
@@ -756,32 +991,76 @@ int usage_quota_take(struct usage_store *st, const char *key_id, const struct us
 	rc = win_get(st, key_id, now_ms, &c);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	if (q->requests_per_day > 0 && c.day_requests >= q->requests_per_day)
-		refuse(v, "requests_per_day", q->requests_per_day, c.day_requests, now_ms,
-		       day + DAY_MS);
-	else if (q->tokens_per_day > 0 && c.day_tokens >= q->tokens_per_day)
-		refuse(v, "tokens_per_day", q->tokens_per_day, c.day_tokens, now_ms, day + DAY_MS);
-	else if (q->requests_per_minute > 0 && c.min_requests >= q->requests_per_minute)
-		refuse(v, "requests_per_minute", q->requests_per_minute, c.min_requests, now_ms,
-		       minute + MINUTE_MS);
-	if (v->allowed) {
-		rc = win_take(st, key_id, now_ms);
-		if (rc != SQLITE_OK)
-			goto out_fail;
-		rc = tx_commit(st);
-	} else {
+	judge(q, &c, now_ms, v);
+	if (!v->allowed) {
 		/* Nothing written: end the transaction without a commit's work. */
 		rc = stmt_run(stmt_get(st, ST_ROLLBACK));
+		if (rc != SQLITE_OK)
+			goto out_fail;
+		err = 0;
+		goto out_unlock;
 	}
+	rc = win_take(st, key_id, now_ms);
+	if (rc == SQLITE_OK && q->tokens_per_day > 0 && claim->tokens > 0)
+		rc = hold_add(st, key_id, now_ms, claim);
+	if (rc == SQLITE_OK)
+		rc = tx_commit(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
+	claim->counted = true;
+	health_ok(st);
 	err = 0;
 	goto out_unlock;
 out_fail:
 	tx_rollback(st);
 	err = db_failed(st, "checking a quota", rc);
-	/* Fail open (usage.h): whatever was decided, the request goes through. */
-	*v = (struct usage_verdict){ .allowed = true };
+out_closed:
+	/* Fail closed (usage.h): a count that cannot be written is no quota kept. */
+	*v = (struct usage_verdict){ .allowed = false };
+	claim->hold_id = 0;
+out_unlock:
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+int usage_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *c)
+{
+	sqlite3_stmt *s;
+	int rc, err;
+
+	if (!st || !key_id || !*key_id || !c)
+		return -EINVAL;
+	if (!c->counted && c->hold_id <= 0)
+		return 0;
+	pthread_mutex_lock(&st->lock);
+	err = db_ready(st);
+	if (err)
+		goto out_unlock;
+	rc = tx_begin(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	if (c->counted) {
+		s = stmt_get(st, ST_WIN_REFUND);
+		bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+		sqlite3_bind_int64(s, 2, c->minute_ms);
+		sqlite3_bind_int64(s, 3, c->day_ms);
+		rc = stmt_run(s);
+		if (rc != SQLITE_OK)
+			goto out_fail;
+	}
+	rc = hold_drop(st, c->hold_id);
+	if (rc == SQLITE_OK)
+		rc = tx_commit(st);
+	if (rc != SQLITE_OK)
+		goto out_fail;
+	health_ok(st);
+	c->counted = false;
+	c->hold_id = 0;
+	err = 0;
+	goto out_unlock;
+out_fail:
+	tx_rollback(st);
+	err = db_failed(st, "giving a quota back", rc);
 out_unlock:
 	pthread_mutex_unlock(&st->lock);
 	return err;
@@ -811,6 +1090,7 @@ int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms
 	out->requests_this_minute = c.min_requests;
 	out->requests_today = c.day_requests;
 	out->tokens_today = c.day_tokens;
+	out->tokens_reserved = c.day_held;
 out_unlock:
 	pthread_mutex_unlock(&st->lock);
 	return err;
@@ -925,6 +1205,7 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 		r->duration_ms = (uint64_t)sqlite3_column_int64(s, 8);
 		r->ttfb_ms = (uint64_t)sqlite3_column_int64(s, 9);
 		r->start = (enum usage_start)sqlite3_column_int(s, 10);
+		r->count = sqlite3_column_int64(s, 11);
 	}
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {

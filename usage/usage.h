@@ -8,11 +8,13 @@
  * token or a key hash. usage knows nothing of HTTP, providers or keys beyond their names:
  * the caller hands it ids and counts.
  *
- * Failure policy: a request is served whether or not the store works. Every function that
+ * Failure policy (issue 22, docs/adr/0026-ledger-fails-closed.md): every function that
  * touches the database returns 0 or -errno; a failure is counted (usage_failures()) and
  * logged with the reason, once per minute at most, never with a key id. A quota check
- * that cannot reach the store lets the request through (fail open, logged and counted):
- * quotas share a subscription fairly, they are not a security boundary.
+ * that cannot write its count refuses (the caller answers 503: a quota that cannot be
+ * kept is not kept by letting requests through); a key without a quota never touches the
+ * store before its run, so it is served whatever the store's state. usage_health() says
+ * since when the store's writes fail, for /health and /metrics.
  *
  * Thread-safety: a store is opened once per process and shared by its threads (one SQLite
  * connection per store, its prepared statements cached, every use under the store's mutex,
@@ -46,6 +48,9 @@ struct usage_options {
  * counts the failure, and tries again (at most every reopen_ms, default 10 s) on later
  * calls, so that a worker started before its OLP_HOME was writable recovers. A database
  * that fails later (I/O error, disk full, corrupt) is closed and reopened the same way.
+ * Workers that open one database together (the file, its schema, the switch to WAL) wait
+ * for each other: a database another process is setting up is retried for up to 10 s,
+ * and not counted or logged as a failure unless that runs out (issue 22 item 15).
  * NULL (errno EINVAL) only when olp_home is NULL or empty. Copies what it keeps of
  * olp_home and opt (opt may be NULL). Free with usage_store_free (NULL is fine). */
 struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt);
@@ -55,6 +60,16 @@ void usage_store_free(struct usage_store *st);
 uint64_t usage_failures(const struct usage_store *st);
 /* Whether the database is open and its schema ready right now. */
 bool usage_available(const struct usage_store *st);
+/* Whether the store's writes work: ok until a write (a quota count, a ledger row, opening
+ * the database) fails, then not ok from that failure's time until a write succeeds again.
+ * What /health ("usage.ok", "failing_since") and /metrics (olp_ledger_available) say. */
+struct usage_health {
+	bool ok;
+	int64_t failing_since_ms; /* unix ms of the first failure of the current run; 0: ok */
+	int last_err;		  /* -errno of the last failure (0: none yet) */
+	uint64_t failures;	  /* as usage_failures() */
+};
+void usage_health(const struct usage_store *st, struct usage_health *out);
 
 /* How a request's provider process was started. */
 enum usage_start {
@@ -85,6 +100,8 @@ struct usage_record {
 	uint64_t duration_ms; /* arrival to the end of the answer */
 	uint64_t ttfb_ms;     /* arrival to the first byte of the answer (0: unknown) */
 	enum usage_start start;
+	int64_t hold_id; /* the request's token reservation (usage_claim.hold_id), settled by
+			    this row; 0: none */
 };
 
 /* Append one row, and add its tokens to the key's tokens_per_day counter of the row's day
@@ -95,6 +112,13 @@ struct usage_record {
  * usage_row holds are cut (at a UTF-8 boundary); negative token counts are stored as 0,
  * counts above USAGE_ROW_TOKENS_MAX as that, durations above USAGE_ROW_DURATION_MAX_MS as
  * that.
+ * A refusal (no provider started, no token, status >= 400: a 429 of a quota, a 400, a
+ * provider's full slots) is not a row of its own: it is counted in the one row of its key,
+ * status, provider and model for its UTC minute (ts_ms the minute's start, count the
+ * refusals, duration_ms their sum), so a client retrying in a loop adds at most a row a
+ * minute, and usage_days still counts each one as a request and an error (ADR 0026).
+ * With r->hold_id, the reservation is dropped in the same transaction that adds the real
+ * tokens (settled).
  * 0 or -errno (-EINVAL: r or r->key_id NULL or empty). */
 int usage_record_add(struct usage_store *st, const struct usage_record *r);
 
@@ -123,15 +147,40 @@ struct usage_verdict {
 
 /* Check key_id's quota q at now_ms (unix ms; 0: now) and, when allowed, count this request
  * in its minute and day (fixed UTC windows), in one transaction, so that the workers of a
- * host never let more through than the limit between them. tokens_per_day refuses once
- * the tokens recorded for the day (usage_record_add) reach the limit: a request that
- * starts below it may end above it. With no limit set (usage_quota_any false) nothing is
- * touched and the request is allowed. When several limits refuse, the day's is reported
- * (its window ends last, so its retry_after is the one worth waiting). A refused request
- * is not counted. On a store failure: allowed, and -errno is returned (the store has
- * counted and logged it). -EINVAL (allowed too) when key_id, q or v is NULL. Otherwise 0. */
+ * host never let more through than the limit between them. With no limit set
+ * (usage_quota_any false) nothing is touched and the request is allowed. When several
+ * limits refuse, the day's is reported (its window ends last, so its retry_after is the
+ * one worth waiting). A refused request is not counted.
+ * tokens_per_day counts the tokens recorded for the day (usage_record_add) plus those
+ * reserved by requests under way (usage_quota_claim) and refuses once they reach the
+ * limit; used is that sum.
+ * On a store failure: refused (allowed false, limit NULL) and -errno returned (the store
+ * has counted and logged it): the caller answers that the quota cannot be checked.
+ * -EINVAL (refused too) when key_id, q or v is NULL. Otherwise 0. */
 int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
 		     int64_t now_ms, struct usage_verdict *v);
+
+/* A request's claim on its key's quota: usage_quota_take, plus a reservation of the tokens
+ * it may spend, so that requests running at once cannot take a key past tokens_per_day by
+ * more than one request's reservation (issue 22 item 7). In: tokens (what the caller
+ * expects the request to cost; 0: reserve nothing) and ttl_ms (how long the reservation
+ * lives when nothing settles it: a worker killed mid-run leaves one that lapses). Out: the
+ * reservation (hold_id, 0 when none was made: no tokens_per_day, tokens 0, or refused)
+ * and the windows the request was counted in (for usage_quota_refund). */
+struct usage_claim {
+	int64_t tokens;
+	uint64_t ttl_ms;
+	int64_t hold_id;
+	int64_t minute_ms, day_ms;
+	bool counted; /* the request was counted in its windows */
+};
+/* usage_quota_take with c (NULL: as usage_quota_take). Same return and verdict. */
+int usage_quota_claim(struct usage_store *st, const char *key_id, const struct usage_quota *q,
+		      int64_t now_ms, struct usage_claim *c, struct usage_verdict *v);
+/* Give back a claim whose request was never run (every provider it could go to was at its
+ * own max_concurrent): its request no longer counts in its minute and day, and its
+ * reservation is dropped. Clears c->counted and c->hold_id. 0 or -errno. */
+int usage_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *c);
 
 /* Where a key stands in its current windows (for /v1/usage, the dashboard, olp-keys).
  * Requests are those usage_quota_take counted (so 0 for a key without a quota); tokens are
@@ -141,6 +190,7 @@ struct usage_quota_state {
 	int64_t requests_this_minute;
 	int64_t requests_today;
 	int64_t tokens_today;
+	int64_t tokens_reserved; /* held now by the key's requests under way */
 };
 int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,
 		      struct usage_quota_state *out);
@@ -152,8 +202,8 @@ struct usage_day {
 	char key_id[64];
 	char provider[64]; /* "" for rows without a provider (refused before any ran) */
 	char day[11];	   /* "YYYY-MM-DD" */
-	int64_t requests;
-	int64_t errors; /* status >= 400 */
+	int64_t requests;  /* refusals counted one by one (usage_record_add) */
+	int64_t errors;	   /* status >= 400 */
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
 	int64_t cached_tokens;
@@ -171,6 +221,7 @@ struct usage_row {
 	int64_t prompt_tokens, completion_tokens, cached_tokens;
 	uint64_t duration_ms, ttfb_ms;
 	enum usage_start start;
+	int64_t count; /* 1, or the refusals of a minute this row counts (usage_record_add) */
 };
 
 struct usage_filter {

@@ -1452,11 +1452,16 @@ static void test_audit_line(void)
 	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "request_id")), "req-1");
 	CU_ASSERT_EQUAL(json_object_size(j), 11);
 	json_decref(j);
+	/* The 401 without an identity is not a line of its own but counted in a summary. */
 	j = json_loads(strchr(text, '\n') + 1, 0, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
 	CU_ASSERT(json_is_null(json_object_get(j, "key_id")));
-	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "error_code")),
-			       "auth_required");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "event")),
+			       "unauthenticated_summary");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "count")), 1);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(j, "statuses"), "401")),
+			1);
+	CU_ASSERT_PTR_NULL(json_object_get(j, "request_id"));
 	json_decref(j);
 	free(text);
 	buf_release(&p);
@@ -1555,6 +1560,169 @@ static void test_audit_rotation(void)
 	tu_rmhome(home);
 }
 
+/* The lines of every audit file in home's logs/ (audit.ndjson and the rotated ones):
+ * *lines the count, *files how many files, *largest the largest file's size, *bad the
+ * lines that do not parse. */
+struct audit_files {
+	int lines, files, bad;
+	off_t largest, total;
+	int64_t summary_count; /* the counts of the unauthenticated summaries */
+};
+
+static void audit_scan(const char *home, struct audit_files *out)
+{
+	struct buf dir = BUF_INIT, f = BUF_INIT;
+	struct dirent *de;
+	DIR *d;
+
+	memset(out, 0, sizeof(*out));
+	buf_addf(&dir, "%s/logs", home);
+	d = opendir(dir.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	while ((de = readdir(d))) {
+		char *text, *line, *next;
+		struct stat sb;
+
+		if (strncmp(de->d_name, "audit", 5) != 0)
+			continue;
+		buf_reset(&f);
+		buf_addf(&f, "%s/%s", dir.data, de->d_name);
+		CU_ASSERT_FATAL(stat(f.data, &sb) == 0);
+		out->files++;
+		out->total += sb.st_size;
+		if (sb.st_size > out->largest)
+			out->largest = sb.st_size;
+		text = read_all(f.data);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+		for (line = text; *line; line = next + 1) {
+			json_t *j;
+
+			next = strchr(line, '\n');
+			if (!next)
+				break;
+			*next = '\0';
+			j = json_loads(line, 0, NULL);
+			if (!j)
+				out->bad++;
+			else if (json_object_get(j, "event"))
+				out->summary_count +=
+					json_integer_value(json_object_get(j, "count"));
+			else
+				out->lines++;
+			json_decref(j);
+		}
+		free(text);
+	}
+	closedir(d);
+	buf_release(&dir);
+	buf_release(&f);
+}
+
+/* Issue 22 item 4: requests without an identity are counted, not written: a flood of
+ * them leaves a summary line per interval, and what was counted when the store closes. */
+static void test_audit_unauth_summary(void)
+{
+	struct auth_options o = { .audit_summary_s = 3600 };
+	char *home = tu_mkhome();
+	struct audit_record rec = sample_record();
+	struct auth_store *st = auth_store_open(home, &o);
+	struct audit_files af;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	rec.key_id = NULL;
+	rec.owner_tier = "none";
+	for (int i = 0; i < 5000; i++) {
+		rec.status_code = i % 5 ? 401 : 404;
+		auth_audit(st, &rec);
+	}
+	/* A request with an identity keeps its line. */
+	rec = sample_record();
+	auth_audit(st, &rec);
+	audit_scan(home, &af);
+	CU_ASSERT_EQUAL(af.lines, 1);
+	CU_ASSERT_EQUAL(af.summary_count, 1); /* the first refusal's, at once */
+	CU_ASSERT(af.total < 1024);
+	auth_store_free(st);
+	audit_scan(home, &af);
+	CU_ASSERT_EQUAL(af.lines, 1);
+	CU_ASSERT_EQUAL(af.summary_count, 5000);
+	CU_ASSERT_EQUAL(af.bad, 0);
+	CU_ASSERT(af.total < 2048);
+	tu_rmhome(home);
+}
+
+/* Issue 22 item 4: past max_bytes the log is rotated, and only keep rotated files stay:
+ * whatever is written, logs/ holds at most about max_bytes * (keep + 1). */
+static void test_audit_size_rotation(void)
+{
+	struct auth_options o = { .audit_max_bytes = 65536, .audit_keep = 2 };
+	char *home = tu_mkhome();
+	struct audit_record rec = sample_record();
+	struct auth_store *st = auth_store_open(home, &o);
+	struct audit_files af;
+	struct buf p = BUF_INIT;
+	char *text;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	for (int i = 0; i < 3000; i++) /* ~300 bytes each: ~900 KB in all */
+		auth_audit(st, &rec);
+	rec.request_id = "the-last-one";
+	auth_audit(st, &rec);
+	CU_ASSERT_EQUAL(auth_audit_failures(st), 0);
+	auth_store_free(st);
+	audit_scan(home, &af);
+	CU_ASSERT_EQUAL(af.files, 3); /* audit.ndjson and 2 rotated */
+	CU_ASSERT(af.largest < 65536 + 1024);
+	CU_ASSERT(af.total < (off_t)3 * (65536 + 1024));
+	CU_ASSERT_EQUAL(af.bad, 0);
+	buf_addf(&p, "%s/logs/audit.ndjson", home);
+	text = read_all(p.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	CU_ASSERT(strstr(text, "the-last-one") != NULL);
+	free(text);
+	buf_release(&p);
+	tu_rmhome(home);
+}
+
+/* Processes writing at once rotate the one file between them: no line is lost or torn,
+ * and no file grows past max_bytes by more than a line per process (one that had not
+ * seen another's rotation yet). */
+static void test_audit_rotation_processes(void)
+{
+	enum { PROCS = 4, LINES = 1500 };
+	struct auth_options o = { .audit_max_bytes = 65536, .audit_keep = 1000 };
+	char *home = tu_mkhome();
+	struct audit_files af;
+	int i, status;
+
+	for (i = 0; i < PROCS; i++) {
+		pid_t pid = fork();
+
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0) {
+			struct auth_store *st = auth_store_open(home, &o);
+			struct audit_record rec = sample_record();
+			int j;
+
+			for (j = 0; j < LINES; j++)
+				auth_audit(st, &rec);
+			j = (int)auth_audit_failures(st);
+			auth_store_free(st);
+			_exit(j ? 1 : 0);
+		}
+	}
+	for (i = 0; i < PROCS; i++) {
+		CU_ASSERT(wait(&status) > 0);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	audit_scan(home, &af);
+	CU_ASSERT_EQUAL(af.lines, PROCS * LINES);
+	CU_ASSERT_EQUAL(af.bad, 0);
+	CU_ASSERT(af.files >= PROCS * LINES * 250 / 65536);
+	CU_ASSERT(af.largest < 65536 + PROCS * 512);
+	tu_rmhome(home);
+}
+
 /* An unwritable log fails nothing: it is counted. */
 static void test_audit_failure_counted(void)
 {
@@ -1629,6 +1797,9 @@ static const struct ts_test audit_tests[] = {
 	{ "line contents", test_audit_line },
 	{ "concurrent processes", test_audit_concurrent },
 	{ "daily rotation", test_audit_rotation },
+	{ "unauthenticated requests summarised", test_audit_unauth_summary },
+	{ "rotation by size, keep", test_audit_size_rotation },
+	{ "rotation by size across 4 processes", test_audit_rotation_processes },
 	{ "failures counted", test_audit_failure_counted },
 	{ NULL, NULL },
 };

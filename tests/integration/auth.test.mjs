@@ -33,6 +33,9 @@ const AUDIT_FIELDS = [
   'request_id',
 ].sort();
 
+// The error types of a request answered without an identity.
+const UNAUTH_TYPES = new Set(['auth_required', 'invalid_or_revoked_key', 'not_found', 'method_not_allowed']);
+
 const keygen = (home, ...args) => olpKeys(home, 'keygen', ...args);
 const keyInfo = (home, id) => olpKeys(home, 'list', '--include-revoked').find((k) => k.id === id);
 
@@ -46,7 +49,9 @@ const remember = (t) => {
 // ---------------------------------------------------------------------------
 // A server whose OLP_HOME is prepared (keys, fixture store) before lighttpd starts, and
 // which is ready as soon as /health answers at all (with owner_only_endpoints it is 401).
-// Every X-Request-Id seen from it is kept in server.rids.
+// Every X-Request-Id seen from it is kept in server.rids; those of requests refused without
+// an identity (401, or a route that takes none) in server.unauthRids too: the audit log
+// counts those in a summary line instead of a line each (issue 22, ADR 0026).
 
 function workerEnv() {
   const env = { PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' };
@@ -80,6 +85,7 @@ async function startAuthServer({ config = testConfig(), ownerToken = null, maxPr
     child.stderr.on('data', (d) => output.push(d));
     const server = new Server({ dirs, token: ownerToken, port, child, output });
     server.rids = [];
+    server.unauthRids = new Set();
     server.prepared = prepared;
     const ready = await waitFor(
       async () => {
@@ -87,7 +93,10 @@ async function startAuthServer({ config = testConfig(), ownerToken = null, maxPr
         try {
           const r = await fetch(server.url('/health'), { signal: AbortSignal.timeout(2000) });
           await r.arrayBuffer();
-          if (r.headers.get('x-request-id')) server.rids.push(r.headers.get('x-request-id'));
+          if (r.headers.get('x-request-id')) {
+            server.rids.push(r.headers.get('x-request-id'));
+            if (r.status === 401) server.unauthRids.add(r.headers.get('x-request-id'));
+          }
           if (server.workerPids().length >= maxProcs) return 'up';
         } catch {
           /* not yet */
@@ -127,6 +136,7 @@ async function req(server, p, { token, authz, xkey, method = 'GET', body } = {})
   }
   const rid = r.headers.get('x-request-id');
   if (rid) server.rids.push(rid);
+  if (rid && r.status >= 400 && r.status < 500 && UNAUTH_TYPES.has(json?.error?.type)) server.unauthRids.add(rid);
   return { status: r.status, headers: r.headers, text, json, rid };
 }
 
@@ -435,42 +445,53 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     assert.equal(r.status, 200);
   });
 
-  it('the audit log: one row per API request, the issue\'s fields, no token, no prompt, 0600', async () => {
+  it('the audit log: one row per API request with an identity, a summary of the others, the issue\'s fields, no token, no prompt, 0600', async () => {
     const rids = [...srv.rids];
+    const unauth = new Set(srv.unauthRids);
     assert.ok(rids.length > 50, `only ${rids.length} requests recorded`);
+    assert.ok(unauth.size > 5, `only ${unauth.size} requests without an identity`);
     let a;
+    let rows;
     await waitFor(
       () => {
         a = auditLines(srv);
-        return a.rows.length >= rids.length;
+        rows = a.rows.filter((r) => !r.event);
+        return rows.length >= rids.length - unauth.size;
       },
       { timeoutMs: 5000 },
     );
     assert.equal(fs.statSync(a.file).mode & 0o777, 0o600, 'audit.ndjson mode');
     assert.equal(fs.statSync(path.dirname(a.file)).mode & 0o777, 0o700, 'logs/ mode');
-    // Exactly one row per request this test sent, and no other row.
+    // Exactly one row per request this test sent with an identity, none for the others,
+    // and no other row.
     const count = new Map();
-    for (const row of a.rows) count.set(row.request_id, (count.get(row.request_id) ?? 0) + 1);
-    for (const rid of rids) assert.equal(count.get(rid), 1, `request ${rid}: ${count.get(rid) ?? 0} audit rows`);
-    assert.equal(a.rows.length, rids.length, 'audit rows for requests this test did not send');
-    for (const row of a.rows) {
+    for (const row of rows) count.set(row.request_id, (count.get(row.request_id) ?? 0) + 1);
+    for (const rid of rids)
+      assert.equal(count.get(rid) ?? 0, unauth.has(rid) ? 0 : 1, `request ${rid}: ${count.get(rid) ?? 0} audit rows`);
+    assert.equal(rows.length, rids.length - unauth.size, 'audit rows for requests this test did not send');
+    // The others: counted in summary lines (at most one per worker a minute, and the rest
+    // when a worker stops), by status.
+    const summaries = a.rows.filter((r) => r.event === 'unauthenticated_summary');
+    assert.ok(summaries.length >= 1, 'no summary of the requests without an identity');
+    const summarised = summaries.reduce((n, r) => n + r.count, 0);
+    assert.ok(summarised >= 1 && summarised <= unauth.size, `${summarised} summarised of ${unauth.size}`);
+    assert.ok(summaries.some((r) => r.key_id === null && r.owner_tier === 'none' && r.statuses['401'] >= 1), JSON.stringify(summaries));
+    for (const row of rows) {
       assert.deepEqual(Object.keys(row).sort(), AUDIT_FIELDS, JSON.stringify(row));
       assert.match(row.ts, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
       assert.equal(typeof row.status_code, 'number');
       assert.equal(typeof row.latency_ms, 'number');
       assert.ok(!row.path.includes('?'), `query string kept: ${row.path}`);
     }
-    const byRid = new Map(a.rows.map((r) => [r.request_id, r]));
+    const byRid = new Map(rows.map((r) => [r.request_id, r]));
     // Spot checks against what happened.
-    const chats = a.rows.filter((r) => r.path === '/v1/chat/completions' && r.status_code === 200);
+    const chats = rows.filter((r) => r.path === '/v1/chat/completions' && r.status_code === 200);
     assert.ok(chats.some((r) => r.key_id === k.owner.id && r.owner_tier === 'owner' && r.provider === 'echo' && r.model === 'echo'));
     assert.ok(chats.some((r) => r.key_id === '__env_owner__' && r.owner_tier === 'owner' && r.provider === 'ticker'));
     assert.ok(chats.some((r) => r.key_id === k.guest.id && r.owner_tier === 'guest' && r.method === 'POST'));
-    assert.ok(a.rows.some((r) => r.status_code === 401 && r.error_code === 'auth_required' && r.key_id === null && r.owner_tier === 'none'));
-    assert.ok(a.rows.some((r) => r.status_code === 401 && r.error_code === 'invalid_or_revoked_key' && r.key_id === null));
     assert.ok(a.rows.some((r) => r.status_code === 403 && r.error_code === 'key_no_provider_access' && r.key_id === k.guest.id));
     assert.ok(a.rows.some((r) => r.path === '/health' && r.method === 'GET' && r.status_code === 200));
-    assert.ok(byRid.size === rids.length);
+    assert.ok(byRid.size === rids.length - unauth.size);
     // Never a token (any of them, right or wrong), never a prompt.
     for (const t of allTokens) assert.ok(!a.text.includes(t), 'a token is in the audit log');
     assert.ok(!a.text.includes(prompt), 'prompt text is in the audit log');

@@ -2,10 +2,11 @@
 // olp-fcgi worker processes sharing one $OLP_HOME/usage.db: a guest key's
 // requests_per_day holds across the pool (requests sent at once land on different
 // workers), a refusal is a 429 quota_exceeded with Retry-After, a malformed request is
-// refused before the quota and costs nothing, every chat request that passed auth has a
-// ledger row with the provider's tokens, GET /v1/usage shows a key its own usage and the
-// owner everyone's, and a database that cannot be opened leaves requests served and
-// counts failures in /health.
+// refused before the quota and costs nothing, every chat request that passed auth is in
+// the ledger with the provider's tokens (refusals counted in a row a minute), GET
+// /v1/usage shows a key its own usage and the owner everyone's, and a database that
+// cannot be opened refuses keys with a quota (503), serves the others, and counts
+// failures in /health.
 //
 // Keys are made with the real olp-keys (OLP_KEYS, set by CTest), as an operator would.
 
@@ -141,8 +142,9 @@ describe('usage ledger and quotas, 3 workers', () => {
     const none = k.days.find((d) => d.provider === null);
     assert.equal(none.requests, 5);
     assert.equal(none.errors, 5);
-    // Recent requests: what they cost and how they went, no content.
-    assert.equal(u.json.recent.length, 8);
+    // Recent requests: what they cost and how they went, no content. Refusals (no run, no
+    // token) are counted in a row per status and minute (ADR 0026).
+    assert.equal(u.json.recent.reduce((n, r) => n + r.count, 0), 8);
     const served = u.json.recent.filter((r) => r.status === 200);
     assert.equal(served.length, 3);
     for (const r of served) {
@@ -154,7 +156,7 @@ describe('usage ledger and quotas, 3 workers', () => {
       assert.ok(['cold', 'warm', 'prestart'].includes(r.start), r.start);
     }
     const refused = u.json.recent.filter((r) => r.status === 429);
-    assert.equal(refused.length, 3);
+    assert.equal(refused.reduce((n, r) => n + r.count, 0), 3);
     for (const r of refused) {
       assert.equal(r.start, 'none');
       assert.equal(r.provider, null);
@@ -273,7 +275,7 @@ describe('usage ledger and quotas, 3 workers', () => {
     const st = fs.statSync(path.join(server.home, 'usage.db'));
     assert.equal(st.mode & 0o777, 0o600);
     const h = await curl(server, { path: '/health', auth: true });
-    assert.deepEqual(h.json.usage, { enabled: true, available: true, failures: 0 });
+    assert.deepEqual(h.json.usage, { enabled: true, available: true, ok: true, failing_since: null, last_error: null, failures: 0 });
     assert.equal(h.json.providers.metered.cli_found, true);
     assert.equal(h.json.providers.metered.credentials, 'not_needed');
     const g = await curl(server, { path: '/health', auth: bearer(guest.token) });
@@ -284,10 +286,12 @@ describe('usage ledger and quotas, 3 workers', () => {
 describe('usage ledger unavailable', () => {
   let server;
   let guest;
+  let free;
 
   before(async () => {
     const dirs = makeHome({ registry: meteredRegistry(), config: testConfig() });
     guest = makeQuotaGuest(dirs.home);
+    free = olpKeys(dirs.home, 'keygen', '--name=no quota');
     // A directory where the database should be: it cannot be opened, ever.
     fs.mkdirSync(path.join(dirs.home, 'usage.db'), { mode: 0o700 });
     server = await startServer({ dirs, maxProcs: 1, threads: 2 });
@@ -296,20 +300,28 @@ describe('usage ledger unavailable', () => {
     await server?.stop();
   });
 
-  it('requests are still served (the quota fails open), and /health counts the failures', async () => {
+  it('a key with a quota is refused (503: the quota fails closed), one without is served, and /health counts the failures', async () => {
     const h0 = (await curl(server, { path: '/health', auth: true })).json.usage;
     assert.equal(h0.enabled, true);
     assert.equal(h0.available, false);
+    assert.equal(h0.ok, false);
+    assert.match(h0.failing_since, /^\d{4}-\d\d-\d\dT/);
     for (let i = 0; i < 4; i++) {
       const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(guest.token), body: chatBody('metered') });
-      assert.equal(r.status, 200, r.text);
+      assert.equal(r.status, 503, r.text);
+      assert.equal(r.json.error.code, 'usage_unavailable');
+      assert.ok(Number(r.headers['retry-after']) >= 1);
+      const f = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(free.token), body: chatBody('metered') });
+      assert.equal(f.status, 200, f.text);
     }
     const h1 = (await curl(server, { path: '/health', auth: true })).json.usage;
     assert.equal(h1.available, false);
+    assert.equal(h1.ok, false);
     assert.ok(h1.failures > h0.failures, `failures ${h0.failures} → ${h1.failures}`);
     const m = await curl(server, { path: '/metrics', auth: true });
     const fails = /^olp_ledger_write_failures_total (\d+)$/m.exec(m.text);
     assert.ok(fails && Number(fails[1]) >= 4, m.text);
+    assert.match(m.text, /^olp_ledger_available 0$/m);
     const u = await curl(server, { path: '/v1/usage', auth: true });
     assert.equal(u.status, 503);
     assert.equal(u.json.error.code, 'usage_unavailable');
@@ -357,6 +369,32 @@ describe('usage settings are checked at start', () => {
         });
         assert.notEqual(r.status, 0, r.stdout);
         assert.ok(r.stderr.includes(path.join(dirs.home, 'config.json')), r.stderr);
+        assert.ok(r.stderr.includes(`${field}:`), r.stderr);
+      } finally {
+        fs.rmSync(dirs.root, { recursive: true, force: true });
+      }
+    });
+  }
+});
+
+describe('audit settings are checked at start', () => {
+  for (const [audit, field] of [
+    [{ max_bytes: 1000 }, 'audit.max_bytes'],
+    [{ max_bytes: '64M' }, 'audit.max_bytes'],
+    [{ keep: 0 }, 'audit.keep'],
+    [{ keep: 1.5 }, 'audit.keep'],
+    [{ max_byte: 65536 }, 'audit.max_byte'],
+    [[], 'audit'],
+  ]) {
+    it(`${JSON.stringify(audit)}: the worker refuses to start, naming ${field}`, () => {
+      const dirs = makeHome({ config: { ...testConfig(), audit } });
+      try {
+        const r = spawnSync(cfg.bin, [], {
+          env: { PATH: process.env.PATH, OLP_HOME: dirs.home, REQUEST_METHOD: 'GET', REQUEST_URI: '/health' },
+          encoding: 'utf8',
+          timeout: 30000,
+        });
+        assert.notEqual(r.status, 0, r.stdout);
         assert.ok(r.stderr.includes(`${field}:`), r.stderr);
       } finally {
         fs.rmSync(dirs.root, { recursive: true, force: true });

@@ -208,6 +208,48 @@ static void test_killed_gauge(void)
 	rm_dir();
 }
 
+/* olp_ledger_available is a state each worker sets: the pool shows the lowest live one (a
+ * worker that cannot write the ledger makes it 0), and a dead worker's row stops counting. */
+static void test_ledger_available(void)
+{
+	const char *g = "olp_ledger_available";
+	int p[2];
+	char c;
+	pid_t kid;
+
+	fresh();
+	CU_ASSERT_EQUAL(value_of(g), -1); /* no worker said anything yet */
+	metrics_ledger_available(true);
+	CU_ASSERT_EQUAL(value_of(g), 1);
+	CU_ASSERT_FATAL(pipe(p) == 0);
+	kid = fork();
+	CU_ASSERT_FATAL(kid >= 0);
+	if (kid == 0) {
+		metrics_ledger_available(false);
+		if (write(p[1], "x", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	CU_ASSERT_EQUAL(read(p[0], &c, 1), 1);
+	CU_ASSERT_EQUAL(value_of(g), 0);
+	metrics_ledger_available(true); /* set, not added: still 1 for this process */
+	CU_ASSERT_EQUAL(value_of(g), 0);
+	kill(kid, SIGKILL);
+	CU_ASSERT_EQUAL(waitpid(kid, NULL, 0), kid);
+	CU_ASSERT_EQUAL(value_of(g), 1);
+	metrics_ledger_available(false);
+	CU_ASSERT_EQUAL(value_of(g), 0);
+	metrics_unauthenticated(401);
+	metrics_unauthenticated(401);
+	metrics_unauthenticated(404);
+	CU_ASSERT_EQUAL(value_of("olp_unauthenticated_requests_total{status=\"401\"}"), 2);
+	CU_ASSERT_EQUAL(value_of("olp_unauthenticated_requests_total{status=\"404\"}"), 1);
+	close(p[0]);
+	close(p[1]);
+	rm_dir();
+}
+
 static int reopen(void)
 {
 	struct buf err = BUF_INIT;
@@ -401,6 +443,7 @@ int main(void)
 		{ "label values escaped", test_escaping },
 		{ "table full: dropped and counted", test_table_full },
 		{ "a SIGKILLed process's gauge", test_killed_gauge },
+		{ "olp_ledger_available: the lowest live worker's", test_ledger_available },
 		{ "file checks", test_file_checks },
 		{ "a full disk: refused at open", test_full_disk },
 		{ "families, pre-created series", test_render_shape },

@@ -96,7 +96,7 @@ static void test_append_read(void)
 	CU_ASSERT(usage_available(st));
 	add(st, t, "k1", "claude", 200, 10, 20, USAGE_START_COLD);
 	add(st, t + 1, "k2", "codex", 500, 0, 0, USAGE_START_WARM);
-	add(st, t + 2, "k1", NULL, 429, 0, 0, USAGE_START_NONE);
+	add(st, t + 2, "k1", NULL, 499, 0, 0, USAGE_START_COLD);
 	CU_ASSERT_EQUAL_FATAL(usage_recent(st, &f, 10, &rows, &n), 0);
 	CU_ASSERT_EQUAL_FATAL(n, 3);
 	/* Newest first, every field back as written. */
@@ -104,8 +104,9 @@ static void test_append_read(void)
 	CU_ASSERT_STRING_EQUAL(rows[0].key_id, "k1");
 	CU_ASSERT_STRING_EQUAL(rows[0].provider, "");
 	CU_ASSERT_STRING_EQUAL(rows[0].model, "");
-	CU_ASSERT_EQUAL(rows[0].status, 429);
-	CU_ASSERT_EQUAL(rows[0].start, USAGE_START_NONE);
+	CU_ASSERT_EQUAL(rows[0].status, 499);
+	CU_ASSERT_EQUAL(rows[0].start, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(rows[0].count, 1);
 	CU_ASSERT_STRING_EQUAL(rows[1].key_id, "k2");
 	CU_ASSERT_EQUAL(rows[1].start, USAGE_START_WARM);
 	CU_ASSERT_EQUAL(rows[2].ts_ms, t);
@@ -141,6 +142,59 @@ static void test_append_read(void)
 	CU_ASSERT_EQUAL(usage_recent(st, NULL, 10, &rows, &n), 0);
 	CU_ASSERT_EQUAL(n, 3);
 	free(rows);
+	usage_store_free(st);
+}
+
+/* Issue 22 item 4: refusals (no provider started, no token) are counted, not written a row
+ * each: one row per key, status, provider and model a UTC minute, whose count the days'
+ * sums still count one by one. A client looping on a 429 adds a row a minute. */
+static void test_refusals(void)
+{
+	struct usage_store *st = open_store(new_home());
+	int64_t m = today_ms() + 7 * MINUTE_MS; /* a minute boundary */
+	struct usage_filter f = { .key_id = "k" };
+	struct usage_day *days;
+	struct usage_row *rows;
+	size_t n;
+
+	for (int i = 0; i < 300; i++) /* 600 ms apart: 100 in each of 3 minutes */
+		add(st, m + (int64_t)i * 600, "k", NULL, 429, 0, 0, USAGE_START_NONE);
+	add(st, m + 5, "k", NULL, 400, 0, 0, USAGE_START_NONE);
+	/* A provider's own max_concurrent: its provider and model, no run. */
+	add(st, m + 6, "k", "claude", 429, 0, 0, USAGE_START_NONE);
+	add(st, m + 7, "k", "claude", 429, 0, 0, USAGE_START_NONE);
+	/* Served, or a run that failed: a row each, as before. */
+	add(st, m + 8, "k", "claude", 200, 3, 4, USAGE_START_COLD);
+	add(st, m + 9, "k", "claude", 502, 0, 0, USAGE_START_COLD);
+	add(st, m + 10, "other", NULL, 429, 0, 0, USAGE_START_NONE);
+	CU_ASSERT_EQUAL_FATAL(usage_recent(st, &f, 1000, &rows, &n), 0);
+	/* 3 minutes of 429s, the 400, claude's 429s, the 200, the 502. */
+	CU_ASSERT_EQUAL_FATAL(n, 7);
+	for (size_t i = 0; i < n; i++) {
+		if (rows[i].status == 429 && !*rows[i].provider) {
+			CU_ASSERT_EQUAL(rows[i].count, 100);
+			CU_ASSERT_EQUAL(rows[i].ts_ms % MINUTE_MS, 0);
+			CU_ASSERT_EQUAL(rows[i].duration_ms, UINT64_C(10000));
+			CU_ASSERT_EQUAL(rows[i].ttfb_ms, 0);
+		} else if (rows[i].status == 429) {
+			CU_ASSERT_EQUAL(rows[i].count, 2);
+			CU_ASSERT_STRING_EQUAL(rows[i].model, "m1");
+		} else {
+			CU_ASSERT_EQUAL(rows[i].count, 1);
+		}
+	}
+	free(rows);
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	CU_ASSERT_STRING_EQUAL(days[0].provider, "");
+	CU_ASSERT_EQUAL(days[0].requests, 301);
+	CU_ASSERT_EQUAL(days[0].errors, 301);
+	CU_ASSERT_STRING_EQUAL(days[1].provider, "claude");
+	CU_ASSERT_EQUAL(days[1].requests, 4);
+	CU_ASSERT_EQUAL(days[1].errors, 3);
+	CU_ASSERT_EQUAL(days[1].prompt_tokens, 3);
+	free(days);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
 	usage_store_free(st);
 }
 
@@ -427,6 +481,110 @@ static void test_quota_tokens(void)
 	usage_store_free(st);
 }
 
+/* Issue 22 item 7: a request reserves what it may spend of tokens_per_day when it starts,
+ * and its row settles it: requests under way count against the limit. */
+static void test_quota_holds(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_quota q = { .tokens_per_day = 1000 };
+	int64_t d = today_ms() + 1000;
+	/* Alive until 10 minutes from now: the store prunes expired ones by the wall clock. */
+	uint64_t ttl = (uint64_t)(now_ms() - d + 10 * MINUTE_MS);
+	struct usage_claim c[4];
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+
+	for (int i = 0; i < 3; i++) {
+		c[i] = (struct usage_claim){ .tokens = 400, .ttl_ms = ttl };
+		CU_ASSERT_EQUAL(usage_quota_claim(st, "k", &q, d + i, &c[i], &v), 0);
+		CU_ASSERT(v.allowed);
+		CU_ASSERT(c[i].hold_id > 0);
+		CU_ASSERT(c[i].counted);
+	}
+	CU_ASSERT(c[1].hold_id != c[0].hold_id && c[2].hold_id != c[1].hold_id);
+	/* 1200 reserved: the 4th waits, though nothing is spent yet. */
+	c[3] = (struct usage_claim){ .tokens = 400, .ttl_ms = ttl };
+	CU_ASSERT_EQUAL(usage_quota_claim(st, "k", &q, d + 10, &c[3], &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_STRING_EQUAL(v.limit, "tokens_per_day");
+	CU_ASSERT_EQUAL(v.used, 1200);
+	CU_ASSERT_EQUAL(c[3].hold_id, 0);
+	CU_ASSERT_FALSE(c[3].counted);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d + 10, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 1200);
+	CU_ASSERT_EQUAL(qs.tokens_today, 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 3);
+	/* Two end having spent 50 each: their reservations become 100 real tokens. */
+	for (int i = 0; i < 2; i++) {
+		struct usage_record r = { .ts_ms = d + i,
+					  .key_id = "k",
+					  .status = 200,
+					  .prompt_tokens = 30,
+					  .completion_tokens = 20,
+					  .start = USAGE_START_COLD,
+					  .hold_id = c[i].hold_id };
+
+		CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	}
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d + 20, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 400);
+	CU_ASSERT_EQUAL(qs.tokens_today, 100);
+	CU_ASSERT_EQUAL(usage_quota_claim(st, "k", &q, d + 20, &c[3], &v), 0);
+	CU_ASSERT(v.allowed);
+	/* A worker killed mid-run never settles: its reservation lapses after ttl_ms. */
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d + 20 + (int64_t)ttl, &qs), 0);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 0);
+	/* Without tokens_per_day, or with nothing to reserve, no reservation. */
+	q = (struct usage_quota){ .requests_per_day = 10 };
+	c[0] = (struct usage_claim){ .tokens = 400, .ttl_ms = 60000 };
+	CU_ASSERT_EQUAL(usage_quota_claim(st, "k2", &q, d, &c[0], &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(c[0].hold_id, 0);
+	CU_ASSERT(c[0].counted);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+}
+
+/* A request that no provider would take (each at its own max_concurrent) is given back: it
+ * does not use up one of the key's requests, and its reservation goes. */
+static void test_quota_refund(void)
+{
+	struct usage_store *st = open_store(new_home());
+	struct usage_quota q = { .requests_per_day = 2,
+				 .requests_per_minute = 5,
+				 .tokens_per_day = 1000 };
+	int64_t d = today_ms() + 3 * MINUTE_MS;
+	struct usage_claim c = { .tokens = 900, .ttl_ms = 60000 };
+	struct usage_quota_state qs;
+	struct usage_verdict v;
+
+	CU_ASSERT_EQUAL(usage_quota_claim(st, "k", &q, d, &c, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 1);
+	CU_ASSERT_EQUAL(qs.requests_this_minute, 1);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 900);
+	CU_ASSERT_EQUAL(usage_quota_refund(st, "k", &c), 0);
+	CU_ASSERT_FALSE(c.counted);
+	CU_ASSERT_EQUAL(c.hold_id, 0);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 0);
+	CU_ASSERT_EQUAL(qs.requests_this_minute, 0);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 0);
+	/* Given back twice is given back once. */
+	CU_ASSERT_EQUAL(usage_quota_refund(st, "k", &c), 0);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "k", d, &qs), 0);
+	CU_ASSERT_EQUAL(qs.requests_today, 0);
+	/* So both of the day's requests are still there. */
+	for (int i = 0; i < 2; i++) {
+		CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 1 + i, &v), 0);
+		CU_ASSERT(v.allowed);
+	}
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, d + 5, &v), 0);
+	CU_ASSERT_FALSE(v.allowed);
+	usage_store_free(st);
+}
+
 /* ---- across processes and threads ------------------------------------------------------ */
 
 #define N_CHILDREN 6
@@ -482,6 +640,300 @@ static void test_quota_processes(void)
 	}
 	CU_ASSERT_EQUAL(failed, 0);
 	CU_ASSERT_EQUAL(allowed, 3);
+}
+
+#define N_OPENERS 16
+#define OPEN_ROUNDS 10
+
+/* One opener: its stderr into a file of its own, the store opened when the parent says go,
+ * then a quota check and a row. Exits 0 when all worked without a failure counted. */
+static void open_together_child(const char *home, int go, const char *logpath)
+{
+	struct usage_quota q = { .requests_per_day = 1000 };
+	struct usage_record r = { .key_id = "k", .status = 200 };
+	struct usage_store *cst;
+	struct usage_verdict v;
+	int fd;
+	char c;
+
+	fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+		_exit(100);
+	if (read(go, &c, 1) != 0)
+		_exit(101);
+	cst = usage_store_open(home, NULL);
+	if (!cst || !usage_available(cst))
+		_exit(102);
+	if (usage_quota_take(cst, "k", &q, 0, &v) != 0 || !v.allowed)
+		_exit(103);
+	if (usage_record_add(cst, &r) != 0)
+		_exit(104);
+	if (usage_failures(cst) != 0)
+		_exit(105);
+	usage_store_free(cst);
+	_exit(0);
+}
+
+/* Issue 22 item 15: workers that open a fresh usage.db together (the schema, the WAL
+ * switch) wait for each other: none fails, none logs "database is locked". */
+static void test_open_together(void)
+{
+	for (int round = 0; round < OPEN_ROUNDS; round++) {
+		const char *home = new_home();
+		pid_t pids[N_OPENERS];
+		char logs[N_OPENERS][512];
+		int go[2], failed = 0;
+
+		CU_ASSERT_FATAL(pipe(go) == 0);
+		for (int i = 0; i < N_OPENERS; i++) {
+			snprintf(logs[i], sizeof(logs[i]), "%s/open-%d.log", home, i);
+			pids[i] = fork();
+			CU_ASSERT_FATAL(pids[i] >= 0);
+			if (pids[i] == 0) {
+				close(go[1]);
+				open_together_child(home, go[0], logs[i]);
+			}
+		}
+		close(go[0]);
+		usleep(50 * 1000); /* not synchronisation: only a better chance of a race */
+		close(go[1]);
+		for (int i = 0; i < N_OPENERS; i++) {
+			struct stat sb;
+			int status;
+
+			CU_ASSERT_FATAL(waitpid(pids[i], &status, 0) == pids[i]);
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+				printf("\n  round %d opener %d: exit %d ", round, i,
+				       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+				failed++;
+			}
+			CU_ASSERT_FATAL(stat(logs[i], &sb) == 0);
+			if (sb.st_size) {
+				char line[256] = "";
+				FILE *f = fopen(logs[i], "r");
+
+				if (f && fgets(line, sizeof(line), f))
+					printf("\n  round %d opener %d logged: %s", round, i, line);
+				if (f)
+					(void)fclose(f);
+			}
+			CU_ASSERT_EQUAL(sb.st_size, 0);
+		}
+		CU_ASSERT_EQUAL(failed, 0);
+	}
+}
+
+/* The holder of test_open_while_locked: a read lock on the file (a rollback journal, not yet
+ * WAL; a table in it so that the switch to WAL has a header to write), from when it says so
+ * on ready until release closes. */
+static void hold_read_lock(const char *path, int ready, int release)
+{
+	sqlite3 *db;
+	char c;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+		    SQLITE_OK ||
+	    chmod(path, 0600) != 0 ||
+	    sqlite3_exec(db, "CREATE TABLE holder (x); BEGIN; SELECT count(*) FROM holder", NULL,
+			 NULL, NULL) != SQLITE_OK)
+		_exit(1);
+	if (write(ready, "r", 1) != 1 || read(release, &c, 1) != 0)
+		_exit(2);
+	if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+		_exit(3);
+	sqlite3_close(db);
+	_exit(0);
+}
+
+/* The same, made certain. What the openers above meet: each switching the fresh file to WAL
+ * holds a read lock while it waits for the others' to go, so they wait for each other until
+ * SQLite's busy timeout (2 s) runs out. Here one process holds a read lock for longer than
+ * that while a store opens: the store must wait for it, not fail. (Each connection in a
+ * process of its own: SQLite's locks must not cross fork.) */
+static void test_open_while_locked(void)
+{
+	const char *home = new_home();
+	char path[512], logpath[512], c;
+	int ready[2], release[2], go[2], status;
+	pid_t holder, opener;
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	snprintf(logpath, sizeof(logpath), "%s/open.log", home);
+	CU_ASSERT_FATAL(pipe(ready) == 0 && pipe(release) == 0 && pipe(go) == 0);
+	holder = fork();
+	CU_ASSERT_FATAL(holder >= 0);
+	if (holder == 0) {
+		close(ready[0]);
+		close(release[1]);
+		close(go[0]);
+		close(go[1]);
+		hold_read_lock(path, ready[1], release[0]);
+	}
+	close(ready[1]);
+	close(release[0]);
+	CU_ASSERT_FATAL(read(ready[0], &c, 1) == 1);
+	opener = fork();
+	CU_ASSERT_FATAL(opener >= 0);
+	if (opener == 0) {
+		/* Only the parent may end the hold: its release end must not live on here. */
+		close(release[1]);
+		close(ready[0]);
+		close(go[1]);
+		open_together_child(home, go[0], logpath);
+	}
+	close(go[0]);
+	close(go[1]);
+	/* Past SQLite's busy timeout, well within the store's patience (10 s). */
+	usleep(2500 * 1000);
+	close(release[1]);
+	CU_ASSERT_FATAL(waitpid(holder, &status, 0) == holder);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_FATAL(waitpid(opener, &status, 0) == opener);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		printf("\n  opener: exit %d ", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CU_ASSERT_FATAL(stat(logpath, &sb) == 0);
+	if (sb.st_size) {
+		char line[256] = "";
+		FILE *f = fopen(logpath, "r");
+
+		if (f && fgets(line, sizeof(line), f))
+			printf("\n  opener logged: %s", line);
+		if (f)
+			(void)fclose(f);
+	}
+	CU_ASSERT_EQUAL(sb.st_size, 0);
+	close(ready[0]);
+}
+
+#define TOKEN_LIMIT 1000
+#define TOKEN_COST 100
+
+/* Six processes at once, three requests each, every one reserving and then spending
+ * TOKEN_COST against tokens_per_day TOKEN_LIMIT: what they spend in all stays within one
+ * reservation of the limit (here exactly at it: the reservations are exact). Without
+ * reservations every request started below the limit, and all 18 ran (1800). */
+static void test_quota_holds_processes(void)
+{
+	const char *home = new_home();
+	struct usage_quota q = { .tokens_per_day = TOKEN_LIMIT };
+	struct usage_store *st = open_store(home);
+	struct usage_quota_state qs;
+	int go[2], allowed = 0, failed = 0;
+	pid_t pids[N_CHILDREN];
+
+	usage_store_free(st); /* the schema exists; no connection crosses fork */
+	CU_ASSERT_FATAL(pipe(go) == 0);
+	for (int i = 0; i < N_CHILDREN; i++) {
+		pids[i] = fork();
+		CU_ASSERT_FATAL(pids[i] >= 0);
+		if (pids[i] == 0) {
+			struct usage_store *cst;
+			struct usage_verdict v;
+			int n = 0;
+			char c;
+
+			close(go[1]);
+			cst = usage_store_open(home, NULL);
+			if (read(go[0], &c, 1) != 0)
+				_exit(100);
+			for (int k = 0; k < TAKES_EACH; k++) {
+				struct usage_claim cl = { .tokens = TOKEN_COST, .ttl_ms = 60000 };
+				struct usage_record r = { .key_id = "guest",
+							  .status = 200,
+							  .prompt_tokens = TOKEN_COST / 2,
+							  .completion_tokens = TOKEN_COST / 2,
+							  .start = USAGE_START_COLD };
+
+				if (usage_quota_claim(cst, "guest", &q, 0, &cl, &v) != 0)
+					_exit(101);
+				if (!v.allowed)
+					continue;
+				n++;
+				usleep(20 * 1000); /* the run: others start meanwhile */
+				r.hold_id = cl.hold_id;
+				if (usage_record_add(cst, &r) != 0)
+					_exit(102);
+			}
+			usage_store_free(cst);
+			_exit(n);
+		}
+	}
+	close(go[0]);
+	usleep(100 * 1000);
+	close(go[1]);
+	for (int i = 0; i < N_CHILDREN; i++) {
+		int status;
+
+		CU_ASSERT_FATAL(waitpid(pids[i], &status, 0) == pids[i]);
+		CU_ASSERT_FATAL(WIFEXITED(status));
+		if (WEXITSTATUS(status) >= 100)
+			failed++;
+		else
+			allowed += WEXITSTATUS(status);
+	}
+	CU_ASSERT_EQUAL(failed, 0);
+	CU_ASSERT_EQUAL(allowed, TOKEN_LIMIT / TOKEN_COST);
+	st = open_store(home);
+	CU_ASSERT_EQUAL(usage_quota_state(st, "guest", 0, &qs), 0);
+	CU_ASSERT(qs.tokens_today <= TOKEN_LIMIT + TOKEN_COST);
+	CU_ASSERT_EQUAL(qs.tokens_today, TOKEN_LIMIT);
+	CU_ASSERT_EQUAL(qs.tokens_reserved, 0);
+	usage_store_free(st);
+}
+
+/* A version 1 database (before issue 22) is migrated in place: its rows kept, counted once
+ * each, reservations and refusal counts work on it. */
+static void test_migrate_v1(void)
+{
+	static const char v1[] =
+		"CREATE TABLE requests (id INTEGER PRIMARY KEY, ts_ms INTEGER NOT NULL,"
+		" key_id TEXT NOT NULL, provider TEXT, model TEXT, status INTEGER NOT NULL,"
+		" prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,"
+		" cached_tokens INTEGER NOT NULL, duration_ms INTEGER NOT NULL,"
+		" ttfb_ms INTEGER NOT NULL, start INTEGER NOT NULL);"
+		"CREATE INDEX requests_ts ON requests (ts_ms);"
+		"CREATE INDEX requests_key_ts ON requests (key_id, ts_ms);"
+		"CREATE TABLE quota_windows (key_id TEXT NOT NULL, kind INTEGER NOT NULL,"
+		" start_ms INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+		" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
+		"PRAGMA user_version = 1; PRAGMA journal_mode = WAL;";
+	const char *home = new_home();
+	struct usage_quota q = { .tokens_per_day = 100 };
+	struct usage_claim c = { .tokens = 10, .ttl_ms = 1000 };
+	struct usage_verdict v;
+	struct usage_day *days;
+	struct usage_store *st;
+	char path[512], sql[512];
+	sqlite3 *db;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+					NULL) == SQLITE_OK);
+	CU_ASSERT_FATAL(chmod(path, 0600) == 0);
+	CU_ASSERT_FATAL(sqlite3_exec(db, v1, NULL, NULL, NULL) == SQLITE_OK);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO requests VALUES (NULL, %lld, 'k', NULL, NULL, 429, 0, 0, 0, 1, 0,"
+		 " 0), (NULL, %lld, 'k', 'p', 'm', 200, 5, 5, 0, 1, 1, 1)",
+		 (long long)today_ms(), (long long)today_ms() + 1);
+	CU_ASSERT_FATAL(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+	st = open_store(home);
+	CU_ASSERT(usage_available(st));
+	add(st, today_ms() + 2, "k", NULL, 429, 0, 0, USAGE_START_NONE);
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, NULL, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	CU_ASSERT_EQUAL(days[0].requests, 2); /* the old row (count 1), then + 1 */
+	CU_ASSERT_EQUAL(days[0].errors, 2);
+	CU_ASSERT_EQUAL(days[1].requests, 1);
+	free(days);
+	CU_ASSERT_EQUAL(usage_quota_claim(st, "k", &q, 0, &c, &v), 0);
+	CU_ASSERT(v.allowed);
+	CU_ASSERT(c.hold_id > 0);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
 }
 
 struct thread_arg {
@@ -655,9 +1107,11 @@ static void test_cloexec(void)
 static void test_schema(void)
 {
 	const char *home = new_home();
-	const char *want = "quota_windows:key_id,kind,start_ms,requests,tokens;"
+	const char *want = "quota_holds:id,key_id,day_ms,tokens,expires_ms;"
+			   "quota_windows:key_id,kind,start_ms,requests,tokens;"
 			   "requests:id,ts_ms,key_id,provider,model,status,prompt_tokens,"
-			   "completion_tokens,cached_tokens,duration_ms,ttfb_ms,start;";
+			   "completion_tokens,cached_tokens,duration_ms,ttfb_ms,start,count;"
+			   "sqlite_sequence:name,seq;";
 	struct usage_store *st = open_store(home);
 	char path[512], got[1024] = "";
 	sqlite3_stmt *s;
@@ -695,7 +1149,7 @@ static void test_schema(void)
 	CU_ASSERT_STRING_EQUAL(got, want);
 	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK);
 	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
-	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 1);
+	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 2);
 	sqlite3_finalize(s);
 	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL) == SQLITE_OK);
 	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
@@ -715,8 +1169,8 @@ static void test_schema(void)
 
 /* ---- the failure policy ---------------------------------------------------------------- */
 
-/* Everything a request does with a store that cannot work: let it through, say -errno,
- * count. */
+/* Everything a request does with a store that cannot work: a quota refuses (fails closed),
+ * every call says -errno, counts, and usage_health says since when. */
 static void check_unavailable(struct usage_store *st)
 {
 	struct usage_quota q = { .requests_per_day = 1 };
@@ -727,16 +1181,25 @@ static void check_unavailable(struct usage_store *st)
 	uint64_t before = usage_failures(st);
 	size_t n;
 
+	struct usage_health h;
+
 	CU_ASSERT_FALSE(usage_available(st));
 	for (int i = 0; i < 3; i++) {
 		CU_ASSERT(usage_quota_take(st, "k", &q, 0, &v) < 0);
-		CU_ASSERT(v.allowed);
+		CU_ASSERT_FALSE(v.allowed);
+		CU_ASSERT_PTR_NULL(v.limit);
 	}
+	usage_health(st, &h);
+	CU_ASSERT_FALSE(h.ok);
+	CU_ASSERT(h.failing_since_ms > now_ms() - 60000 && h.failing_since_ms <= now_ms());
+	CU_ASSERT(h.last_err < 0);
 	CU_ASSERT(usage_record_add(st, &r) < 0);
 	CU_ASSERT(usage_quota_state(st, "k", 0, &qs) < 0);
 	CU_ASSERT(usage_days(st, NULL, &days, &n) < 0);
 	CU_ASSERT_PTR_NULL(days);
 	CU_ASSERT_EQUAL(usage_failures(st), before + 6);
+	usage_health(st, &h);
+	CU_ASSERT_EQUAL(h.failures, before + 6);
 }
 
 static void check_recovers(struct usage_store *st)
@@ -744,10 +1207,15 @@ static void check_recovers(struct usage_store *st)
 	struct usage_quota q = { .requests_per_day = 1 };
 	struct usage_verdict v;
 
+	struct usage_health h;
+
 	usleep(80 * 1000); /* past reopen_ms (50 ms) */
 	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, 0, &v), 0);
 	CU_ASSERT(v.allowed);
 	CU_ASSERT(usage_available(st));
+	usage_health(st, &h);
+	CU_ASSERT(h.ok);
+	CU_ASSERT_EQUAL(h.failing_since_ms, 0);
 	/* The quota holds again. */
 	CU_ASSERT_EQUAL(usage_quota_take(st, "k", &q, 0, &v), 0);
 	CU_ASSERT_FALSE(v.allowed);
@@ -814,9 +1282,10 @@ static void test_bad_args(void)
 	CU_ASSERT_EQUAL(usage_record_add(st, &r), -EINVAL);
 	CU_ASSERT_EQUAL(usage_record_add(st, NULL), -EINVAL);
 	CU_ASSERT_EQUAL(usage_quota_take(st, NULL, &q, 0, &v), -EINVAL);
-	CU_ASSERT(v.allowed);
+	CU_ASSERT_FALSE(v.allowed);
 	CU_ASSERT_EQUAL(usage_quota_take(st, "k", NULL, 0, &v), -EINVAL);
-	CU_ASSERT(v.allowed);
+	CU_ASSERT_FALSE(v.allowed);
+	CU_ASSERT_EQUAL(usage_quota_refund(st, "k", NULL), -EINVAL);
 	CU_ASSERT_FALSE(usage_quota_any(NULL));
 	CU_ASSERT_STRING_EQUAL(usage_start_name(USAGE_START_PRESTART), "prestart");
 	CU_ASSERT_STRING_EQUAL(usage_start_name(USAGE_START_NONE), "none");
@@ -828,6 +1297,7 @@ int main(void)
 {
 	static const struct ts_test tests[] = {
 		{ "append and read back", test_append_read },
+		{ "refusals counted a row a minute", test_refusals },
 		{ "per-day sums", test_days },
 		{ "long names cut at a UTF-8 boundary", test_long_names },
 		{ "forged huge counts are capped", test_huge_counts },
@@ -835,8 +1305,16 @@ int main(void)
 		{ "requests_per_minute windows", test_quota_minute },
 		{ "requests_per_day windows", test_quota_day },
 		{ "tokens_per_day", test_quota_tokens },
+		{ "tokens_per_day reservations and their expiry", test_quota_holds },
+		{ "a refused run gives its request back", test_quota_refund },
 		{ "a quota across 6 processes", test_quota_processes },
 		{ "a quota across threads", test_quota_threads },
+		{ "tokens_per_day across 6 processes stays within a reservation",
+		  test_quota_holds_processes },
+		{ "a version 1 database is migrated", test_migrate_v1 },
+		{ "a fresh store opened by 16 processes at once, 10 times", test_open_together },
+		{ "a store opened while another holds a lock past the busy timeout",
+		  test_open_while_locked },
 		{ "retention pruning", test_retention },
 		{ "file modes 0600, no symlink", test_modes },
 		{ "descriptors close-on-exec", test_cloexec },
