@@ -30,6 +30,9 @@ before(async () => {
     models: [{ id: 'claude-fake', created: 1700000000 }] };
   server = await startServer({
     registry,
+    // The web server refuses a body above its own limit unread (ADR 0029): raised with
+    // max_body_bytes, as docs/deploy.md says to.
+    env: { OLP_MAX_BODY_KB: String(16 * 1024) },
     config: {
       auth: { allow_anonymous: false },
       // Warm sandboxes on, as deployed: tool-list files are bound into them too.
