@@ -19,7 +19,6 @@ struct sbx_policy {
 	struct strv bind_rw; /* pairs: host path, path inside */
 	/* One per bind_rw pair: what checks its write-back, or NULL (written back as is). */
 	sbx_writeback_check *rw_checks;
-	bool allow_unix;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
 	enum { SBX_WRAP_BY_MODE = 0, SBX_WRAP_NEVER, SBX_WRAP_ALWAYS } wrap;
@@ -208,10 +207,10 @@ void sbx_prestart_slot_put(int fd);
 
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */
-int sbx_seccomp_fd(bool allow_unix);
+int sbx_seccomp_fd(void);
 /* Build the program with libseccomp and export it as BPF: *out (malloc'd, caller frees),
  * *len. 0 or -errno. */
-int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
+int sbx_seccomp_export(void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
 /* Append the child's environment for mode off to out (under bwrap the stub gets it as a

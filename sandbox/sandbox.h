@@ -213,11 +213,6 @@ struct sbx_limits {
 /* Copies l; a field above SBX_LIMIT_MAX is taken as SBX_LIMIT_MAX. */
 #define SBX_LIMIT_MAX ((uint64_t)1 << 40)
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
-/* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
-void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);
-/* Apply a named profile: "command" (the default: no network, default limits) or "cli"
- * (network on, for the provider CLIs). -ENOENT for an unknown name. */
-int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
 
 /* ---- running ------------------------------------------------------------------------ */
 struct sbx_result;

@@ -952,7 +952,7 @@ static int prepare_bwrap_inputs(const struct sbx_policy *p, struct child_plan *p
 {
 	int etc[SBX_ETC_FILES];
 
-	plan->fds[SBX_FD_SECCOMP] = sbx_seccomp_fd(p->allow_unix);
+	plan->fds[SBX_FD_SECCOMP] = sbx_seccomp_fd();
 	if (plan->fds[SBX_FD_SECCOMP] < 0) {
 		res->spawn_stage = "seccomp";
 		return plan->fds[SBX_FD_SECCOMP];
@@ -1311,9 +1311,8 @@ static char *policy_key(const struct sbx_policy *p)
 		buf_adds(&key, p->env.v[i]);
 		buf_addch(&key, '\x1e');
 	}
-	buf_addf(&key, "unix=%d,cg=%llu,%llu,%llu", p->allow_unix,
-		 (unsigned long long)p->limits.memory_mb, (unsigned long long)p->limits.pids,
-		 (unsigned long long)p->limits.cpu_pct);
+	buf_addf(&key, "cg=%llu,%llu,%llu", (unsigned long long)p->limits.memory_mb,
+		 (unsigned long long)p->limits.pids, (unsigned long long)p->limits.cpu_pct);
 	free(in.binds);
 	strv_release(&args);
 	return buf_detach(&key, NULL);
