@@ -57,90 +57,151 @@ static int loopback_possible(bool bwrap, const struct sbx_callbacks *cb, struct 
 	return 0;
 }
 
+/* Where a run's sandbox comes from and what refills after it: the warm key of its policy
+ * (NULL: no warm sandbox serves it) and the pre-start key (NULL: no pre-started command),
+ * the host-wide slots of a pre-started command it took, kept for the one started after it
+ * (lease), and for a warm sandbox, the options its launch message goes in. */
+struct acquisition {
+	bool bwrap;
+	const char *tag;
+	char *key, *pkey;
+	struct sbx_lease lease;
+	struct buf launch;
+	struct sbx_run_options wopt;
+	const struct sbx_run_options *opt; /* what the run is supervised with */
+};
+
+/* Whether the run can start at all, before anything is made. 0 or -errno. */
+static int run_possible(const struct sbx_policy *p, const char *const argv[], bool bwrap,
+			const struct sbx_callbacks *cb, struct sbx_result *res)
+{
+	if (!argv || !argv[0] || argv[0][0] != '/') {
+		res->spawn_stage = "argv";
+		return -EINVAL;
+	}
+	if (!sbx_g.runtime_dir) {
+		res->spawn_stage = "init";
+		return -ENOTCONN;
+	}
+	if (p->net == SBX_NET_LOOPBACK)
+		return loopback_possible(bwrap, cb, res);
+	return 0;
+}
+
+/* The keys a run of p looks its sandbox up by: warm sandboxes only under bwrap, in the
+ * mode's own wrapping, for a run whose stdio goes through the supervisor. */
+static void acquisition_init(struct acquisition *a, const struct sbx_policy *p,
+			     const char *const argv[], const struct sbx_run_options *opt)
+{
+	bool warmable = a->bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
+			!(opt && (opt->pass_stdin || opt->pass_stderr));
+
+	a->key = warmable ? sbx_policy_key(p) : NULL;
+	if (a->key && opt && opt->prestart && sbx_g.prestart_max)
+		a->pkey = sbx_prestart_key(a->key, argv);
+}
+
+/* A taken sandbox (pre-started or warm) starts now: its namespace was made with it, and
+ * its listener goes to the caller, whose forwarder starts with this run's deadline (the
+ * command's connections wait in the listener's backlog until then). Refused: the sandbox
+ * is put down unused. */
+static int start_taken(struct instance *in, const struct sbx_callbacks *cb, struct sbx_result *res,
+		       enum sbx_start how)
+{
+	int ret = 0;
+
+	if (in->ns.listen_fd >= 0)
+		ret = sbx_instance_hand_listener(in, cb, res);
+	if (!ret)
+		tell_start(cb, res, how);
+	return ret;
+}
+
+/* Acquire the run's sandbox, ready to supervise: a pre-started command of its key, else a
+ * warm sandbox (told what to become), else one started now. 0 or -errno. */
+static int acquire(const struct sbx_policy *p, const char *const argv[],
+		   const struct sbx_run_options *opt, const struct sbx_callbacks *cb,
+		   struct acquisition *a, struct instance *in, struct sbx_result *res)
+{
+	const char *rid = opt ? opt->request_id : NULL;
+	int ret;
+
+	if (a->pkey && sbx_prestart_take(a->pkey, a->tag, in, &a->lease, rid)) {
+		sbx_prestart_count(SBX_PRESTART_HIT, 1);
+		return start_taken(in, cb, res, SBX_START_PRESTART);
+	}
+	if (a->key && sbx_warm_take(a->key, a->tag, in, rid)) {
+		/* Its stub waits for its command: the launch message is its stdin. */
+		sbx_launch_message(argv, opt, &a->launch);
+		a->wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
+		a->wopt.stdin_data = a->launch.data;
+		a->wopt.stdin_len = a->launch.len;
+		a->opt = &a->wopt;
+		if ((ret = start_taken(in, cb, res, SBX_START_WARM)))
+			return ret;
+	} else {
+		ret = sbx_instance_start(p, argv, opt, cb, a->bwrap, in, res);
+		if (!ret)
+			tell_start(cb, res, SBX_START_COLD);
+	}
+	if (a->pkey)
+		sbx_prestart_count(SBX_PRESTART_MISS, 1);
+	return ret;
+}
+
+/* The answer is out (on_result): get the next sandbox going, then release this one. A run
+ * with writable credential copies fills after the teardown instead, keyed anew. */
+static void refill_and_release(const struct sbx_policy *p, const char *const argv[],
+			       const struct sbx_run_options *opt, struct acquisition *a,
+			       struct instance *in, bool ran)
+{
+	const char *rid = opt ? opt->request_id : NULL;
+	bool writes_back = sbx_instance_writes_back(in);
+
+	if (a->key && ran && !writes_back)
+		sbx_warm_fill(p, a->key, a->tag);
+	sbx_instance_release(in, rid);
+	if (a->key && ran && (writes_back || a->pkey))
+		refill_after_teardown(p, argv, opt, writes_back, a->pkey != NULL, &a->lease);
+}
+
+static void spawn_failed(struct sbx_result *res, int err)
+{
+	res->end = SBX_END_SPAWN_FAILED;
+	if (!res->failure)
+		res->failure = SBX_FAIL_SPAWN;
+	res->spawn_errno = -err;
+}
+
 int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct sbx_run_options *opt,
 	    const struct sbx_callbacks *cb, struct sbx_result *res)
 {
 	struct instance in = INSTANCE_INIT;
-	struct sbx_run_options wopt;
-	struct buf launch = BUF_INIT;
-	bool bwrap = p->wrap == SBX_WRAP_ALWAYS ||
-		     (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP);
-	bool warmable = bwrap && sbx_g.warm && p->wrap == SBX_WRAP_BY_MODE &&
-			!(opt && (opt->pass_stdin || opt->pass_stderr));
-	const char *rid = opt ? opt->request_id : NULL;
-	const char *tag = opt && opt->owner_tag ? opt->owner_tag : "";
-	struct sbx_lease lease = SBX_LEASE_INIT;
-	char *key = NULL, *pkey = NULL;
-	bool writes_back;
+	struct acquisition a = {
+		.bwrap = p->wrap == SBX_WRAP_ALWAYS ||
+			 (p->wrap == SBX_WRAP_BY_MODE && sbx_g.mode == SBX_MODE_BWRAP),
+		.tag = opt && opt->owner_tag ? opt->owner_tag : "",
+		.lease = SBX_LEASE_INIT,
+		.launch = BUF_INIT,
+		.opt = opt,
+	};
 	int ret;
 
 	memset(res, 0, sizeof(*res));
-	if (!argv || !argv[0] || argv[0][0] != '/') {
-		res->spawn_stage = "argv";
-		ret = -EINVAL;
-		goto out_release_instance;
+	ret = run_possible(p, argv, a.bwrap, cb, res);
+	if (!ret) {
+		acquisition_init(&a, p, argv, opt);
+		ret = acquire(p, argv, opt, cb, &a, &in, res);
 	}
-	if (!sbx_g.runtime_dir) {
-		res->spawn_stage = "init";
-		ret = -ENOTCONN;
-		goto out_release_instance;
-	}
-	if (p->net == SBX_NET_LOOPBACK && (ret = loopback_possible(bwrap, cb, res)))
-		goto out_release_instance;
-	key = warmable ? sbx_policy_key(p) : NULL;
-	if (key && opt && opt->prestart && sbx_g.prestart_max)
-		pkey = sbx_prestart_key(key, argv);
-	/* Its host-wide slots stay with this run (lease) for the one started after it. */
-	if (pkey && sbx_prestart_take(pkey, tag, &in, &lease, rid)) {
-		sbx_prestart_count(SBX_PRESTART_HIT, 1);
-		/* Its forwarder starts now, with this run's deadline: the command's connections
-		 * wait in the listener's backlog until then. Refused: put down unused. */
-		if (in.ns.listen_fd >= 0 && (ret = sbx_instance_hand_listener(&in, cb, res)))
-			goto out_release_instance;
-		tell_start(cb, res, SBX_START_PRESTART);
-		sbx_supervise(&in.r, p, opt, cb, res, bwrap);
-		ret = 0;
-	} else if (key && sbx_warm_take(key, tag, &in, rid)) {
-		/* Its namespace was made with it; the listener goes to the caller now, before
-		 * the command exists. Refused: the sandbox is put down unused. */
-		if (in.ns.listen_fd >= 0 && (ret = sbx_instance_hand_listener(&in, cb, res)))
-			goto out_release_instance;
-		/* A sandbox built ahead of time: tell its stub what to become. */
-		sbx_launch_message(argv, opt, &launch);
-		wopt = opt ? *opt : (struct sbx_run_options){ .hangup_fd = -1 };
-		wopt.stdin_data = launch.data;
-		wopt.stdin_len = launch.len;
-		tell_start(cb, res, SBX_START_WARM);
-		sbx_supervise(&in.r, p, &wopt, cb, res, bwrap);
-		buf_release(&launch);
-		ret = 0;
-	} else {
-		ret = sbx_instance_start(p, argv, opt, cb, bwrap, &in, res);
-		if (!ret) {
-			tell_start(cb, res, SBX_START_COLD);
-			sbx_supervise(&in.r, p, opt, cb, res, bwrap);
-		}
-	}
-	if (pkey && res->start != SBX_START_PRESTART)
-		sbx_prestart_count(SBX_PRESTART_MISS, 1);
-out_release_instance:
-	if (ret) {
-		res->end = SBX_END_SPAWN_FAILED;
-		if (!res->failure)
-			res->failure = SBX_FAIL_SPAWN;
-		res->spawn_errno = -ret;
-	}
-	/* The answer is out (on_result): get the next sandbox going, then clean up. A run
-	 * with writable credential copies fills after the teardown instead. */
-	writes_back = sbx_instance_writes_back(&in);
-	if (key && !ret && !writes_back)
-		sbx_warm_fill(p, key, tag);
-	sbx_instance_release(&in, rid);
-	if (key && !ret && (writes_back || pkey))
-		refill_after_teardown(p, argv, opt, writes_back, pkey != NULL, &lease);
-	sbx_lease_put(&lease);
-	free(pkey);
-	free(key);
+	if (!ret)
+		sbx_supervise(&in.r, p, a.opt, cb, res, a.bwrap);
+	else
+		spawn_failed(res, ret);
+	refill_and_release(p, argv, opt, &a, &in, !ret);
+	sbx_lease_put(&a.lease);
+	buf_release(&a.launch);
+	free(a.pkey);
+	free(a.key);
 	return ret;
 }
 
