@@ -71,13 +71,14 @@ static void __attribute__((noreturn)) child_fail(int report_fd, int stage)
 	_exit(127);
 }
 
-/* Runs in the forked child: async-signal-safe calls only, no allocation, no locks. */
-void __attribute__((noreturn)) sbx_child_exec(const struct child_plan *c)
+/* The child's first steps (sbx_child_exec's order): into the run's cgroup, under its
+ * limits, with default signals, in a process group of its own. */
+static void child_enter_limits(const struct child_plan *c)
 {
 	struct sigaction dfl = { .sa_handler = SIG_DFL };
 	struct rlimit zero = { 0, 0 };
 	sigset_t none;
-	int tmp[SBX_FD_COUNT], report_fd, i, sig;
+	int i, sig;
 
 	/* Into the run's cgroup first, so that everything the run does is counted there. */
 	if (c->cgroup_fd >= 0 && write(c->cgroup_fd, "0", 1) != 1)
@@ -99,23 +100,14 @@ void __attribute__((noreturn)) sbx_child_exec(const struct child_plan *c)
 	/* Own process group: one kill reaches everything it starts. */
 	if (setpgid(0, 0) < 0)
 		child_fail(c->report_fd, STAGE_SETPGID);
-	/* Into the run's user namespace, where bwrap will be root and the command the run's
-	 * own host uid (ident.c). Before the death signal: changing credentials clears it. */
-	if (c->userns_fd >= 0 && setns(c->userns_fd, CLONE_NEWUSER) < 0)
-		child_fail(c->report_fd, STAGE_USERNS);
-	/* Then into the run's loopback-only network namespace (netns.c), which that user
-	 * namespace owns: only its root may join it, and bwrap, run without --unshare-net,
-	 * builds the whole sandbox inside it. */
-	if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET) < 0)
-		child_fail(c->report_fd, STAGE_NETNS);
-	/* If the worker thread that started us dies, so do we (bwrap's --die-with-parent
-	 * then takes the sandbox down). */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
-		child_fail(c->report_fd, STAGE_PDEATHSIG);
-	if (getppid() != c->parent)
-		_exit(127);
-	if (c->cwd_fd >= 0 && fchdir(c->cwd_fd) < 0)
-		child_fail(c->report_fd, STAGE_CHDIR);
+}
+
+/* The child's last step before exec: its descriptors, exactly the plan's slots. Returns
+ * the report pipe's new number (above the slots, close-on-exec). */
+static int child_place_fds(const struct child_plan *c)
+{
+	int tmp[SBX_FD_COUNT], report_fd, i;
+
 	/* Move every source above the target slots first, so that dup2 onto 0..n cannot
 	 * clobber a source still to be moved (the FastCGI listen socket is fd 0 here). */
 	report_fd = fcntl(c->report_fd, F_DUPFD_CLOEXEC, SBX_FD_COUNT);
@@ -147,6 +139,34 @@ void __attribute__((noreturn)) sbx_child_exec(const struct child_plan *c)
 			if (fd != report_fd)
 				(void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
 	}
+	return report_fd;
+}
+
+/* Runs in the forked child: async-signal-safe calls only, no allocation, no locks. The
+ * lockdown's order, each step with its why; the helpers above are steps of it, in line. */
+void __attribute__((noreturn)) sbx_child_exec(const struct child_plan *c)
+{
+	int report_fd;
+
+	child_enter_limits(c);
+	/* Into the run's user namespace, where bwrap will be root and the command the run's
+	 * own host uid (ident.c). Before the death signal: changing credentials clears it. */
+	if (c->userns_fd >= 0 && setns(c->userns_fd, CLONE_NEWUSER) < 0)
+		child_fail(c->report_fd, STAGE_USERNS);
+	/* Then into the run's loopback-only network namespace (netns.c), which that user
+	 * namespace owns: only its root may join it, and bwrap, run without --unshare-net,
+	 * builds the whole sandbox inside it. */
+	if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET) < 0)
+		child_fail(c->report_fd, STAGE_NETNS);
+	/* If the worker thread that started us dies, so do we (bwrap's --die-with-parent
+	 * then takes the sandbox down). */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		child_fail(c->report_fd, STAGE_PDEATHSIG);
+	if (getppid() != c->parent)
+		_exit(127);
+	if (c->cwd_fd >= 0 && fchdir(c->cwd_fd) < 0)
+		child_fail(c->report_fd, STAGE_CHDIR);
+	report_fd = child_place_fds(c);
 	execve(c->path, c->argv, c->envp);
 	child_fail(report_fd, STAGE_EXEC);
 }
