@@ -31,7 +31,7 @@ struct sbx_global {
 	char *runtime_dir;
 	int runtime_fd;	       /* O_PATH|O_DIRECTORY on runtime_dir */
 	char *exec_stub;       /* olp-sandbox-exec: the first program of every sandbox */
-	bool warm;	       /* keep warm sandboxes (spawn.c) */
+	bool warm;	       /* keep warm sandboxes (pool.c) */
 	unsigned prestart_max; /* idle pre-started commands on the host, at most */
 	uint64_t prestart_idle_ms;
 	unsigned prestart_per_owner; /* ... of one owner tag (1..prestart_max) */
@@ -160,7 +160,7 @@ void sbx_ident_release(struct sbx_ident *id);
  * namespace. bwrap then nests its own user namespace inside. 0 or -errno (*userns_fd -1). */
 int sbx_netns_init_userns(struct sbx_netns *ns, int *userns_fd, uint16_t port);
 
-/* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */
+/* ---- one run's inputs beside the policy (inputs.c builds them, policy.c uses them) ---- */
 
 /* How each bind of the policy reaches the sandbox: a regular file as a copy (read-only:
  * --file from a descriptor the worker opened; writable: a file in the scratch dir that is

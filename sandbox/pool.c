@@ -6,7 +6,7 @@
  * is to become; a request then costs one exec. A warm sandbox is built from exactly the
  * same policy, so it is the same sandbox; it just exists earlier. It is keyed by everything
  * that shapes it: bwrap's argv (less the scratch path), the rlimits, the seccomp variant and
- * the network mode (spawn.c, policy_key). A SBX_NET_LOOPBACK one is made in a network
+ * the network mode (inputs.c, sbx_policy_key). A SBX_NET_LOOPBACK one is made in a network
  * namespace of its own, whose listener it keeps (close-on-exec) until it is taken, then
  * hands to on_listener; dropped or shut down, it closes it. Used once, like every sandbox:
  * no namespace serves two runs.

@@ -52,7 +52,7 @@ struct sbx_global_config {
 	 * becomes the command). NULL: $OLP_SANDBOX_EXEC, else the one this build installs. */
 	const char *exec_stub;
 	/* A policy run once gets a sandbox started ahead of time for its next run (a "warm"
-	 * sandbox; see spawn.c). false: every run starts cold. */
+	 * sandbox; see pool.c). false: every run starts cold. */
 	bool warm;
 	enum sbx_identity identity;
 	/* "BASE:COUNT": the host uids (and gids) runs take; NULL = the worker user's ranges
@@ -361,7 +361,7 @@ const char *sbx_failure_str(enum sbx_failure f);
  * owns the network namespace and in the caller's own. So the namespace is made inside
  * the run's user namespace: pass the per-slot user namespace of ident.c (U1, whose root
  * is the worker's uid) as userns_fd. The spawned child, which already joins U1 before it
- * execs bwrap (spawn.c), then joins this namespace right after (it is U1's root, it holds
+ * execs bwrap (child.c), then joins this namespace right after (it is U1's root, it holds
  * CAP_SYS_ADMIN over both), and bwrap runs without --unshare-net: the whole sandbox lives
  * in it. Order in the child: setns(U1, CLONE_NEWUSER), then setns(netns_fd, CLONE_NEWNET).
  * userns_fd -1: the namespace belongs to the caller's user namespace; that only works for
