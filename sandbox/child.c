@@ -182,9 +182,9 @@ static pid_t spawn_vfork(const struct child_plan *plan)
 	/* Deliberate (see above): the child runs only sbx_child_exec, async-signal-safe calls. */
 	pid_t pid = vfork(); /* NOLINT(clang-analyzer-security.insecureAPI.vfork) */
 
+	/* It ends in exec or _exit. */
 	if (pid == 0)
-		sbx_child_exec(
-			plan); /* NOLINT(clang-analyzer-unix.Vfork): it ends in exec or _exit */
+		sbx_child_exec(plan); /* NOLINT(clang-analyzer-unix.Vfork) */
 	return pid;
 }
 
