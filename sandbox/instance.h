@@ -1,9 +1,13 @@
-/* Private to sandbox/: one started sandbox (spawn.c) and the pools that keep some ahead of
- * time (pool.c), which spawn.c's sbx_run takes from and refills. */
+/* Private to sandbox/: one started sandbox and what its files share: the child between
+ * fork and exec (child.c), bwrap's inputs (inputs.c), the instance's start and release
+ * (instance.c), its supervision (supervise.c), and the pools that keep some ahead of time
+ * (pool.c), which spawn.c's sbx_run takes from and refills. */
 #ifndef OLP_SANDBOX_INSTANCE_H
 #define OLP_SANDBOX_INSTANCE_H
 
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sandbox/internal.h"
 
@@ -57,7 +61,81 @@ struct instance {
 		.id = { .lock_fd = -1, .userns_fd = -1 }, .ns = SBX_NETNS_INIT, .ns_userns_fd = -1 \
 	}
 
-/* ---- spawn.c ---------------------------------------------------------------------------- */
+/* Close *fd if open, and mark it closed. */
+static inline void sbx_close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+/* ---- child.c: the child between fork and exec -------------------------------------------- */
+/* What sbx_child_exec needs; all of it prepared before fork(). */
+struct child_plan {
+	const char *path;
+	char *const *argv;
+	char *const *envp;
+	int fds[SBX_FD_COUNT]; /* fds[i] becomes fd i in the child */
+	int nfds;
+	struct rlimit rl[5];  /* applied in rl_res order */
+	int cwd_fd;	      /* fchdir here, or -1 */
+	int cgroup_fd;	      /* the run cgroup's cgroup.procs, or -1 */
+	int userns_fd;	      /* the run's user namespace to join before exec, or -1 */
+	int netns_fd;	      /* SBX_NET_LOOPBACK: the run's network namespace, or -1 */
+	bool exec_is_command; /* path is the command itself (mode off), not bwrap */
+	int report_fd;
+	pid_t parent;
+};
+
+/* Every slot closed, no cwd, cgroup or namespace: the plan fills what it needs. */
+void sbx_child_plan_init(struct child_plan *plan);
+/* The rlimits of a run under p, into plan->rl. */
+void sbx_child_set_rlimits(struct child_plan *plan, const struct sbx_policy *p);
+/* Close the inputs the plan owns (bwrap's filter, passwd, /etc and bound files); not the
+ * uid slot's lock, which is the identity's, nor the pipes' ends, which are the caller's. */
+void sbx_child_plan_close_inputs(struct child_plan *plan);
+/* Start the child per plan (vfork, then sbx_child_exec); fills r->pid and r->pidfd. 0, or
+ * -errno with res->spawn_stage and res->failure saying which step failed. */
+int sbx_child_start(struct child_plan *plan, struct run *r, struct sbx_result *res);
+/* Become the plan's program, in this process (sbx_exec_in_place: only where nothing else
+ * runs). Never returns: a failed step writes {stage, errno} to plan->report_fd, exit 127. */
+void __attribute__((noreturn)) sbx_child_exec(const struct child_plan *c);
+
+/* ---- supervise.c: one run, from its start to its result ---------------------------------- */
+/* Supervise the started run r until it is over and its result known: stdin fed, stdout to
+ * cb, the deadline (p), the hangup fd (opt); res filled and cb->on_result told, once. */
+void sbx_supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
+		   const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap);
+/* SIGKILL the whole tree: the sandbox's pid namespace, the process group, the cgroup. */
+void sbx_run_kill_tree(struct run *r);
+/* Wait for the run's first process (bwrap, or the command), once. */
+void sbx_run_reap(struct run *r);
+/* Wait (bounded) until the sandbox's pid namespace is gone. */
+void sbx_run_wait_ns_gone(struct run *r);
+/* Close the parent's ends and release what was read of the status. */
+void sbx_run_close(struct run *r);
+
+/* ---- inputs.c: bwrap's inputs ------------------------------------------------------------- */
+/* bwrap for argv under p (argv NULL: a warm sandbox, whose stub waits for its command):
+ * the bind plan and the files it opens (copies of writable files into in), the filter,
+ * passwd, group and /etc copies, the command line into args, the uid slot. stdio, status
+ * and report are the caller's to place. 0 or -errno (res->spawn_stage may say where). */
+int sbx_plan_bwrap(const struct sbx_policy *p, const char *const argv[], struct instance *in,
+		   struct sbx_inputs *inputs, struct child_plan *plan, struct strv *args,
+		   struct sbx_result *res);
+/* Mode off: the command itself, in the scratch home, which is its HOME at its host path. */
+void sbx_plan_direct(const struct sbx_policy *p, const char *const argv[],
+		     const struct instance *in, struct child_plan *plan, struct strv *args,
+		     struct strv *envp);
+/* The run wrote its copy c: replace the host file with it (once the run's processes are
+ * gone), unless c->check refuses it. */
+void sbx_copy_write_back(const struct copy *c, const char *rid);
+/* The warm key of a policy (pool.c): everything that shapes its sandbox. malloc'd; NULL
+ * when no run of it can start. */
+char *sbx_policy_key(const struct sbx_policy *p);
+
+/* ---- instance.c ---------------------------------------------------------------------------- */
 /* Create the scratch dir, take the run's cgroup and identity (and network namespace),
  * build the plan and the pipes, and start argv under p (argv NULL: a warm sandbox, whose
  * stub waits for its command and which keeps its listener until it is taken). in starts
@@ -70,6 +148,12 @@ int sbx_instance_start(const struct sbx_policy *p, const char *const argv[],
 void sbx_instance_release(struct instance *in, const char *rid);
 /* Its sandbox (bwrap, or the command in mode off) has not exited. */
 bool sbx_instance_alive(const struct instance *in);
+/* Releasing it writes a credential copy back to the host. */
+bool sbx_instance_writes_back(const struct instance *in);
+/* Hand a SBX_NET_LOOPBACK instance's listener to cb->on_listener, who owns it from then
+ * on; before the command starts, and a refusal means nothing runs. 0 or -errno. */
+int sbx_instance_hand_listener(struct instance *in, const struct sbx_callbacks *cb,
+			       struct sbx_result *res);
 
 /* ---- pool.c: what this process keeps started ahead, per owner tag ------------------------
  * Both pools file each entry under the tag of the run that made it

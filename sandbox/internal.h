@@ -19,7 +19,6 @@ struct sbx_policy {
 	struct strv bind_rw; /* pairs: host path, path inside */
 	/* One per bind_rw pair: what checks its write-back, or NULL (written back as is). */
 	sbx_writeback_check *rw_checks;
-	bool allow_unix;
 	struct sbx_limits limits;
 	/* internal: whether to wrap in bwrap; the status probe overrides the mode */
 	enum { SBX_WRAP_BY_MODE = 0, SBX_WRAP_NEVER, SBX_WRAP_ALWAYS } wrap;
@@ -32,7 +31,7 @@ struct sbx_global {
 	char *runtime_dir;
 	int runtime_fd;	       /* O_PATH|O_DIRECTORY on runtime_dir */
 	char *exec_stub;       /* olp-sandbox-exec: the first program of every sandbox */
-	bool warm;	       /* keep warm sandboxes (spawn.c) */
+	bool warm;	       /* keep warm sandboxes (pool.c) */
 	unsigned prestart_max; /* idle pre-started commands on the host, at most */
 	uint64_t prestart_idle_ms;
 	unsigned prestart_per_owner; /* ... of one owner tag (1..prestart_max) */
@@ -161,7 +160,7 @@ void sbx_ident_release(struct sbx_ident *id);
  * namespace. bwrap then nests its own user namespace inside. 0 or -errno (*userns_fd -1). */
 int sbx_netns_init_userns(struct sbx_netns *ns, int *userns_fd, uint16_t port);
 
-/* ---- one run's inputs beside the policy (spawn.c builds them, policy.c uses them) ---- */
+/* ---- one run's inputs beside the policy (inputs.c builds them, policy.c uses them) ---- */
 
 /* How each bind of the policy reaches the sandbox: a regular file as a copy (read-only:
  * --file from a descriptor the worker opened; writable: a file in the scratch dir that is
@@ -208,10 +207,10 @@ void sbx_prestart_slot_put(int fd);
 
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */
-int sbx_seccomp_fd(bool allow_unix);
+int sbx_seccomp_fd(void);
 /* Build the program with libseccomp and export it as BPF: *out (malloc'd, caller frees),
  * *len. 0 or -errno. */
-int sbx_seccomp_export(bool allow_unix, void **out, size_t *len);
+int sbx_seccomp_export(void **out, size_t *len);
 /* Build the default program now (at start-up rather than on the first request). */
 int sbx_seccomp_prepare(void);
 /* Append the child's environment for mode off to out (under bwrap the stub gets it as a

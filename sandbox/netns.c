@@ -127,12 +127,30 @@ static bool ns_write(const char *path, const char *text)
 	return ok;
 }
 
+/* A new namespace has `lo`, down, and nothing else. Up, it carries 127.0.0.1/8 (and ::1):
+ * the only addresses the run will have. A step of ns_helper: system calls only. */
+static void ns_lo_up(int sock)
+{
+	struct ifreq ifr;
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		ns_fail(sock, NS_STAGE_LO);
+	memset(&ifr, 0, sizeof(ifr));
+	memcpy(ifr.ifr_name, "lo", 3);
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		ns_fail(sock, NS_STAGE_LO);
+	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+		ns_fail(sock, NS_STAGE_LO);
+	close(s);
+}
+
 /* The helper, between fork and _exit: system calls only (the worker may hold any lock). */
 static void __attribute__((noreturn)) ns_helper(const struct ns_args *a)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(a->port) };
 	socklen_t salen = sizeof(sa);
-	struct ifreq ifr;
 	int fds[NS_MAX_FDS], nfds = 2, s, u = -1, sock = a->sock, userns_fd = a->userns_fd;
 
 	/* Nothing of the worker's but our two descriptors, for as long as we live: another
@@ -163,19 +181,7 @@ static void __attribute__((noreturn)) ns_helper(const struct ns_args *a)
 	} else if (unshare(CLONE_NEWNET) < 0) {
 		ns_fail(sock, NS_STAGE_UNSHARE);
 	}
-	/* A new namespace has `lo`, down, and nothing else. Up, it carries 127.0.0.1/8
-	 * (and ::1): the only addresses the run will have. */
-	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		ns_fail(sock, NS_STAGE_LO);
-	memset(&ifr, 0, sizeof(ifr));
-	memcpy(ifr.ifr_name, "lo", 3);
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
-		ns_fail(sock, NS_STAGE_LO);
-	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-		ns_fail(sock, NS_STAGE_LO);
-	close(s);
+	ns_lo_up(sock);
 
 	fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fds[0] < 0)

@@ -1,4 +1,4 @@
-/* olp-sandbox-exec: the first program of every sandbox (spawn.c, policy.c).
+/* olp-sandbox-exec: the first program of every sandbox (child.c, policy.c).
  *
  *   olp-sandbox-exec --run NAME [--drop NPROC --chown DIR] [-- COMMAND ARGS...]
  *

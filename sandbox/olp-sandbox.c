@@ -1,7 +1,10 @@
-/* olp-sandbox: run any command under exactly the policy olp-fcgi uses for provider
- * commands (for operators, tests and benchmarks), or check whether this host can.
+/* olp-sandbox: run any command in the sandbox olp-fcgi runs provider commands in (for
+ * operators, tests and benchmarks), or check whether this host can. The sandbox is the
+ * same code (sandbox/: namespaces, mounts, /etc copies, seccomp filter, identity, limits,
+ * lockdown); the policy is built from the options below, not from a provider's
+ * configuration: a provider's credentials, environment and forwarder are olp-fcgi's.
  *
- *   olp-sandbox [--profile NAME] [--net] [--network none|host|loopback[:PORT]] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
+ *   olp-sandbox [--net] [--network none|host|loopback[:PORT]] [--ro PATH]... [--rw PATH]... [--timeout SECONDS]
  *               [--as-mb MB] [--nproc N] [--disk-mb MB] [--memory-mb MB] [--pids N]
  *               [--cpu-pct PCT] [--cgroup auto|off|PATH] [--identity per_run|shared]
  *               [--uid-range BASE:COUNT] [--runtime-dir DIR] -- COMMAND [ARGS...]
@@ -30,7 +33,7 @@
 static void usage(FILE *f)
 {
 	(void)fputs(
-		"usage: olp-sandbox [--profile command|cli] [--net] [--ro PATH]... [--rw PATH]...\n"
+		"usage: olp-sandbox [--net] [--ro PATH]... [--rw PATH]...\n"
 		"                   [--network none|host|loopback[:PORT]]\n"
 		"                   [--timeout SECONDS] [--as-mb MB] [--nproc N] [--disk-mb MB]\n"
 		"                   [--memory-mb MB] [--pids N] [--cpu-pct PCT]\n"
@@ -366,10 +369,9 @@ static void policy_freep(struct sbx_policy **p)
 struct options {
 	struct sbx_global_config cfg;
 	struct sbx_limits limits;
-	const char *profile;
 	char runtime[PATH_MAX];
 	double timeout; /* seconds, 0 = none */
-	int network;	/* --network: an enum sbx_net, or -1 for the profile's */
+	int network;	/* --network: an enum sbx_net, or -1 for none (or --net) */
 	uint16_t port;	/* --network loopback:PORT */
 	bool net, doctor, json;
 	int first_cmd; /* argv index of COMMAND, or -1 */
@@ -423,8 +425,6 @@ static int value_option(struct options *o, struct sbx_policy *p, const char *a, 
 			fprintf(stderr, "olp-sandbox: %s takes a positive number\n", a);
 			return 2;
 		}
-	} else if (!strcmp(a, "--profile")) {
-		o->profile = v;
 	} else if (!strcmp(a, "--timeout")) {
 		o->timeout = strtod(v, &end);
 		if (*end || o->timeout < 0) {
@@ -488,10 +488,6 @@ static int apply_options(struct options *o, struct sbx_policy *p)
 {
 	int ret;
 
-	if (sbx_policy_apply_profile(p, o->profile)) {
-		fprintf(stderr, "olp-sandbox: unknown profile %s (command, cli)\n", o->profile);
-		return 2;
-	}
 	if (o->net)
 		sbx_policy_set_network(p, true);
 	if (o->network >= 0)
@@ -561,16 +557,13 @@ static int run_command(struct sbx_policy *p, char **argv, int first)
 
 int main(int argc, char **argv)
 {
-	struct options o = { .cfg = { .mode = SBX_MODE_BWRAP },
-			     .profile = "command",
-			     .network = -1,
-			     .first_cmd = -1 };
+	struct options o = { .cfg = { .mode = SBX_MODE_BWRAP }, .network = -1, .first_cmd = -1 };
 	/* Freed on every way out, so that a sanitizer build exits clean. */
 	struct sbx_policy *p __attribute__((cleanup(policy_freep))) = NULL;
 	int ret;
 
 	log_set_program("olp-sandbox");
-	/* The same lockdown as the worker's, so the policy is exactly the server's. */
+	/* The same lockdown as the worker's, so that the sandbox is the server's. */
 	if (sbx_lockdown_self() < 0) {
 		perror("olp-sandbox: cannot drop privileges");
 		return 125;

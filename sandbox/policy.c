@@ -75,25 +75,6 @@ void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l)
 			v[i] = SBX_LIMIT_MAX;
 }
 
-void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow)
-{
-	p->allow_unix = allow;
-}
-
-int sbx_policy_apply_profile(struct sbx_policy *p, const char *name)
-{
-	if (!strcmp(name, "command")) {
-		sbx_policy_set_net(p, SBX_NET_NONE, 0);
-		return 0;
-	}
-	if (!strcmp(name, "cli")) {
-		/* The provider CLIs talk to their API; the rest of the policy is the same. */
-		sbx_policy_set_net(p, SBX_NET_HOST, 0);
-		return 0;
-	}
-	return -ENOENT;
-}
-
 static int check_abs(const char *path)
 {
 	/* Relative paths would resolve against whatever directory bwrap runs in. */

@@ -6,7 +6,7 @@
  * is to become; a request then costs one exec. A warm sandbox is built from exactly the
  * same policy, so it is the same sandbox; it just exists earlier. It is keyed by everything
  * that shapes it: bwrap's argv (less the scratch path), the rlimits, the seccomp variant and
- * the network mode (spawn.c, policy_key). A SBX_NET_LOOPBACK one is made in a network
+ * the network mode (inputs.c, sbx_policy_key). A SBX_NET_LOOPBACK one is made in a network
  * namespace of its own, whose listener it keeps (close-on-exec) until it is taken, then
  * hands to on_listener; dropped or shut down, it closes it. Used once, like every sandbox:
  * no namespace serves two runs.
@@ -18,7 +18,7 @@
  * identity, network mode and port included) takes it. Taken, it is the run's alone: its
  * listener goes to on_listener then, the run's stdin is written, the clock starts; never
  * reused. What it wrote while it waited stays in its pipes until then. Bounded per process
- * (PRE_MAX), per host (prestart.c), per owner tag on the host, and in time (an expiry
+ * (POOL_MAX), per host (prestart.c), per owner tag on the host, and in time (an expiry
  * thread puts down what waited prestart_idle_ms, with or without traffic). An idle one
  * holds a uid slot, a scratch dir and its namespaces like a warm sandbox, but no provider
  * concurrency slot: that is the caller's, taken per run.
@@ -29,7 +29,12 @@
  * its share of the host's pre-start slots (flock'd tag slots, prestart.c). A tag that needs
  * room puts down its own least recently made entry, never another tag's, so a guest that
  * churns variants (a new max_tokens each request) only ever evicts its own, and cannot
- * hold more than its share. */
+ * hold more than its share.
+ *
+ * Both are one pool type (struct pool): entries filed by key and tag in age order, a lock,
+ * the starts under way (reserved under the lock), a liveness check, and closing at exit.
+ * What differs is in the few lines of each kind: a warm sandbox is filed as started; a
+ * pre-started command after its launch message, holding host-wide slots, and expiring. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,87 +48,221 @@
 #include "sandbox/instance.h"
 #include "common/banned.h"
 
-/* ---- warm sandboxes --------------------------------------------------------------------- */
+/* ---- the pool type ---------------------------------------------------------------------- */
 
-#define WARM_MAX 16
-#define WARM_PER_TAG (WARM_MAX / 2) /* one tag's share: its churn leaves half to the others */
-#define WARM_PENDING_MAX 64	    /* starts under way at once, all keys (more: no new start) */
-#define WARM_PER_KEY 2		    /* one in use by the next request while the other gets ready */
+#define POOL_MAX 16	    /* entries of one kind in this process */
+#define POOL_PENDING_MAX 64 /* starts under way at once, all keys (more: no new start) */
 
-static struct {
+struct pool_entry {
+	char *key, *tag;
+	struct instance in;
+	struct sbx_lease lease; /* the host-wide slots it holds while idle (pre-started) */
+	uint64_t since;		/* mono_ms() it was filed */
+};
+
+struct pool {
 	pthread_mutex_t lock;
-	struct {
-		char *key;
-		char *tag;
-		struct instance in;
-	} slot[WARM_MAX];
+	struct pool_entry slot[POOL_MAX];
 	size_t n;
-	bool closed; /* shutting down: no new warm sandbox */
-	int filling; /* warm sandboxes being started right now */
-	/* Those being started, so that threads finishing runs of one policy at once start
-	 * WARM_PER_KEY between them, not each their own, and a tag's share counts them (the
-	 * strings are the starting threads' own, there for as long as the start). */
+	bool closed; /* shutting down: no new entry */
+	int filling; /* entries being started right now */
+	/* Those being started (the strings are the starting threads' own, there for as long
+	 * as the start). */
 	struct {
 		const char *key, *tag;
-	} pending[WARM_PENDING_MAX];
-} warm = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	} pending[POOL_PENDING_MAX];
+	bool count_pending; /* a start under way counts as an entry of its key and tag */
+	/* Still fit to be taken. */
+	bool (*alive)(const struct instance *in);
+	/* One was found dead when taken (NULL: nothing to say). */
+	void (*on_dead)(const char *rid);
+	/* An entry was filed (under the lock; NULL: nothing to do). */
+	void (*on_add_locked)(void);
+};
 
-/* Remove entry i (locked) into *in; the rest stay in age order. */
-static void warm_remove_locked(size_t i, struct instance *in)
+/* Remove entry i (locked) into *in and *lease; the rest stay in age order. */
+static void pool_remove_locked(struct pool *pl, size_t i, struct instance *in,
+			       struct sbx_lease *lease)
 {
-	*in = warm.slot[i].in;
-	free(warm.slot[i].key);
-	free(warm.slot[i].tag);
-	memmove(&warm.slot[i], &warm.slot[i + 1], (warm.n - i - 1) * sizeof(warm.slot[0]));
-	warm.n--;
+	*in = pl->slot[i].in;
+	*lease = pl->slot[i].lease;
+	free(pl->slot[i].key);
+	free(pl->slot[i].tag);
+	memmove(&pl->slot[i], &pl->slot[i + 1], (pl->n - i - 1) * sizeof(pl->slot[0]));
+	pl->n--;
 }
 
-bool sbx_warm_take(const char *key, const char *tag, struct instance *out, const char *rid)
+/* An entry is over: its sandbox, then the host-wide slots it held. */
+static void pool_put_down(struct instance *in, struct sbx_lease *lease, const char *rid)
+{
+	sbx_instance_release(in, rid);
+	sbx_lease_put(lease);
+}
+
+/* Take the oldest live entry of key for tag, with the slots it holds (*lease, which must
+ * be empty); one found dead is put down and *out starts over as INSTANCE_INIT. */
+static bool pool_take(struct pool *pl, const char *key, const char *tag, struct instance *out,
+		      struct sbx_lease *lease, const char *rid)
 {
 	for (;;) {
-		struct instance dead;
 		bool found = false;
 
-		pthread_mutex_lock(&warm.lock);
-		for (size_t i = 0; i < warm.n; i++) {
-			if (!strcmp(warm.slot[i].key, key) && !strcmp(warm.slot[i].tag, tag)) {
-				warm_remove_locked(i, out);
-				found = true;
-				break;
-			}
+		pthread_mutex_lock(&pl->lock);
+		for (size_t i = 0; i < pl->n && !found; i++) {
+			found = !strcmp(pl->slot[i].key, key) && !strcmp(pl->slot[i].tag, tag);
+			if (found)
+				pool_remove_locked(pl, i, out, lease);
 		}
-		pthread_mutex_unlock(&warm.lock);
+		pthread_mutex_unlock(&pl->lock);
 		if (!found)
 			return false;
-		if (sbx_instance_alive(out))
+		if (pl->alive(out))
 			return true;
-		dead = *out;
-		sbx_instance_release(&dead, rid);
+		if (pl->on_dead)
+			pl->on_dead(rid);
+		pool_put_down(out, lease, rid);
+		*out = (struct instance)INSTANCE_INIT;
 	}
 }
 
-/* Count, under warm.lock, the sandboxes of tag (of key too, unless key is NULL) that wait
- * or are being started. */
-static size_t warm_have_locked(const char *key, const char *tag)
+/* Count, under the lock, the entries of tag (of key too, unless key is NULL), and the
+ * starts under way where they count. */
+static size_t pool_have_locked(const struct pool *pl, const char *key, const char *tag)
 {
 	size_t have = 0;
 
-	for (size_t i = 0; i < warm.n; i++)
-		have += !strcmp(warm.slot[i].tag, tag) && (!key || !strcmp(warm.slot[i].key, key));
-	for (int i = 0; i < warm.filling; i++)
-		have += !strcmp(warm.pending[i].tag, tag) &&
-			(!key || !strcmp(warm.pending[i].key, key));
+	for (size_t i = 0; i < pl->n; i++)
+		have += !strcmp(pl->slot[i].tag, tag) && (!key || !strcmp(pl->slot[i].key, key));
+	for (int i = 0; pl->count_pending && i < pl->filling; i++)
+		have += !strcmp(pl->pending[i].tag, tag) &&
+			(!key || !strcmp(pl->pending[i].key, key));
 	return have;
 }
 
-static void warm_unreserve_locked(const char *key)
+static size_t pool_have(struct pool *pl, const char *key, const char *tag)
 {
-	for (int i = 0; i < warm.filling; i++) {
-		if (warm.pending[i].key == key) {
-			warm.pending[i] = warm.pending[--warm.filling];
-			return;
+	size_t have;
+
+	pthread_mutex_lock(&pl->lock);
+	have = pool_have_locked(pl, key, tag);
+	pthread_mutex_unlock(&pl->lock);
+	return have;
+}
+
+/* Reserve a start of key for tag (locked): false when closed or too many are under way. */
+static bool pool_reserve_locked(struct pool *pl, const char *key, const char *tag)
+{
+	if (pl->closed || pl->filling >= POOL_PENDING_MAX)
+		return false;
+	pl->pending[pl->filling].key = key;
+	pl->pending[pl->filling++].tag = tag;
+	return true;
+}
+
+/* The start reserved with key is over, filed or not. */
+static void pool_unreserve(struct pool *pl, const char *key)
+{
+	pthread_mutex_lock(&pl->lock);
+	for (int i = 0; i < pl->filling; i++) {
+		if (pl->pending[i].key == key) {
+			pl->pending[i] = pl->pending[--pl->filling];
+			break;
 		}
 	}
+	pthread_mutex_unlock(&pl->lock);
+}
+
+/* Take tag's oldest entry (locked) whose key is not except (NULL: any key), to make room
+ * for a more recent one of the same tag. Never another tag's: that is what keeps one
+ * tag's churn its own. false when it has none. */
+static bool pool_evict_locked(struct pool *pl, const char *tag, const char *except,
+			      struct instance *in, struct sbx_lease *lease)
+{
+	for (size_t i = 0; i < pl->n; i++) {
+		if (!strcmp(pl->slot[i].tag, tag) && (!except || strcmp(pl->slot[i].key, except))) {
+			pool_remove_locked(pl, i, in, lease);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* File a started entry, unless the pool is closed or full (false: the caller puts it
+ * down). Takes in and lease when it returns true. */
+static bool pool_add(struct pool *pl, const char *key, const char *tag, const struct instance *in,
+		     const struct sbx_lease *lease)
+{
+	bool keep = false;
+
+	pthread_mutex_lock(&pl->lock);
+	if (!pl->closed && pl->n < POOL_MAX) {
+		pl->slot[pl->n++] = (struct pool_entry){ .key = xstrdup(key),
+							 .tag = xstrdup(tag),
+							 .in = *in,
+							 .lease = *lease,
+							 .since = mono_ms() };
+		keep = true;
+		if (pl->on_add_locked)
+			pl->on_add_locked();
+	}
+	pthread_mutex_unlock(&pl->lock);
+	return keep;
+}
+
+/* No new entry from now on (the process is about to exit). */
+static void pool_close(struct pool *pl)
+{
+	pthread_mutex_lock(&pl->lock);
+	pl->closed = true;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+static int pool_filling(struct pool *pl)
+{
+	int n;
+
+	pthread_mutex_lock(&pl->lock);
+	n = pl->filling;
+	pthread_mutex_unlock(&pl->lock);
+	return n;
+}
+
+/* Put down every entry, newest first; how many there were. */
+static uint64_t pool_release_all(struct pool *pl)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&pl->lock);
+	while (pl->n) {
+		struct instance in;
+		struct sbx_lease lease;
+
+		pool_remove_locked(pl, pl->n - 1, &in, &lease);
+		pthread_mutex_unlock(&pl->lock);
+		pool_put_down(&in, &lease, NULL);
+		n++;
+		pthread_mutex_lock(&pl->lock);
+	}
+	pthread_mutex_unlock(&pl->lock);
+	return n;
+}
+
+/* ---- warm sandboxes --------------------------------------------------------------------- */
+
+#define WARM_PER_TAG (POOL_MAX / 2) /* one tag's share: its churn leaves half to the others */
+#define WARM_PER_KEY 2		    /* one in use by the next request while the other gets ready */
+
+/* Threads finishing runs of one policy at once start WARM_PER_KEY between them, not each
+ * their own, and a tag's share counts the starts under way. */
+static struct pool warm = { .lock = PTHREAD_MUTEX_INITIALIZER,
+			    .count_pending = true,
+			    .alive = sbx_instance_alive };
+
+bool sbx_warm_take(const char *key, const char *tag, struct instance *out, const char *rid)
+{
+	struct sbx_lease none = SBX_LEASE_INIT;
+
+	return pool_take(&warm, key, tag, out, &none, rid);
 }
 
 /* Make room for one more of tag's sandboxes of key (locked): when the tag is at its share
@@ -132,16 +271,12 @@ static void warm_unreserve_locked(const char *key)
  * there is no room. */
 static bool warm_room_locked(const char *key, const char *tag, struct instance *old, bool *evict)
 {
-	if (warm.n < WARM_MAX && warm_have_locked(NULL, tag) < WARM_PER_TAG)
+	struct sbx_lease none;
+
+	if (warm.n < POOL_MAX && pool_have_locked(&warm, NULL, tag) < WARM_PER_TAG)
 		return true;
-	for (size_t i = 0; i < warm.n; i++) {
-		if (!strcmp(warm.slot[i].tag, tag) && strcmp(warm.slot[i].key, key)) {
-			warm_remove_locked(i, old);
-			*evict = true;
-			return true;
-		}
-	}
-	return false;
+	*evict = pool_evict_locked(&warm, tag, key, old, &none);
+	return *evict;
 }
 
 /* Start one warm instance of key for tag, unless WARM_PER_KEY wait or are being started
@@ -151,36 +286,24 @@ static bool warm_room_locked(const char *key, const char *tag, struct instance *
 static bool warm_fill_one(const struct sbx_policy *p, const char *key, const char *tag)
 {
 	struct instance in = INSTANCE_INIT, old = INSTANCE_INIT;
+	struct sbx_lease none = SBX_LEASE_INIT;
 	struct sbx_result res = { 0 };
-	bool keep = false, evict = false;
+	bool keep = false, evict = false, go;
 
 	pthread_mutex_lock(&warm.lock);
-	if (warm.closed || warm.filling >= WARM_PENDING_MAX ||
-	    warm_have_locked(key, tag) >= WARM_PER_KEY ||
-	    !warm_room_locked(key, tag, &old, &evict)) {
-		pthread_mutex_unlock(&warm.lock);
-		return false;
-	}
-	warm.pending[warm.filling].key = key;
-	warm.pending[warm.filling++].tag = tag;
+	go = !warm.closed && warm.filling < POOL_PENDING_MAX &&
+	     pool_have_locked(&warm, key, tag) < WARM_PER_KEY &&
+	     warm_room_locked(key, tag, &old, &evict) && pool_reserve_locked(&warm, key, tag);
 	pthread_mutex_unlock(&warm.lock);
+	if (!go)
+		return false;
 	if (evict)
 		sbx_instance_release(&old, NULL);
-	if (sbx_instance_start(p, NULL, NULL, NULL, true, &in, &res) == 0) {
-		pthread_mutex_lock(&warm.lock);
-		if (warm.n < WARM_MAX && !warm.closed) {
-			warm.slot[warm.n].key = xstrdup(key);
-			warm.slot[warm.n].tag = xstrdup(tag);
-			warm.slot[warm.n++].in = in;
-			keep = true;
-		}
-		pthread_mutex_unlock(&warm.lock);
-	}
+	if (sbx_instance_start(p, NULL, NULL, NULL, true, &in, &res) == 0)
+		keep = pool_add(&warm, key, tag, &in, &none);
 	if (!keep)
 		sbx_instance_release(&in, NULL);
-	pthread_mutex_lock(&warm.lock);
-	warm_unreserve_locked(key);
-	pthread_mutex_unlock(&warm.lock);
+	pool_unreserve(&warm, key);
 	return true;
 }
 
@@ -192,45 +315,6 @@ void sbx_warm_fill(const struct sbx_policy *p, const char *key, const char *tag)
 		;
 }
 
-static void prestart_close(void);
-static int prestart_filling(void);
-
-void sbx_warm_shutdown(void)
-{
-	int filling = 1;
-
-	pthread_mutex_lock(&warm.lock);
-	warm.closed = true;
-	pthread_mutex_unlock(&warm.lock);
-	prestart_close();
-	/* A sandbox being started now is put down by its own thread (closed): wait for
-	 * that, a second at most, so that none is cut off halfway by our exit. */
-	for (int i = 0; i < 100 && filling; i++) {
-		pthread_mutex_lock(&warm.lock);
-		filling = warm.filling;
-		pthread_mutex_unlock(&warm.lock);
-		filling += prestart_filling();
-		if (filling)
-			usleep(10000);
-	}
-	sbx_prestart_release_all();
-	sbx_warm_release_all();
-}
-
-void sbx_warm_release_all(void)
-{
-	pthread_mutex_lock(&warm.lock);
-	while (warm.n) {
-		struct instance in;
-
-		warm_remove_locked(warm.n - 1, &in);
-		pthread_mutex_unlock(&warm.lock);
-		sbx_instance_release(&in, NULL);
-		pthread_mutex_lock(&warm.lock);
-	}
-	pthread_mutex_unlock(&warm.lock);
-}
-
 size_t sbx_warm_count(void)
 {
 	size_t n;
@@ -239,6 +323,11 @@ size_t sbx_warm_count(void)
 	n = warm.n;
 	pthread_mutex_unlock(&warm.lock);
 	return n;
+}
+
+void sbx_warm_release_all(void)
+{
+	(void)pool_release_all(&warm);
 }
 
 static void add_u32(struct buf *b, uint32_t v)
@@ -267,27 +356,27 @@ void sbx_launch_message(const char *const argv[], const struct sbx_run_options *
 
 /* ---- pre-started commands --------------------------------------------------------------- */
 
-#define PRE_MAX 16
 #define LAUNCH_WRITE_MS 2000 /* the launch message is small: a pipe takes it at once */
 
+static bool prestart_alive(const struct instance *in);
+static void prestart_died(const char *rid);
+
+static void prestart_reaper_start_locked(void);
+
+/* Starts under way do not count as entries: a run's refill starts what it wants. */
+static struct pool pre = { .lock = PTHREAD_MUTEX_INITIALIZER,
+			   .alive = prestart_alive,
+			   .on_dead = prestart_died,
+			   .on_add_locked = prestart_reaper_start_locked };
+
+/* The expiry thread and the counts, under pre.lock. */
 static struct {
-	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct {
-		char *key;
-		char *tag;
-		struct instance in;
-		struct sbx_lease lease; /* the host-wide slots it holds while idle */
-		uint64_t since;		/* mono_ms() it was started */
-	} slot[PRE_MAX];
-	size_t n;
-	bool closed;  /* shutting down: no new one */
-	int filling;  /* being started right now */
 	bool reaping; /* the expiry thread runs */
 	bool stop;    /* ... and is asked to end */
 	pthread_t reaper;
 	uint64_t hit, miss, expired, died;
-} pre = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+} pre_x = { .cond = PTHREAD_COND_INITIALIZER };
 
 void sbx_lease_put(struct sbx_lease *l)
 {
@@ -316,10 +405,10 @@ void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n)
 		return;
 	pthread_mutex_lock(&pre.lock);
 	switch (ev) {
-	case SBX_PRESTART_HIT: pre.hit += n; break;
-	case SBX_PRESTART_MISS: pre.miss += n; break;
-	case SBX_PRESTART_EXPIRED: pre.expired += n; break;
-	case SBX_PRESTART_DIED: pre.died += n; break;
+	case SBX_PRESTART_HIT: pre_x.hit += n; break;
+	case SBX_PRESTART_MISS: pre_x.miss += n; break;
+	case SBX_PRESTART_EXPIRED: pre_x.expired += n; break;
+	case SBX_PRESTART_DIED: pre_x.died += n; break;
 	default: break;
 	}
 	pthread_mutex_unlock(&pre.lock);
@@ -351,47 +440,28 @@ static bool prestart_alive(const struct instance *in)
 	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)));
 }
 
-/* Remove entry i (locked); its strings are freed, the rest stay in age order. */
-static void pre_remove(size_t i, struct instance *in, struct sbx_lease *lease)
+static void prestart_died(const char *rid)
 {
-	*in = pre.slot[i].in;
-	*lease = pre.slot[i].lease;
-	free(pre.slot[i].key);
-	free(pre.slot[i].tag);
-	memmove(&pre.slot[i], &pre.slot[i + 1], (pre.n - i - 1) * sizeof(pre.slot[0]));
-	pre.n--;
-}
-
-static void pre_put_down(struct instance *in, struct sbx_lease *lease, const char *rid)
-{
-	sbx_instance_release(in, rid);
-	sbx_lease_put(lease);
+	log_warnx(rid, "sandbox: a pre-started command had died while it waited");
+	sbx_prestart_count(SBX_PRESTART_DIED, 1);
 }
 
 bool sbx_prestart_take(const char *key, const char *tag, struct instance *out,
 		       struct sbx_lease *lease, const char *rid)
 {
-	for (;;) {
-		bool found = false;
+	return pool_take(&pre, key, tag, out, lease, rid);
+}
 
-		pthread_mutex_lock(&pre.lock);
-		for (size_t i = 0; i < pre.n; i++) {
-			if (!strcmp(pre.slot[i].key, key) && !strcmp(pre.slot[i].tag, tag)) {
-				pre_remove(i, out, lease);
-				found = true;
-				break;
-			}
-		}
-		pthread_mutex_unlock(&pre.lock);
-		if (!found)
-			return false;
-		if (prestart_alive(out))
-			return true;
-		log_warnx(rid, "sandbox: a pre-started command had died while it waited");
-		sbx_prestart_count(SBX_PRESTART_DIED, 1);
-		pre_put_down(out, lease, rid);
-		*out = (struct instance)INSTANCE_INIT;
-	}
+/* Wait on pre_x.cond (pre.lock held) for ms at most. */
+static void prestart_tick_wait(uint64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	(void)pthread_cond_timedwait(&pre_x.cond, &pre.lock, &ts);
 }
 
 /* The expiry thread: every so often, put down what waited too long or died. It runs while
@@ -400,22 +470,16 @@ static void *prestart_reaper(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&pre.lock);
-	while (!pre.stop) {
+	while (!pre_x.stop) {
 		struct {
 			struct instance in;
 			struct sbx_lease lease;
-			bool expired;
-		} gone[PRE_MAX];
+		} gone[POOL_MAX];
 		size_t ngone = 0, nexpired = 0;
-		uint64_t tick = sbx_g.prestart_idle_ms < 2000 ? 100 : 1000, now;
-		struct timespec ts;
+		uint64_t now;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)(tick % 1000) * 1000000L;
-		ts.tv_sec += (time_t)(tick / 1000) + ts.tv_nsec / 1000000000L;
-		ts.tv_nsec %= 1000000000L;
-		(void)pthread_cond_timedwait(&pre.cond, &pre.lock, &ts);
-		if (pre.stop)
+		prestart_tick_wait(sbx_g.prestart_idle_ms < 2000 ? 100 : 1000);
+		if (pre_x.stop)
 			break;
 		now = mono_ms();
 		for (size_t i = 0; i < pre.n;) {
@@ -425,71 +489,54 @@ static void *prestart_reaper(void *arg)
 				i++;
 				continue;
 			}
-			gone[ngone].expired = expired;
 			nexpired += expired;
-			pre_remove(i, &gone[ngone].in, &gone[ngone].lease);
+			pool_remove_locked(&pre, i, &gone[ngone].in, &gone[ngone].lease);
 			ngone++;
 		}
 		pthread_mutex_unlock(&pre.lock);
 		sbx_prestart_count(SBX_PRESTART_EXPIRED, nexpired);
 		sbx_prestart_count(SBX_PRESTART_DIED, ngone - nexpired);
 		for (size_t i = 0; i < ngone; i++)
-			pre_put_down(&gone[i].in, &gone[i].lease, NULL);
+			pool_put_down(&gone[i].in, &gone[i].lease, NULL);
 		pthread_mutex_lock(&pre.lock);
 	}
 	pthread_mutex_unlock(&pre.lock);
 	return NULL;
 }
 
-/* Start the expiry thread if it is not running (locked). Every signal blocked in it: the
- * worker's own handling stays on its main thread. */
-static void prestart_reaper_start(void)
+/* Start the expiry thread if it is not running (pre.lock held: one was just filed). Every
+ * signal blocked in it: the worker's own handling stays on its main thread. */
+static void prestart_reaper_start_locked(void)
 {
 	sigset_t all, old;
 
-	if (pre.reaping)
+	if (pre_x.reaping)
 		return;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pre.stop = false;
-	pre.reaping = pthread_create(&pre.reaper, NULL, prestart_reaper, NULL) == 0;
+	pre_x.stop = false;
+	pre_x.reaping = pthread_create(&pre_x.reaper, NULL, prestart_reaper, NULL) == 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!pre.reaping)
+	if (!pre_x.reaping)
 		log_warnx(NULL, "sandbox: no expiry thread for pre-started commands");
 }
 
 /* Put down this process's oldest idle one of tag, to make room for a more recent key of
- * the same tag. Never another tag's: that is what keeps one tag's churn its own. */
+ * the same tag (never another tag's). */
 static bool prestart_evict_oldest(const char *tag)
 {
 	struct instance in;
 	struct sbx_lease lease;
-	bool found = false;
+	bool found;
 
 	pthread_mutex_lock(&pre.lock);
-	for (size_t i = 0; i < pre.n && !found; i++) {
-		if (!strcmp(pre.slot[i].tag, tag)) {
-			pre_remove(i, &in, &lease);
-			found = true;
-		}
-	}
+	found = pool_evict_locked(&pre, tag, NULL, &in, &lease);
 	pthread_mutex_unlock(&pre.lock);
 	if (!found)
 		return false;
 	sbx_prestart_count(SBX_PRESTART_EXPIRED, 1);
-	pre_put_down(&in, &lease, NULL);
+	pool_put_down(&in, &lease, NULL);
 	return true;
-}
-
-static size_t prestart_have(const char *key, const char *tag)
-{
-	size_t have = 0;
-
-	pthread_mutex_lock(&pre.lock);
-	for (size_t i = 0; i < pre.n; i++)
-		have += !strcmp(pre.slot[i].key, key) && !strcmp(pre.slot[i].tag, tag);
-	pthread_mutex_unlock(&pre.lock);
-	return have;
 }
 
 /* Write the launch message whole (the pipe is non-blocking), bounded in time. */
@@ -562,16 +609,14 @@ static void prestart_fill_one(const struct sbx_policy *p, const char *const argv
 	struct sbx_lease held = SBX_LEASE_INIT;
 	struct sbx_result res = { 0 };
 	struct buf msg = BUF_INIT;
-	bool keep = false, started = false, full;
+	bool keep = false, started = false, full, go;
 
 	pthread_mutex_lock(&pre.lock);
-	if (pre.closed) {
-		pthread_mutex_unlock(&pre.lock);
-		return;
-	}
-	pre.filling++;
-	full = pre.n >= PRE_MAX;
+	go = pool_reserve_locked(&pre, key, tag);
+	full = pre.n >= POOL_MAX;
 	pthread_mutex_unlock(&pre.lock);
+	if (!go)
+		return;
 	/* This process holds its most: only the tag's own oldest makes room. */
 	if (full && !prestart_evict_oldest(tag))
 		goto out_release;
@@ -583,17 +628,7 @@ static void prestart_fill_one(const struct sbx_policy *p, const char *const argv
 	sbx_launch_message(argv, NULL, &msg);
 	if (write_launch(in.r.in_fd, &msg))
 		goto out_release;
-	pthread_mutex_lock(&pre.lock);
-	if (!pre.closed && pre.n < PRE_MAX) {
-		pre.slot[pre.n].key = xstrdup(key);
-		pre.slot[pre.n].tag = xstrdup(tag);
-		pre.slot[pre.n].in = in;
-		pre.slot[pre.n].lease = held;
-		pre.slot[pre.n++].since = mono_ms();
-		keep = true;
-		prestart_reaper_start();
-	}
-	pthread_mutex_unlock(&pre.lock);
+	keep = pool_add(&pre, key, tag, &in, &held);
 	if (keep)
 		sbx_prestart_count(SBX_PRESTART_READY, 1);
 out_release:
@@ -602,69 +637,59 @@ out_release:
 	if (!keep)
 		sbx_lease_put(&held);
 	buf_release(&msg);
-	pthread_mutex_lock(&pre.lock);
-	pre.filling--;
-	pthread_mutex_unlock(&pre.lock);
+	pool_unreserve(&pre, key);
 }
 
 /* Started, not waited for. */
 void sbx_prestart_fill(const struct sbx_policy *p, const char *const argv[], const char *key,
 		       const char *tag, unsigned want, unsigned share, struct sbx_lease *lease)
 {
-	for (unsigned i = 0; i < want && prestart_have(key, tag) < want; i++)
+	for (unsigned i = 0; i < want && pool_have(&pre, key, tag) < want; i++)
 		prestart_fill_one(p, argv, key, tag, share, lease);
-}
-
-/* No new one from now on (the process is about to exit). */
-static void prestart_close(void)
-{
-	pthread_mutex_lock(&pre.lock);
-	pre.closed = true;
-	pthread_mutex_unlock(&pre.lock);
-}
-
-static int prestart_filling(void)
-{
-	int n;
-
-	pthread_mutex_lock(&pre.lock);
-	n = pre.filling;
-	pthread_mutex_unlock(&pre.lock);
-	return n;
 }
 
 void sbx_prestart_release_all(void)
 {
 	pthread_mutex_lock(&pre.lock);
-	if (pre.reaping) {
-		pre.stop = true;
-		pthread_cond_broadcast(&pre.cond);
+	if (pre_x.reaping) {
+		pre_x.stop = true;
+		pthread_cond_broadcast(&pre_x.cond);
 		pthread_mutex_unlock(&pre.lock);
-		pthread_join(pre.reaper, NULL);
+		pthread_join(pre_x.reaper, NULL);
 		pthread_mutex_lock(&pre.lock);
-		pre.reaping = false;
-		pre.stop = false;
-	}
-	while (pre.n) {
-		struct instance in;
-		struct sbx_lease lease;
-
-		pre_remove(pre.n - 1, &in, &lease);
-		pthread_mutex_unlock(&pre.lock);
-		pre_put_down(&in, &lease, NULL);
-		sbx_prestart_count(SBX_PRESTART_RELEASED, 1);
-		pthread_mutex_lock(&pre.lock);
+		pre_x.reaping = false;
+		pre_x.stop = false;
 	}
 	pthread_mutex_unlock(&pre.lock);
+	sbx_prestart_count(SBX_PRESTART_RELEASED, pool_release_all(&pre));
 }
 
 void sbx_prestart_stats(struct sbx_prestart_stats *out)
 {
 	pthread_mutex_lock(&pre.lock);
-	*out = (struct sbx_prestart_stats){ .hit = pre.hit,
-					    .miss = pre.miss,
-					    .expired = pre.expired,
-					    .died = pre.died,
+	*out = (struct sbx_prestart_stats){ .hit = pre_x.hit,
+					    .miss = pre_x.miss,
+					    .expired = pre_x.expired,
+					    .died = pre_x.died,
 					    .idle = pre.n };
 	pthread_mutex_unlock(&pre.lock);
+}
+
+/* ---- both ------------------------------------------------------------------------------- */
+
+void sbx_warm_shutdown(void)
+{
+	int filling = 1;
+
+	pool_close(&warm);
+	pool_close(&pre);
+	/* One being started now is put down by its own thread (closed): wait for that, a
+	 * second at most, so that none is cut off halfway by our exit. */
+	for (int i = 0; i < 100 && filling; i++) {
+		filling = pool_filling(&warm) + pool_filling(&pre);
+		if (filling)
+			usleep(10000);
+	}
+	sbx_prestart_release_all();
+	sbx_warm_release_all();
 }

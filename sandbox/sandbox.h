@@ -52,7 +52,7 @@ struct sbx_global_config {
 	 * becomes the command). NULL: $OLP_SANDBOX_EXEC, else the one this build installs. */
 	const char *exec_stub;
 	/* A policy run once gets a sandbox started ahead of time for its next run (a "warm"
-	 * sandbox; see spawn.c). false: every run starts cold. */
+	 * sandbox; see pool.c). false: every run starts cold. */
 	bool warm;
 	enum sbx_identity identity;
 	/* "BASE:COUNT": the host uids (and gids) runs take; NULL = the worker user's ranges
@@ -213,11 +213,6 @@ struct sbx_limits {
 /* Copies l; a field above SBX_LIMIT_MAX is taken as SBX_LIMIT_MAX. */
 #define SBX_LIMIT_MAX ((uint64_t)1 << 40)
 void sbx_policy_set_limits(struct sbx_policy *p, const struct sbx_limits *l);
-/* Let the command create AF_UNIX sockets (refused by default: see seccomp.c). */
-void sbx_policy_allow_unix_sockets(struct sbx_policy *p, bool allow);
-/* Apply a named profile: "command" (the default: no network, default limits) or "cli"
- * (network on, for the provider CLIs). -ENOENT for an unknown name. */
-int sbx_policy_apply_profile(struct sbx_policy *p, const char *name);
 
 /* ---- running ------------------------------------------------------------------------ */
 struct sbx_result;
@@ -366,7 +361,7 @@ const char *sbx_failure_str(enum sbx_failure f);
  * owns the network namespace and in the caller's own. So the namespace is made inside
  * the run's user namespace: pass the per-slot user namespace of ident.c (U1, whose root
  * is the worker's uid) as userns_fd. The spawned child, which already joins U1 before it
- * execs bwrap (spawn.c), then joins this namespace right after (it is U1's root, it holds
+ * execs bwrap (child.c), then joins this namespace right after (it is U1's root, it holds
  * CAP_SYS_ADMIN over both), and bwrap runs without --unshare-net: the whole sandbox lives
  * in it. Order in the child: setns(U1, CLONE_NEWUSER), then setns(netns_fd, CLONE_NEWNET).
  * userns_fd -1: the namespace belongs to the caller's user namespace; that only works for

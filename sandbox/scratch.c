@@ -6,7 +6,7 @@
  * tree with openat(O_NOFOLLOW) and unlinkat: a symlink planted by the child is removed,
  * never followed. The Node OLP left about half of its per-request homes behind because it
  * deleted them while the client was still writing; here removal happens only after the
- * whole process tree is gone (see spawn.c). */
+ * whole process tree is gone (see instance.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
-/* olp-seccomp-gen: print, as a C header, the seccomp programs of sandbox/seccomp.c built
+/* olp-seccomp-gen: print, as a C header, the seccomp program of sandbox/seccomp.c built
  * with the libseccomp this tool is linked with. Run at build time; olp-sandbox embeds the
- * result (see seccomp.c). Exit 1 if libseccomp cannot build them. */
+ * result (see seccomp.c). Exit 1 if libseccomp cannot build it. */
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,12 +9,12 @@
 #include "sandbox/internal.h"
 #include "common/banned.h"
 
-static int print_array(const char *name, bool allow_unix)
+static int print_array(const char *name)
 {
 	unsigned char *bpf;
 	size_t len;
 
-	if (sbx_seccomp_export(allow_unix, (void **)&bpf, &len))
+	if (sbx_seccomp_export((void **)&bpf, &len))
 		return -1;
 	printf("static const unsigned char %s[%zu] = {", name, len);
 	for (size_t i = 0; i < len; i++)
@@ -36,7 +36,7 @@ int main(void)
 	printf("#define SBX_BPF_LIBSECCOMP_MAJOR %u\n#define SBX_BPF_LIBSECCOMP_MINOR %u\n"
 	       "#define SBX_BPF_LIBSECCOMP_MICRO %u\n",
 	       v->major, v->minor, v->micro);
-	if (print_array("sbx_bpf_deny_unix", false) || print_array("sbx_bpf_allow_unix", true))
+	if (print_array("sbx_bpf"))
 		return 1;
 	return fflush(stdout) ? 1 : 0;
 }

@@ -8,11 +8,11 @@
  * each run gets its own memfd copy for bwrap's --seccomp (a shared fd would share its
  * file offset between concurrent runs).
  *
- * olp-sandbox, which runs one command per process, takes the same programs built at
+ * olp-sandbox, which runs one command per process, takes the same program built at
  * compile time instead (olp-seccomp-gen, from these rules, with the libseccomp it links
- * statically): building them is a visible share of a run (docs/performance.md). They
- * are used only when the libseccomp linked in is the one that built them. The escape
- * tests run through olp-sandbox, so it is these programs whose refusals they check; the
+ * statically): building it is a visible share of a run (docs/performance.md). It is
+ * used only when the libseccomp linked in is the one that built them. The escape
+ * tests run through olp-sandbox, so it is this program whose refusals they check; the
  * server's own build is checked through HTTP (tests/sandbox/escape-http.test.mjs). */
 #include <errno.h>
 #include <fcntl.h>
@@ -139,7 +139,7 @@ static struct scmp_arg_cmp cmp(unsigned arg, enum scmp_compare op, scmp_datum_t 
 	return c;
 }
 
-static int build(scmp_filter_ctx ctx, bool allow_unix)
+static int build(scmp_filter_ctx ctx)
 {
 	size_t i;
 	int ret = 0, fam;
@@ -175,7 +175,7 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 	for (fam = 0; !ret && fam < AF_INET6; fam++) {
 		struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fam);
 
-		if (fam == AF_INET || (fam == AF_UNIX && allow_unix))
+		if (fam == AF_INET)
 			continue;
 		ret = add(ctx, EAFNOSUPPORT, "socket", 1, &c);
 	}
@@ -188,7 +188,7 @@ static int build(scmp_filter_ctx ctx, bool allow_unix)
 	return ret;
 }
 
-int sbx_seccomp_export(bool allow_unix, void **out, size_t *len)
+int sbx_seccomp_export(void **out, size_t *len)
 {
 	scmp_filter_ctx ctx;
 	int fd = -1, ret;
@@ -202,7 +202,7 @@ int sbx_seccomp_export(bool allow_unix, void **out, size_t *len)
 	if (!ret)
 		ret = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
 	if (!ret)
-		ret = build(ctx, allow_unix);
+		ret = build(ctx);
 	if (ret)
 		goto out_release_filter;
 	fd = memfd_create("olp-seccomp-export", MFD_CLOEXEC);
@@ -233,57 +233,50 @@ out_release_filter:
 	return ret;
 }
 
-/* The two programs (AF_UNIX refused / allowed), each built on first use. */
+/* The program, built on first use. */
 static struct prog {
 	pthread_once_t once;
 	void *bpf;
 	size_t len;
 	int err;
-} progs[2] = { { .once = PTHREAD_ONCE_INIT }, { .once = PTHREAD_ONCE_INIT } };
+} prog = { .once = PTHREAD_ONCE_INIT };
 
 #ifdef SBX_EMBEDDED_BPF
 #include "seccomp_bpf.h"
 
-/* The compile-time program for this variant, if the libseccomp linked in built it. */
-static bool embedded(bool allow_unix, struct prog *pg)
+/* The compile-time program, if the libseccomp linked in built it. */
+static bool embedded(struct prog *pg)
 {
 	const struct scmp_version *v = seccomp_version();
 
 	if (!v || v->major != SBX_BPF_LIBSECCOMP_MAJOR || v->minor != SBX_BPF_LIBSECCOMP_MINOR ||
 	    v->micro != SBX_BPF_LIBSECCOMP_MICRO)
 		return false;
-	pg->len = allow_unix ? sizeof(sbx_bpf_allow_unix) : sizeof(sbx_bpf_deny_unix);
+	pg->len = sizeof(sbx_bpf);
 	pg->bpf = xmalloc(pg->len);
-	memcpy(pg->bpf, allow_unix ? sbx_bpf_allow_unix : sbx_bpf_deny_unix, pg->len);
+	memcpy(pg->bpf, sbx_bpf, pg->len);
 	return true;
 }
 #else
-static bool embedded(bool allow_unix, struct prog *pg)
+static bool embedded(struct prog *pg)
 {
-	(void)allow_unix;
 	(void)pg;
 	return false;
 }
 #endif
 
-static void build_default(void)
+static void build_once(void)
 {
-	if (!embedded(false, &progs[0]))
-		progs[0].err = sbx_seccomp_export(false, &progs[0].bpf, &progs[0].len);
+	if (!embedded(&prog))
+		prog.err = sbx_seccomp_export(&prog.bpf, &prog.len);
 }
 
-static void build_unix(void)
+int sbx_seccomp_fd(void)
 {
-	if (!embedded(true, &progs[1]))
-		progs[1].err = sbx_seccomp_export(true, &progs[1].bpf, &progs[1].len);
-}
-
-int sbx_seccomp_fd(bool allow_unix)
-{
-	struct prog *pg = &progs[allow_unix];
+	struct prog *pg = &prog;
 	int fd, ret;
 
-	pthread_once(&pg->once, allow_unix ? build_unix : build_default);
+	pthread_once(&pg->once, build_once);
 	if (pg->err)
 		return pg->err;
 	fd = memfd_create("olp-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -305,6 +298,6 @@ int sbx_seccomp_fd(bool allow_unix)
 
 int sbx_seccomp_prepare(void)
 {
-	pthread_once(&progs[0].once, build_default);
-	return progs[0].err;
+	pthread_once(&prog.once, build_once);
+	return prog.err;
 }

@@ -12,7 +12,7 @@
 #define SBX_UID 1000
 #define SBX_GID 1000
 
-/* A warm sandbox's launch message on the stub's stdin (spawn.c writes it):
+/* A warm sandbox's launch message on the stub's stdin (pool.c builds it):
  *     "OLPX" u32 argc, then argc x (u32 length, bytes)      (lengths little-endian)
  * then the command's own stdin. */
 #define SBX_LAUNCH_MAGIC "OLPX"

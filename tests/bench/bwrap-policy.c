@@ -66,7 +66,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	p = sbx_policy_new();
-	(void)sbx_policy_apply_profile(p, "command");
 	ret = sbx_exec_in_place(p, (const char *const *)argv + 2);
 	fprintf(stderr, "bwrap-policy: %s\n", strerror(-ret));
 	sbx_policy_free(p);

@@ -1,4 +1,4 @@
-/* CUnit suite for pre-started commands (sandbox/spawn.c, ADR 0022): a run of exactly the
+/* CUnit suite for pre-started commands (sandbox/pool.c, ADR 0022): a run of exactly the
  * same command under the same policy takes a process started ahead, whose command already
  * runs and waits on its stdin. Real bwrap, real processes. */
 #include "tests/support/cunit.h"

@@ -1020,6 +1020,92 @@ static void test_warm_after_write_back(void)
 	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
 }
 
+/* SIGKILL every child of this process (the warm sandboxes' bwraps: every run's own is
+ * reaped by now) and wait until each has exited, without reaping it: the pool learns it
+ * from its pidfd. How many there were. */
+static int kill_children(void)
+{
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *t;
+	int n = 0;
+
+	if (!tasks)
+		return 0;
+	while ((t = readdir(tasks))) {
+		char path[300];
+		FILE *f;
+		long pid;
+
+		if (t->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/children", t->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fscanf(f, "%ld", &pid) == 1) {
+			siginfo_t si;
+
+			if (kill((pid_t)pid, SIGKILL) == 0 &&
+			    waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) == 0)
+				n++;
+		}
+		(void)fclose(f);
+	}
+	closedir(tasks);
+	return n;
+}
+
+/* Warm sandboxes with a writable credential copy that died while they waited: the run
+ * finds them dead, puts them down and starts its own, cold, from a clean instance. The
+ * warm pool used to hand back the dead one's state (its copies among it) to the cold
+ * start, which then wrote past its own array of copies. */
+static void test_warm_dead_goes_cold(void)
+{
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .runtime_dir = runtime_dir,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH,
+					 .warm = true };
+	struct sbx_policy *p;
+	struct buf out = BUF_INIT;
+	struct sbx_result res;
+	char rw[512];
+
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	p = probe_policy();
+	snprintf(rw, sizeof(rw), "%s.dead-cred", runtime_dir);
+	write_file(rw, "token-v1\n", 0600);
+	CU_ASSERT_EQUAL(sbx_policy_add_bind(p, rw, SBX_HOME_PATH "/.cfg/rw.json", true), 0);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){ "/bin/sh", "-c", "echo token-v2 > .cfg/rw.json", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_COLD);
+	CU_ASSERT(sbx_warm_count() >= 1);
+	CU_ASSERT(kill_children() >= 1);
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(
+		run(p,
+		    (const char *const[]){ "/bin/sh", "-c",
+					   "cat .cfg/rw.json; echo token-v3 > .cfg/rw.json", NULL },
+		    NULL, 0, &out, &res),
+		0);
+	CU_ASSERT_STRING_EQUAL(out.data, "token-v2\n");
+	CU_ASSERT_EQUAL(res.exit_status, 0);
+	CU_ASSERT_EQUAL(res.start, SBX_START_COLD);
+	sbx_policy_free(p);
+	/* Its own copy was written back. */
+	buf_reset(&out);
+	CU_ASSERT_EQUAL(buf_read_file(&out, rw, 4096), 0);
+	CU_ASSERT_STRING_EQUAL(out.data, "token-v3\n");
+	buf_release(&out);
+	unlink(rw);
+	cfg.warm = false;
+	CU_ASSERT_FATAL(sbx_global_init(&cfg) == 0);
+	CU_ASSERT_EQUAL(sbx_warm_count(), 0);
+	CU_ASSERT_EQUAL(count_entries(runtime_dir), 0);
+}
+
 /* A run of owner tag's under p. */
 static int run_as(struct sbx_policy *p, const char *tag, struct sbx_result *res)
 {
@@ -1105,6 +1191,7 @@ int main(void)
 		{ "warm sandboxes", test_warm_sandboxes },
 		{ "a burst keeps two warm sandboxes", test_warm_burst_keeps_two },
 		{ "warm after a credential write-back", test_warm_after_write_back },
+		{ "dead warm sandboxes: the run goes cold", test_warm_dead_goes_cold },
 		{ "a tag's warm churn evicts only its own", test_warm_churn_evicts_only_its_own },
 		{ NULL, NULL },
 	};

@@ -1,4 +1,4 @@
-/* CUnit suite for the network modes of sbx_run (sandbox/spawn.c, netns.c; issue 12): what
+/* CUnit suite for the network modes of sbx_run (sandbox/spawn.c, instance.c, netns.c; issue 12): what
  * a run can reach in SBX_NET_LOOPBACK, SBX_NET_HOST and SBX_NET_NONE, seen by olp-probe
  * from inside a real sandbox, cold and warm, and how a loopback run fails closed.
  *
