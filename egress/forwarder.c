@@ -6,7 +6,6 @@
  * every wait at once: the eventfd, written once and never read, stays readable. The
  * number of connections is bounded (limits.max_conns), each thread's stack is small, and
  * the acceptor joins every thread it started before it exits. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,159 +26,16 @@
 #include "common/banned.h"
 
 #define CONN_STACK ((size_t)512 * 1024)
-#define READ_HINT 16384
 
-/* ---- waiting and I/O of one connection --------------------------------------------- */
+/* ---- threads ------------------------------------------------------------------------ */
 
-void egr_raise_stop(struct egr_forwarder *f)
+/* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
+static void raise_stop(struct egr_forwarder *f)
 {
 	uint64_t one = 1;
 
 	(void)!write(f->stop_fd, &one, sizeof(one));
 }
-
-uint64_t egr_conn_until(const struct egr_conn *c)
-{
-	uint64_t t = mono_ms() + c->f->lim.idle_ms, d = c->f->lim.deadline_ms;
-
-	return d && d < t ? d : t;
-}
-
-int egr_conn_wait(struct egr_conn *c, int fd, short events, uint64_t until_ms)
-{
-	struct pollfd p[2] = { { .fd = fd, .events = events },
-			       { .fd = c->f->stop_fd, .events = POLLIN } };
-
-	for (;;) {
-		uint64_t now = mono_ms(), left = until_ms > now ? until_ms - now : 0;
-		int timeout = !until_ms ? -1 : left > INT_MAX ? INT_MAX : (int)left, n;
-
-		n = poll(p, 2, timeout);
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		if (n > 0 && p[1].revents)
-			return -ECANCELED;
-		if (n > 0)
-			return 0; /* ready, or failed: the next read or write says how */
-		if (n == 0 && timeout == 0)
-			return -ETIMEDOUT;
-	}
-}
-
-ssize_t egr_conn_fill(struct egr_conn *c, size_t hint)
-{
-	uint64_t until = egr_conn_until(c);
-
-	for (;;) {
-		ssize_t n = buf_read_once(&c->in, c->fd, hint);
-		int w;
-
-		if (n >= 0)
-			return n;
-		if (n != -EAGAIN && n != -EINTR)
-			return n;
-		if ((w = egr_conn_wait(c, c->fd, POLLIN, until)))
-			return w;
-	}
-}
-
-int egr_conn_writev(struct egr_conn *c, int fd, struct iovec *iov, int n)
-{
-	uint64_t until = egr_conn_until(c);
-
-	while (n > 0) {
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-		int ret;
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN)
-				return -errno;
-			if ((ret = egr_conn_wait(c, fd, POLLOUT, until)))
-				return ret;
-			continue;
-		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
-}
-
-int egr_conn_write(struct egr_conn *c, int fd, const void *data, size_t len)
-{
-	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
-
-	return egr_conn_writev(c, fd, &iov, 1);
-}
-
-int egr_conn_read_head(struct egr_conn *c, struct egr_req *r)
-{
-	size_t max = c->f->lim.max_header_bytes, scanned = 0;
-
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		size_t from = scanned > 3 ? scanned - 3 : 0;
-		const char *e = c->in.len > from
-					? memmem(c->in.data + from, c->in.len - from, "\r\n\r\n", 4)
-					: NULL;
-		ssize_t n;
-
-		if (e) {
-			size_t hl = (size_t)(e - c->in.data) + 4;
-			int ret;
-
-			if (hl > max)
-				return 431;
-			ret = egr_req_parse(r, c->in.data, hl);
-			buf_consume(&c->in, hl);
-			return ret;
-		}
-		scanned = c->in.len;
-		if (c->in.len > max)
-			return 431;
-		n = egr_conn_fill(c, READ_HINT);
-		if (n == 0)
-			return c->in.len ? -ECONNRESET : -ENODATA;
-		if (n < 0)
-			return (int)n;
-	}
-}
-
-void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg)
-{
-	struct buf body = BUF_INIT, head = BUF_INIT;
-	struct iovec iov[2];
-
-	buf_adds(&body, "{\"type\":\"error\",\"error\":{\"type\":");
-	buf_add_json_str(&body, type, strlen(type));
-	buf_adds(&body, ",\"message\":");
-	buf_add_json_str(&body, msg, strlen(msg));
-	buf_adds(&body, "}}");
-	buf_addf(&head,
-		 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		 "Connection: close\r\n\r\n",
-		 status, egr_reason(status), body.len);
-	iov[0] = (struct iovec){ .iov_base = head.data, .iov_len = head.len };
-	iov[1] = (struct iovec){ .iov_base = body.data, .iov_len = body.len };
-	(void)egr_conn_writev(c, c->fd, iov, 2);
-	if (status == 502 || status == 504)
-		atomic_fetch_add(&c->f->n_upstream_errors, 1);
-	else
-		atomic_fetch_add(&c->f->n_refused, 1);
-	buf_release(&head);
-	buf_release(&body);
-}
-
-/* ---- threads ------------------------------------------------------------------------ */
 
 struct conn_arg {
 	struct egr_forwarder *f;
@@ -298,7 +154,7 @@ static void *acceptor_main(void *arg)
 				 * while the open connections are cut. */
 				close(f->listen_fd);
 				f->listen_fd = -1;
-				egr_raise_stop(f);
+				raise_stop(f);
 				break;
 			}
 			timeout = d - now > INT_MAX ? INT_MAX : (int)(d - now);
@@ -306,7 +162,7 @@ static void *acceptor_main(void *arg)
 		n = poll(p, 2, timeout);
 		if (n < 0 && errno != EINTR) {
 			log_warn(f->rid, "egress: poll");
-			egr_raise_stop(f);
+			raise_stop(f);
 			break;
 		}
 		if (n > 0 && p[1].revents)
@@ -371,61 +227,6 @@ static void strv_free(char **v)
 	for (size_t i = 0; v && v[i]; i++)
 		free(v[i]);
 	free(v);
-}
-
-static bool is_ip_literal(const char *host, size_t len);
-
-/* "host:port" with a DNS name and a port in 1-65535: the host's length, or 0. */
-static size_t host_port_ok(const char *hp)
-{
-	const char *colon = strrchr(hp, ':');
-	size_t hl;
-	char *end;
-	unsigned long port;
-
-	if (!colon || colon == hp)
-		return 0;
-	hl = (size_t)(colon - hp);
-	for (size_t i = 0; i < hl; i++) {
-		char ch = hp[i];
-
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
-			return 0;
-	}
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	/* Digits only: strtoul also takes a sign and leading blanks ("+443"). */
-	if (errno || *end || colon[1] < '1' || colon[1] > '9' || port < 1 || port > 65535)
-		return 0;
-	return hl;
-}
-
-bool egr_host_port_valid(const char *hp, bool *is_ip)
-{
-	size_t hl = host_port_ok(hp);
-
-	*is_ip = hl && is_ip_literal(hp, hl);
-	return hl != 0;
-}
-
-static bool is_ip_literal(const char *host, size_t len)
-{
-	char tmp[256];
-	struct in_addr a4;
-	bool digits_only = true;
-
-	if (len >= sizeof(tmp))
-		return false;
-	memcpy(tmp, host, len);
-	tmp[len] = '\0';
-	/* inet_aton takes every form libc's resolver takes as an address: "127.1",
-	 * "0x7f.1", "2130706433". A last label of digits only is never a DNS name. */
-	if (inet_aton(tmp, &a4))
-		return true;
-	for (const char *p = strrchr(tmp, '.') ? strrchr(tmp, '.') + 1 : tmp; *p; p++)
-		digits_only &= *p >= '0' && *p <= '9';
-	return digits_only;
 }
 
 /* The upstream mode's part of egr_route_check. */
@@ -699,7 +500,7 @@ void egr_stop(struct egr_forwarder *f, struct egr_stats *stats)
 {
 	if (!f)
 		return;
-	egr_raise_stop(f);
+	raise_stop(f);
 	pthread_join(f->acceptor, NULL);
 	if (stats)
 		*stats = (struct egr_stats){ .conns = atomic_load(&f->n_conns),

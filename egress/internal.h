@@ -1,5 +1,11 @@
 /* Private to egress/: the forwarder's state, one client connection, and the HTTP/1.1
- * request-head parser they share. */
+ * request-head parser they share.
+ *
+ * The files call downwards only: forwarder.c (accepting, dispatching to a mode, start and
+ * stop) calls the modes, upstream.c and connect.c; they call conn.c (one connection's
+ * waits and I/O), which, like the modes, uses the helpers below it: http.c (the request
+ * head), policy.c, body.c, answer.c, jscan.c and addr.c. Nothing calls back up into
+ * forwarder.c. */
 #ifndef OLP_EGRESS_INTERNAL_H
 #define OLP_EGRESS_INTERNAL_H
 
@@ -53,9 +59,6 @@ struct egr_forwarder {
 	_Atomic uint64_t n_answers;
 	_Atomic int64_t tok_in, tok_out, tok_cached; /* usage.c */
 };
-
-/* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
-void egr_raise_stop(struct egr_forwarder *f);
 
 struct egr_req;
 
@@ -260,7 +263,7 @@ enum egr_addr_verdict egr_addr_judge(const struct egr_addr *a, char *const *allo
 /* a's address as text in out (n bytes, INET6_ADDRSTRLEN is enough): out. */
 const char *egr_addr_str(const struct egr_addr *a, char *out, size_t n);
 
-/* ---- one client connection (forwarder.c) ---------------------------------------------- */
+/* ---- one client connection (conn.c) ---------------------------------------------------- */
 
 struct egr_conn {
 	struct egr_forwarder *f;
@@ -291,7 +294,7 @@ int egr_conn_read_head(struct egr_conn *c, struct egr_req *r);
  * closed. */
 void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg);
 
-/* ---- the modes ------------------------------------------------------------------------ */
+/* ---- the modes (upstream.c, connect.c), which forwarder.c calls ------------------------ */
 
 /* Serve one connection in upstream mode until it should be closed. */
 void egr_upstream_serve(struct egr_conn *c);
