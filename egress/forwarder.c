@@ -198,35 +198,24 @@ static char *dup_lower(const char *s)
 	return d;
 }
 
-static size_t strv_len(const char *const *v)
+/* Append a copy of each string of the NULL-terminated v (NULL: none) to to, lower-cased
+ * when asked. */
+static void push_all(struct strv *to, const char *const *v, bool lower)
 {
-	size_t n = 0;
-
-	while (v && v[n])
-		n++;
-	return n;
-}
-
-/* Copy a NULL-terminated vector (lower-cased when asked); NULL stays NULL. */
-static char **strv_copy(const char *const *v, bool lower)
-{
-	size_t n = strv_len(v);
-	char **d;
-
-	if (!v)
-		return NULL;
-	d = xcalloc(n + 1, sizeof(*d));
-	for (size_t i = 0; i < n; i++) {
-		d[i] = lower ? dup_lower(v[i]) : xstrdup(v[i]);
+	for (size_t i = 0; v && v[i]; i++) {
+		if (lower)
+			strv_push_take(to, dup_lower(v[i]));
+		else
+			strv_push(to, v[i]);
 	}
-	return d;
 }
 
-static void strv_free(char **v)
+/* Overwrite each string of v with zeros, then free v. */
+static void wipe_release(struct strv *v)
 {
-	for (size_t i = 0; v && v[i]; i++)
-		free(v[i]);
-	free(v);
+	for (size_t i = 0; i < v->n; i++)
+		explicit_bzero(v->v[i], strlen(v->v[i]));
+	strv_release(v);
 }
 
 /* The upstream mode's part of egr_route_check. */
@@ -351,48 +340,33 @@ static void forwarder_free(struct egr_forwarder *f)
 		close(f->stop_fd);
 	free(f->rid);
 	free(f->base);
-	strv_free(f->drop);
-	for (size_t i = 0; i < f->n_set; i++) {
-		free(f->set_names[i]);
-		explicit_bzero(f->set_lines[i], strlen(f->set_lines[i]));
-		free(f->set_lines[i]);
-	}
-	free(f->set_names);
-	free(f->set_lines);
+	strv_release(&f->drop);
+	strv_release(&f->set_names);
+	wipe_release(&f->set_lines);
 	for (size_t i = 0; i < f->n_allow; i++)
 		egr_allow_release(&f->allow[i]);
 	free(f->allow);
-	strv_free(f->models);
-	for (size_t i = 0; f->secrets && f->secrets[i]; i++)
-		explicit_bzero(f->secrets[i], strlen(f->secrets[i]));
-	strv_free(f->secrets);
+	strv_release(&f->models);
+	wipe_release(&f->secrets);
 	free(f->ca_file);
-	strv_free(f->allow_hosts);
+	strv_release(&f->allow_hosts);
 	free(f->slots);
 	free(f);
 }
 
-/* What echo.c looks for: each header value set, or its part after "Scheme " (a token and
- * a space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
- * ("2023-06-01") and masking them would garble answers. NULL when none. */
-static char **secrets_of(const struct egr_route *r)
+/* What answer.c masks: each header value set, or its part after "Scheme " (a token and a
+ * space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
+ * ("2023-06-01") and masking them would garble answers. */
+static void secrets_of(const struct egr_route *r, struct strv *out)
 {
-	char **v = xcalloc(r->n_set_headers + 1, sizeof(*v));
-	size_t n = 0;
-
 	for (size_t i = 0; i < r->n_set_headers; i++) {
 		const char *val = r->set_headers[i].value, *sp = strchr(val, ' ');
 
 		if (sp && egr_is_token(val, (size_t)(sp - val)) && sp[1])
 			val = sp + 1;
 		if (strlen(val) >= 16)
-			v[n++] = xstrdup(val);
+			strv_push(out, val);
 	}
-	if (!n) {
-		free(v);
-		return NULL;
-	}
-	return v;
 }
 
 /* The route was checked (egr_route_check): every entry parses. */
@@ -410,31 +384,28 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 		n = strlen(f->base);
 		while (n && f->base[n - 1] == '/')
 			f->base[--n] = '\0';
-		f->drop = strv_copy(r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
-		f->n_set = r->n_set_headers;
-		f->set_names = xcalloc(f->n_set + 1, sizeof(char *));
-		f->set_lines = xcalloc(f->n_set + 1, sizeof(char *));
-		for (size_t i = 0; i < f->n_set; i++) {
-			struct buf b = BUF_INIT;
+		push_all(&f->drop, r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
+		for (size_t i = 0; i < r->n_set_headers; i++) {
+			const struct egr_header *h = &r->set_headers[i];
 
-			f->set_names[i] = xstrdup(r->set_headers[i].name);
+			strv_push(&f->set_names, h->name);
 			/* libcurl's way of sending a header with an empty value: "Name;". */
-			if (r->set_headers[i].value[0])
-				buf_addf(&b, "%s: %s", r->set_headers[i].name,
-					 r->set_headers[i].value);
+			if (h->value[0])
+				strv_pushf(&f->set_lines, "%s: %s", h->name, h->value);
 			else
-				buf_addf(&b, "%s;", r->set_headers[i].name);
-			f->set_lines[i] = buf_detach(&b, NULL);
+				strv_pushf(&f->set_lines, "%s;", h->name);
 		}
-		f->n_allow = strv_len(r->allow_paths);
+		while (r->allow_paths && r->allow_paths[f->n_allow])
+			f->n_allow++;
 		f->allow = xcalloc(f->n_allow + 1, sizeof(*f->allow));
 		for (size_t i = 0; i < f->n_allow; i++)
 			(void)egr_allow_parse(r->allow_paths[i], &f->allow[i], &why);
-		f->models = strv_copy(r->models, false);
-		f->secrets = secrets_of(r);
+		f->check_models = r->models != NULL;
+		push_all(&f->models, r->models, false);
+		secrets_of(r, &f->secrets);
 		f->ca_file = r->ca_file ? xstrdup(r->ca_file) : NULL;
 	} else {
-		f->allow_hosts = strv_copy(r->allow_hosts, true);
+		push_all(&f->allow_hosts, r->allow_hosts, true);
 	}
 }
 

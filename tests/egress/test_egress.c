@@ -644,7 +644,8 @@ static void test_body_check(void)
 		{ "model=claude-run", 400 },
 	};
 	const char *const allow[] = { "POST /v1/messages", NULL };
-	const char *const models[] = { "claude-run", "claude-haiku-*", NULL };
+	const char *const models[] = { "claude-run", "claude-haiku-*", NULL },
+			  *const no_models[] = { NULL };
 	struct egr_route r = plain_route();
 	struct buf big = BUF_INIT;
 	struct tc_resp resp;
@@ -707,6 +708,17 @@ static void test_body_check(void)
 	tc_close(&t);
 	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 1);
 	buf_release(&big);
+	egr_stop(f, NULL);
+	/* A list of models given empty allows none (fail closed); no list allows any. */
+	r.models = no_models;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"claude-run\"}"), 403);
+	egr_stop(f, NULL);
+	r.models = NULL;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"other\"}"), 200);
 	egr_stop(f, NULL);
 }
 
