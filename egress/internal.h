@@ -115,9 +115,9 @@ struct egr_jscan {
 	char key[2][EGR_JSCAN_KEY];
 	bool key_odd[2];
 	/* private */
-	unsigned depth, key_len, lit_len, uni, cap_depth;
+	unsigned depth, key_len, lit_len, uni, cap_depth, num;
 	int expect;
-	bool in_str, str_is_key, esc, in_lit, lit_num, lit_bad, cap_on, cap_over, failed;
+	bool in_str, str_is_key, esc, in_lit, cap_on, cap_over, failed;
 	char lit[8];
 	size_t cap_len;
 	unsigned char stack[EGR_JSCAN_DEPTH]; /* 1: object, 0: array */
