@@ -398,7 +398,7 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 		while (r->allow_paths && r->allow_paths[f->n_allow])
 			f->n_allow++;
 		f->allow = xcalloc(f->n_allow + 1, sizeof(*f->allow));
-		for (size_t i = 0; i < f->n_allow; i++)
+		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
 			(void)egr_allow_parse(r->allow_paths[i], &f->allow[i], &why);
 		f->check_models = r->models != NULL;
 		push_all(&f->models, r->models, false);
