@@ -4,8 +4,8 @@
  *
  * Names: each family is named after what it works on — buf_ (struct buf), strv_ (struct
  * strv), x (the allocators), log_ (stderr lines), path_, parse_, mono_ (the monotonic
- * clock), write_/wait_ (a descriptor) — and every function's contract is here; the CUnit
- * suite (tests/common) checks each through this header.
+ * clock), wall_ (the wall clock), write_/wait_ (a descriptor) — and every function's
+ * contract is here; the CUnit suite (tests/common) checks each through this header.
  *
  * Out of memory: allocation failure aborts, everywhere in the tree (see xmalloc below), so
  * no function here returns -ENOMEM. */
@@ -157,6 +157,9 @@ static inline uint64_t mono_ms(void)
 {
 	return mono_ns() / 1000000u;
 }
+/* The wall clock (CLOCK_REALTIME) in milliseconds since the epoch: for timestamps that are
+ * stored or shown, never for a wait or a duration (it can jump). */
+int64_t wall_ms(void);
 /* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno (-EAGAIN when fd is
  * non-blocking and full: use write_all_until for that). */
 int write_all(int fd, const void *buf, size_t len);

@@ -187,7 +187,7 @@ void egr_answer_release(struct egr_answer *a)
 
 bool egr_echo_in(const struct egr_forwarder *f, const char *value, size_t len)
 {
-	for (char *const *s = f->secrets; s && *s; s++)
+	for (char *const *s = f->secrets.v; s && *s; s++)
 		if (memmem(value, len, *s, strlen(*s)))
 			return true;
 	return false;
@@ -210,7 +210,7 @@ void egr_echo_mask(struct egr_answer *a, const char *data, size_t len, struct bu
 	buf_add(out, a->held.data, a->held.len);
 	buf_add(out, data, len);
 	buf_reset(&a->held);
-	for (char *const *s = a->f->secrets; s && *s; s++) {
+	for (char *const *s = a->f->secrets.v; s && *s; s++) {
 		size_t sl = strlen(*s), k;
 		char *p = out->data;
 

@@ -101,7 +101,7 @@ static int got(void *ctx, const struct egr_jscan *s, unsigned depth, const char 
 	return ret;
 }
 
-void egr_body_begin(struct egr_body *b, char *const *models)
+void egr_body_begin(struct egr_body *b, const struct strv *models)
 {
 	memset(b, 0, sizeof(*b));
 	b->models = models;

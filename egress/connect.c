@@ -164,7 +164,7 @@ static bool admit(struct egr_conn *c, const struct egr_req *r)
 		return false;
 	}
 	if (egr_addr_port_parse(r->target, &addr)) {
-		listed = egr_addr_listed(&addr, f->allow_hosts);
+		listed = egr_addr_listed(&addr, f->allow_hosts.v);
 		if (!listed)
 			refuse(c, 403, "permission_error",
 			       "OLP egress: raw IP addresses are refused unless listed", r->target);
@@ -180,8 +180,8 @@ static bool admit(struct egr_conn *c, const struct egr_req *r)
 		       r->target);
 		return false;
 	}
-	for (size_t i = 0; f->allow_hosts[i] && !listed; i++)
-		listed = !strcasecmp(f->allow_hosts[i], r->target);
+	for (size_t i = 0; i < f->allow_hosts.n && !listed; i++)
+		listed = !strcasecmp(f->allow_hosts.v[i], r->target);
 	if (!listed)
 		refuse(c, 403, "permission_error", "OLP egress: this host is not allowed",
 		       r->target);
@@ -200,7 +200,7 @@ static enum egr_addr_verdict judge(struct egr_conn *c, const char *target,
 		return EGR_ADDR_OK;
 	if (!egr_addr_from_sockaddr(ai->ai_addr, &a))
 		return EGR_ADDR_INTERNAL;
-	v = egr_addr_judge(&a, c->f->allow_hosts, ifs);
+	v = egr_addr_judge(&a, c->f->allow_hosts.v, ifs);
 	if (v != EGR_ADDR_OK)
 		log_warnx(c->f->rid, "%s: CONNECT %.100s: not to %s (%s)", c->tag, target,
 			  egr_addr_str(&a, text, sizeof(text)),

@@ -6,7 +6,6 @@
  * every wait at once: the eventfd, written once and never read, stays readable. The
  * number of connections is bounded (limits.max_conns), each thread's stack is small, and
  * the acceptor joins every thread it started before it exits. */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,159 +26,16 @@
 #include "common/banned.h"
 
 #define CONN_STACK ((size_t)512 * 1024)
-#define READ_HINT 16384
 
-/* ---- waiting and I/O of one connection --------------------------------------------- */
+/* ---- threads ------------------------------------------------------------------------ */
 
-void egr_raise_stop(struct egr_forwarder *f)
+/* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
+static void raise_stop(struct egr_forwarder *f)
 {
 	uint64_t one = 1;
 
 	(void)!write(f->stop_fd, &one, sizeof(one));
 }
-
-uint64_t egr_conn_until(const struct egr_conn *c)
-{
-	uint64_t t = mono_ms() + c->f->lim.idle_ms, d = c->f->lim.deadline_ms;
-
-	return d && d < t ? d : t;
-}
-
-int egr_conn_wait(struct egr_conn *c, int fd, short events, uint64_t until_ms)
-{
-	struct pollfd p[2] = { { .fd = fd, .events = events },
-			       { .fd = c->f->stop_fd, .events = POLLIN } };
-
-	for (;;) {
-		uint64_t now = mono_ms(), left = until_ms > now ? until_ms - now : 0;
-		int timeout = !until_ms ? -1 : left > INT_MAX ? INT_MAX : (int)left, n;
-
-		n = poll(p, 2, timeout);
-		if (n < 0 && errno != EINTR)
-			return -errno;
-		if (n > 0 && p[1].revents)
-			return -ECANCELED;
-		if (n > 0)
-			return 0; /* ready, or failed: the next read or write says how */
-		if (n == 0 && timeout == 0)
-			return -ETIMEDOUT;
-	}
-}
-
-ssize_t egr_conn_fill(struct egr_conn *c, size_t hint)
-{
-	uint64_t until = egr_conn_until(c);
-
-	for (;;) {
-		ssize_t n = buf_read_once(&c->in, c->fd, hint);
-		int w;
-
-		if (n >= 0)
-			return n;
-		if (n != -EAGAIN && n != -EINTR)
-			return n;
-		if ((w = egr_conn_wait(c, c->fd, POLLIN, until)))
-			return w;
-	}
-}
-
-int egr_conn_writev(struct egr_conn *c, int fd, struct iovec *iov, int n)
-{
-	uint64_t until = egr_conn_until(c);
-
-	while (n > 0) {
-		struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-		int ret;
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN)
-				return -errno;
-			if ((ret = egr_conn_wait(c, fd, POLLOUT, until)))
-				return ret;
-			continue;
-		}
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
-}
-
-int egr_conn_write(struct egr_conn *c, int fd, const void *data, size_t len)
-{
-	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
-
-	return egr_conn_writev(c, fd, &iov, 1);
-}
-
-int egr_conn_read_head(struct egr_conn *c, struct egr_req *r)
-{
-	size_t max = c->f->lim.max_header_bytes, scanned = 0;
-
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		size_t from = scanned > 3 ? scanned - 3 : 0;
-		const char *e = c->in.len > from
-					? memmem(c->in.data + from, c->in.len - from, "\r\n\r\n", 4)
-					: NULL;
-		ssize_t n;
-
-		if (e) {
-			size_t hl = (size_t)(e - c->in.data) + 4;
-			int ret;
-
-			if (hl > max)
-				return 431;
-			ret = egr_req_parse(r, c->in.data, hl);
-			buf_consume(&c->in, hl);
-			return ret;
-		}
-		scanned = c->in.len;
-		if (c->in.len > max)
-			return 431;
-		n = egr_conn_fill(c, READ_HINT);
-		if (n == 0)
-			return c->in.len ? -ECONNRESET : -ENODATA;
-		if (n < 0)
-			return (int)n;
-	}
-}
-
-void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg)
-{
-	struct buf body = BUF_INIT, head = BUF_INIT;
-	struct iovec iov[2];
-
-	buf_adds(&body, "{\"type\":\"error\",\"error\":{\"type\":");
-	buf_add_json_str(&body, type, strlen(type));
-	buf_adds(&body, ",\"message\":");
-	buf_add_json_str(&body, msg, strlen(msg));
-	buf_adds(&body, "}}");
-	buf_addf(&head,
-		 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		 "Connection: close\r\n\r\n",
-		 status, egr_reason(status), body.len);
-	iov[0] = (struct iovec){ .iov_base = head.data, .iov_len = head.len };
-	iov[1] = (struct iovec){ .iov_base = body.data, .iov_len = body.len };
-	(void)egr_conn_writev(c, c->fd, iov, 2);
-	if (status == 502 || status == 504)
-		atomic_fetch_add(&c->f->n_upstream_errors, 1);
-	else
-		atomic_fetch_add(&c->f->n_refused, 1);
-	buf_release(&head);
-	buf_release(&body);
-}
-
-/* ---- threads ------------------------------------------------------------------------ */
 
 struct conn_arg {
 	struct egr_forwarder *f;
@@ -298,7 +154,7 @@ static void *acceptor_main(void *arg)
 				 * while the open connections are cut. */
 				close(f->listen_fd);
 				f->listen_fd = -1;
-				egr_raise_stop(f);
+				raise_stop(f);
 				break;
 			}
 			timeout = d - now > INT_MAX ? INT_MAX : (int)(d - now);
@@ -306,7 +162,7 @@ static void *acceptor_main(void *arg)
 		n = poll(p, 2, timeout);
 		if (n < 0 && errno != EINTR) {
 			log_warn(f->rid, "egress: poll");
-			egr_raise_stop(f);
+			raise_stop(f);
 			break;
 		}
 		if (n > 0 && p[1].revents)
@@ -342,90 +198,24 @@ static char *dup_lower(const char *s)
 	return d;
 }
 
-static size_t strv_len(const char *const *v)
+/* Append a copy of each string of the NULL-terminated v (NULL: none) to to, lower-cased
+ * when asked. */
+static void push_all(struct strv *to, const char *const *v, bool lower)
 {
-	size_t n = 0;
-
-	while (v && v[n])
-		n++;
-	return n;
-}
-
-/* Copy a NULL-terminated vector (lower-cased when asked); NULL stays NULL. */
-static char **strv_copy(const char *const *v, bool lower)
-{
-	size_t n = strv_len(v);
-	char **d;
-
-	if (!v)
-		return NULL;
-	d = xcalloc(n + 1, sizeof(*d));
-	for (size_t i = 0; i < n; i++) {
-		d[i] = lower ? dup_lower(v[i]) : xstrdup(v[i]);
+	for (size_t i = 0; v && v[i]; i++) {
+		if (lower)
+			strv_push_take(to, dup_lower(v[i]));
+		else
+			strv_push(to, v[i]);
 	}
-	return d;
 }
 
-static void strv_free(char **v)
+/* Overwrite each string of v with zeros, then free v. */
+static void wipe_release(struct strv *v)
 {
-	for (size_t i = 0; v && v[i]; i++)
-		free(v[i]);
-	free(v);
-}
-
-static bool is_ip_literal(const char *host, size_t len);
-
-/* "host:port" with a DNS name and a port in 1-65535: the host's length, or 0. */
-static size_t host_port_ok(const char *hp)
-{
-	const char *colon = strrchr(hp, ':');
-	size_t hl;
-	char *end;
-	unsigned long port;
-
-	if (!colon || colon == hp)
-		return 0;
-	hl = (size_t)(colon - hp);
-	for (size_t i = 0; i < hl; i++) {
-		char ch = hp[i];
-
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
-			return 0;
-	}
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	/* Digits only: strtoul also takes a sign and leading blanks ("+443"). */
-	if (errno || *end || colon[1] < '1' || colon[1] > '9' || port < 1 || port > 65535)
-		return 0;
-	return hl;
-}
-
-bool egr_host_port_valid(const char *hp, bool *is_ip)
-{
-	size_t hl = host_port_ok(hp);
-
-	*is_ip = hl && is_ip_literal(hp, hl);
-	return hl != 0;
-}
-
-static bool is_ip_literal(const char *host, size_t len)
-{
-	char tmp[256];
-	struct in_addr a4;
-	bool digits_only = true;
-
-	if (len >= sizeof(tmp))
-		return false;
-	memcpy(tmp, host, len);
-	tmp[len] = '\0';
-	/* inet_aton takes every form libc's resolver takes as an address: "127.1",
-	 * "0x7f.1", "2130706433". A last label of digits only is never a DNS name. */
-	if (inet_aton(tmp, &a4))
-		return true;
-	for (const char *p = strrchr(tmp, '.') ? strrchr(tmp, '.') + 1 : tmp; *p; p++)
-		digits_only &= *p >= '0' && *p <= '9';
-	return digits_only;
+	for (size_t i = 0; i < v->n; i++)
+		explicit_bzero(v->v[i], strlen(v->v[i]));
+	strv_release(v);
 }
 
 /* The upstream mode's part of egr_route_check. */
@@ -550,48 +340,33 @@ static void forwarder_free(struct egr_forwarder *f)
 		close(f->stop_fd);
 	free(f->rid);
 	free(f->base);
-	strv_free(f->drop);
-	for (size_t i = 0; i < f->n_set; i++) {
-		free(f->set_names[i]);
-		explicit_bzero(f->set_lines[i], strlen(f->set_lines[i]));
-		free(f->set_lines[i]);
-	}
-	free(f->set_names);
-	free(f->set_lines);
+	strv_release(&f->drop);
+	strv_release(&f->set_names);
+	wipe_release(&f->set_lines);
 	for (size_t i = 0; i < f->n_allow; i++)
 		egr_allow_release(&f->allow[i]);
 	free(f->allow);
-	strv_free(f->models);
-	for (size_t i = 0; f->secrets && f->secrets[i]; i++)
-		explicit_bzero(f->secrets[i], strlen(f->secrets[i]));
-	strv_free(f->secrets);
+	strv_release(&f->models);
+	wipe_release(&f->secrets);
 	free(f->ca_file);
-	strv_free(f->allow_hosts);
+	strv_release(&f->allow_hosts);
 	free(f->slots);
 	free(f);
 }
 
-/* What echo.c looks for: each header value set, or its part after "Scheme " (a token and
- * a space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
- * ("2023-06-01") and masking them would garble answers. NULL when none. */
-static char **secrets_of(const struct egr_route *r)
+/* What answer.c masks: each header value set, or its part after "Scheme " (a token and a
+ * space: "Bearer sk-..."), when 16 bytes or longer; shorter values are not secrets
+ * ("2023-06-01") and masking them would garble answers. */
+static void secrets_of(const struct egr_route *r, struct strv *out)
 {
-	char **v = xcalloc(r->n_set_headers + 1, sizeof(*v));
-	size_t n = 0;
-
 	for (size_t i = 0; i < r->n_set_headers; i++) {
 		const char *val = r->set_headers[i].value, *sp = strchr(val, ' ');
 
 		if (sp && egr_is_token(val, (size_t)(sp - val)) && sp[1])
 			val = sp + 1;
 		if (strlen(val) >= 16)
-			v[n++] = xstrdup(val);
+			strv_push(out, val);
 	}
-	if (!n) {
-		free(v);
-		return NULL;
-	}
-	return v;
 }
 
 /* The route was checked (egr_route_check): every entry parses. */
@@ -609,31 +384,28 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 		n = strlen(f->base);
 		while (n && f->base[n - 1] == '/')
 			f->base[--n] = '\0';
-		f->drop = strv_copy(r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
-		f->n_set = r->n_set_headers;
-		f->set_names = xcalloc(f->n_set + 1, sizeof(char *));
-		f->set_lines = xcalloc(f->n_set + 1, sizeof(char *));
-		for (size_t i = 0; i < f->n_set; i++) {
-			struct buf b = BUF_INIT;
+		push_all(&f->drop, r->drop_headers ? r->drop_headers : EGR_DEFAULT_DROP, true);
+		for (size_t i = 0; i < r->n_set_headers; i++) {
+			const struct egr_header *h = &r->set_headers[i];
 
-			f->set_names[i] = xstrdup(r->set_headers[i].name);
+			strv_push(&f->set_names, h->name);
 			/* libcurl's way of sending a header with an empty value: "Name;". */
-			if (r->set_headers[i].value[0])
-				buf_addf(&b, "%s: %s", r->set_headers[i].name,
-					 r->set_headers[i].value);
+			if (h->value[0])
+				strv_pushf(&f->set_lines, "%s: %s", h->name, h->value);
 			else
-				buf_addf(&b, "%s;", r->set_headers[i].name);
-			f->set_lines[i] = buf_detach(&b, NULL);
+				strv_pushf(&f->set_lines, "%s;", h->name);
 		}
-		f->n_allow = strv_len(r->allow_paths);
+		while (r->allow_paths && r->allow_paths[f->n_allow])
+			f->n_allow++;
 		f->allow = xcalloc(f->n_allow + 1, sizeof(*f->allow));
-		for (size_t i = 0; i < f->n_allow; i++)
+		for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
 			(void)egr_allow_parse(r->allow_paths[i], &f->allow[i], &why);
-		f->models = strv_copy(r->models, false);
-		f->secrets = secrets_of(r);
+		f->check_models = r->models != NULL;
+		push_all(&f->models, r->models, false);
+		secrets_of(r, &f->secrets);
 		f->ca_file = r->ca_file ? xstrdup(r->ca_file) : NULL;
 	} else {
-		f->allow_hosts = strv_copy(r->allow_hosts, true);
+		push_all(&f->allow_hosts, r->allow_hosts, true);
 	}
 }
 
@@ -699,7 +471,7 @@ void egr_stop(struct egr_forwarder *f, struct egr_stats *stats)
 {
 	if (!f)
 		return;
-	egr_raise_stop(f);
+	raise_stop(f);
 	pthread_join(f->acceptor, NULL);
 	if (stats)
 		*stats = (struct egr_stats){ .conns = atomic_load(&f->n_conns),

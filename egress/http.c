@@ -6,6 +6,7 @@
  * rather than guessed: obs-folded lines, whitespace before a colon, control bytes, both
  * Content-Length and Transfer-Encoding, a transfer coding other than chunked, several
  * Content-Lengths that differ, a non-canonical path. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -322,4 +323,59 @@ const char *egr_reason(int status)
 	case 529: return "Overloaded";
 	default: return "Status";
 	}
+}
+
+/* ---- a CONNECT authority ------------------------------------------------------------ */
+
+static bool is_ip_literal(const char *host, size_t len)
+{
+	char tmp[256];
+	struct in_addr a4;
+	bool digits_only = true;
+
+	if (len >= sizeof(tmp))
+		return false;
+	memcpy(tmp, host, len);
+	tmp[len] = '\0';
+	/* inet_aton takes every form libc's resolver takes as an address: "127.1",
+	 * "0x7f.1", "2130706433". A last label of digits only is never a DNS name. */
+	if (inet_aton(tmp, &a4))
+		return true;
+	for (const char *p = strrchr(tmp, '.') ? strrchr(tmp, '.') + 1 : tmp; *p; p++)
+		digits_only &= *p >= '0' && *p <= '9';
+	return digits_only;
+}
+
+/* "host:port" with a DNS name and a port in 1-65535: the host's length, or 0. */
+static size_t host_port_ok(const char *hp)
+{
+	const char *colon = strrchr(hp, ':');
+	size_t hl;
+	char *end;
+	unsigned long port;
+
+	if (!colon || colon == hp)
+		return 0;
+	hl = (size_t)(colon - hp);
+	for (size_t i = 0; i < hl; i++) {
+		char ch = hp[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '.'))
+			return 0;
+	}
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	/* Digits only: strtoul also takes a sign and leading blanks ("+443"). */
+	if (errno || *end || colon[1] < '1' || colon[1] > '9' || port < 1 || port > 65535)
+		return 0;
+	return hl;
+}
+
+bool egr_host_port_valid(const char *hp, bool *is_ip)
+{
+	size_t hl = host_port_ok(hp);
+
+	*is_ip = hl && is_ip_literal(hp, hl);
+	return hl != 0;
 }

@@ -1,5 +1,11 @@
 /* Private to egress/: the forwarder's state, one client connection, and the HTTP/1.1
- * request-head parser they share. */
+ * request-head parser they share.
+ *
+ * The files call downwards only: forwarder.c (accepting, dispatching to a mode, start and
+ * stop) calls the modes, upstream.c and connect.c; they call conn.c (one connection's
+ * waits and I/O), which, like the modes, uses the helpers below it: http.c (the request
+ * head), policy.c, body.c, answer.c, jscan.c and addr.c. Nothing calls back up into
+ * forwarder.c. */
 #ifndef OLP_EGRESS_INTERNAL_H
 #define OLP_EGRESS_INTERNAL_H
 
@@ -27,19 +33,19 @@ struct egr_forwarder {
 	/* The route, copied (egr_start). */
 	enum egr_mode mode;
 	unsigned flags;
-	char *rid;	  /* request id for the logs, or NULL */
-	char *base;	  /* upstream base URL without a trailing '/' */
-	char **drop;	  /* lower-case header names, NULL-terminated */
-	char **set_names; /* n_set names, as given */
-	char **set_lines; /* n_set "Name: value" lines for libcurl */
-	size_t n_set;
+	char *rid;		 /* request id for the logs, or NULL */
+	char *base;		 /* upstream base URL without a trailing '/' */
+	struct strv drop;	 /* lower-case header names */
+	struct strv set_names;	 /* the names of the headers set, as given */
+	struct strv set_lines;	 /* their "Name: value" lines for libcurl (wiped) */
 	struct egr_allow *allow; /* n_allow entries of route.allow_paths, parsed */
 	size_t n_allow;
-	char **models;	       /* route.models, or NULL: not checked */
-	char **secrets;	       /* what echo.c masks in answers (NULL-terminated; wiped) */
-	char *ca_file;	       /* or NULL */
-	char **allow_hosts;    /* lower-case "host:port", NULL-terminated */
-	struct egr_limits lim; /* defaults filled in */
+	bool check_models; /* route.models was given: models is what a body may name */
+	struct strv models;
+	struct strv secrets;	 /* what answer.c masks in answers (wiped) */
+	char *ca_file;		 /* or NULL */
+	struct strv allow_hosts; /* lower-case "host:port" */
+	struct egr_limits lim;	 /* defaults filled in */
 
 	int listen_fd; /* owned by the acceptor thread once started */
 	int stop_fd;   /* eventfd: readable once the forwarder stops, for good */
@@ -53,9 +59,6 @@ struct egr_forwarder {
 	_Atomic uint64_t n_answers;
 	_Atomic int64_t tok_in, tok_out, tok_cached; /* usage.c */
 };
-
-/* Signal every thread of f to stop (idempotent, async-safe: one eventfd write). */
-void egr_raise_stop(struct egr_forwarder *f);
 
 struct egr_req;
 
@@ -83,8 +86,8 @@ int egr_allow_match(const struct egr_allow *allow, size_t n, const char *method,
  * that asks a server or a proxy on the way for another method, URL or client address
  * (X-HTTP-Method-Override, X-Original-URL, X-Forwarded-*, Forwarded, Proxy-*, ...). */
 bool egr_req_dropped(const struct egr_req *r, const char *name);
-/* Whether model is one of models (NULL-terminated; an entry ending in '*' is a prefix). */
-bool egr_model_allowed(char *const *models, const char *model, size_t len);
+/* Whether model is one of models (an entry ending in '*' is a prefix). */
+bool egr_model_allowed(const struct strv *models, const char *model, size_t len);
 
 /* ---- JSON read as it streams (jscan.c) ------------------------------------------------ */
 
@@ -112,9 +115,9 @@ struct egr_jscan {
 	char key[2][EGR_JSCAN_KEY];
 	bool key_odd[2];
 	/* private */
-	unsigned depth, key_len, lit_len, uni, cap_depth;
+	unsigned depth, key_len, lit_len, uni, cap_depth, num;
 	int expect;
-	bool in_str, str_is_key, esc, in_lit, lit_num, lit_bad, cap_on, cap_over, failed;
+	bool in_str, str_is_key, esc, in_lit, cap_on, cap_over, failed;
 	char lit[8];
 	size_t cap_len;
 	unsigned char stack[EGR_JSCAN_DEPTH]; /* 1: object, 0: array */
@@ -131,13 +134,14 @@ int egr_jscan_finish(struct egr_jscan *s);
 /* The check of one request body under EGR_CHECK_BODY. */
 struct egr_body {
 	struct egr_jscan js;
-	char *const *models;
+	const struct strv *models; /* NULL: the model is not checked */
 	bool model_seen, finished;
 	int status;	 /* when refused: 400 or 403 */
 	const char *why; /* ... and the message for the client (static) */
 };
 
-void egr_body_begin(struct egr_body *b, char *const *models);
+/* models (borrowed; NULL: any model) is what the body may name in "model". */
+void egr_body_begin(struct egr_body *b, const struct strv *models);
 /* The next bytes of the body, before they go upstream: 0, or -1 (refused: status, why). */
 int egr_body_feed(struct egr_body *b, const char *data, size_t len);
 /* The body's end, before its last bytes go upstream: 0, or -1 (refused). */
@@ -260,7 +264,7 @@ enum egr_addr_verdict egr_addr_judge(const struct egr_addr *a, char *const *allo
 /* a's address as text in out (n bytes, INET6_ADDRSTRLEN is enough): out. */
 const char *egr_addr_str(const struct egr_addr *a, char *out, size_t n);
 
-/* ---- one client connection (forwarder.c) ---------------------------------------------- */
+/* ---- one client connection (conn.c) ---------------------------------------------------- */
 
 struct egr_conn {
 	struct egr_forwarder *f;
@@ -291,7 +295,7 @@ int egr_conn_read_head(struct egr_conn *c, struct egr_req *r);
  * closed. */
 void egr_conn_error(struct egr_conn *c, int status, const char *type, const char *msg);
 
-/* ---- the modes ------------------------------------------------------------------------ */
+/* ---- the modes (upstream.c, connect.c), which forwarder.c calls ------------------------ */
 
 /* Serve one connection in upstream mode until it should be closed. */
 void egr_upstream_serve(struct egr_conn *c);

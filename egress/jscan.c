@@ -4,10 +4,10 @@
  *
  * Strict on purpose: the request check decides from this reading which members a body
  * has, and the upstream acts on its own reading. Where two parsers could differ
- * (comments, trailing commas, NaN, single quotes, a second value after the first, control
- * bytes in strings, bad escapes) the text is refused rather than guessed. Keys that
- * held an escape are marked, so that "mo\u0064el" cannot pass as a key that is not
- * "model". */
+ * (comments, trailing commas, NaN, numbers like "01" or "1-2", single quotes, a second
+ * value after the first, control bytes in strings, bad escapes) the text is refused rather
+ * than guessed. Keys that held an escape are marked, so that "mo\u0064el" cannot pass as
+ * a key that is not "model". */
 #include <stdint.h>
 #include <string.h>
 
@@ -87,7 +87,41 @@ static bool lit_char(char c)
 	       c == '-' || c == '+' || c == '.';
 }
 
-/* true, false, null, or a number as JSON writes one (loosely: its characters). */
+/* Where a number is in RFC 8259's grammar, -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?,
+ * after the characters read so far (s->num). Only the N_END_* states end a number. */
+enum num_state {
+	N_NONE = 0, /* nothing read */
+	N_MINUS,    /* "-" */
+	N_BAD,	    /* not a number */
+	N_DOT,	    /* "1." */
+	N_E,	    /* "1e" */
+	N_E_SIGN,   /* "1e+" */
+	N_END_ZERO, /* "0", "-0": only '.', 'e' may follow */
+	N_END_INT,  /* "12" */
+	N_END_FRAC, /* "1.5" */
+	N_END_EXP,  /* "1e5" */
+};
+
+static unsigned num_next(unsigned st, char c)
+{
+	bool digit = c >= '0' && c <= '9', e = c == 'e' || c == 'E';
+
+	switch (st) {
+	case N_NONE: return c == '-' ? N_MINUS : c == '0' ? N_END_ZERO : digit ? N_END_INT : N_BAD;
+	case N_MINUS: return c == '0' ? N_END_ZERO : digit ? N_END_INT : N_BAD;
+	case N_END_ZERO: return c == '.' ? N_DOT : e ? N_E : N_BAD;
+	case N_END_INT: return digit ? N_END_INT : c == '.' ? N_DOT : e ? N_E : N_BAD;
+	case N_DOT: return digit ? N_END_FRAC : N_BAD;
+	case N_END_FRAC: return digit ? N_END_FRAC : e ? N_E : N_BAD;
+	case N_E: return c == '+' || c == '-' ? N_E_SIGN : digit ? N_END_EXP : N_BAD;
+	case N_E_SIGN:
+	case N_END_EXP: return digit ? N_END_EXP : N_BAD;
+	default: return N_BAD;
+	}
+}
+
+/* true, false, null, or a number as RFC 8259 writes one: a parser that reads "1-2" or
+ * "01" its own way could see other members than the check saw. */
 static int lit_end(struct egr_jscan *s)
 {
 	const char *l = s->lit;
@@ -95,7 +129,7 @@ static int lit_end(struct egr_jscan *s)
 
 	s->in_lit = false;
 	if ((n == 4 && !memcmp(l, "true", 4)) || (n == 5 && !memcmp(l, "false", 5)) ||
-	    (n == 4 && !memcmp(l, "null", 4)) || (s->lit_num && !s->lit_bad))
+	    (n == 4 && !memcmp(l, "null", 4)) || s->num >= N_END_ZERO)
 		return value_end(s);
 	return fail(s);
 }
@@ -107,8 +141,7 @@ static void lit_add(struct egr_jscan *s, char c)
 		s->lit[s->lit_len] = c;
 	if (s->lit_len < UINT32_MAX)
 		s->lit_len++;
-	if (!strchr("0123456789+-.eE", c))
-		s->lit_bad = true;
+	s->num = num_next(s->num, c);
 }
 
 static bool hex(char c)
@@ -236,8 +269,7 @@ static int structural(struct egr_jscan *s, char c)
 			return fail(s);
 		s->in_lit = true;
 		s->lit_len = 0;
-		s->lit_bad = false;
-		s->lit_num = c == '-' || (c >= '0' && c <= '9');
+		s->num = N_NONE;
 		lit_add(s, c);
 		return 0;
 	}

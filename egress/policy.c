@@ -122,15 +122,16 @@ bool egr_req_dropped(const struct egr_req *r, const char *name)
 	return false;
 }
 
-bool egr_model_allowed(char *const *models, const char *model, size_t len)
+bool egr_model_allowed(const struct strv *models, const char *model, size_t len)
 {
-	for (; models && *models; models++) {
-		size_t ml = strlen(*models);
+	for (size_t i = 0; i < models->n; i++) {
+		const char *m = models->v[i];
+		size_t ml = strlen(m);
 
-		if (ml && (*models)[ml - 1] == '*') {
-			if (len >= ml - 1 && !memcmp(model, *models, ml - 1))
+		if (ml && m[ml - 1] == '*') {
+			if (len >= ml - 1 && !memcmp(model, m, ml - 1))
 				return true;
-		} else if (ml == len && !memcmp(model, *models, len)) {
+		} else if (ml == len && !memcmp(model, m, len)) {
 			return true;
 		}
 	}

@@ -532,7 +532,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 		return len;
 	/* Counted before the client has it: whatever the run saw, the count saw first. */
 	egr_answer_feed(&u->ans, p, len);
-	if (u->c->f->secrets) {
+	if (u->c->f->secrets.n) {
 		egr_echo_mask(&u->ans, p, len, &u->masked);
 		ret = write_piece(u, u->masked.data, u->masked.len);
 	} else {
@@ -547,10 +547,10 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 
 /* ---- one request --------------------------------------------------------------------- */
 
-static bool name_in(char *const *list, const char *name)
+static bool name_in(const struct strv *list, const char *name)
 {
-	for (; list && *list; list++)
-		if (!strcasecmp(*list, name))
+	for (size_t i = 0; i < list->n; i++)
+		if (!strcasecmp(list->v[i], name))
 			return true;
 	return false;
 }
@@ -578,8 +578,8 @@ static void build_headers(struct up *u)
 	for (size_t i = 0; i < r->nh; i++) {
 		const struct egr_hdr *h = &r->h[i];
 
-		if (egr_req_dropped(r, h->name) || name_in(f->drop, h->name) ||
-		    name_in(f->set_names, h->name) || !strcasecmp(h->name, "accept-encoding"))
+		if (egr_req_dropped(r, h->name) || name_in(&f->drop, h->name) ||
+		    name_in(&f->set_names, h->name) || !strcasecmp(h->name, "accept-encoding"))
 			continue;
 		accept |= !strcasecmp(h->name, "accept");
 		ctype |= !strcasecmp(h->name, "content-type");
@@ -590,8 +590,8 @@ static void build_headers(struct up *u)
 			buf_addf(&line, "%s;", h->name);
 		add_header(u, line.data);
 	}
-	for (size_t i = 0; i < f->n_set; i++)
-		add_header(u, f->set_lines[i]);
+	for (size_t i = 0; i < f->set_lines.n; i++)
+		add_header(u, f->set_lines.v[i]);
 	/* "Name:" removes a header libcurl would add by itself. */
 	if (!accept)
 		add_header(u, "Accept:");
@@ -772,7 +772,7 @@ static void up_begin(struct up *u, const struct egr_req *r)
 	u->body_why = NULL;
 	u->check_body = u->has_body && (u->c->f->flags & EGR_CHECK_BODY);
 	if (u->check_body)
-		egr_body_begin(&u->check, u->c->f->models);
+		egr_body_begin(&u->check, u->c->f->check_models ? &u->c->f->models : NULL);
 	egr_answer_begin(&u->ans, u->c->f, NULL, 0, true);
 	u->head_sent = u->head_written = u->chunked_out = u->close_delim = u->no_body =
 		u->close_after = false;

@@ -1304,14 +1304,6 @@ out_answer:
 
 /* ---- GET /v1/usage, /dashboard, /metrics (issue 14) --------------------------------------- */
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 #define USAGE_RECENT_DEFAULT 20
 #define USAGE_RECENT_MAX 200
 #define USAGE_SINCE_DAYS 30

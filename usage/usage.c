@@ -179,14 +179,6 @@ struct usage_store {
 	_Atomic int last_err;
 };
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t floor_to(int64_t t, int64_t unit)
 {
 	int64_t q = t / unit;

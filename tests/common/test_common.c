@@ -764,6 +764,13 @@ static void test_utils(void)
 	CU_ASSERT(t1 > t0);
 	CU_ASSERT(t1 - t0 >= 2000000u);
 	CU_ASSERT(mono_ms() >= t1 / 1000000u);
+	/* The wall clock in milliseconds: time(2)'s seconds, read around it. */
+	{
+		int64_t before = (int64_t)time(NULL) * 1000, ms = wall_ms(),
+			after = (int64_t)time(NULL) * 1000 + 999;
+
+		CU_ASSERT(ms >= before && ms <= after);
+	}
 
 	CU_ASSERT_EQUAL(write_all(-1, "x", 1), -EBADF);
 

@@ -640,11 +640,25 @@ static void test_body_check(void)
 		{ "{\"model\":\"claude-run\" /* c */}", 400 },
 		{ "{'model':'claude-run'}", 400 },
 		{ "{\"model\":\"claude-run\",\"n\":NaN}", 400 },
+		/* Numbers as RFC 8259 writes them, not any run of their characters. */
+		{ "{\"model\":\"claude-run\",\"n\":[0,-0.5,1e9,2E+3,-4.25e-1]}", 200 },
+		{ "{\"model\":\"claude-run\",\"n\":-}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":1-2}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":01}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":1.}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":.5}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":1e}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":1e+}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":+1}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":1.2.3}", 400 },
+		{ "{\"model\":\"claude-run\",\"n\":[1E5e5]}", 400 },
+		{ "-", 400 },
 		{ "{\"model\":\"claude-run\"", 400 },
 		{ "model=claude-run", 400 },
 	};
 	const char *const allow[] = { "POST /v1/messages", NULL };
-	const char *const models[] = { "claude-run", "claude-haiku-*", NULL };
+	const char *const models[] = { "claude-run", "claude-haiku-*", NULL },
+			  *const no_models[] = { NULL };
 	struct egr_route r = plain_route();
 	struct buf big = BUF_INIT;
 	struct tc_resp resp;
@@ -707,6 +721,17 @@ static void test_body_check(void)
 	tc_close(&t);
 	CU_ASSERT_EQUAL(tu_requests(up_plain), before + 1);
 	buf_release(&big);
+	egr_stop(f, NULL);
+	/* A list of models given empty allows none (fail closed); no list allows any. */
+	r.models = no_models;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"claude-run\"}"), 403);
+	egr_stop(f, NULL);
+	r.models = NULL;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"other\"}"), 200);
 	egr_stop(f, NULL);
 }
 

@@ -20,15 +20,29 @@
  *  - an authority that egr_host_port_valid() calls a name and not an IP is one libc
  *    cannot read as an address (a raw IP must never pass as a listed name), and its port
  *    is 1-65535 in plain digits.
+ * What follows the head's blank line is a body, read as the forwarder reads bodies and
+ * answers (egress/jscan.c, body.c, answer.c), whole and in pieces of 1-13 bytes:
+ *  - the streaming JSON reader, the body check, the usage count and the echo mask come
+ *    to the same result however the bytes are cut;
+ *  - a text the reader calls one JSON value, jansson reads too (when it is UTF-8, and but
+ *    for numbers jansson cannot hold and \u escapes of lone surrogates, which the reader
+ *    lets through unread); below the reader's depth limit and without a NUL byte (where
+ *    jansson ends the text), the converse holds too;
+ *  - a body the check lets through names, by jansson's reading, only an allowed model
+ *    and no "background" but false or null;
+ *  - a masked answer is as long as the answer and holds no copy of the secret.
  * Chunked body decoding lives in egress/upstream.c (static, driven by a connection) and
  * is not reached from here; test_egress covers it over a socket.
  *
  *   fuzz_egress -max_total_time=20 -dict=tests/fuzz/egress.dict corpus-egress/ */
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <jansson.h>
 
 #include "egress/internal.h"
 #include "common/banned.h"
@@ -241,6 +255,165 @@ static void check_roundtrip(const struct egr_req *r)
 	buf_release(&b);
 }
 
+/* ---- bodies and answers --------------------------------------------------------------- */
+
+#define SECRET "sk-fuzz-secret-0123456789"
+
+/* The length of the next piece: the rest when step is 0, else 1-13 bytes. */
+static size_t piece(size_t left, unsigned step, size_t i)
+{
+	size_t k = step ? 1 + (i * step) % 13 : left;
+
+	return k < left ? k : left;
+}
+
+/* The reader alone, with no callbacks: 0 when the text is exactly one JSON value. */
+static int jscan_verdict(const char *d, size_t n, unsigned step)
+{
+	struct egr_jscan *s = calloc(1, sizeof(*s));
+	int ret = 0;
+
+	if (!s)
+		abort();
+	for (size_t off = 0, i = 0, k; off < n && !ret; off += k, i++) {
+		k = piece(n - off, step, i);
+		ret = egr_jscan_feed(s, d + off, k);
+	}
+	if (!ret)
+		ret = egr_jscan_finish(s);
+	free(s);
+	return ret;
+}
+
+/* The body check: 0 (let through) or its status (400 or 403). */
+static int body_verdict(const char *d, size_t n, unsigned step, const struct strv *models)
+{
+	struct egr_body *b = calloc(1, sizeof(*b));
+	int ret = 0;
+
+	if (!b)
+		abort();
+	egr_body_begin(b, models);
+	for (size_t off = 0, i = 0, k; off < n && !ret; off += k, i++) {
+		k = piece(n - off, step, i);
+		ret = egr_body_feed(b, d + off, k);
+	}
+	if (!ret)
+		ret = egr_body_finish(b);
+	ret = ret ? b->status : 0;
+	free(b);
+	return ret;
+}
+
+/* Where jansson and the reader may differ on purpose (see the top of this file). */
+static bool jansson_differs_on_purpose(const char *d, size_t n, const json_error_t *e)
+{
+	return !utf8_valid(d, n) || json_error_code(e) == json_error_numeric_overflow ||
+	       strstr(e->text, "invalid Unicode") != NULL;
+}
+
+/* What the check let through, read by jansson: the model allowed, no background. */
+static void check_let_through(const char *d, size_t n, const struct strv *models)
+{
+	json_t *root = json_loadb(d, n, JSON_ALLOW_NUL, NULL);
+	const char *key;
+	json_t *v;
+
+	if (!root)
+		return;
+	CHECK(json_is_object(root));
+	json_object_foreach(root, key, v) {
+		if (!strcasecmp(key, "model"))
+			CHECK(json_is_string(v) && egr_model_allowed(models, json_string_value(v),
+								     json_string_length(v)));
+		if (!strcasecmp(key, "background"))
+			CHECK(json_is_false(v) || json_is_null(v));
+	}
+	json_decref(root);
+}
+
+static void check_body(const char *d, size_t n, unsigned step)
+{
+	struct strv models = STRV_INIT;
+	json_error_t e;
+	json_t *j;
+	int whole, st;
+
+	whole = jscan_verdict(d, n, 0);
+	CHECK(jscan_verdict(d, n, step) == whole);
+	j = json_loadb(d, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+	if (!whole && !j)
+		CHECK(jansson_differs_on_purpose(d, n, &e));
+	/* jansson ends its text at a NUL byte; the reader refuses one outside a string. */
+	if (whole && j && n < EGR_JSCAN_DEPTH && !memchr(d, '\0', n))
+		abort(); /* jansson read a value the reader refused */
+	json_decref(j);
+
+	strv_push(&models, "claude-run");
+	strv_push(&models, "claude-haiku-*");
+	st = body_verdict(d, n, 0, &models);
+	CHECK(st == 0 || st == 400 || st == 403);
+	CHECK(body_verdict(d, n, step, &models) == st);
+	if (!st)
+		check_let_through(d, n, &models);
+	strv_release(&models);
+}
+
+/* One answer read as SSE or JSON in pieces: the counts it adds to f, and the masked text
+ * in out. */
+static void answer_read(struct egr_forwarder *f, const char *d, size_t n, unsigned step, bool sse,
+			struct buf *out)
+{
+	struct egr_answer a;
+	struct buf piece_out = BUF_INIT;
+	const char *ctype = sse ? "text/event-stream" : "application/json";
+
+	memset(&a, 0, sizeof(a));
+	buf_init(&a.held);
+	egr_answer_begin(&a, f, ctype, strlen(ctype), false);
+	buf_reset(out);
+	for (size_t off = 0, i = 0, k; off < n; off += k, i++) {
+		k = piece(n - off, step, i);
+		egr_answer_feed(&a, d + off, k);
+		egr_echo_mask(&a, d + off, k, &piece_out);
+		buf_add(out, piece_out.data, piece_out.len);
+	}
+	egr_answer_end(&a);
+	buf_add(out, a.held.data, a.held.len);
+	egr_answer_release(&a);
+	buf_release(&piece_out);
+}
+
+static void check_answer(const char *d, size_t n, unsigned step)
+{
+	struct egr_forwarder *f[2];
+	struct buf out[2] = { BUF_INIT, BUF_INIT };
+
+	for (int sse = 0; sse < 2; sse++) {
+		for (int i = 0; i < 2; i++) {
+			f[i] = calloc(1, sizeof(*f[i]));
+			if (!f[i])
+				abort();
+			strv_push(&f[i]->secrets, SECRET);
+			answer_read(f[i], d, n, i ? step : 0, sse, &out[i]);
+		}
+		CHECK(atomic_load(&f[0]->n_answers) == atomic_load(&f[1]->n_answers));
+		CHECK(atomic_load(&f[0]->tok_in) == atomic_load(&f[1]->tok_in));
+		CHECK(atomic_load(&f[0]->tok_out) == atomic_load(&f[1]->tok_out));
+		CHECK(atomic_load(&f[0]->tok_cached) == atomic_load(&f[1]->tok_cached));
+		for (int i = 0; i < 2; i++) {
+			CHECK(out[i].len == n);
+			CHECK(!memmem(out[i].data, out[i].len, SECRET, strlen(SECRET)));
+			if (!memmem(d, n, SECRET, strlen(SECRET)))
+				CHECK(!memcmp(out[i].data, d, n));
+			strv_release(&f[i]->secrets);
+			free(f[i]);
+		}
+	}
+	buf_release(&out[0]);
+	buf_release(&out[1]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct buf in = BUF_INIT;
@@ -271,5 +444,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	in.data[hl] = '\0';
 	check_authority(in.data);
 	buf_release(&in);
+
+	/* The bytes after the head's blank line, when there is one, as a body and an answer;
+	 * the input's length picks how they are cut. */
+	end = memmem(data, size, "\r\n\r\n", 4);
+	if (end) {
+		const char *body = end + 4;
+		size_t blen = size - (size_t)(body - (const char *)data);
+		unsigned step = 1 + (unsigned)(size % 11);
+
+		check_body(body, blen, step);
+		check_answer(body, blen, step);
+	}
 	return 0;
 }
