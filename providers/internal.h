@@ -55,8 +55,8 @@ struct provider_ops {
 	 * NULL-terminated, or NULL ... */
 	const char *const *model_aliases;
 	const char *alias_prefix;
-	/* ... and what to tell the operator at load when its runs go upstream and its program
-	 * is installed (vibe: where its API base must point), or NULL. */
+	/* ... and what to tell the operator at start when its runs go upstream and its
+	 * program is installed (vibe: where its API base must point; notes.c), or NULL. */
 	const char *upstream_note;
 	/* Why it lacks a capability, said after "only <types> models can", or NULL. */
 	const char *no_tools_why;

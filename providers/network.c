@@ -552,8 +552,6 @@ static void warn_overrides(const struct prov_provider *pv, const json_t *v, cons
 			  "%s.env.%s: not given to runs: network.set_headers adds the credential, "
 			  "the run holds a placeholder; remove it from env",
 			  where, pv->ops->api_key_env);
-	if (n->mode == PROV_NET_UPSTREAM && pv->ops && pv->ops->upstream_note)
-		log_warnx(NULL, "%s.network: %s", where, pv->ops->upstream_note);
 	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider &&
 	    default_for(pv) && !strcmp(n->upstream, default_for(pv)->upstream))
 		log_warnx(NULL,

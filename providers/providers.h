@@ -298,6 +298,11 @@ json_t *prov_format_messages(const json_t *messages, enum prov_format format, co
  * <dir>/slots): the same directory for every process of the pool. Without it there is no
  * concurrency cap. 0 or -errno. */
 int prov_set_state_dir(const char *dir);
+/* Say what the operator should know of the providers' configuration at start (vibe: where
+ * its config.toml's api_base must point), once per web server run across the workers that
+ * share dir (the same dir as above; NULL: say it), and only for a program that is
+ * installed (notes.c). */
+void prov_registry_notes(const struct prov_registry *reg, const char *dir);
 
 /* ---- running ------------------------------------------------------------------------- */
 

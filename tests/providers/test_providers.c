@@ -1110,6 +1110,48 @@ static void load_args_run(void *arg)
 	a->reg = load_text(a->text, NULL, &a->err);
 }
 
+struct notes_args {
+	const struct prov_registry *reg;
+};
+
+static void notes_run(void *arg)
+{
+	prov_registry_notes(((struct notes_args *)arg)->reg, tmpdir);
+}
+
+/* vibe's note (its config.toml's api_base must point at the forwarder) is not said at
+ * load, by every worker at every start: prov_registry_notes says it once per web server
+ * (the workers' parent) across the pool sharing the state dir, and only when vibe's
+ * program is installed. The load part fails on the old code, which said it at load
+ * whether or not vibe was there. */
+static void test_registry_notes(void)
+{
+	static const char reg_text[] =
+		"{\"version\":1,\"providers\":{"
+		"\"here\":{\"type\":\"vibe\",\"bin\":\"/bin/true\",\"models\":[{\"id\":\"h\"}]},"
+		"\"gone\":{\"type\":\"vibe\",\"bin\":\"/nonexistent/"
+		"vibe\",\"models\":[{\"id\":\"g\"}]}"
+		"}}";
+	struct load_args la = { .text = reg_text, .err = BUF_INIT };
+	struct notes_args na;
+	struct buf out = BUF_INIT;
+
+	capture_stderr(load_args_run, &la, &out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(la.reg);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "config.toml only"));
+	na.reg = la.reg;
+	capture_stderr(notes_run, &na, &out);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "providers.here.network: vibe takes its API base "
+						"from its config.toml only"));
+	CU_ASSERT_PTR_NULL(strstr(out.data, "providers.gone"));
+	/* A second worker of the same parent stays quiet. */
+	capture_stderr(notes_run, &na, &out);
+	CU_ASSERT_EQUAL(out.len, 0);
+	prov_registry_free(la.reg);
+	buf_release(&la.err);
+	buf_release(&out);
+}
+
 /* Names that reach response headers and file names are checked at load: an entry with a
  * control character (a CR/LF that would inject a Set-Cookie through X-OLP-Model-Used), a
  * character outside the id charset or a path in a provider name is skipped, with a
@@ -1832,6 +1874,8 @@ int main(void)
 		{ "network: bad forms and unusable credentials refused", test_network_errors },
 		{ "a provider from JSON, without a registry", test_provider_from_json },
 		{ "a type's capabilities and defaults, from the table", test_provider_caps },
+		{ "start-up notes: once per pool, only for an installed program",
+		  test_registry_notes },
 		{ "CLI and credentials found or not (/health)", test_cli_state },
 		{ "registry: shipped default loads", test_registry_shipped_default },
 		{ NULL, NULL },
