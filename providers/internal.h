@@ -22,7 +22,7 @@ enum prov_setting {
 	PROV_SET_TOOLS = 1 << 4,	 /* "tools" */
 	PROV_SET_CONFIG_TOML = 1 << 5,	 /* "config_toml", "model_provider" */
 	/* config.json's overrides are checked before their type is known: every setting. */
-	PROV_SET_ALL = ~0u,
+	PROV_SET_ALL = (1 << 6) - 1,
 };
 
 /* Everything OLP knows of one provider type: a new type is its file (the plan and the
