@@ -1083,8 +1083,12 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
 {
 	unsigned need = (req->nimages ? PROV_CAP_IMAGES : 0) | (req->tools ? PROV_CAP_TOOLS : 0);
+	const struct prov_provider *pv;
+	const char *param;
+	struct buf why = BUF_INIT;
 	struct fcgi_error e;
 	size_t i, n = 0;
+	unsigned cap;
 
 	if (!need)
 		return 0;
@@ -1095,24 +1099,13 @@ static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *re
 		a->nhops = n;
 		return 0;
 	}
-	if (req->tools && !(prov_provider_caps(a->hops[0].m->provider) & PROV_CAP_TOOLS)) {
-		const char *type = prov_provider_type(a->hops[0].m->provider);
-
-		fcgi_error_set(&e, 400, "invalid_request_error", NULL, "tools",
-			       "tools: model '%.200s' (provider type %s) cannot take tools; only "
-			       "claude models can%s",
-			       req->model, type,
-			       strcmp(type, "codex")
-				       ? ""
-				       : " (codex exec runs every MCP tool it is given itself and "
-					 "cannot hand a call back to the client)");
-		send_error(rc, &e, NULL);
-		return -1;
-	}
-	fcgi_error_set(&e, 400, "invalid_request_error", NULL, req->image_param,
-		       "%s: model '%.200s' (provider type %s) takes no images; only claude "
-		       "models do",
-		       req->image_param, req->model, prov_provider_type(a->hops[0].m->provider));
+	pv = a->hops[0].m->provider;
+	cap = req->tools && !(prov_provider_caps(pv) & PROV_CAP_TOOLS) ? PROV_CAP_TOOLS
+								       : PROV_CAP_IMAGES;
+	param = cap == PROV_CAP_TOOLS ? "tools" : req->image_param;
+	prov_cap_refusal(pv, cap, req->model, &why);
+	fcgi_error_set(&e, 400, "invalid_request_error", NULL, param, "%s: %s", param, why.data);
+	buf_release(&why);
 	send_error(rc, &e, NULL);
 	return -1;
 }

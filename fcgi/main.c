@@ -306,6 +306,7 @@ static int app_init(bool cgi)
 	if (ret)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
+	prov_registry_notes(app.reg, app.cfg.runtime_dir);
 	/* The keys' concurrency slots too, in a dir of their own: a key's file names can
 	 * never meet a provider's. */
 	app.keyslot_dir = path_join(app.cfg.runtime_dir, "keyslots");

@@ -216,7 +216,6 @@ static void claude_stdin(const struct prov_provider *pv, const struct prov_reque
 static int claude_plan(const struct prov_provider *pv, const struct prov_request *req,
 		       struct prov_plan *plan, struct prov_outcome *out)
 {
-	static const char *const creds[] = { "~/.claude/.credentials.json", NULL };
 	const char *const args[] = { "-p",
 				     "--input-format",
 				     "stream-json",
@@ -232,7 +231,7 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 	char num[32];
 	int ret;
 
-	if ((ret = prov_cli_push_program(pv, "OLP_CLAUDE_BIN", "claude", plan, out)))
+	if ((ret = prov_cli_push_program(pv, plan, out)))
 		return ret;
 	for (size_t i = 0; i < ARRAY_SIZE(args); i++)
 		strv_push(&plan->argv, args[i]);
@@ -255,7 +254,7 @@ static int claude_plan(const struct prov_provider *pv, const struct prov_request
 	/* Credentials only as configured (prov_run adds the provider's "env"): the sandbox
 	 * environment starts empty, so nothing (ANTHROPIC_API_KEY, CLAUDECODE…) leaks in
 	 * from the worker's own environment. */
-	return prov_cli_bind_credentials(pv, creds, req, plan, out);
+	return prov_cli_bind_credentials(pv, req, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -686,6 +685,21 @@ static void claude_parser_free(void *st)
 
 const struct provider_ops prov_claude_ops = {
 	.type = "claude",
+	.node_name = "anthropic",
+	.settings = PROV_SET_CLI | PROV_SET_MAX_RETRIES | PROV_SET_SYSTEM_PROMPT | PROV_SET_TOOLS,
+	/* Measured (docs/performance.md, "Pre-started clients"): the CLI's own start-up is
+	 * most of claude's first-token wait, so one is kept started by default. */
+	.prestart = 1,
+	.bin_env = "OLP_CLAUDE_BIN",
+	.bin_name = "claude",
+	.credentials = (const char *const[]){ "~/.claude/.credentials.json", NULL },
+	.upstream = "https://api.anthropic.com",
+	.allow_paths = (const char *const[]){ "POST /v1/messages", "POST /v1/messages/count_tokens",
+					      NULL },
+	.model_in_argv = true,
+	/* claude maps an alias ("sonnet") to a full id itself. */
+	.model_aliases = (const char *const[]){ "sonnet", "opus", "haiku", NULL },
+	.alias_prefix = "claude-",
 	.upstream_tokens = true,
 	.credentials_ok = prov_claude_credentials_ok,
 	.base_url_env = "ANTHROPIC_BASE_URL",

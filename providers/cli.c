@@ -90,16 +90,15 @@ static int resolve(const char *what, char *real)
 	return 0;
 }
 
-int prov_cli_find(const struct prov_provider *pv, const char *env_name, const char *name,
-		  char *real)
+int prov_cli_find(const struct prov_provider *pv, char *real)
 {
-	const char *env_bin = env_name ? getenv(env_name) : NULL;
+	const char *env_bin = pv->ops->bin_env ? getenv(pv->ops->bin_env) : NULL;
 
 	if (pv->bin)
 		return resolve(pv->bin, real);
 	if (env_bin && *env_bin)
 		return resolve(env_bin, real);
-	return path_lookup(name, real);
+	return pv->ops->bin_name ? path_lookup(pv->ops->bin_name, real) : -ENOENT;
 }
 
 int prov_cli_bind_install(struct sbx_policy *p, const char *real)
@@ -150,16 +149,17 @@ static void shebang_interp(const char *path, char *interp, size_t size)
 	snprintf(interp, size, "%.*s", (int)(e - s), s);
 }
 
-int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, const char *name,
-			  struct prov_plan *plan, struct prov_outcome *out)
+int prov_cli_push_program(const struct prov_provider *pv, struct prov_plan *plan,
+			  struct prov_outcome *out)
 {
 	char real[PATH_MAX], interp[256], interp_real[PATH_MAX];
 	int ret;
 
-	if (prov_cli_find(pv, env_name, name, real)) {
+	if (prov_cli_find(pv, real)) {
 		snprintf(out->message, sizeof(out->message),
 			 "provider %s: program \"%s\" not found (set providers.%s.bin or %s)",
-			 pv->name, pv->bin ? pv->bin : name, pv->name, env_name);
+			 pv->name, pv->bin ? pv->bin : pv->ops->bin_name, pv->name,
+			 pv->ops->bin_env);
 		return -ENOENT;
 	}
 	shebang_interp(real, interp, sizeof(interp));
@@ -256,10 +256,10 @@ static int bind_one_credential(struct prov_plan *plan, const char *host, const c
 	return bind_cred_file(plan, host, inside, check);
 }
 
-int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
-			      const struct prov_request *req, struct prov_plan *plan,
-			      struct prov_outcome *out)
+int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_request *req,
+			      struct prov_plan *plan, struct prov_outcome *out)
 {
+	const char *const *dflt = pv->ops->credentials;
 	/* A login is replaced only by its owner's runs, and only with a file of its own
 	 * format: a guest's run must not swap in a login of its choosing (or garbage) that
 	 * every later run, the owner's included, would use (issue 22). */
@@ -335,25 +335,16 @@ static bool file_present(const char *path)
 
 void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_state *out)
 {
-	/* The types' defaults, as their plans use them (claude.c, codex.c, vibe.c). */
-	static const struct {
-		const char *type, *env, *name, *creds[3];
-	} types[] = {
-		{ "claude", "OLP_CLAUDE_BIN", "claude", { "~/.claude/.credentials.json" } },
-		{ "codex", "OLP_CODEX_BIN", "codex", { "~/.codex/auth.json" } },
-		{ "vibe", "OLP_VIBE_BIN", "vibe", { "~/.vibe/.env", "~/.vibe/config.toml" } },
-	};
+	const char *const *dflt = pv->ops->credentials;
 	char real[PATH_MAX];
-	size_t i, t, found = 0;
+	size_t i, found = 0;
 
 	*out = (struct prov_cli_state){ .credentials = "not_needed" };
-	for (t = 0; t < ARRAY_SIZE(types) && strcmp(types[t].type, pv->type); t++)
-		;
-	if (t == ARRAY_SIZE(types)) { /* a command */
+	if (!pv->ops->bin_name) { /* its program is its argv (a command) */
 		out->cli_found = pv->argv.n && is_exec_file(pv->argv.v[0]);
 		return;
 	}
-	out->cli_found = !prov_cli_find(pv, types[t].env, types[t].name, real);
+	out->cli_found = !prov_cli_find(pv, real);
 	if (prov_net_secretless(&pv->net))
 		return;
 	/* Configured files must all be there; of the defaults one is enough (vibe reads its
@@ -365,7 +356,7 @@ void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_sta
 			pv->cred_host.n && found == pv->cred_host.n ? "present" : "missing";
 		return;
 	}
-	for (i = 0; types[t].creds[i]; i++)
-		found += file_present(types[t].creds[i]);
+	for (i = 0; dflt && dflt[i]; i++)
+		found += file_present(dflt[i]);
 	out->credentials = found ? "present" : "missing";
 }

@@ -7,20 +7,19 @@
 #include "providers/internal.h"
 
 /* Find the provider's program and put what to execute at the front of plan->argv:
- * pv->bin (absolute, or a name looked up on PATH), else the environment variable
- * env_name (OLP_CLAUDE_BIN, …), else name on PATH. Symlinks are resolved, and the real
+ * pv->bin (absolute, or a name looked up on PATH), else the type's environment variable
+ * (ops->bin_env: OLP_CLAUDE_BIN, …), else its name (ops->bin_name) on PATH. Symlinks are resolved, and the real
  * install directory is bound read-only (an npm package's root: claude's native binary
  * lives in its package, codex's in a platform package). A "#!" script whose interpreter
  * lies outside /usr is run through that interpreter by its real path, which is bound too.
  * On failure out->message says what was looked for; returns -ENOENT, or the sandbox
  * policy's -errno. */
-int prov_cli_push_program(const struct prov_provider *pv, const char *env_name, const char *name,
-			  struct prov_plan *plan, struct prov_outcome *out);
+int prov_cli_push_program(const struct prov_provider *pv, struct prov_plan *plan,
+			  struct prov_outcome *out);
 
 /* Resolve a program like prov_cli_push_program does, without a plan: the real path into
  * real (PATH_MAX bytes). 0 or -ENOENT. */
-int prov_cli_find(const struct prov_provider *pv, const char *env_name, const char *name,
-		  char *real);
+int prov_cli_find(const struct prov_provider *pv, char *real);
 
 /* Bind the read-only install tree of the program at real path `real` (nothing when it
  * lies under /usr, which every sandbox sees). */
@@ -28,15 +27,14 @@ int prov_cli_bind_install(struct sbx_policy *p, const char *real);
 
 /* Bind credential files into the scratch home: none at all for a secretless provider
  * (network.set_headers: the worker adds the credential), else pv's "credentials" (see
- * struct prov_provider), else dflt (NULL-terminated "~/" paths; one that cannot be placed is
- * left out). A host path with no place given keeps its place relative to HOME inside.
+ * struct prov_provider), else the type's defaults (ops->credentials: one that cannot be
+ * placed is left out). A host path with no place given keeps its place relative to HOME inside.
  * Every run gets a copy; it is written back only with "credentials_writable" (OAuth
  * clients that refresh tokens), for a run of the login's owner (req->login_owner), and
  * when the type's credentials_ok accepts it. Missing files are skipped when the run
  * starts. 0, or -errno with out->message set. */
-int prov_cli_bind_credentials(const struct prov_provider *pv, const char *const dflt[],
-			      const struct prov_request *req, struct prov_plan *plan,
-			      struct prov_outcome *out);
+int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_request *req,
+			      struct prov_plan *plan, struct prov_outcome *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 

@@ -90,18 +90,17 @@ static void push_config(struct prov_plan *plan, const char *fmt, ...)
 static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
 		      struct prov_plan *plan, struct prov_outcome *out)
 {
-	static const char *const creds[] = { "~/.codex/auth.json", NULL };
 	const char *mp = pv->model_provider;
 	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
 	char real[PATH_MAX], native[PATH_MAX], toml[sizeof(CODEX_HOME "/config.toml")];
 	const char *codex_home = CODEX_HOME;
 	int ret;
 
-	if (!prov_cli_find(pv, "OLP_CODEX_BIN", "codex", real) && codex_native(real, native)) {
+	if (!prov_cli_find(pv, real) && codex_native(real, native)) {
 		strv_push(&plan->argv, native);
 		if ((ret = prov_cli_bind_install(plan->policy, native)))
 			return ret;
-	} else if ((ret = prov_cli_push_program(pv, "OLP_CODEX_BIN", "codex", plan, out))) {
+	} else if ((ret = prov_cli_push_program(pv, plan, out))) {
 		return ret;
 	}
 	{
@@ -153,7 +152,7 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 	    (pv->credentials_set && !pv->cred_host.n && pv->config_toml_off))
 		codex_home = SBX_HOME_PATH;
 	if ((ret = sbx_policy_setenv(plan->policy, "CODEX_HOME", codex_home)) ||
-	    (ret = prov_cli_bind_credentials(pv, creds, req, plan, out)))
+	    (ret = prov_cli_bind_credentials(pv, req, plan, out)))
 		return ret;
 	if (pv->config_toml_off)
 		return 0;
@@ -304,6 +303,19 @@ static void codex_parser_free(void *st)
 
 const struct provider_ops prov_codex_ops = {
 	.type = "codex",
+	.node_name = "openai",
+	.settings = PROV_SET_CLI | PROV_SET_MAX_RETRIES | PROV_SET_CONFIG_TOML,
+	/* Measured (docs/performance.md, "Pre-started clients"): a third of codex's
+	 * first-token wait is its own start-up. */
+	.prestart = 1,
+	.bin_env = "OLP_CODEX_BIN",
+	.bin_name = "codex",
+	.credentials = (const char *const[]){ "~/.codex/auth.json", NULL },
+	.upstream = "https://api.openai.com/v1",
+	.allow_paths = (const char *const[]){ "POST /responses", NULL },
+	.model_in_argv = true,
+	.no_tools_why = "codex exec runs every MCP tool it is given itself and cannot hand a "
+			"call back to the client",
 	.upstream_tokens = true,
 	/* codex exec runs shell commands itself (with its own sandbox off: ours is the
 	 * boundary), so a prompt can read what the run holds. */

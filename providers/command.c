@@ -213,6 +213,9 @@ static void command_parser_free(void *st)
 
 const struct provider_ops prov_command_ops = {
 	.type = "command",
+	/* Its program is its "argv"; no network, credentials or pre-start unless set: a
+	 * command is the operator's to judge. */
+	.settings = PROV_SET_COMMAND,
 	.plan = command_plan,
 	.parser_new = command_parser_new,
 	.parser_feed = command_feed,

@@ -12,8 +12,54 @@ struct prov_plan {
 	struct sbx_policy *policy;
 };
 
+/* The settings a type reads beyond those every type reads ("timeout_s", "max_concurrent",
+ * "limits", "prestart", "network", "env"): settings.c's table names each one's group. */
+enum prov_setting {
+	PROV_SET_COMMAND = 1 << 0,	 /* "argv" (then required), "ro_paths", "output" */
+	PROV_SET_CLI = 1 << 1,		 /* "bin", "credentials", "credentials_writable" */
+	PROV_SET_MAX_RETRIES = 1 << 2,	 /* "max_retries" */
+	PROV_SET_SYSTEM_PROMPT = 1 << 3, /* "system_prompt" */
+	PROV_SET_TOOLS = 1 << 4,	 /* "tools" */
+	PROV_SET_CONFIG_TOML = 1 << 5,	 /* "config_toml", "model_provider" */
+	/* config.json's overrides are checked before their type is known: every setting. */
+	PROV_SET_ALL = (1 << 6) - 1,
+};
+
+/* Everything OLP knows of one provider type: a new type is its file (the plan and the
+ * parser) and one line of registry.c's table. Nothing outside providers/ names a type. */
 struct provider_ops {
 	const char *type;
+	/* The Node OLP's provider name that implies the type when an entry has no "type"
+	 * ("anthropic" for claude), or NULL. */
+	const char *node_name;
+	unsigned settings; /* enum prov_setting: what its entries may set */
+	unsigned prestart; /* "prestart" when not set: processes kept started per key */
+	/* A CLI type's program: the variable naming it (OLP_CLAUDE_BIN), and its name on
+	 * PATH; NULL for a type whose program is its "argv" (a command). */
+	const char *bin_env;
+	const char *bin_name;
+	/* The credential files a run gets when "credentials" is not set ("~/" paths,
+	 * NULL-terminated; of these one is enough to count as present), or NULL. */
+	const char *const *credentials;
+	/* Its network default (network.c; docs/providers.md, "Network"): the public API its
+	 * runs go to in upstream mode, or NULL for none (a command: no network unless set,
+	 * legacy true is the host's, and with its own credential any path) ... */
+	const char *upstream;
+	/* ... the requests the real binary was seen making (tests/provider-clis), which are
+	 * all a run may make unless the operator lists others ("METHOD /path", NULL-terminated) */
+	const char *const *allow_paths;
+	/* ... whether the model in its request bodies is the one OLP names on its command
+	 * line (vibe takes its model from its config.toml: not checked) ... */
+	bool model_in_argv;
+	/* ... model ids the CLI widens itself to "<alias_prefix><id>-..." (claude: "sonnet"),
+	 * NULL-terminated, or NULL ... */
+	const char *const *model_aliases;
+	const char *alias_prefix;
+	/* ... and what to tell the operator at start when its runs go upstream and its
+	 * program is installed (vibe: where its API base must point; notes.c), or NULL. */
+	const char *upstream_note;
+	/* Why it lacks a capability, said after "only <types> models can", or NULL. */
+	const char *no_tools_why;
 	/* Upstream mode: the variable that takes the base URL (claude's ANTHROPIC_BASE_URL),
 	 * and the API-key variable the CLI insists on, given a placeholder when the run is
 	 * secretless; NULL when the type has none (codex takes its base URL in argv). */
@@ -57,6 +103,8 @@ struct provider_ops {
 extern const struct provider_ops prov_command_ops;
 extern const struct provider_ops prov_claude_ops, prov_codex_ops, prov_vibe_ops;
 
+/* The table of types (registry.c): the i-th, or NULL past its end; the one named type. */
+const struct provider_ops *prov_ops_at(size_t i);
 const struct provider_ops *prov_ops_for_type(const char *type);
 
 /* How a provider's runs reach the network ("network"; issue 12, ADR 0015, ADR 0018). */

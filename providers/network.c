@@ -32,27 +32,6 @@
 #define NET_MAX_SECRET 8192
 #define BEARER "Bearer "
 
-/* A CLI type's network facts: its public API, the requests the real binary was seen
- * making (tests/provider-clis; docs/providers.md, "Network"), which are all a run of it
- * may make unless the operator lists others, and whether the model in its request bodies
- * is the one OLP names on its command line (vibe takes its model from its config.toml,
- * so its model is not checked). Claude maps an alias ("sonnet") to a full id itself. */
-static const struct net_default {
-	const char *type;
-	const char *upstream;
-	const char *const *allow_paths; /* NULL-terminated */
-	bool model_is_argv;
-	const char *const *aliases; /* model ids the CLI widens to "claude-<id>-..." */
-} defaults[] = {
-	{ "claude", "https://api.anthropic.com",
-	  (const char *const[]){ "POST /v1/messages", "POST /v1/messages/count_tokens", NULL },
-	  true, (const char *const[]){ "sonnet", "opus", "haiku", NULL } },
-	{ "codex", "https://api.openai.com/v1", (const char *const[]){ "POST /responses", NULL },
-	  true, NULL },
-	{ "vibe", "https://api.mistral.ai",
-	  (const char *const[]){ "POST /v1/chat/completions", NULL }, false, NULL },
-};
-
 struct net_reader {
 	struct prov_network *n;
 	const char *where;
@@ -453,18 +432,18 @@ static int read_object(struct net_reader *r, const json_t *o)
 	return up ? read_upstream(r, o) : read_connect(r, o);
 }
 
-static const struct net_default *default_for(const char *type)
+/* The type's network default (struct provider_ops: upstream, allow_paths, model_in_argv,
+ * model_aliases), or NULL when it has none (a command, or an override of config.json,
+ * checked before its type is known). */
+static const struct provider_ops *default_for(const struct prov_provider *pv)
 {
-	for (size_t i = 0; type && i < ARRAY_SIZE(defaults); i++)
-		if (!strcmp(defaults[i].type, type))
-			return &defaults[i];
-	return NULL;
+	return pv->ops && pv->ops->upstream ? pv->ops : NULL;
 }
 
 /* A CLI's default upstream mode. An "env" ANTHROPIC_BASE_URL (a config written before
  * network modes), or the base_url of codex's config.toml, keeps its upstream: that is
  * where the operator meant runs to go. */
-static int set_default(struct net_reader *r, struct prov_provider *pv, const struct net_default *d)
+static int set_default(struct net_reader *r, struct prov_provider *pv, const struct provider_ops *d)
 {
 	const char *url = d->upstream;
 	ssize_t i = pv->ops && pv->ops->base_url_env
@@ -512,12 +491,12 @@ static int set_default(struct net_reader *r, struct prov_provider *pv, const str
  * command that holds its own credential (no set_headers) any request, since the worker
  * adds nothing a path could spend; a secretless command must list its own. Bodies are
  * checked for the CLI types (EGR_CHECK_BODY), whose calls are all model calls. */
-static int upstream_rules(struct net_reader *r, const struct net_default *d, bool command)
+static int upstream_rules(struct net_reader *r, const struct provider_ops *d, bool command)
 {
 	struct prov_network *n = r->n;
 
 	n->check_body = d != NULL;
-	n->check_model = d && d->model_is_argv;
+	n->check_model = d && d->model_in_argv;
 	if (n->allow_paths.n)
 		return 0;
 	if (d) {
@@ -573,13 +552,8 @@ static void warn_overrides(const struct prov_provider *pv, const json_t *v, cons
 			  "%s.env.%s: not given to runs: network.set_headers adds the credential, "
 			  "the run holds a placeholder; remove it from env",
 			  where, pv->ops->api_key_env);
-	if (n->mode == PROV_NET_UPSTREAM && pv->type && !strcmp(pv->type, "vibe"))
-		log_warnx(NULL,
-			  "%s.network: vibe takes its API base from its config.toml only: its "
-			  "provider's api_base must be " PROV_NET_URL "/v1 (docs/providers.md)",
-			  where);
 	if (n->mode == PROV_NET_UPSTREAM && !json_is_object(v) && pv->model_provider &&
-	    default_for(pv->type) && !strcmp(n->upstream, default_for(pv->type)->upstream))
+	    default_for(pv) && !strcmp(n->upstream, default_for(pv)->upstream))
 		log_warnx(NULL,
 			  "%s.model_provider: its base_url is replaced by the forwarder's, which "
 			  "goes to %s; set network.upstream to the base_url it had",
@@ -590,8 +564,9 @@ int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, 
 		  struct buf *err)
 {
 	struct net_reader r = { .n = &pv->net, .where = where, .strict = strict, .err = err };
-	const struct net_default *d = default_for(pv->type);
-	bool command = pv->type && !strcmp(pv->type, "command");
+	const struct provider_ops *d = default_for(pv);
+	/* A known type with no default upstream: its program is the operator's (a command). */
+	bool command = pv->ops && !d;
 	int ret = 0;
 
 	pv->net.mode = PROV_NET_NONE;
@@ -633,7 +608,7 @@ int prov_net_read(struct prov_provider *pv, const json_t *v, const char *where, 
 
 void prov_net_models(const struct prov_provider *pv, const char *id, struct strv *out)
 {
-	const struct net_default *d = default_for(pv->type);
+	const struct provider_ops *d = default_for(pv);
 	size_t len = strlen(id);
 
 	if (!pv->net.check_model || !d)
@@ -642,11 +617,12 @@ void prov_net_models(const struct prov_provider *pv, const char *id, struct strv
 	if (len && id[len - 1] == ']' && strchr(id, '['))
 		len = (size_t)(strchr(id, '[') - id);
 	strv_push_take(out, xstrndup(id, len));
-	for (size_t i = 0; d->aliases && d->aliases[i]; i++)
-		if (strlen(d->aliases[i]) == len && !memcmp(d->aliases[i], id, len)) {
+	for (size_t i = 0; d->model_aliases && d->model_aliases[i]; i++)
+		if (strlen(d->model_aliases[i]) == len && !memcmp(d->model_aliases[i], id, len)) {
 			struct buf b = BUF_INIT;
 
-			buf_addf(&b, "claude-%s-*", d->aliases[i]);
+			buf_addf(&b, "%s%s-*", d->alias_prefix ? d->alias_prefix : "",
+				 d->model_aliases[i]);
 			strv_push_take(out, buf_detach(&b, NULL));
 		}
 }

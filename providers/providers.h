@@ -74,6 +74,11 @@ enum prov_caps {
 	PROV_CAP_TOOLS = 1 << 1,  /* the client's function tools (prov_request.tools) */
 };
 unsigned prov_provider_caps(const struct prov_provider *pv);
+/* Why pv's runs cannot take cap (PROV_CAP_TOOLS or PROV_CAP_IMAGES) for model, appended to
+ * out as the client is told: "model '<model>' (provider type <type>) cannot take tools;
+ * only <the types that can> models can", with the type's own reason when it has one. */
+void prov_cap_refusal(const struct prov_provider *pv, unsigned cap, const char *model,
+		      struct buf *out);
 /* Its "prestart": how many processes of a run it keeps started ahead per key (sandbox
  * policy + argv; ADR 0022), 0 = none. */
 unsigned prov_provider_prestart(const struct prov_provider *pv);
@@ -293,6 +298,11 @@ json_t *prov_format_messages(const json_t *messages, enum prov_format format, co
  * <dir>/slots): the same directory for every process of the pool. Without it there is no
  * concurrency cap. 0 or -errno. */
 int prov_set_state_dir(const char *dir);
+/* Say what the operator should know of the providers' configuration at start (vibe: where
+ * its config.toml's api_base must point), once per web server run across the workers that
+ * share dir (the same dir as above; NULL: say it), and only for a program that is
+ * installed (notes.c). */
+void prov_registry_notes(const struct prov_registry *reg, const char *dir);
 
 /* ---- running ------------------------------------------------------------------------- */
 

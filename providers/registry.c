@@ -25,8 +25,18 @@ struct prov_registry {
 	size_t naliases;
 };
 
-static const struct provider_ops *const all_ops[] = { &prov_command_ops, &prov_claude_ops,
-						      &prov_codex_ops, &prov_vibe_ops };
+/* The provider types: one line each (internal.h, struct provider_ops). */
+static const struct provider_ops *const all_ops[] = {
+	&prov_command_ops,
+	&prov_claude_ops,
+	&prov_codex_ops,
+	&prov_vibe_ops,
+};
+
+const struct provider_ops *prov_ops_at(size_t i)
+{
+	return i < ARRAY_SIZE(all_ops) ? all_ops[i] : NULL;
+}
 
 const struct provider_ops *prov_ops_for_type(const char *type)
 {
@@ -36,16 +46,19 @@ const struct provider_ops *prov_ops_for_type(const char *type)
 	return NULL;
 }
 
-/* The Node OLP names its providers, not their types. */
+/* The Node OLP names its providers, not their types; an entry with "argv" is of the type
+ * that reads one. */
 static const char *default_type(const char *name, const json_t *entry)
 {
-	if (!strcmp(name, "anthropic"))
-		return "claude";
-	if (!strcmp(name, "openai"))
-		return "codex";
-	if (!strcmp(name, "mistral"))
-		return "vibe";
-	return json_object_get(entry, "argv") ? "command" : NULL;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(all_ops); i++)
+		if (all_ops[i]->node_name && !strcmp(all_ops[i]->node_name, name))
+			return all_ops[i]->type;
+	for (i = 0; json_object_get(entry, "argv") && i < ARRAY_SIZE(all_ops); i++)
+		if (all_ops[i]->settings & PROV_SET_COMMAND)
+			return all_ops[i]->type;
+	return NULL;
 }
 
 /* Registry names reach HTTP response headers (X-OLP-Provider-Used, X-OLP-Model-Used), file
@@ -386,6 +399,24 @@ const char *prov_provider_type(const struct prov_provider *pv)
 unsigned prov_provider_caps(const struct prov_provider *pv)
 {
 	return pv->ops->caps;
+}
+
+void prov_cap_refusal(const struct prov_provider *pv, unsigned cap, const char *model,
+		      struct buf *out)
+{
+	bool tools = cap == PROV_CAP_TOOLS;
+	const char *sep = "";
+
+	buf_addf(out, "model '%.200s' (provider type %s) %s; only ", model, pv->type,
+		 tools ? "cannot take tools" : "takes no images");
+	for (size_t i = 0; i < ARRAY_SIZE(all_ops); i++)
+		if (all_ops[i]->caps & cap) {
+			buf_addf(out, "%s%s", sep, all_ops[i]->type);
+			sep = " or ";
+		}
+	buf_adds(out, tools ? " models can" : " models do");
+	if (tools && pv->ops->no_tools_why)
+		buf_addf(out, " (%s)", pv->ops->no_tools_why);
 }
 
 const char *prov_provider_display_name(const struct prov_provider *pv)

@@ -16,16 +16,8 @@
 #include "providers/internal.h"
 #include "common/banned.h"
 
-/* How one setting is read; every one holds for the provider types in its mask. */
-enum {
-	T_COMMAND = 1 << 0,
-	T_CLAUDE = 1 << 1,
-	T_CODEX = 1 << 2,
-	T_VIBE = 1 << 3,
-	T_CLI = T_CLAUDE | T_CODEX | T_VIBE,
-	T_ALL = T_COMMAND | T_CLI,
-};
-
+/* How one setting is read; every one holds for the provider types whose settings
+ * (provider_ops.settings) hold its group; group 0: every type reads it. */
 struct reader {
 	struct prov_provider *pv;
 	const char *where; /* "<file>: providers.<name>" */
@@ -393,68 +385,50 @@ static int read_tools(struct reader *r, const char *key, const json_t *v)
 
 static const struct setting {
 	const char *key;
-	unsigned types;	 /* T_* of the provider types that read it */
+	unsigned group;	 /* enum prov_setting, or 0 for every type */
 	bool null_means; /* null is a value ("none"), not the default */
 	int (*read)(struct reader *r, const char *key, const json_t *v);
 } settings[] = {
-	{ "timeout_s", T_ALL, false, read_timeout },
-	{ "max_concurrent", T_ALL, false, read_max_concurrent },
-	{ "limits", T_ALL, false, read_limits },
-	{ "prestart", T_ALL, false, read_prestart },
-	{ "network", T_ALL, true, read_network },
-	{ "env", T_ALL, false, read_env },
-	{ "argv", T_COMMAND, false, read_argv },
-	{ "ro_paths", T_COMMAND, false, read_ro_paths },
-	{ "output", T_COMMAND, false, read_output },
-	{ "bin", T_CLI, false, read_bin },
-	{ "credentials", T_CLI, true, read_credentials },
-	{ "credentials_writable", T_CLI, false, read_writable },
-	{ "max_retries", T_CLAUDE | T_CODEX, false, read_max_retries },
-	{ "system_prompt", T_CLAUDE, false, read_system_prompt },
-	{ "tools", T_CLAUDE, false, read_tools },
-	{ "config_toml", T_CODEX, true, read_config_toml },
-	{ "model_provider", T_CODEX, false, read_model_provider },
+	{ "timeout_s", 0, false, read_timeout },
+	{ "max_concurrent", 0, false, read_max_concurrent },
+	{ "limits", 0, false, read_limits },
+	{ "prestart", 0, false, read_prestart },
+	{ "network", 0, true, read_network },
+	{ "env", 0, false, read_env },
+	{ "argv", PROV_SET_COMMAND, false, read_argv },
+	{ "ro_paths", PROV_SET_COMMAND, false, read_ro_paths },
+	{ "output", PROV_SET_COMMAND, false, read_output },
+	{ "bin", PROV_SET_CLI, false, read_bin },
+	{ "credentials", PROV_SET_CLI, true, read_credentials },
+	{ "credentials_writable", PROV_SET_CLI, false, read_writable },
+	{ "max_retries", PROV_SET_MAX_RETRIES, false, read_max_retries },
+	{ "system_prompt", PROV_SET_SYSTEM_PROMPT, false, read_system_prompt },
+	{ "tools", PROV_SET_TOOLS, false, read_tools },
+	{ "config_toml", PROV_SET_CONFIG_TOML, true, read_config_toml },
+	{ "model_provider", PROV_SET_CONFIG_TOML, false, read_model_provider },
 };
-
-static unsigned type_mask(const char *type)
-{
-	static const struct {
-		const char *type;
-		unsigned mask;
-	} types[] = { { "command", T_COMMAND },
-		      { "claude", T_CLAUDE },
-		      { "codex", T_CODEX },
-		      { "vibe", T_VIBE } };
-
-	for (size_t i = 0; type && i < ARRAY_SIZE(types); i++)
-		if (!strcmp(types[i].type, type))
-			return types[i].mask;
-	return T_ALL; /* config.json's overrides are checked whatever their type */
-}
 
 int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
 		       struct buf *err)
 {
 	struct reader r = { .pv = pv, .where = where, .strict = strict, .err = err };
-	unsigned mask = type_mask(pv->type);
+	/* config.json's overrides are checked whatever their type */
+	unsigned mask = pv->ops ? pv->ops->settings : PROV_SET_ALL;
 
 	pv->timeout_ms = 600000;
 	pv->max_concurrent = 4;
 	pv->max_retries = -1;
-	/* Measured (docs/performance.md, "Pre-started clients"): the CLI's own start-up is most
-	 * of claude's first-token wait and a third of codex's, so one of each is kept by
-	 * default; vibe could not be measured here, a command is the operator's to judge. */
-	pv->prestart = mask == T_CLAUDE || mask == T_CODEX ? 1 : 0;
+	pv->prestart = pv->ops ? pv->ops->prestart : 0;
 	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
 		const json_t *v = json_object_get(conf, settings[i].key);
 
-		if (!(settings[i].types & mask) || !v ||
+		if ((settings[i].group && !(settings[i].group & mask)) || !v ||
 		    (json_is_null(v) && !settings[i].null_means))
 			continue;
 		if (settings[i].read(&r, settings[i].key, v))
 			return -EINVAL;
 	}
-	if (mask == T_COMMAND && !pv->argv.n)
+	if (pv->ops && (pv->ops->settings & PROV_SET_COMMAND) && !pv->argv.n)
 		return bad(&r, "argv", ": must be a non-empty array of strings");
 	return prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err);
 }

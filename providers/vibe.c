@@ -23,11 +23,10 @@
 static int vibe_plan(const struct prov_provider *pv, const struct prov_request *req,
 		     struct prov_plan *plan, struct prov_outcome *out)
 {
-	static const char *const creds[] = { "~/.vibe/.env", "~/.vibe/config.toml", NULL };
 	struct buf prompt = BUF_INIT;
 	int ret;
 
-	if ((ret = prov_cli_push_program(pv, "OLP_VIBE_BIN", "vibe", plan, out)))
+	if ((ret = prov_cli_push_program(pv, plan, out)))
 		return ret;
 	/* vibe reads its prompt from its command line only. */
 	prov_flatten_messages(req->messages, &prompt);
@@ -39,7 +38,7 @@ static int vibe_plan(const struct prov_provider *pv, const struct prov_request *
 	strv_push(&plan->argv, "streaming");
 	if ((ret = sbx_policy_setenv(plan->policy, "VIBE_HOME", SBX_HOME_PATH "/.vibe")))
 		return ret;
-	return prov_cli_bind_credentials(pv, creds, req, plan, out);
+	return prov_cli_bind_credentials(pv, req, plan, out);
 }
 
 /* ---- parser ---------------------------------------------------------------------------- */
@@ -172,6 +171,17 @@ static void vibe_parser_free(void *st)
 
 const struct provider_ops prov_vibe_ops = {
 	.type = "vibe",
+	.node_name = "mistral",
+	.settings = PROV_SET_CLI,
+	/* Not pre-started: its prompt is in argv (ADR 0022); its start-up was not measured. */
+	.bin_env = "OLP_VIBE_BIN",
+	.bin_name = "vibe",
+	/* vibe reads its key from either. */
+	.credentials = (const char *const[]){ "~/.vibe/.env", "~/.vibe/config.toml", NULL },
+	.upstream = "https://api.mistral.ai",
+	.allow_paths = (const char *const[]){ "POST /v1/chat/completions", NULL },
+	.upstream_note = "vibe takes its API base from its config.toml only: its provider's "
+			 "api_base must be " PROV_NET_URL "/v1 (docs/providers.md)",
 	.upstream_tokens = true,
 	/* vibe --prompt runs its tools (bash, read_file…) without asking. */
 	.runs_commands = true,

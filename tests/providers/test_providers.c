@@ -1110,6 +1110,48 @@ static void load_args_run(void *arg)
 	a->reg = load_text(a->text, NULL, &a->err);
 }
 
+struct notes_args {
+	const struct prov_registry *reg;
+};
+
+static void notes_run(void *arg)
+{
+	prov_registry_notes(((struct notes_args *)arg)->reg, tmpdir);
+}
+
+/* vibe's note (its config.toml's api_base must point at the forwarder) is not said at
+ * load, by every worker at every start: prov_registry_notes says it once per web server
+ * (the workers' parent) across the pool sharing the state dir, and only when vibe's
+ * program is installed. The load part fails on the old code, which said it at load
+ * whether or not vibe was there. */
+static void test_registry_notes(void)
+{
+	static const char reg_text[] =
+		"{\"version\":1,\"providers\":{"
+		"\"here\":{\"type\":\"vibe\",\"bin\":\"/bin/true\",\"models\":[{\"id\":\"h\"}]},"
+		"\"gone\":{\"type\":\"vibe\",\"bin\":\"/nonexistent/"
+		"vibe\",\"models\":[{\"id\":\"g\"}]}"
+		"}}";
+	struct load_args la = { .text = reg_text, .err = BUF_INIT };
+	struct notes_args na;
+	struct buf out = BUF_INIT;
+
+	capture_stderr(load_args_run, &la, &out);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(la.reg);
+	CU_ASSERT_PTR_NULL(strstr(out.data, "config.toml only"));
+	na.reg = la.reg;
+	capture_stderr(notes_run, &na, &out);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "providers.here.network: vibe takes its API base "
+						"from its config.toml only"));
+	CU_ASSERT_PTR_NULL(strstr(out.data, "providers.gone"));
+	/* A second worker of the same parent stays quiet. */
+	capture_stderr(notes_run, &na, &out);
+	CU_ASSERT_EQUAL(out.len, 0);
+	prov_registry_free(la.reg);
+	buf_release(&la.err);
+	buf_release(&out);
+}
+
 /* Names that reach response headers and file names are checked at load: an entry with a
  * control character (a CR/LF that would inject a Set-Cookie through X-OLP-Model-Used), a
  * character outside the id charset or a path in a provider name is skipped, with a
@@ -1584,6 +1626,63 @@ static void test_registry_bad_settings(void)
 	buf_release(&a.err);
 }
 
+/* What a type can take and why not, as the client is told (prov_cap_refusal): the types
+ * that can come from the table, the type's own reason after them; and the type facts a
+ * provider gets from the table when its entry sets nothing (prestart, network). */
+static void test_provider_caps(void)
+{
+	static const struct {
+		const char *type;
+		unsigned cap;
+		const char *says;
+		unsigned prestart;
+		const char *upstream_host;
+	} cases[] = {
+		{ "codex", PROV_CAP_TOOLS,
+		  "model 'm' (provider type codex) cannot take tools; only claude models can "
+		  "(codex exec runs every MCP tool it is given itself and cannot hand a call back "
+		  "to the client)",
+		  1, "api.openai.com" },
+		{ "vibe", PROV_CAP_TOOLS,
+		  "model 'm' (provider type vibe) cannot take tools; only claude models can", 0,
+		  "api.mistral.ai" },
+		{ "vibe", PROV_CAP_IMAGES,
+		  "model 'm' (provider type vibe) takes no images; only claude models do", 0,
+		  "api.mistral.ai" },
+		{ "claude", 0, NULL, 1, "api.anthropic.com" },
+	};
+	struct buf err = BUF_INIT, why = BUF_INIT;
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct buf entry = BUF_INIT;
+		struct prov_provider *pv;
+		struct prov_net_info ni;
+		json_t *e;
+
+		buf_addf(&entry, "{\"type\":\"%s\"}", cases[i].type);
+		e = parse(entry.data);
+		pv = prov_provider_from_json("p", e, &err);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+		CU_ASSERT_EQUAL(prov_provider_prestart(pv), cases[i].prestart);
+		prov_provider_net_info(pv, &ni);
+		CU_ASSERT_STRING_EQUAL(ni.mode, "upstream");
+		CU_ASSERT_STRING_EQUAL(ni.upstream_host, cases[i].upstream_host);
+		if (cases[i].cap) {
+			CU_ASSERT_FALSE(prov_provider_caps(pv) & cases[i].cap);
+			buf_reset(&why);
+			prov_cap_refusal(pv, cases[i].cap, "m", &why);
+			CU_ASSERT_STRING_EQUAL(why.data, cases[i].says);
+		} else {
+			CU_ASSERT_EQUAL(prov_provider_caps(pv), PROV_CAP_TOOLS | PROV_CAP_IMAGES);
+		}
+		prov_provider_free(pv);
+		json_decref(e);
+		buf_release(&entry);
+	}
+	buf_release(&why);
+	buf_release(&err);
+}
+
 /* prov_provider_from_json: a provider without a registry, checked as the registry checks
  * an entry; it copies what it keeps. */
 static void test_provider_from_json(void)
@@ -1774,6 +1873,9 @@ int main(void)
 		{ "network: every form, and each type's default", test_network_forms },
 		{ "network: bad forms and unusable credentials refused", test_network_errors },
 		{ "a provider from JSON, without a registry", test_provider_from_json },
+		{ "a type's capabilities and defaults, from the table", test_provider_caps },
+		{ "start-up notes: once per pool, only for an installed program",
+		  test_registry_notes },
 		{ "CLI and credentials found or not (/health)", test_cli_state },
 		{ "registry: shipped default loads", test_registry_shipped_default },
 		{ NULL, NULL },
