@@ -112,20 +112,6 @@ int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 
 /* ---- routing --------------------------------------------------------------------------- */
 
-static const struct {
-	const char *path;
-	const char *method;
-	enum fcgi_route route;
-} routes[] = {
-	{ "/v1/chat/completions", "POST", FCGI_ROUTE_CHAT },
-	{ "/v1/models", "GET", FCGI_ROUTE_MODELS },
-	{ "/health", "GET", FCGI_ROUTE_HEALTH },
-	{ "/health/live", "GET", FCGI_ROUTE_HEALTH_LIVE },
-	{ "/v1/usage", "GET", FCGI_ROUTE_USAGE },
-	{ "/dashboard", "GET", FCGI_ROUTE_DASHBOARD },
-	{ "/metrics", "GET", FCGI_ROUTE_METRICS },
-};
-
 /* pathbuf := src's path (no query string, no fragment), less prefix when it starts with
  * it (whole segments only), less one trailing slash. */
 static void route_path(struct buf *pathbuf, const char *src, const char *prefix)
@@ -185,31 +171,36 @@ int fcgi_query_get(const char *qs, const char *name, struct buf *out)
 	return 0;
 }
 
-static enum fcgi_route route_lookup(const char *method, const char *path, const char **allow)
+static enum fcgi_route_result route_lookup(const struct fcgi_route *table, size_t n,
+					   const char *method, const char *path,
+					   const struct fcgi_route **row)
 {
 	size_t i;
 
-	for (i = 0; i < ARRAY_SIZE(routes); i++) {
-		if (strcmp(path, routes[i].path))
+	*row = NULL;
+	for (i = 0; i < n; i++) {
+		if (strcmp(path, table[i].path))
 			continue;
-		if (method && !strcmp(method, routes[i].method))
-			return routes[i].route;
-		if (method && !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))
-			return routes[i].route;
-		*allow = routes[i].method;
+		*row = &table[i];
+		if (method && !strcmp(method, table[i].method))
+			return FCGI_ROUTE_FOUND;
+		if (method && !strcmp(method, "HEAD") && !strcmp(table[i].method, "GET"))
+			return FCGI_ROUTE_FOUND;
 		return FCGI_ROUTE_BAD_METHOD;
 	}
 	return FCGI_ROUTE_NOT_FOUND;
 }
 
-enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
-				 const char *prefix, struct buf *pathbuf, const char **allow)
+enum fcgi_route_result fcgi_route_match(const struct fcgi_route *table, size_t n,
+					const char *method, const char *uri, const char *path_info,
+					const char *prefix, struct buf *pathbuf,
+					const struct fcgi_route **row)
 {
 	bool have_uri = uri && *uri;
-	enum fcgi_route r;
+	enum fcgi_route_result r;
 
 	route_path(pathbuf, have_uri ? uri : path_info ? path_info : "", prefix);
-	r = route_lookup(method, pathbuf->data, allow);
+	r = route_lookup(table, n, method, pathbuf->data, row);
 	/* Mounted below a path the web server split off (Apache's ScriptAlias /olp …, an
 	 * alias to a CGI program): REQUEST_URI still holds that mount, PATH_INFO is what lies
 	 * below it. Only a path that is no route is retried this way, so a root mount routes
@@ -217,7 +208,7 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 	 * fix-root-scriptname splits /v1/models into /v1 and /models). */
 	if (r == FCGI_ROUTE_NOT_FOUND && have_uri && path_info && *path_info) {
 		route_path(pathbuf, path_info, prefix);
-		r = route_lookup(method, pathbuf->data, allow);
+		r = route_lookup(table, n, method, pathbuf->data, row);
 		if (r == FCGI_ROUTE_NOT_FOUND) /* a 404 names the path the client asked for */
 			route_path(pathbuf, uri, prefix);
 	}

@@ -31,7 +31,7 @@
  * log (no model makes that many in one turn). */
 #define MAX_CALLS 32
 
-struct req_ctx {
+struct fcgi_req {
 	struct fcgi_app *app;
 	struct fcgi_io *io;
 	char rid[17];
@@ -57,7 +57,7 @@ struct req_ctx {
 };
 
 /* The key's concurrency slot (check_concurrency), when held: free it. */
-static void key_slot_release(struct req_ctx *rc)
+static void key_slot_release(struct fcgi_req *rc)
 {
 	slot_release(rc->key_slot);
 	rc->key_slot = -1;
@@ -185,7 +185,7 @@ struct hdr {
 
 /* Append one header through fcgi_header_add; one it refuses (a control character in a
  * value: header injection) is left out and logged, and the answer goes on without it. */
-static void add_header(struct req_ctx *rc, struct buf *h, const char *name, const char *value)
+static void add_header(struct fcgi_req *rc, struct buf *h, const char *name, const char *value)
 {
 	if (fcgi_header_add(h, name, value))
 		log_warnx(rc->rid,
@@ -194,7 +194,7 @@ static void add_header(struct req_ctx *rc, struct buf *h, const char *name, cons
 			  name);
 }
 
-static void send_head(struct req_ctx *rc, int status, const char *ctype, const struct hdr *extra)
+static void send_head(struct fcgi_req *rc, int status, const char *ctype, const struct hdr *extra)
 {
 	struct buf h = BUF_INIT;
 
@@ -213,14 +213,14 @@ static void send_head(struct req_ctx *rc, int status, const char *ctype, const s
 	buf_release(&h);
 }
 
-static void send_json(struct req_ctx *rc, int status, const struct buf *body,
+static void send_json(struct fcgi_req *rc, int status, const struct buf *body,
 		      const struct hdr *extra)
 {
 	send_head(rc, status, "application/json", extra);
 	fcgi_io_write(rc->io, body->data, body->len);
 }
 
-static void send_error(struct req_ctx *rc, const struct fcgi_error *e, const struct hdr *extra)
+static void send_error(struct fcgi_req *rc, const struct fcgi_error *e, const struct hdr *extra)
 {
 	struct buf b = BUF_INIT;
 
@@ -230,9 +230,9 @@ static void send_error(struct req_ctx *rc, const struct fcgi_error *e, const str
 	buf_release(&b);
 }
 
-static void fail(struct req_ctx *rc, int status, const char *type, const char *code,
+static void fail(struct fcgi_req *rc, int status, const char *type, const char *code,
 		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void fail(struct req_ctx *rc, int status, const char *type, const char *code,
+static void fail(struct fcgi_req *rc, int status, const char *type, const char *code,
 		 const char *fmt, ...)
 {
 	struct fcgi_error e = { .status = status, .type = type, .code = code };
@@ -248,7 +248,7 @@ static void fail(struct req_ctx *rc, int status, const char *type, const char *c
 
 /* Identify the caller. required: a missing token is an error (else it yields no
  * identity, as /health allows). Returns 0 to go on. */
-static int authenticate(struct req_ctx *rc, bool required)
+static int authenticate(struct fcgi_req *rc, bool required)
 {
 	const char *authz = fcgi_io_param(rc->io, "HTTP_AUTHORIZATION");
 	const char *xkey = fcgi_io_param(rc->io, "HTTP_X_API_KEY");
@@ -267,7 +267,7 @@ static int authenticate(struct req_ctx *rc, bool required)
 	return -1;
 }
 
-static bool is_owner(const struct req_ctx *rc)
+static bool is_owner(const struct fcgi_req *rc)
 {
 	return rc->have_id && rc->id.tier == AUTH_TIER_OWNER;
 }
@@ -352,7 +352,7 @@ static void add_prestart_block(struct buf *b)
 		 (unsigned long long)st.expired, (unsigned long long)st.died, st.idle);
 }
 
-static void handle_health(struct req_ctx *rc)
+static void handle_health(struct fcgi_req *rc)
 {
 	struct auth_login_grant *grants = NULL;
 	struct buf b = BUF_INIT;
@@ -418,7 +418,7 @@ static void handle_health(struct req_ctx *rc)
  * sandbox touched, and (fcgi_handle) no audit record or log line for a 200, so a monitor
  * fills neither the audit log nor the journal. The web server's access log still has
  * every check. */
-static void handle_live(struct req_ctx *rc)
+static void handle_live(struct fcgi_req *rc)
 {
 	struct buf b = BUF_INIT;
 
@@ -427,7 +427,7 @@ static void handle_live(struct req_ctx *rc)
 	buf_release(&b);
 }
 
-static void handle_models(struct req_ctx *rc)
+static void handle_models(struct fcgi_req *rc)
 {
 	const struct prov_registry *reg = rc->app->reg;
 	struct buf b = BUF_INIT;
@@ -473,7 +473,7 @@ static bool is_json_type(const char *ct)
 
 /* Read the body, refusing more than max bytes: from CONTENT_LENGTH before reading, and
  * while reading (a body may come without a length). 0, or -1 after answering. */
-static int read_body(struct req_ctx *rc, struct buf *body)
+static int read_body(struct fcgi_req *rc, struct buf *body)
 {
 	const char *cl = fcgi_io_param(rc->io, "CONTENT_LENGTH");
 	size_t max = rc->app->cfg.max_body;
@@ -512,7 +512,7 @@ struct hop {
 };
 
 struct answer {
-	struct req_ctx *rc;
+	struct fcgi_req *rc;
 	const struct fcgi_chat_request *req;
 	struct fcgi_completion meta;
 	bool started;	 /* stream: head and first chunk sent */
@@ -886,7 +886,7 @@ static bool worth_next_hop(enum prov_error e)
 static void answer_done(void *ctx, const struct prov_outcome *reported)
 {
 	struct answer *a = ctx;
-	struct req_ctx *rc = a->rc;
+	struct fcgi_req *rc = a->rc;
 	const struct prov_model *m = a->hops[a->cur].m;
 	struct prov_outcome zeroed;
 	const struct prov_outcome *o = reported;
@@ -1006,7 +1006,7 @@ static const char *provider_error_type(enum prov_error e)
 
 /* The hops for the requested model: its routing chain (checked against the registry at
  * start), else the registry model itself. 0, or -1 after answering 404. */
-static int plan_hops(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
+static int plan_hops(struct fcgi_req *rc, const struct fcgi_chat_request *req, struct answer *a)
 {
 	const struct fcgi_chain *chain = fcgi_config_chain(&rc->app->cfg, req->model);
 	const struct prov_model *m;
@@ -1029,7 +1029,7 @@ static int plan_hops(struct req_ctx *rc, const struct fcgi_chat_request *req, st
 }
 
 /* Keep the hops this key may use. 0, or -1 after answering 403 when none is left. */
-static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *req,
+static int check_hop_access(struct fcgi_req *rc, const struct fcgi_chat_request *req,
 			    struct answer *a)
 {
 	struct buf wanted = BUF_INIT, mine = BUF_INIT;
@@ -1080,7 +1080,8 @@ static int check_hop_access(struct req_ctx *rc, const struct fcgi_chat_request *
 
 /* Keep the hops whose provider can take what the request holds (images, tools). 0, or -1 after
  * answering 400 naming the field when none can. */
-static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *req, struct answer *a)
+static int check_hop_caps(struct fcgi_req *rc, const struct fcgi_chat_request *req,
+			  struct answer *a)
 {
 	unsigned need = (req->nimages ? PROV_CAP_IMAGES : 0) | (req->tools ? PROV_CAP_TOOLS : 0);
 	struct fcgi_error e;
@@ -1123,7 +1124,7 @@ static int check_hop_caps(struct req_ctx *rc, const struct fcgi_chat_request *re
  * tokens_per_day until its row settles it (record_usage), or until its hops' timeouts
  * have passed when its worker dies. A store that cannot write refuses (503: fcgi/quota.c).
  * 0 to go on, or -1 after answering 429 or 503. */
-static int check_quota(struct req_ctx *rc, size_t body_len, const struct fcgi_chat_request *req,
+static int check_quota(struct fcgi_req *rc, size_t body_len, const struct fcgi_chat_request *req,
 		       const struct answer *a)
 {
 	struct fcgi_quota_hdr hdr;
@@ -1152,7 +1153,7 @@ static int check_quota(struct req_ctx *rc, size_t body_len, const struct fcgi_ch
  * key without the limit opens nothing. A slot that cannot be taken for any other reason
  * refuses the request: a cap that fails open is no cap. 0 to go on, or -1 after
  * answering. */
-static int check_concurrency(struct req_ctx *rc)
+static int check_concurrency(struct fcgi_req *rc)
 {
 	int64_t n = rc->id.quota.max_concurrent;
 	char prefix[2 * AUTH_ID_MAX + 1];
@@ -1190,7 +1191,7 @@ static int check_concurrency(struct req_ctx *rc)
 /* The key's share of pre-started processes (sandbox/pool.c): no more than its runs at once
  * (max_concurrent), so that the one started after each run counts against that; 0 = the
  * host's sandbox.prestart_per_key. */
-static unsigned key_prestart_max(const struct req_ctx *rc)
+static unsigned key_prestart_max(const struct fcgi_req *rc)
 {
 	int64_t n = rc->id.quota.max_concurrent; /* 1..1024 when set (auth/) */
 
@@ -1208,7 +1209,7 @@ static void count_run_outcome(const char *provider, const struct prov_outcome *o
 		metrics_sandbox_failure(provider, "spawn_failed");
 }
 
-static void handle_chat(struct req_ctx *rc)
+static void handle_chat(struct fcgi_req *rc)
 {
 	struct buf body = BUF_INIT;
 	struct fcgi_chat_request req;
@@ -1489,7 +1490,7 @@ static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
 /* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
  * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
  * at most 200) rows of recent requests. docs/openai-compat.md has the shape. */
-static void handle_usage(struct req_ctx *rc)
+static void handle_usage(struct fcgi_req *rc)
 {
 	struct usage_store *st = rc->app->usage;
 	const char *qs = fcgi_io_param(rc->io, "QUERY_STRING");
@@ -1655,7 +1656,7 @@ static void dashboard_csp_init(void)
 /* GET /dashboard: the owner's page. Served to anyone, with no credential looked at: it
  * holds no data, only the script that asks for the owner's token and reads /health and
  * /v1/usage with it (docs/openai-compat.md). */
-static void handle_dashboard(struct req_ctx *rc)
+static void handle_dashboard(struct fcgi_req *rc)
 {
 	pthread_once(&csp_once, dashboard_csp_init);
 	send_head(rc, 200, "text/html; charset=utf-8",
@@ -1672,7 +1673,7 @@ static void handle_dashboard(struct req_ctx *rc)
 
 /* Whether the request carries config.json's metrics_token as its bearer token. Compared
  * in constant time (of digests, so that the length does not show either). */
-static bool has_metrics_token(struct req_ctx *rc)
+static bool has_metrics_token(struct fcgi_req *rc)
 {
 	const char *want = rc->app->cfg.metrics_token;
 	const char *authz = fcgi_io_param(rc->io, "HTTP_AUTHORIZATION");
@@ -1697,7 +1698,7 @@ static bool has_metrics_token(struct req_ctx *rc)
 /* Prometheus text for the whole pool: for the owner, or for config.json's metrics_token
  * (a scraper that holds no key). The token opens this route only, and makes its holder
  * no owner: listing /metrics in auth.owner_only_endpoints changes nothing here. */
-static void handle_metrics(struct req_ctx *rc)
+static void handle_metrics(struct fcgi_req *rc)
 {
 	struct buf b = BUF_INIT;
 
@@ -1725,31 +1726,15 @@ out:
 	buf_release(&b);
 }
 
-static const char *route_name(enum fcgi_route r)
-{
-	switch (r) {
-	case FCGI_ROUTE_CHAT: return "chat";
-	case FCGI_ROUTE_MODELS: return "models";
-	case FCGI_ROUTE_HEALTH: return "health";
-	case FCGI_ROUTE_HEALTH_LIVE: return "health_live";
-	case FCGI_ROUTE_USAGE: return "usage";
-	case FCGI_ROUTE_DASHBOARD: return "dashboard";
-	case FCGI_ROUTE_METRICS: return "metrics";
-	case FCGI_ROUTE_BAD_METHOD: return "bad_method";
-	default: return "not_found";
-	}
-}
-
 /* The request is over: count it. The audit failures are counted per process by auth/;
  * the pool's counter gets what this process added since it last looked. */
-static void count_request(struct req_ctx *rc, enum fcgi_route route)
+static void count_request(struct fcgi_req *rc, const char *route)
 {
 	static uint64_t audit_seen;
 	uint64_t now = mono_ms(), failures = auth_audit_failures(rc->app->auth);
 	uint64_t prev = __atomic_load_n(&audit_seen, __ATOMIC_RELAXED);
 
-	metrics_request(route_name(route), rc->provider, rc->model, rc->status,
-			(now - rc->t0) * 1000,
+	metrics_request(route, rc->provider, rc->model, rc->status, (now - rc->t0) * 1000,
 			rc->t_first ? (int64_t)(rc->t_first - rc->t0) * 1000 : -1);
 	/* Threads race here: only the one that moves audit_seen counts the difference. */
 	while (failures > prev) {
@@ -1763,7 +1748,7 @@ static void count_request(struct req_ctx *rc, enum fcgi_route route)
 
 /* ---- the request ----------------------------------------------------------------------- */
 
-static void log_request(struct req_ctx *rc)
+static void log_request(struct fcgi_req *rc)
 {
 	struct buf l = BUF_INIT;
 	uint64_t ms = mono_ms() - rc->t0;
@@ -1815,7 +1800,7 @@ out_audit:
 
 /* The request's row in the usage ledger, once the answer is finished (the client never
  * waits for it). What it cost and how it went: never its content. */
-static void record_usage(struct req_ctx *rc)
+static void record_usage(struct fcgi_req *rc)
 {
 	uint64_t now = mono_ms();
 	struct usage_record r = {
@@ -1844,7 +1829,7 @@ static void record_usage(struct req_ctx *rc)
  * the owner may call. Others get 401 without a key (403 when anonymous access is on: the
  * anonymous identity is not the owner) and 403 with a non-owner key. 0 when the caller
  * may go on to the route; else the answer was sent. */
-static int check_owner_only(struct req_ctx *rc)
+static int check_owner_only(struct fcgi_req *rc)
 {
 	if (!fcgi_config_owner_only(&rc->app->cfg, rc->path.data))
 		return 0;
@@ -1857,48 +1842,55 @@ static int check_owner_only(struct req_ctx *rc)
 	return -1;
 }
 
+/* The routes: a new one is a row here plus its handler. RESTRICTABLE: config.json's
+ * auth.owner_only_endpoints may name it (/health/live answers probes, /metrics has its
+ * own token). QUIET: a 200 writes no log line (the web server's checks, often). */
+static const struct fcgi_route routes[] = {
+	{ "POST", "/v1/chat/completions", "chat", handle_chat, FCGI_ROUTE_RESTRICTABLE },
+	{ "GET", "/v1/models", "models", handle_models, FCGI_ROUTE_RESTRICTABLE },
+	{ "GET", "/health", "health", handle_health, FCGI_ROUTE_RESTRICTABLE },
+	{ "GET", "/health/live", "health_live", handle_live, FCGI_ROUTE_QUIET },
+	{ "GET", "/v1/usage", "usage", handle_usage, FCGI_ROUTE_RESTRICTABLE },
+	{ "GET", "/dashboard", "dashboard", handle_dashboard, FCGI_ROUTE_RESTRICTABLE },
+	{ "GET", "/metrics", "metrics", handle_metrics, 0 },
+};
+
+/* No route for the request: 404, or 405 with the Allow of the path's route. */
+static void handle_no_route(struct fcgi_req *rc, enum fcgi_route_result r,
+			    const struct fcgi_route *row)
+{
+	struct fcgi_error e;
+
+	if (r == FCGI_ROUTE_BAD_METHOD) {
+		fcgi_error_set(&e, 405, "method_not_allowed", NULL, NULL,
+			       "Method %.16s not allowed on %.200s", rc->method, rc->path.data);
+		send_error(rc, &e, (const struct hdr[]){ { "Allow", row->method }, { 0 } });
+	} else {
+		fail(rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc->method,
+		     rc->path.data);
+	}
+}
+
 void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 {
-	struct req_ctx rc = {
+	struct fcgi_req rc = {
 		.app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms(), .key_slot = -1
 	};
-	const char *allow = NULL;
-	enum fcgi_route route;
+	const struct fcgi_route *row = NULL;
+	enum fcgi_route_result r;
 
 	random_hex(rc.rid, 8);
 	fcgi_io_set_deadline(io, rc.t0 + ANSWER_WRITE_MS);
 	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
 		 fcgi_io_param(io, "REQUEST_METHOD") ? fcgi_io_param(io, "REQUEST_METHOD") : "GET");
 	rc.method = rc.method_buf;
-	route = fcgi_route_match(rc.method, fcgi_io_param(io, "REQUEST_URI"),
-				 fcgi_io_param(io, "PATH_INFO"), app->cfg.route_prefix, &rc.path,
-				 &allow);
-	if ((route == FCGI_ROUTE_CHAT || route == FCGI_ROUTE_MODELS || route == FCGI_ROUTE_HEALTH ||
-	     route == FCGI_ROUTE_USAGE || route == FCGI_ROUTE_DASHBOARD) &&
-	    check_owner_only(&rc))
-		goto out_finish;
-	switch (route) {
-	case FCGI_ROUTE_CHAT: handle_chat(&rc); break;
-	case FCGI_ROUTE_MODELS: handle_models(&rc); break;
-	case FCGI_ROUTE_HEALTH: handle_health(&rc); break;
-	case FCGI_ROUTE_HEALTH_LIVE: handle_live(&rc); break;
-	case FCGI_ROUTE_USAGE: handle_usage(&rc); break;
-	case FCGI_ROUTE_DASHBOARD: handle_dashboard(&rc); break;
-	case FCGI_ROUTE_METRICS: handle_metrics(&rc); break;
-	case FCGI_ROUTE_BAD_METHOD: {
-		struct fcgi_error e;
-
-		fcgi_error_set(&e, 405, "method_not_allowed", NULL, NULL,
-			       "Method %.16s not allowed on %.200s", rc.method, rc.path.data);
-		send_error(&rc, &e, (const struct hdr[]){ { "Allow", allow }, { 0 } });
-		break;
-	}
-	case FCGI_ROUTE_NOT_FOUND:
-		fail(&rc, 404, "not_found", NULL, "Route %.16s %.200s not found", rc.method,
-		     rc.path.data);
-		break;
-	}
-out_finish:
+	r = fcgi_route_match(routes, ARRAY_SIZE(routes), rc.method,
+			     fcgi_io_param(io, "REQUEST_URI"), fcgi_io_param(io, "PATH_INFO"),
+			     app->cfg.route_prefix, &rc.path, &row);
+	if (r != FCGI_ROUTE_FOUND)
+		handle_no_route(&rc, r, row);
+	else if (!(row->flags & FCGI_ROUTE_RESTRICTABLE) || !check_owner_only(&rc))
+		row->handle(&rc);
 	fcgi_io_finish(io);
 	/* The answer is finished however it ended: the key's slot, if still held, is free. */
 	key_slot_release(&rc);
@@ -1909,11 +1901,13 @@ out_finish:
 		rc.status = 499;
 		rc.error_code = "CLIENT_STALLED";
 	}
-	if (route != FCGI_ROUTE_HEALTH_LIVE || rc.status != 200)
+	if (r != FCGI_ROUTE_FOUND || !(row->flags & FCGI_ROUTE_QUIET) || rc.status != 200)
 		log_request(&rc);
 	if (rc.chat)
 		record_usage(&rc);
-	count_request(&rc, route);
+	count_request(&rc, r == FCGI_ROUTE_FOUND       ? row->name
+			   : r == FCGI_ROUTE_NOT_FOUND ? "not_found"
+						       : "bad_method");
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
 		auth_touch(app->auth, &rc.id);
