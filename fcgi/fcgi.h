@@ -1,5 +1,5 @@
 /* fcgi: the OpenAI HTTP surface of olp-fcgi — routing, request validation, and the JSON
- * and server-sent-event encodings of answers and errors. The worker (main.c, handler.c)
+ * and server-sent-event encodings of answers and errors. The worker (main.c, handler.c and its routes)
  * uses these; they are public so that tests and the fuzzer drive them directly. Nothing
  * here does I/O.
  *
