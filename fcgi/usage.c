@@ -424,26 +424,21 @@ void fcgi_handle_dashboard(struct fcgi_req *rc)
 		fcgi_io_write(rc->io, (const char *)fcgi_dashboard_html, fcgi_dashboard_html_len);
 }
 
-/* Whether the request carries config.json's metrics_token as its bearer token. Compared
- * in constant time (of digests, so that the length does not show either). */
+/* Whether the request carries config.json's metrics_token as its bearer token (read as
+ * auth reads a key's: auth_token_extract). Compared in constant time (of digests, so that
+ * the length does not show either). */
 static bool has_metrics_token(struct fcgi_req *rc)
 {
-	const char *want = rc->app->cfg.metrics_token;
-	const char *authz = fcgi_io_param(rc->io, "HTTP_AUTHORIZATION");
+	const char *want = rc->app->cfg.metrics_token, *tok;
 	unsigned char h1[crypto_generichash_BYTES], h2[crypto_generichash_BYTES];
 	size_t n;
 
-	if (!want || !authz)
+	if (!want)
 		return false;
-	while (*authz == ' ' || *authz == '\t')
-		authz++;
-	if (strncasecmp(authz, "Bearer ", 7))
+	auth_token_extract(fcgi_io_param(rc->io, "HTTP_AUTHORIZATION"), NULL, &tok, &n);
+	if (!tok)
 		return false;
-	for (authz += 7; *authz == ' ' || *authz == '\t'; authz++)
-		;
-	for (n = strlen(authz); n && (authz[n - 1] == ' ' || authz[n - 1] == '\t'); n--)
-		;
-	crypto_generichash(h1, sizeof(h1), (const unsigned char *)authz, n, NULL, 0);
+	crypto_generichash(h1, sizeof(h1), (const unsigned char *)tok, n, NULL, 0);
 	crypto_generichash(h2, sizeof(h2), (const unsigned char *)want, strlen(want), NULL, 0);
 	return sodium_memcmp(h1, h2, sizeof(h1)) == 0;
 }
