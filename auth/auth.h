@@ -131,6 +131,12 @@ void auth_store_free(struct auth_store *st);
  * call: the matched key's manifest is stat(2)ed on every check. Thread-safe. */
 enum auth_result auth_check(struct auth_store *st, const char *authorization, const char *x_api_key,
 			    struct auth_identity *out);
+/* Find the presented token: "Bearer <t>" in authorization (scheme case-insensitive, then
+ * a space or a tab), else x_api_key, surrounding spaces and tabs trimmed. Points into the
+ * header strings; *tok NULL and *len 0 when none. The one reading of a bearer token:
+ * auth_check's, and olp-fcgi's for config.json's metrics_token. */
+void auth_token_extract(const char *authorization, const char *x_api_key, const char **tok,
+			size_t *len);
 const char *auth_strerror(enum auth_result r);
 /* The OpenAI-style error "type" for r: "auth_required" / "invalid_or_revoked_key". */
 const char *auth_error_type(enum auth_result r);

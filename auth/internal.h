@@ -41,10 +41,6 @@ void auth_token_generate(char out[AUTH_TOKEN_LEN + 1]);
 void auth_id_generate(char out[AUTH_ID_MAX]);
 /* Whether s can name a key directory: 1..AUTH_ID_MAX-1 of [A-Za-z0-9_-], not reserved. */
 bool auth_id_valid(const char *s);
-/* Find the presented token: "Bearer <t>" in authorization (scheme case-insensitive), else
- * x_api_key, surrounding blanks trimmed. Points into the header strings; *len 0 when none. */
-void auth_token_extract(const char *authorization, const char *x_api_key, const char **tok,
-			size_t *len);
 
 /* ---- manifest.c: one key's manifest.json --------------------------------------------- */
 /* What the request path needs from a manifest. Owned by whoever holds it. */

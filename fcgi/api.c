@@ -112,20 +112,6 @@ int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 
 /* ---- routing --------------------------------------------------------------------------- */
 
-static const struct {
-	const char *path;
-	const char *method;
-	enum fcgi_route route;
-} routes[] = {
-	{ "/v1/chat/completions", "POST", FCGI_ROUTE_CHAT },
-	{ "/v1/models", "GET", FCGI_ROUTE_MODELS },
-	{ "/health", "GET", FCGI_ROUTE_HEALTH },
-	{ "/health/live", "GET", FCGI_ROUTE_HEALTH_LIVE },
-	{ "/v1/usage", "GET", FCGI_ROUTE_USAGE },
-	{ "/dashboard", "GET", FCGI_ROUTE_DASHBOARD },
-	{ "/metrics", "GET", FCGI_ROUTE_METRICS },
-};
-
 /* pathbuf := src's path (no query string, no fragment), less prefix when it starts with
  * it (whole segments only), less one trailing slash. */
 static void route_path(struct buf *pathbuf, const char *src, const char *prefix)
@@ -185,31 +171,36 @@ int fcgi_query_get(const char *qs, const char *name, struct buf *out)
 	return 0;
 }
 
-static enum fcgi_route route_lookup(const char *method, const char *path, const char **allow)
+static enum fcgi_route_result route_lookup(const struct fcgi_route *table, size_t n,
+					   const char *method, const char *path,
+					   const struct fcgi_route **row)
 {
 	size_t i;
 
-	for (i = 0; i < ARRAY_SIZE(routes); i++) {
-		if (strcmp(path, routes[i].path))
+	*row = NULL;
+	for (i = 0; i < n; i++) {
+		if (strcmp(path, table[i].path))
 			continue;
-		if (method && !strcmp(method, routes[i].method))
-			return routes[i].route;
-		if (method && !strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))
-			return routes[i].route;
-		*allow = routes[i].method;
+		*row = &table[i];
+		if (method && !strcmp(method, table[i].method))
+			return FCGI_ROUTE_FOUND;
+		if (method && !strcmp(method, "HEAD") && !strcmp(table[i].method, "GET"))
+			return FCGI_ROUTE_FOUND;
 		return FCGI_ROUTE_BAD_METHOD;
 	}
 	return FCGI_ROUTE_NOT_FOUND;
 }
 
-enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
-				 const char *prefix, struct buf *pathbuf, const char **allow)
+enum fcgi_route_result fcgi_route_match(const struct fcgi_route *table, size_t n,
+					const char *method, const char *uri, const char *path_info,
+					const char *prefix, struct buf *pathbuf,
+					const struct fcgi_route **row)
 {
 	bool have_uri = uri && *uri;
-	enum fcgi_route r;
+	enum fcgi_route_result r;
 
 	route_path(pathbuf, have_uri ? uri : path_info ? path_info : "", prefix);
-	r = route_lookup(method, pathbuf->data, allow);
+	r = route_lookup(table, n, method, pathbuf->data, row);
 	/* Mounted below a path the web server split off (Apache's ScriptAlias /olp …, an
 	 * alias to a CGI program): REQUEST_URI still holds that mount, PATH_INFO is what lies
 	 * below it. Only a path that is no route is retried this way, so a root mount routes
@@ -217,7 +208,7 @@ enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char
 	 * fix-root-scriptname splits /v1/models into /v1 and /models). */
 	if (r == FCGI_ROUTE_NOT_FOUND && have_uri && path_info && *path_info) {
 		route_path(pathbuf, path_info, prefix);
-		r = route_lookup(method, pathbuf->data, allow);
+		r = route_lookup(table, n, method, pathbuf->data, row);
 		if (r == FCGI_ROUTE_NOT_FOUND) /* a 404 names the path the client asked for */
 			route_path(pathbuf, uri, prefix);
 	}
@@ -704,57 +695,48 @@ static bool tool_name_ok(const json_t *name)
 					       "VWXYZ0123456789_-") == n;
 }
 
-/* tools and tool_choice. */
-static int check_tools(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+/* tools[i] (t): a function tool, its name valid and not one of an earlier tool's. */
+static int check_tool(const json_t *tools, size_t i, const json_t *t, struct fcgi_error *err)
 {
-	const json_t *tools = json_object_get(root, "tools"),
-		     *tc = json_object_get(root, "tool_choice");
-	const json_t *t, *name = NULL;
-	const char *choice = json_string_value(tc);
+	const json_t *fn = json_object_get(t, "function"), *v;
+	const char *type = json_string_value(json_object_get(t, "type"));
 	char param[64];
-	size_t i, j;
 
-	if (tools && !json_is_null(tools)) {
-		if (!json_is_array(tools) || json_array_size(tools) > FCGI_MAX_TOOLS)
-			return bad(err, "tools",
-				   "tools must be an array of up to %d function tools",
-				   FCGI_MAX_TOOLS);
-		json_array_foreach(tools, i, t) {
-			const json_t *fn = json_object_get(t, "function"), *v;
-			const char *type = json_string_value(json_object_get(t, "type"));
+	snprintf(param, sizeof(param), "tools[%zu]", i);
+	if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn))
+		return bad(err, param,
+			   "%s must be {\"type\":\"function\",\"function\":{…}} "
+			   "(the only kind of tool OLP passes on)",
+			   param);
+	snprintf(param, sizeof(param), "tools[%zu].function.name", i);
+	if (!tool_name_ok(json_object_get(fn, "name")))
+		return bad(err, param, "%s must be 1 to 64 of a-z, A-Z, 0-9, _ and -", param);
+	for (size_t j = 0; j < i; j++)
+		if (json_equal(
+			    json_object_get(fn, "name"),
+			    json_object_get(json_object_get(json_array_get(tools, j), "function"),
+					    "name")))
+			return bad(err, param, "%s: two tools have the name %s", param,
+				   json_string_value(json_object_get(fn, "name")));
+	v = json_object_get(fn, "description");
+	snprintf(param, sizeof(param), "tools[%zu].function.description", i);
+	if (v && !json_is_null(v) && !json_is_string(v))
+		return bad(err, param, "%s must be a string", param);
+	v = json_object_get(fn, "parameters");
+	snprintf(param, sizeof(param), "tools[%zu].function.parameters", i);
+	if (v && !json_is_null(v) && !json_is_object(v))
+		return bad(err, param, "%s must be a JSON Schema object", param);
+	return 0;
+}
 
-			snprintf(param, sizeof(param), "tools[%zu]", i);
-			if (!json_is_object(t) || !type || strcmp(type, "function") ||
-			    !json_is_object(fn))
-				return bad(err, param,
-					   "%s must be {\"type\":\"function\",\"function\":{…}} "
-					   "(the only kind of tool OLP passes on)",
-					   param);
-			snprintf(param, sizeof(param), "tools[%zu].function.name", i);
-			if (!tool_name_ok(json_object_get(fn, "name")))
-				return bad(err, param,
-					   "%s must be 1 to 64 of a-z, A-Z, 0-9, _ and -", param);
-			for (j = 0; j < i; j++)
-				if (json_equal(json_object_get(fn, "name"),
-					       json_object_get(
-						       json_object_get(json_array_get(tools, j),
-								       "function"),
-						       "name")))
-					return bad(err, param, "%s: two tools have the name %s",
-						   param,
-						   json_string_value(json_object_get(fn, "name")));
-			v = json_object_get(fn, "description");
-			snprintf(param, sizeof(param), "tools[%zu].function.description", i);
-			if (v && !json_is_null(v) && !json_is_string(v))
-				return bad(err, param, "%s must be a string", param);
-			v = json_object_get(fn, "parameters");
-			snprintf(param, sizeof(param), "tools[%zu].function.parameters", i);
-			if (v && !json_is_null(v) && !json_is_object(v))
-				return bad(err, param, "%s must be a JSON Schema object", param);
-		}
-		if (json_array_size(tools))
-			out->tools = tools;
-	}
+/* tool_choice (tc), once out->tools is known. */
+static int check_tool_choice(const json_t *tc, struct fcgi_chat_request *out,
+			     struct fcgi_error *err)
+{
+	const char *choice = json_string_value(tc);
+	const json_t *t, *name = NULL;
+	size_t i;
+
 	if (!tc || json_is_null(tc) || (choice && !strcmp(choice, "auto")))
 		return 0;
 	if (choice && !strcmp(choice, "none")) {
@@ -790,6 +772,26 @@ static int check_tools(const json_t *root, struct fcgi_chat_request *out, struct
 	return 0;
 }
 
+/* tools and tool_choice. */
+static int check_tools(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *tools = json_object_get(root, "tools"), *t;
+	size_t i;
+
+	if (tools && !json_is_null(tools)) {
+		if (!json_is_array(tools) || json_array_size(tools) > FCGI_MAX_TOOLS)
+			return bad(err, "tools",
+				   "tools must be an array of up to %d function tools",
+				   FCGI_MAX_TOOLS);
+		json_array_foreach(tools, i, t)
+			if (check_tool(tools, i, t, err))
+				return -1;
+		if (json_array_size(tools))
+			out->tools = tools;
+	}
+	return check_tool_choice(json_object_get(root, "tool_choice"), out, err);
+}
+
 bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len)
 {
 	json_error_t jerr;
@@ -804,11 +806,32 @@ bool fcgi_format_satisfied(enum prov_format format, const char *text, size_t len
 	return ok;
 }
 
+/* stream and stream_options. */
+static int check_stream(const json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	const json_t *v = json_object_get(root, "stream"), *so;
+
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return bad(err, "stream", "stream must be a boolean");
+	out->stream = json_is_true(v);
+	so = json_object_get(root, "stream_options");
+	if (!so || json_is_null(so))
+		return 0;
+	if (!json_is_object(so))
+		return bad(err, "stream_options", "stream_options must be an object");
+	v = json_object_get(so, "include_usage");
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return bad(err, "stream_options.include_usage",
+			   "stream_options.include_usage must be a boolean");
+	out->include_usage = json_is_true(v);
+	return 0;
+}
+
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err)
 {
 	json_error_t jerr;
-	json_t *root, *v, *so;
+	json_t *root, *v;
 
 	memset(out, 0, sizeof(*out));
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
@@ -839,26 +862,8 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 	out->stop = json_object_get(root, "stop");
 	if (json_is_null(out->stop))
 		out->stop = NULL;
-	v = json_object_get(root, "stream");
-	if (v && !json_is_null(v) && !json_is_boolean(v)) {
-		bad(err, "stream", "stream must be a boolean");
+	if (check_stream(root, out, err))
 		goto fail_release_req;
-	}
-	out->stream = json_is_true(v);
-	so = json_object_get(root, "stream_options");
-	if (so && !json_is_null(so)) {
-		if (!json_is_object(so)) {
-			bad(err, "stream_options", "stream_options must be an object");
-			goto fail_release_req;
-		}
-		v = json_object_get(so, "include_usage");
-		if (v && !json_is_null(v) && !json_is_boolean(v)) {
-			bad(err, "stream_options.include_usage",
-			    "stream_options.include_usage must be a boolean");
-			goto fail_release_req;
-		}
-		out->include_usage = json_is_true(v);
-	}
 	return 0;
 fail_release_req:
 	fcgi_chat_release(out);

@@ -1,5 +1,5 @@
 /* fcgi: the OpenAI HTTP surface of olp-fcgi — routing, request validation, and the JSON
- * and server-sent-event encodings of answers and errors. The worker (main.c, handler.c)
+ * and server-sent-event encodings of answers and errors. The worker (main.c, handler.c and its routes)
  * uses these; they are public so that tests and the fuzzer drive them directly. Nothing
  * here does I/O.
  *
@@ -45,29 +45,39 @@ int fcgi_header_addf(struct buf *h, const char *name, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* ---- routing --------------------------------------------------------------------------- */
-enum fcgi_route {
-	FCGI_ROUTE_CHAT,	/* POST /v1/chat/completions */
-	FCGI_ROUTE_MODELS,	/* GET /v1/models */
-	FCGI_ROUTE_HEALTH,	/* GET /health */
-	FCGI_ROUTE_HEALTH_LIVE, /* GET /health/live: 200 {"ok":true}, for web servers' checks */
-	FCGI_ROUTE_USAGE,	/* GET /v1/usage: the caller's usage (the owner: any key's) */
-	FCGI_ROUTE_DASHBOARD,	/* GET /dashboard: the owner's page (static; its data calls
-				   carry the owner's token) */
-	FCGI_ROUTE_METRICS,	/* GET /metrics: Prometheus text, owner or metrics_token */
-	FCGI_ROUTE_NOT_FOUND,	/* 404 */
-	FCGI_ROUTE_BAD_METHOD	/* 405; *allow says which method the path takes */
+/* One route: a new route is one row of the worker's table (fcgi/handler.c) plus its
+ * handler. The table is the caller's, so that the matcher is tested without a worker. */
+struct fcgi_req; /* one request under way: private to the worker (fcgi/worker.h) */
+enum {
+	FCGI_ROUTE_RESTRICTABLE = 1 << 0, /* auth.owner_only_endpoints may restrict it */
+	FCGI_ROUTE_QUIET = 1 << 1,	  /* a 200 writes no log line (probes) */
+};
+struct fcgi_route {
+	const char *method; /* "GET" also takes HEAD */
+	const char *path;   /* below the route prefix */
+	const char *name;   /* in /metrics' route label */
+	void (*handle)(struct fcgi_req *rq);
+	unsigned flags; /* FCGI_ROUTE_* */
 };
 
-/* Route a request by method and path. The path is REQUEST_URI's (uri; query string
- * ignored; NULL or "" falls back to path_info), less prefix ("" or e.g. "/api", from
- * OLP_ROUTE_PREFIX or config) when it starts with it, so a root mount and a configured
- * mount both work. When that path is no route and the server gave a PATH_INFO, PATH_INFO
- * is tried: the path below a mount the server split off itself (Apache's ScriptAlias /olp,
- * an alias to a CGI program), with no prefix to configure. pathbuf receives the path the
- * route was matched on (for a 404, the request's own path); *allow is set for
- * FCGI_ROUTE_BAD_METHOD. */
-enum fcgi_route fcgi_route_match(const char *method, const char *uri, const char *path_info,
-				 const char *prefix, struct buf *pathbuf, const char **allow);
+enum fcgi_route_result {
+	FCGI_ROUTE_FOUND,
+	FCGI_ROUTE_NOT_FOUND, /* 404 */
+	FCGI_ROUTE_BAD_METHOD /* 405: *row is the path's route, whose method is the Allow */
+};
+
+/* Route a request by method and path through table (n rows). The path is REQUEST_URI's
+ * (uri; query string ignored; NULL or "" falls back to path_info), less prefix ("" or
+ * e.g. "/api", from OLP_ROUTE_PREFIX or config) when it starts with it, so a root mount
+ * and a configured mount both work. When that path is no route and the server gave a
+ * PATH_INFO, PATH_INFO is tried: the path below a mount the server split off itself
+ * (Apache's ScriptAlias /olp, an alias to a CGI program), with no prefix to configure.
+ * pathbuf receives the path the route was matched on (for a 404, the request's own
+ * path); *row the route (NULL for a 404). */
+enum fcgi_route_result fcgi_route_match(const struct fcgi_route *table, size_t n,
+					const char *method, const char *uri, const char *path_info,
+					const char *prefix, struct buf *pathbuf,
+					const struct fcgi_route **row);
 
 /* The first value of query parameter name in qs (QUERY_STRING, may be NULL), decoded
  * ('+' is a space, %XX a byte), into out (reset first). 1 when present, 0 when absent,

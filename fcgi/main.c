@@ -265,21 +265,13 @@ static void on_prestart(enum sbx_prestart_event ev)
 										      : -1);
 }
 
-/* cgi: this process answers one request and exits (plain CGI). */
-static int app_init(bool cgi)
+/* The sandbox runtime, the providers' and the keys' concurrency slots: 0, or -1 (logged).
+ * cgi: as in app_init. */
+static int init_sandbox(bool cgi)
 {
 	struct sbx_global_config sc;
-	struct auth_anonymous anon;
-	struct auth_options ao;
-	struct buf err = BUF_INIT;
 	int ret;
 
-	ret = load_config(&err);
-	if (ret)
-		log_errx(NULL, "%s", err.data);
-	buf_release(&err);
-	if (ret)
-		return -1;
 	sc = (struct sbx_global_config){ .mode = app.cfg.sandbox_mode,
 					 .bwrap_path = app.cfg.bwrap,
 					 .runtime_dir = app.cfg.runtime_dir,
@@ -316,8 +308,15 @@ static int app_init(bool cgi)
 		free(app.keyslot_dir);
 		app.keyslot_dir = NULL;
 	}
-	/* The pool's shared metrics, in the same place. */
-	open_metrics(cgi);
+	return 0;
+}
+
+/* The key store, with the anonymous access and audit options: 0, or -1 (logged). */
+static int open_auth(void)
+{
+	struct auth_anonymous anon;
+	struct auth_options ao;
+
 	anon = (struct auth_anonymous){ .all_providers = app.cfg.anon_all,
 					.providers = (const char *const *)app.cfg.anon_providers.v,
 					.n_providers = app.cfg.anon_providers.n,
@@ -337,6 +336,27 @@ static int app_init(bool cgi)
 	 * it with getenv (providers/cli.c, CGI mode), which is safe only while nothing calls
 	 * setenv, putenv or unsetenv. */
 	unsetenv("OLP_OWNER_TOKEN");
+	return 0;
+}
+
+/* cgi: this process answers one request and exits (plain CGI). */
+static int app_init(bool cgi)
+{
+	struct buf err = BUF_INIT;
+	int ret;
+
+	ret = load_config(&err);
+	if (ret)
+		log_errx(NULL, "%s", err.data);
+	buf_release(&err);
+	if (ret)
+		return -1;
+	if (init_sandbox(cgi))
+		return -1;
+	/* The pool's shared metrics, in the same place. */
+	open_metrics(cgi);
+	if (open_auth())
+		return -1;
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the
 	 * worker was started; the cost is one open per CGI request. A database that cannot
@@ -358,29 +378,59 @@ static int app_init(bool cgi)
 	return 0;
 }
 
+/* olp-fcgi --version, --check-config, --help (or a bad argument): the exit status. */
+static int run_option(const char *arg)
+{
+	if (!strcmp(arg, "--version")) {
+		printf("olp-fcgi %s\n", OLP_VERSION);
+		return 0;
+	}
+	if (!strcmp(arg, "--check-config")) {
+		log_set_program("olp-fcgi");
+		set_log_level();
+		return check_config();
+	}
+	usage(strcmp(arg, "--help") ? stderr : stdout);
+	return strcmp(arg, "--help") ? 2 : 0;
+}
+
+/* Serve FastCGI requests on the configured threads until a signal of stop comes. */
+static int serve(const sigset_t *stop)
+{
+	pthread_t *threads;
+	unsigned i, started = 0;
+	int sig;
+
+	threads = xcalloc(app.cfg.threads, sizeof(*threads));
+	for (i = 0; i < app.cfg.threads; i++)
+		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
+			started++;
+	if (!started) {
+		log_errx(NULL, "no serving thread could start");
+		return 1;
+	}
+	/* Stopped by the web server: put the warm sandboxes down properly (their bwrap
+	 * would otherwise die halfway through building one), then go. Runs in flight die
+	 * with us (PR_SET_PDEATHSIG, bwrap --die-with-parent). */
+	while (sigwait(stop, &sig) != 0)
+		;
+	log_info(NULL, "signal %d: stopping", sig);
+	sbx_warm_shutdown();
+	/* The usage store is not closed here: serving threads may be inside a transaction
+	 * right now, and a committed one is durable in SQLite's WAL without a close (an
+	 * unfinished one is rolled back by the next opener). */
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	/* Who started us, before anything else can happen to it (see below). */
 	pid_t parent = getppid();
-	pthread_t *threads;
-	unsigned i, started = 0;
 	sigset_t stop;
 	bool cgi;
-	int sig;
 
-	if (argc > 1) {
-		if (!strcmp(argv[1], "--version")) {
-			printf("olp-fcgi %s\n", OLP_VERSION);
-			return 0;
-		}
-		if (!strcmp(argv[1], "--check-config")) {
-			log_set_program("olp-fcgi");
-			set_log_level();
-			return check_config();
-		}
-		usage(strcmp(argv[1], "--help") ? stderr : stdout);
-		return strcmp(argv[1], "--help") ? 2 : 0;
-	}
+	if (argc > 1)
+		return run_option(argv[1]);
 	log_set_program("olp-fcgi");
 	set_log_level();
 	if (FCGX_Init() != 0) {
@@ -391,7 +441,7 @@ int main(int argc, char **argv)
 	 * blocked in accept() never stops: let SIGTERM end the process (in-flight children
 	 * die with it through PR_SET_PDEATHSIG and bwrap's --die-with-parent). */
 	(void)signal(SIGTERM, SIG_DFL);
-	/* SIGTERM and SIGINT go to the main thread alone, through sigwait() below, once
+	/* SIGTERM and SIGINT go to the main thread alone, through sigwait() (serve), once
 	 * start-up is over: app_init() starts a real sandbox (the status probe), and a worker
 	 * killed while bwrap builds it leaves the sandbox's init blocked for ever, out of
 	 * everyone's reach (lighttpd -tt, or Ctrl-C on olp-local serve, stop workers that
@@ -431,23 +481,5 @@ int main(int argc, char **argv)
 		usage_store_free(app.usage);
 		return 0;
 	}
-	threads = xcalloc(app.cfg.threads, sizeof(*threads));
-	for (i = 0; i < app.cfg.threads; i++)
-		if (pthread_create(&threads[started], NULL, serve_thread, NULL) == 0)
-			started++;
-	if (!started) {
-		log_errx(NULL, "no serving thread could start");
-		return 1;
-	}
-	/* Stopped by the web server: put the warm sandboxes down properly (their bwrap
-	 * would otherwise die halfway through building one), then go. Runs in flight die
-	 * with us (PR_SET_PDEATHSIG, bwrap --die-with-parent). */
-	while (sigwait(&stop, &sig) != 0)
-		;
-	log_info(NULL, "signal %d: stopping", sig);
-	sbx_warm_shutdown();
-	/* The usage store is not closed here: serving threads may be inside a transaction
-	 * right now, and a committed one is durable in SQLite's WAL without a close (an
-	 * unfinished one is rolled back by the next opener). */
-	_exit(0);
+	return serve(&stop);
 }

@@ -1,6 +1,7 @@
-/* A key's quota against the usage store, for handler.c: the check that counts a request,
- * the tokens it reserves while it runs, the request given back when no provider took it,
- * and what /health and /metrics say of the ledger (issues 14 and 22, ADR 0026).
+/* A key's quota against the usage store, for the routes (chat.c, health.c, usage.c): the
+ * check that counts a request, the tokens it reserves while it runs, the request given
+ * back when no provider took it, and what /health and /metrics say of the ledger
+ * (issues 14 and 22, ADR 0026).
  *
  * The ledger fails closed for keys with a quota: a request of such a key is served only
  * once its count (and reservation) is written. When the store cannot write (a full disk,

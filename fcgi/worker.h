@@ -155,6 +155,75 @@ int fcgi_io_write(struct fcgi_io *io, const char *data, size_t len);
  * it, fcgi_io_param and fcgi_io_write must not be used. */
 void fcgi_io_finish(struct fcgi_io *io);
 
+/* ---- one request (handler.c; answers: respond.c) ---------------------------------------- */
+/* How long a client has to take an answer that is not a provider run's output (an error,
+ * /health, /v1/models) or the end of one once the run is over; a run's output has the
+ * run's own deadline (fcgi_handle_chat). A client still not reading then is dropped. */
+#define FCGI_ANSWER_WRITE_MS 30000
+
+struct fcgi_answer; /* chat.c's */
+
+/* One request under way: what fcgi_handle, the answers' layer and the handlers share. */
+struct fcgi_req {
+	struct fcgi_app *app;
+	struct fcgi_io *io;
+	char rid[17];
+	const char *method; /* points into method_buf: the params die with fcgi_io_finish */
+	char method_buf[16];
+	struct buf path;
+	uint64_t t0;
+	uint64_t t_first; /* mono_ms() of the answer's first byte (its head), 0 before */
+	int status;
+	const char *error_code;
+	const char *model;
+	const char *provider;
+	struct auth_identity id;
+	bool have_id;
+	const struct fcgi_answer *answer; /* a chat answer under way: adds the X-OLP-* headers */
+	/* The usage ledger (issue 14): a chat completion that passed auth gets one row, with
+	 * the tokens and start of the run that answered (answer_done). */
+	bool chat;
+	struct prov_usage usage;
+	enum usage_start start;
+	int key_slot;		  /* the key's concurrency slot (check_concurrency), or -1 */
+	struct usage_claim claim; /* the request's count and token reservation (check_quota) */
+};
+
+/* One response header; a list of them ends with a NULL name. */
+struct fcgi_hdr {
+	const char *name;
+	const char *value;
+};
+
+/* Append one header through fcgi_header_add; one it refuses (a control character in a
+ * value: header injection) is left out and logged, and the answer goes on without it. */
+void fcgi_add_header(struct fcgi_req *rc, struct buf *h, const char *name, const char *value);
+void fcgi_send_head(struct fcgi_req *rc, int status, const char *ctype,
+		    const struct fcgi_hdr *extra);
+void fcgi_send_json(struct fcgi_req *rc, int status, const struct buf *body,
+		    const struct fcgi_hdr *extra);
+/* e as an OpenAI-style error object; its code (or type) is the request's log error. */
+void fcgi_send_error(struct fcgi_req *rc, const struct fcgi_error *e, const struct fcgi_hdr *extra);
+void fcgi_fail(struct fcgi_req *rc, int status, const char *type, const char *code, const char *fmt,
+	       ...) __attribute__((format(printf, 5, 6)));
+/* Identify the caller. required: a missing token is an error (else it yields no
+ * identity, as /health allows). 0 to go on; else the 401 was sent. */
+int fcgi_authenticate(struct fcgi_req *rc, bool required);
+bool fcgi_is_owner(const struct fcgi_req *rc);
+
+/* The routes' handlers: each answers its request whole (fcgi_handle does the rest). */
+void fcgi_handle_chat(struct fcgi_req *rc);
+void fcgi_handle_health(struct fcgi_req *rc);
+void fcgi_handle_live(struct fcgi_req *rc);
+void fcgi_handle_models(struct fcgi_req *rc);
+void fcgi_handle_usage(struct fcgi_req *rc);
+void fcgi_handle_dashboard(struct fcgi_req *rc);
+void fcgi_handle_metrics(struct fcgi_req *rc);
+/* chat.c: the X-OLP-* headers of the chat answer a under way. */
+void fcgi_chat_headers(const struct fcgi_answer *a, int status, struct buf *h);
+/* The key's concurrency slot (quota max_concurrent), when held: free it. */
+void fcgi_key_slot_release(struct fcgi_req *rc);
+
 void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io);
 
 /* fcgi/dashboard.html, built in (fcgi/embed.cmake): len bytes, then a NUL. */

@@ -16,117 +16,128 @@
 
 /* ---- routing ----------------------------------------------------------------------------- */
 
+/* The worker's routes (fcgi/handler.c), without their handlers. */
+static const struct fcgi_route routes[] = {
+	{ "POST", "/v1/chat/completions", "chat", NULL, 0 },
+	{ "GET", "/v1/models", "models", NULL, 0 },
+	{ "GET", "/health", "health", NULL, 0 },
+	{ "GET", "/health/live", "health_live", NULL, 0 },
+	{ "GET", "/v1/usage", "usage", NULL, 0 },
+	{ "GET", "/dashboard", "dashboard", NULL, 0 },
+	{ "GET", "/metrics", "metrics", NULL, 0 },
+};
+
 static void test_route(void)
 {
 	static const struct {
 		const char *method, *uri, *path_info, *prefix;
-		enum fcgi_route route;
-		const char *allow; /* for FCGI_ROUTE_BAD_METHOD */
+		const char *route; /* the row's name, "not_found" or "bad_method" */
+		const char *allow; /* for "bad_method" */
 		const char *path;  /* what pathbuf holds afterwards (NULL: not checked) */
 	} cases[] = {
-		{ "POST", "/v1/chat/completions", NULL, "", FCGI_ROUTE_CHAT, NULL,
-		  "/v1/chat/completions" },
-		{ "GET", "/v1/models", NULL, "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "GET", "/health", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
-		{ "GET", "/health", NULL, NULL, FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "POST", "/v1/chat/completions", NULL, "", "chat", NULL, "/v1/chat/completions" },
+		{ "GET", "/v1/models", NULL, "", "models", NULL, "/v1/models" },
+		{ "GET", "/health", NULL, "", "health", NULL, "/health" },
+		{ "GET", "/health", NULL, NULL, "health", NULL, "/health" },
 		/* the query string never selects a route */
-		{ "GET", "/v1/models?x=1", NULL, "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", "/v1/chat/completions?stream=true&a=/health", NULL, "", FCGI_ROUTE_CHAT,
-		  NULL, "/v1/chat/completions" },
-		{ "GET", "/health?", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
-		{ "GET", "/x?/health", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/health#frag", NULL, "", FCGI_ROUTE_HEALTH, NULL, "/health" },
-		/* a mount prefix is stripped, with or without a trailing slash */
-		{ "GET", "/api/v1/models", NULL, "/api", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "GET", "/api/v1/models", NULL, "/api/", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", "/api/v1/chat/completions?q", NULL, "/api", FCGI_ROUTE_CHAT, NULL,
+		{ "GET", "/v1/models?x=1", NULL, "", "models", NULL, "/v1/models" },
+		{ "POST", "/v1/chat/completions?stream=true&a=/health", NULL, "", "chat", NULL,
 		  "/v1/chat/completions" },
-		{ "GET", "/olp/api/health", NULL, "/olp/api", FCGI_ROUTE_HEALTH, NULL, "/health" },
+		{ "GET", "/health?", NULL, "", "health", NULL, "/health" },
+		{ "GET", "/x?/health", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/health#frag", NULL, "", "health", NULL, "/health" },
+		/* a mount prefix is stripped, with or without a trailing slash */
+		{ "GET", "/api/v1/models", NULL, "/api", "models", NULL, "/v1/models" },
+		{ "GET", "/api/v1/models", NULL, "/api/", "models", NULL, "/v1/models" },
+		{ "POST", "/api/v1/chat/completions?q", NULL, "/api", "chat", NULL,
+		  "/v1/chat/completions" },
+		{ "GET", "/olp/api/health", NULL, "/olp/api", "health", NULL, "/health" },
 		/* a root mount still works with a prefix configured */
-		{ "GET", "/v1/models", NULL, "/api", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
+		{ "GET", "/v1/models", NULL, "/api", "models", NULL, "/v1/models" },
 		/* a prefix matches whole segments only */
-		{ "GET", "/api2/v1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/apiv1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api/", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/api/api/v1/models", NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/api2/v1/models", NULL, "/api", "not_found", NULL, NULL },
+		{ "GET", "/apiv1/models", NULL, "/api", "not_found", NULL, NULL },
+		{ "GET", "/api", NULL, "/api", "not_found", NULL, NULL },
+		{ "GET", "/api/", NULL, "/api", "not_found", NULL, NULL },
+		{ "GET", "/api/api/v1/models", NULL, "/api", "not_found", NULL, NULL },
 		/* wrong method: 405 with the method the path takes */
-		{ "GET", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
-		{ "PUT", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
-		{ "POST", "/v1/models", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
-		{ "DELETE", "/health", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
-		{ "post", "/v1/chat/completions", NULL, "", FCGI_ROUTE_BAD_METHOD, "POST", NULL },
-		{ "POST", "/api/health?x", NULL, "/api", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
-		{ NULL, "/health", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ "GET", "/v1/chat/completions", NULL, "", "bad_method", "POST", NULL },
+		{ "PUT", "/v1/chat/completions", NULL, "", "bad_method", "POST", NULL },
+		{ "POST", "/v1/models", NULL, "", "bad_method", "GET", NULL },
+		{ "DELETE", "/health", NULL, "", "bad_method", "GET", NULL },
+		{ "post", "/v1/chat/completions", NULL, "", "bad_method", "POST", NULL },
+		{ "POST", "/api/health?x", NULL, "/api", "bad_method", "GET", NULL },
+		{ NULL, "/health", NULL, "", "bad_method", "GET", NULL },
 		/* unknown paths */
-		{ "GET", "/x", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/V1/models", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/v1/models/extra", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/v1/modelsx", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "v1/models", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "POST", "/v1/chat/completions/../../health", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL,
-		  NULL },
+		{ "GET", "/x", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/V1/models", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/v1/models/extra", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/v1/modelsx", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "v1/models", NULL, "", "not_found", NULL, NULL },
+		{ "POST", "/v1/chat/completions/../../health", NULL, "", "not_found", NULL, NULL },
 		/* REQUEST_URI missing: PATH_INFO is used */
-		{ "GET", NULL, "/v1/models", "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "POST", NULL, "/v1/chat/completions", "/api", FCGI_ROUTE_CHAT, NULL, NULL },
-		{ "GET", NULL, "/nope", "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", NULL, NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", NULL, NULL, "/api", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", NULL, "/v1/models", "", "models", NULL, "/v1/models" },
+		{ "POST", NULL, "/v1/chat/completions", "/api", "chat", NULL, NULL },
+		{ "GET", NULL, "/nope", "", "not_found", NULL, NULL },
+		{ "GET", NULL, NULL, "", "not_found", NULL, NULL },
+		{ "GET", NULL, NULL, "/api", "not_found", NULL, NULL },
 		/* GET /health/live, for web servers' and load balancers' checks */
-		{ "GET", "/health/live", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL, "/health/live" },
-		{ "HEAD", "/health/live", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL, "/health/live" },
-		{ "GET", "/health/live/?x", NULL, "", FCGI_ROUTE_HEALTH_LIVE, NULL,
-		  "/health/live" },
-		{ "GET", "/api/health/live", NULL, "/api", FCGI_ROUTE_HEALTH_LIVE, NULL,
-		  "/health/live" },
-		{ "POST", "/health/live", NULL, "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
-		{ "GET", "/health/live/x", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
-		{ "GET", "/health/liveness", NULL, "", FCGI_ROUTE_NOT_FOUND, NULL, NULL },
+		{ "GET", "/health/live", NULL, "", "health_live", NULL, "/health/live" },
+		{ "HEAD", "/health/live", NULL, "", "health_live", NULL, "/health/live" },
+		{ "GET", "/health/live/?x", NULL, "", "health_live", NULL, "/health/live" },
+		{ "GET", "/api/health/live", NULL, "/api", "health_live", NULL, "/health/live" },
+		{ "POST", "/health/live", NULL, "", "bad_method", "GET", NULL },
+		{ "GET", "/health/live/x", NULL, "", "not_found", NULL, NULL },
+		{ "GET", "/health/liveness", NULL, "", "not_found", NULL, NULL },
 		/* a mount the server split off (Apache ScriptAlias /olp, a CGI alias): REQUEST_URI
 		 * keeps it, PATH_INFO is the path below it; no prefix configured */
-		{ "GET", "/olp/v1/models?x=1", "/v1/models", "", FCGI_ROUTE_MODELS, NULL,
-		  "/v1/models" },
-		{ "POST", "/olp/v1/chat/completions", "/v1/chat/completions", "", FCGI_ROUTE_CHAT,
-		  NULL, "/v1/chat/completions" },
-		{ "GET", "/olp/health/live", "/health/live", "", FCGI_ROUTE_HEALTH_LIVE, NULL,
+		{ "GET", "/olp/v1/models?x=1", "/v1/models", "", "models", NULL, "/v1/models" },
+		{ "POST", "/olp/v1/chat/completions", "/v1/chat/completions", "", "chat", NULL,
+		  "/v1/chat/completions" },
+		{ "GET", "/olp/health/live", "/health/live", "", "health_live", NULL,
 		  "/health/live" },
-		{ "GET", "/a/b/health", "/health", NULL, FCGI_ROUTE_HEALTH, NULL, "/health" },
-		{ "POST", "/olp/v1/models", "/v1/models", "", FCGI_ROUTE_BAD_METHOD, "GET", NULL },
+		{ "GET", "/a/b/health", "/health", NULL, "health", NULL, "/health" },
+		{ "POST", "/olp/v1/models", "/v1/models", "", "bad_method", "GET", NULL },
 		/* ... a 404 names the path the client asked for */
-		{ "GET", "/olp/x", "/x", "", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/x" },
-		{ "GET", "/olp/x?y", "/x", "/api", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/x" },
+		{ "GET", "/olp/x", "/x", "", "not_found", NULL, "/olp/x" },
+		{ "GET", "/olp/x?y", "/x", "/api", "not_found", NULL, "/olp/x" },
 		/* ... and the request's own path wins when it is a route: a root mount's PATH_INFO
 		 * (lighttpd without fix-root-scriptname: /v1 + /models) is never used */
-		{ "GET", "/v1/models", "/models", "", FCGI_ROUTE_MODELS, NULL, "/v1/models" },
-		{ "GET", "/health", "/health", "", FCGI_ROUTE_HEALTH, NULL, "/health" },
-		{ "POST", "/v1/completions", "/completions", "", FCGI_ROUTE_NOT_FOUND, NULL,
+		{ "GET", "/v1/models", "/models", "", "models", NULL, "/v1/models" },
+		{ "GET", "/health", "/health", "", "health", NULL, "/health" },
+		{ "POST", "/v1/completions", "/completions", "", "not_found", NULL,
 		  "/v1/completions" },
-		{ "GET", "/v1/chat/completions", "/chat/completions", "", FCGI_ROUTE_BAD_METHOD,
-		  "POST", NULL },
-		{ "GET", "/olp/v1/models", "", "", FCGI_ROUTE_NOT_FOUND, NULL, "/olp/v1/models" },
+		{ "GET", "/v1/chat/completions", "/chat/completions", "", "bad_method", "POST",
+		  NULL },
+		{ "GET", "/olp/v1/models", "", "", "not_found", NULL, "/olp/v1/models" },
 	};
 	struct buf path = BUF_INIT;
 	size_t i;
 
 	for (i = 0; i < ARRAY_SIZE(cases); i++) {
-		const char *allow = NULL;
-		enum fcgi_route r =
-			fcgi_route_match(cases[i].method, cases[i].uri, cases[i].path_info,
-					 cases[i].prefix, &path, &allow);
+		const struct fcgi_route *row = NULL;
+		enum fcgi_route_result r =
+			fcgi_route_match(routes, ARRAY_SIZE(routes), cases[i].method, cases[i].uri,
+					 cases[i].path_info, cases[i].prefix, &path, &row);
+		const char *got = r == FCGI_ROUTE_FOUND	      ? (row ? row->name : "(null)")
+				  : r == FCGI_ROUTE_NOT_FOUND ? "not_found"
+							      : "bad_method";
 
-		CU_ASSERT_EQUAL(r, cases[i].route);
-		if (r != cases[i].route)
-			fprintf(stderr, "route case %zu (%s %s, prefix \"%s\"): %d, want %d\n", i,
+		CU_ASSERT_STRING_EQUAL(got, cases[i].route);
+		if (strcmp(got, cases[i].route))
+			fprintf(stderr, "route case %zu (%s %s, prefix \"%s\"): %s, want %s\n", i,
 				cases[i].method ? cases[i].method : "(null)",
 				cases[i].uri ? cases[i].uri : "(null)",
-				cases[i].prefix ? cases[i].prefix : "(null)", r, cases[i].route);
-		if (cases[i].route == FCGI_ROUTE_BAD_METHOD) {
-			CU_ASSERT_PTR_NOT_NULL(allow);
-			if (allow)
-				CU_ASSERT_STRING_EQUAL(allow, cases[i].allow);
+				cases[i].prefix ? cases[i].prefix : "(null)", got, cases[i].route);
+		if (r == FCGI_ROUTE_BAD_METHOD) {
+			CU_ASSERT_PTR_NOT_NULL(row);
+			if (row)
+				CU_ASSERT_STRING_EQUAL(row->method, cases[i].allow);
 		}
+		if (r == FCGI_ROUTE_NOT_FOUND)
+			CU_ASSERT_PTR_NULL(row);
 		if (cases[i].path)
 			CU_ASSERT_STRING_EQUAL(path.data, cases[i].path);
 		CU_ASSERT_EQUAL(path.data[path.len], '\0');

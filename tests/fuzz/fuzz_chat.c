@@ -140,22 +140,35 @@ static void fuzz_parse(const char *body, size_t size)
 	fcgi_chat_release(&req);
 }
 
+/* The worker's routes (fcgi/handler.c), without their handlers. */
+static const struct fcgi_route routes[] = {
+	{ "POST", "/v1/chat/completions", "chat", NULL, 0 },
+	{ "GET", "/v1/models", "models", NULL, 0 },
+	{ "GET", "/health", "health", NULL, 0 },
+	{ "GET", "/health/live", "health_live", NULL, 0 },
+	{ "GET", "/v1/usage", "usage", NULL, 0 },
+	{ "GET", "/dashboard", "dashboard", NULL, 0 },
+	{ "GET", "/metrics", "metrics", NULL, 0 },
+};
+
 static void fuzz_route(const char *s, size_t size)
 {
 	struct buf method = BUF_INIT, uri = BUF_INIT, path = BUF_INIT;
-	const char *sp = memchr(s, ' ', size), *allow = NULL;
+	const char *sp = memchr(s, ' ', size);
+	const struct fcgi_route *row = NULL;
 	size_t mlen = sp ? (size_t)(sp - s) : size;
-	enum fcgi_route r;
+	enum fcgi_route_result r;
 
 	buf_add(&method, s, mlen);
 	if (sp)
 		buf_add(&uri, sp + 1, size - mlen - 1);
 	/* As a CGI variable would be: up to the first NUL. */
-	r = fcgi_route_match(method.data, uri.data, "/v1/models", (size & 1) ? "/api" : "", &path,
-			     &allow);
-	if (r == FCGI_ROUTE_BAD_METHOD && !allow)
+	r = fcgi_route_match(routes, ARRAY_SIZE(routes), method.data, uri.data, "/v1/models",
+			     (size & 1) ? "/api" : "", &path, &row);
+	if (r != FCGI_ROUTE_NOT_FOUND && !row)
 		abort();
-	r = fcgi_route_match(method.data, NULL, uri.data, "/api/", &path, &allow);
+	r = fcgi_route_match(routes, ARRAY_SIZE(routes), method.data, NULL, uri.data, "/api/",
+			     &path, &row);
 	if (path.data[path.len] != '\0')
 		abort();
 	(void)r;

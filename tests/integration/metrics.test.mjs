@@ -106,6 +106,18 @@ describe('GET /metrics behind lighttpd, 2 workers', () => {
     assert.ok(!srv.errorLog().includes(METRICS_TOKEN), 'the metrics_token reached the log');
   });
 
+  it('the metrics_token is read as a key is (auth_token_extract): any case, a tab after Bearer', async () => {
+    for (const auth of [`bearer ${METRICS_TOKEN}`, `Bearer\t${METRICS_TOKEN}`, `\tBEARER  ${METRICS_TOKEN}\t`]) {
+      const r = await curl(srv, { path: '/metrics', auth });
+      assert.equal(r.status, 200, `${JSON.stringify(auth.replace(METRICS_TOKEN, 'T'))}: ${r.text}`);
+    }
+    // Another scheme, or Bearer glued to the token, is no bearer token.
+    for (const auth of [`Basic ${METRICS_TOKEN}`, `Bearer${METRICS_TOKEN}`]) {
+      const r = await curl(srv, { path: '/metrics', auth });
+      assert.equal(r.status, 401, r.text);
+    }
+  });
+
   it('one scrape shows the whole pool, whichever worker answers; promtool accepts it', async () => {
     assert.ok(srv.workerPids().length >= 2, `2 workers expected: ${srv.workerPids()}`);
     const N = 8;

@@ -1,0 +1,192 @@
+/* GET /health, GET /health/live and GET /v1/models. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fcgi/worker.h"
+#include "common/banned.h"
+
+static void add_sandbox_block(struct buf *b)
+{
+	const struct sbx_status *st = sbx_status_get();
+
+	buf_addf(b,
+		 "{\"available\":%s,\"active\":%s,\"mode\":\"%s\",\"platform\":\"linux\","
+		 "\"missing\":[%s],\"seccomp\":%s,\"cgroup\":\"%s\"",
+		 st->available ? "true" : "false", st->active ? "true" : "false", st->mode,
+		 st->bwrap_version ? "" : "\"bubblewrap\"", st->seccomp ? "true" : "false",
+		 st->cgroup);
+	buf_adds(b, ",\"cgroup_detail\":");
+	buf_add_json_str(b, st->cgroup_detail, strlen(st->cgroup_detail));
+	/* Whose host uid a run is: "per_run", or loudly "shared" / "unavailable". */
+	buf_addf(b, ",\"identity\":\"%s\",\"identity_detail\":", st->identity);
+	buf_add_json_str(b, st->identity_detail, strlen(st->identity_detail));
+	buf_adds(b, ",\"bwrap_version\":");
+	if (st->bwrap_version)
+		buf_add_json_str(b, st->bwrap_version, strlen(st->bwrap_version));
+	else
+		buf_adds(b, "null");
+	if (st->message) {
+		buf_adds(b, ",\"message\":");
+		buf_add_json_str(b, st->message, strlen(st->message));
+	}
+	buf_addch(b, '}');
+}
+
+/* How the provider's runs reach the network: "host" is the one to notice. */
+static void add_network(struct buf *b, const struct prov_provider *pv)
+{
+	struct prov_net_info ni;
+
+	prov_provider_net_info(pv, &ni);
+	buf_addf(b, ",\"network\":\"%s\"", ni.mode);
+	if (ni.upstream_host) {
+		buf_adds(b, ",\"upstream_host\":");
+		buf_add_json_str(b, ni.upstream_host, strlen(ni.upstream_host));
+	}
+	buf_addf(b, ",\"secretless\":%s", ni.secretless ? "true" : "false");
+}
+
+/* Whether the provider's client and its credentials are on this host (the dashboard). */
+static void add_cli_state(struct buf *b, const struct prov_provider *pv)
+{
+	struct prov_cli_state cs;
+
+	prov_provider_cli_state(pv, &cs);
+	buf_addf(b, ",\"cli_found\":%s,\"credentials\":\"%s\"", cs.cli_found ? "true" : "false",
+		 cs.credentials);
+}
+
+/* Pre-started provider processes (ADR 0022): the host's counts from the pool's shared
+ * metrics; only when those cannot be had, this worker process's own. */
+static void add_prestart_block(struct buf *b)
+{
+	static const char *const events[] = { "hit", "miss", "expired", "died" };
+	struct sbx_prestart_stats st;
+	int64_t v;
+
+	if (metrics_is_open()) {
+		buf_adds(b, ",\"prestart\":{\"scope\":\"host\"");
+		for (size_t i = 0; i < ARRAY_SIZE(events); i++) {
+			(void)metrics_value("olp_prestart_events_total",
+					    (const char *const[]){ "event", events[i], NULL }, &v);
+			buf_addf(b, ",\"%s\":%lld", events[i], (long long)v);
+		}
+		(void)metrics_value("olp_prestart_idle", NULL, &v);
+		buf_addf(b, ",\"idle\":%lld}", (long long)v);
+		return;
+	}
+	sbx_prestart_stats(&st);
+	buf_addf(b,
+		 ",\"prestart\":{\"scope\":\"process\",\"hit\":%llu,\"miss\":%llu,"
+		 "\"expired\":%llu,\"died\":%llu,\"idle\":%zu}",
+		 (unsigned long long)st.hit, (unsigned long long)st.miss,
+		 (unsigned long long)st.expired, (unsigned long long)st.died, st.idle);
+}
+
+void fcgi_handle_health(struct fcgi_req *rc)
+{
+	struct auth_login_grant *grants = NULL;
+	struct buf b = BUF_INIT;
+	size_t i, j, ngrants = 0;
+
+	if (fcgi_authenticate(rc, false))
+		return;
+	buf_adds(&b, "{\"ok\":true,\"version\":\"" OLP_VERSION "\"");
+	/* Infrastructure details are for the owner only: the Node OLP's ADR 0014 §3.3 (in
+	 * seed/ beside DESIGN.md), not this tree's docs/adr/0014, which is the per-run uid. */
+	if (fcgi_is_owner(rc)) {
+		const struct prov_registry *reg = rc->app->reg;
+
+		(void)auth_login_grants(rc->app->auth, &grants, &ngrants);
+		buf_adds(&b, ",\"providers\":{");
+		for (i = 0; i < prov_registry_provider_count(reg); i++) {
+			const struct prov_provider *pv = prov_registry_provider_at(reg, i);
+			bool first = true;
+
+			if (i)
+				buf_addch(&b, ',');
+			buf_add_json_str(&b, prov_provider_name(pv),
+					 strlen(prov_provider_name(pv)));
+			buf_adds(&b, ":{\"type\":");
+			buf_add_json_str(&b, prov_provider_type(pv),
+					 strlen(prov_provider_type(pv)));
+			buf_adds(&b, ",\"displayName\":");
+			buf_add_json_str(&b, prov_provider_display_name(pv),
+					 strlen(prov_provider_display_name(pv)));
+			add_network(&b, pv);
+			add_cli_state(&b, pv);
+			fcgi_access_health(&b, pv, grants, ngrants);
+			buf_adds(&b, ",\"models\":[");
+			for (j = 0; j < prov_registry_model_count(reg); j++) {
+				const struct prov_model *m = prov_registry_model_at(reg, j);
+
+				if (m->provider != pv)
+					continue;
+				if (!first)
+					buf_addch(&b, ',');
+				buf_add_json_str(&b, m->id, strlen(m->id));
+				first = false;
+			}
+			buf_adds(&b, "]}");
+		}
+		buf_adds(&b, "},\"sandbox\":");
+		add_sandbox_block(&b);
+		buf_addf(&b, ",\"audit_failures\":%llu",
+			 (unsigned long long)auth_audit_failures(rc->app->auth));
+		/* The ledger and quotas: off, or whether its database works right now. */
+		buf_adds(&b, ",\"usage\":");
+		fcgi_usage_health_json(&b, rc->app->usage);
+		add_prestart_block(&b);
+	}
+	buf_addch(&b, '}');
+	fcgi_send_json(rc, 200, &b,
+		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+	buf_release(&b);
+	free(grants);
+}
+
+/* GET /health/live: the worker is up and takes requests. For web-server and load-balancer
+ * checks, polled every few seconds: no credential looked at, no key store, registry or
+ * sandbox touched, and (fcgi_handle) no audit record or log line for a 200, so a monitor
+ * fills neither the audit log nor the journal. The web server's access log still has
+ * every check. */
+void fcgi_handle_live(struct fcgi_req *rc)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, "{\"ok\":true}");
+	fcgi_send_json(rc, 200, &b,
+		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+	buf_release(&b);
+}
+
+void fcgi_handle_models(struct fcgi_req *rc)
+{
+	const struct prov_registry *reg = rc->app->reg;
+	struct buf b = BUF_INIT;
+	size_t i, n = 0;
+
+	if (fcgi_authenticate(rc, true))
+		return;
+	buf_adds(&b, "{\"object\":\"list\",\"data\":[");
+	for (i = 0; i < prov_registry_model_count(reg); i++) {
+		const struct prov_model *m = prov_registry_model_at(reg, i);
+		const char *owner = prov_provider_name(m->provider);
+
+		/* Only what this caller may use (issue 22): no model it would be refused. */
+		if (fcgi_access_check(&rc->id, m->provider))
+			continue;
+		if (n++)
+			buf_addch(&b, ',');
+		buf_adds(&b, "{\"id\":");
+		buf_add_json_str(&b, m->id, strlen(m->id));
+		buf_addf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":",
+			 (long long)m->created);
+		buf_add_json_str(&b, owner, strlen(owner));
+		buf_addch(&b, '}');
+	}
+	buf_adds(&b, "]}");
+	fcgi_send_json(rc, 200, &b, NULL);
+	buf_release(&b);
+}

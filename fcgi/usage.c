@@ -1,0 +1,467 @@
+/* GET /v1/usage (the ledger, read), GET /dashboard (the owner's page) and GET /metrics
+ * (Prometheus text). */
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fcgi/worker.h"
+#include "common/banned.h"
+
+/* ---- GET /v1/usage, /dashboard, /metrics (issue 14) --------------------------------------- */
+
+#define USAGE_RECENT_DEFAULT 20
+#define USAGE_RECENT_MAX 200
+#define USAGE_SINCE_DAYS 30
+
+/* "YYYY-MM-DD" (a real day) into the unix ms of its 00:00 UTC. 0, or -1. */
+static int parse_day(const char *s, int64_t *ms)
+{
+	struct tm tm = { 0 }, back;
+	char again[16];
+	time_t t;
+
+	if (strlen(s) != 10 || strspn(s, "0123456789-") != 10 || s[4] != '-' || s[7] != '-' ||
+	    sscanf(s, "%4d-%2d-%2d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday) != 3)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	t = timegm(&tm);
+	/* timegm normalises 2026-02-30 into March: such a day is refused. */
+	if (t == (time_t)-1 || !gmtime_r(&t, &back) ||
+	    !strftime(again, sizeof(again), "%Y-%m-%d", &back) || strcmp(again, s))
+		return -1;
+	*ms = (int64_t)t * 1000;
+	return 0;
+}
+
+static json_t *day_string(int64_t ms, bool with_time)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	char s[40];
+
+	if (!gmtime_r(&t, &tm))
+		return json_null();
+	if (!with_time) {
+		(void)strftime(s, sizeof(s), "%Y-%m-%d", &tm);
+	} else {
+		size_t n = strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
+
+		snprintf(s + n, sizeof(s) - n, ".%03dZ", (int)(ms % 1000));
+	}
+	return json_string(s);
+}
+
+/* One key of the answer: who it is, as the key store says. */
+struct usage_key {
+	const char *id;
+	const char *name; /* NULL: unknown (deleted since) */
+	const char *tier; /* NULL: unknown */
+	bool revoked;
+	bool have_quota; /* the quota is known (the caller's own, or from the store) */
+	struct auth_quota quota;
+};
+
+static json_t *quota_json(const struct usage_key *k)
+{
+	if (!k->have_quota || auth_quota_none(&k->quota))
+		return json_null();
+	return json_pack("{sIsIsIsI}", "requests_per_minute",
+			 (json_int_t)k->quota.requests_per_minute, "requests_per_day",
+			 (json_int_t)k->quota.requests_per_day, "tokens_per_day",
+			 (json_int_t)k->quota.tokens_per_day, "max_concurrent",
+			 (json_int_t)k->quota.max_concurrent);
+}
+
+static json_t *key_json(struct usage_store *st, const struct usage_key *k,
+			const struct usage_day *days, size_t ndays)
+{
+	struct usage_quota_state qs;
+	json_t *o, *arr = json_array();
+	int64_t req = 0, errs = 0, pt = 0, ct = 0, cached = 0, warm = 0, pre = 0;
+
+	for (size_t i = 0; i < ndays; i++) {
+		const struct usage_day *d = &days[i];
+
+		if (strcmp(d->key_id, k->id))
+			continue;
+		json_array_append_new(
+			arr, json_pack("{sssosIsIsIsIsIsIsIsI}", "date", d->day, "provider",
+				       d->provider[0] ? json_string(d->provider) : json_null(),
+				       "requests", (json_int_t)d->requests, "errors",
+				       (json_int_t)d->errors, "prompt_tokens",
+				       (json_int_t)d->prompt_tokens, "completion_tokens",
+				       (json_int_t)d->completion_tokens, "cached_tokens",
+				       (json_int_t)d->cached_tokens, "warm", (json_int_t)d->warm,
+				       "prestart", (json_int_t)d->prestart, "duration_ms",
+				       (json_int_t)d->duration_ms));
+		req += d->requests;
+		errs += d->errors;
+		pt += d->prompt_tokens;
+		ct += d->completion_tokens;
+		cached += d->cached_tokens;
+		warm += d->warm;
+		pre += d->prestart;
+	}
+	/* A failure here leaves zeros (the store counted it); the rest still answers. */
+	(void)usage_quota_state(st, k->id, 0, &qs);
+	o = json_pack("{sssososbsos{sIsIsIsI}}", "key_id", k->id, "name",
+		      k->name ? json_string(k->name) : json_null(), "tier",
+		      k->tier ? json_string(k->tier) : json_null(), "revoked", k->revoked, "quota",
+		      quota_json(k), "quota_state", "requests_this_minute",
+		      (json_int_t)qs.requests_this_minute, "requests_today",
+		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today,
+		      "tokens_reserved", (json_int_t)qs.tokens_reserved);
+	json_object_set_new(o, "days", arr);
+	json_object_set_new(o, "totals",
+			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
+				      (json_int_t)errs, "prompt_tokens", (json_int_t)pt,
+				      "completion_tokens", (json_int_t)ct, "total_tokens",
+				      (json_int_t)pt + (json_int_t)ct, "cached_tokens",
+				      (json_int_t)cached, "warm", (json_int_t)warm, "prestart",
+				      (json_int_t)pre));
+	return o;
+}
+
+static json_t *recent_json(const struct usage_row *rows, size_t n)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; i < n; i++) {
+		const struct usage_row *r = &rows[i];
+
+		json_array_append_new(
+			arr,
+			json_pack("{sosIsssososisIsIsIsIsIsssI}", "ts", day_string(r->ts_ms, true),
+				  "ts_ms", (json_int_t)r->ts_ms, "key_id", r->key_id, "provider",
+				  r->provider[0] ? json_string(r->provider) : json_null(), "model",
+				  r->model[0] ? json_string(r->model) : json_null(), "status",
+				  r->status, "prompt_tokens", (json_int_t)r->prompt_tokens,
+				  "completion_tokens", (json_int_t)r->completion_tokens,
+				  "cached_tokens", (json_int_t)r->cached_tokens, "duration_ms",
+				  (json_int_t)r->duration_ms, "ttfb_ms", (json_int_t)r->ttfb_ms,
+				  "start", usage_start_name(r->start), "count",
+				  (json_int_t)r->count));
+	}
+	return arr;
+}
+static const char *special_key_name(const char *id, const char **tier)
+{
+	if (!strcmp(id, "__env_owner__")) {
+		*tier = "owner";
+		return "owner (OLP_OWNER_TOKEN)";
+	}
+	if (!strcmp(id, "__anonymous__")) {
+		*tier = "anonymous";
+		return "anonymous";
+	}
+	return NULL;
+}
+
+/* Append key id to keys (once), named as the key store names it. */
+static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
+			  const struct auth_key_list *l)
+{
+	struct usage_key *k;
+	size_t i;
+
+	for (i = 0; i < *n; i++)
+		if (!strcmp((*keys)[i].id, id))
+			return;
+	*keys = xreallocarray(*keys, *n + 1, sizeof(**keys));
+	k = &(*keys)[(*n)++];
+	*k = (struct usage_key){ .id = id };
+	k->name = special_key_name(id, &k->tier);
+	for (i = 0; i < l->n; i++) {
+		if (strcmp(l->keys[i].id, id))
+			continue;
+		k->name = l->keys[i].name;
+		k->tier = auth_tier_name(l->keys[i].tier);
+		k->revoked = l->keys[i].revoked;
+		k->have_quota = true;
+		k->quota = l->keys[i].quota;
+	}
+}
+
+/* What GET /v1/usage asks for, from its query string. */
+struct usage_query {
+	struct buf key, since, recent;
+	int has_key;	       /* ?key= given */
+	struct usage_filter f; /* f.key_id points into key, or at the caller's id */
+	uint64_t nrecent;
+};
+
+/* 400 for a bad query parameter: msg says what it must be. */
+static void usage_bad_param(struct fcgi_req *rc, const char *param, const char *msg)
+{
+	struct fcgi_error e;
+
+	fcgi_error_set(&e, 400, "invalid_request_error", NULL, param, "%s", msg);
+	fcgi_send_error(rc, &e, NULL);
+}
+
+/* Read ?key=, ?since= and ?recent= into q, and who may see what: 0, or -1 after
+ * answering (400, or 403 for another key's usage asked by a key not the owner's). */
+static int usage_query_parse(struct fcgi_req *rc, struct usage_query *q)
+{
+	const char *qs = fcgi_io_param(rc->io, "QUERY_STRING");
+	int r;
+
+	q->has_key = fcgi_query_get(qs, "key", &q->key);
+	if (q->has_key < 0 || (q->has_key && (!q->key.len || q->key.len >= AUTH_ID_MAX ||
+					      strlen(q->key.data) != q->key.len))) {
+		usage_bad_param(rc, "key", "key: must be a key id (as olp-keys list shows it)");
+		return -1;
+	}
+	/* A key's usage (which providers, when, how much) is its owner's business. */
+	if (q->has_key && !fcgi_is_owner(rc) && strcmp(q->key.data, rc->id.key_id)) {
+		fcgi_fail(rc, 403, "permission_error", "usage_forbidden",
+			  "This key may read only its own usage (key %.64s); ?key= names another",
+			  rc->id.key_id);
+		return -1;
+	}
+	r = fcgi_query_get(qs, "since", &q->since);
+	if (r < 0 || (r > 0 && parse_day(q->since.data, &q->f.since_ms))) {
+		usage_bad_param(rc, "since",
+				"since: must be a day as YYYY-MM-DD, such as 2026-01-31");
+		return -1;
+	}
+	if (!r) {
+		/* The last 30 UTC days, today included. */
+		int64_t now = wall_ms();
+
+		q->f.since_ms = now - now % 86400000 - (int64_t)(USAGE_SINCE_DAYS - 1) * 86400000;
+	}
+	r = fcgi_query_get(qs, "recent", &q->recent);
+	if (r < 0 ||
+	    (r > 0 && (parse_u64(q->recent.data, &q->nrecent) || q->nrecent > USAGE_RECENT_MAX))) {
+		char msg[64];
+
+		snprintf(msg, sizeof(msg), "recent: must be an integer from 0 to %d",
+			 USAGE_RECENT_MAX);
+		usage_bad_param(rc, "recent", msg);
+		return -1;
+	}
+	if (!fcgi_is_owner(rc))
+		q->f.key_id = rc->id.key_id;
+	else if (q->has_key)
+		q->f.key_id = q->key.data;
+	return 0;
+}
+
+/* The keys the answer describes: the one asked for, or every key of the store and of
+ * the ledger's rows. Names, tiers and quotas from list (empty when the store could not be
+ * read: the ids alone). */
+static void usage_keys_collect(struct fcgi_req *rc, const struct usage_query *q,
+			       const struct auth_key_list *list, const struct usage_day *days,
+			       size_t ndays, const struct usage_row *rows, size_t nrows,
+			       struct usage_key **keys, size_t *nkeys)
+{
+	size_t i;
+
+	if (q->f.key_id) {
+		usage_key_add(keys, nkeys, q->f.key_id, list);
+		if (!fcgi_is_owner(rc) || !strcmp(q->f.key_id, rc->id.key_id)) {
+			/* The caller's own: as it authenticated just now. */
+			(*keys)[0].tier = auth_tier_name(rc->id.tier);
+			(*keys)[0].have_quota = true;
+			(*keys)[0].quota = rc->id.quota;
+		}
+		return;
+	}
+	for (i = 0; i < list->n; i++)
+		usage_key_add(keys, nkeys, list->keys[i].id, list);
+	/* Keys in the ledger but not (or no longer) in the store: the env owner, anonymous,
+	 * deleted keys. */
+	for (i = 0; i < ndays; i++)
+		usage_key_add(keys, nkeys, days[i].key_id, list);
+	for (i = 0; i < nrows; i++)
+		usage_key_add(keys, nkeys, rows[i].key_id, list);
+}
+
+/* The answer's JSON into out (docs/openai-compat.md has the shape). */
+static void usage_json(struct fcgi_req *rc, const struct usage_query *q,
+		       const struct usage_key *keys, size_t nkeys, const struct usage_day *days,
+		       size_t ndays, const struct usage_row *rows, size_t nrows, struct buf *out)
+{
+	json_t *root, *karr = json_array();
+	char *dump;
+
+	for (size_t i = 0; i < nkeys; i++)
+		json_array_append_new(karr, key_json(rc->app->usage, &keys[i], days, ndays));
+	root = json_pack("{sssososIsbsoso}", "object", "usage", "since",
+			 day_string(q->f.since_ms, false), "generated_at",
+			 day_string(wall_ms(), true), "recent_limit", (json_int_t)q->nrecent,
+			 "all_keys", fcgi_is_owner(rc) && !q->has_key, "keys", karr, "recent",
+			 recent_json(rows, nrows));
+	dump = root ? json_dumps(root, JSON_COMPACT) : NULL;
+	if (!dump)
+		abort(); /* only allocation fails here: the OOM policy */
+	buf_reset(out);
+	buf_adds(out, dump);
+	free(dump);
+	json_decref(root);
+}
+
+/* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
+ * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
+ * at most 200) rows of recent requests. docs/openai-compat.md has the shape. */
+void fcgi_handle_usage(struct fcgi_req *rc)
+{
+	struct usage_store *st = rc->app->usage;
+	struct usage_query q = { .key = BUF_INIT,
+				 .since = BUF_INIT,
+				 .recent = BUF_INIT,
+				 .nrecent = USAGE_RECENT_DEFAULT };
+	struct buf msg = BUF_INIT;
+	struct auth_key_list list = { 0 };
+	struct usage_key *keys = NULL;
+	struct usage_day *days = NULL;
+	struct usage_row *rows = NULL;
+	size_t nkeys = 0, ndays = 0, nrows = 0;
+
+	if (fcgi_authenticate(rc, true))
+		goto out;
+	if (!st) {
+		fcgi_fail(rc, 404, "not_found", "usage_disabled",
+			  "The usage ledger is off on this server (config.json usage.enabled)");
+		goto out;
+	}
+	if (usage_query_parse(rc, &q))
+		goto out;
+	if (usage_days(st, &q.f, &days, &ndays) ||
+	    (q.nrecent && usage_recent(st, &q.f, q.nrecent, &rows, &nrows))) {
+		fcgi_fail(rc, 503, "usage_unavailable", "usage_unavailable",
+			  "The usage ledger cannot be read right now; try again later");
+		goto out;
+	}
+	/* Names, tiers and quotas; without them (a store that cannot be read) the ids alone. */
+	if (auth_key_list(rc->app->cfg.home, &list, &msg) != AUTH_KEY_OK)
+		log_warnx(rc->rid, "/v1/usage: key store: %s", msg.data);
+	usage_keys_collect(rc, &q, &list, days, ndays, rows, nrows, &keys, &nkeys);
+	usage_json(rc, &q, keys, nkeys, days, ndays, rows, nrows, &msg);
+	fcgi_send_json(rc, 200, &msg,
+		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+out:
+	auth_key_list_release(&list);
+	free(keys);
+	free(days);
+	free(rows);
+	buf_release(&q.key);
+	buf_release(&q.since);
+	buf_release(&q.recent);
+	buf_release(&msg);
+}
+
+/* The Content-Security-Policy of the dashboard: its one inline <script> and <style>
+ * allowed by their SHA-256 (CSP level 2) rather than 'unsafe-inline', so that markup
+ * injected into the page, were any to get in, could run nothing; fetches to this origin
+ * only (the token goes nowhere else); no frames around it (clickjacking), no form posts,
+ * no <base>. Computed once from the embedded file, so that editing it needs no hash. */
+static pthread_once_t csp_once = PTHREAD_ONCE_INIT;
+static char dashboard_csp[512];
+
+static void add_hash_source(struct buf *b, const char *directive, const char *open,
+			    const char *close)
+{
+	const char *page = (const char *)fcgi_dashboard_html, *start, *end;
+	unsigned char digest[crypto_hash_sha256_BYTES];
+	char b64[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES,
+					   sodium_base64_VARIANT_ORIGINAL)];
+
+	start = strstr(page, open);
+	end = start ? strstr(start, close) : NULL;
+	if (!end) {
+		buf_addf(b, "; %s 'none'", directive);
+		return;
+	}
+	start += strlen(open);
+	crypto_hash_sha256(digest, (const unsigned char *)start, (unsigned long long)(end - start));
+	sodium_bin2base64(b64, sizeof(b64), digest, sizeof(digest), sodium_base64_VARIANT_ORIGINAL);
+	buf_addf(b, "; %s 'sha256-%s'", directive, b64);
+}
+
+static void dashboard_csp_init(void)
+{
+	struct buf b = BUF_INIT;
+
+	buf_adds(&b, "default-src 'none'");
+	/* At the start of a line: the page's own elements, not a mention in a comment. */
+	add_hash_source(&b, "script-src", "\n<script>", "</script>");
+	add_hash_source(&b, "style-src", "\n<style>", "</style>");
+	buf_adds(&b, "; connect-src 'self'; img-src 'self'; frame-ancestors 'none'; "
+		     "base-uri 'none'; form-action 'none'");
+	snprintf(dashboard_csp, sizeof(dashboard_csp), "%s", b.data);
+	buf_release(&b);
+}
+
+/* GET /dashboard: the owner's page. Served to anyone, with no credential looked at: it
+ * holds no data, only the script that asks for the owner's token and reads /health and
+ * /v1/usage with it (docs/openai-compat.md). */
+void fcgi_handle_dashboard(struct fcgi_req *rc)
+{
+	pthread_once(&csp_once, dashboard_csp_init);
+	fcgi_send_head(rc, 200, "text/html; charset=utf-8",
+		       (const struct fcgi_hdr[]){ { "Content-Security-Policy", dashboard_csp },
+						  { "Cache-Control", "no-store" },
+						  { "Referrer-Policy", "no-referrer" },
+						  { "X-Content-Type-Options", "nosniff" },
+						  { "X-Frame-Options", "DENY" },
+						  { "Cross-Origin-Opener-Policy", "same-origin" },
+						  { 0 } });
+	if (strcmp(rc->method, "HEAD"))
+		fcgi_io_write(rc->io, (const char *)fcgi_dashboard_html, fcgi_dashboard_html_len);
+}
+
+/* Whether the request carries config.json's metrics_token as its bearer token (read as
+ * auth reads a key's: auth_token_extract). Compared in constant time (of digests, so that
+ * the length does not show either). */
+static bool has_metrics_token(struct fcgi_req *rc)
+{
+	const char *want = rc->app->cfg.metrics_token, *tok;
+	unsigned char h1[crypto_generichash_BYTES], h2[crypto_generichash_BYTES];
+	size_t n;
+
+	if (!want)
+		return false;
+	auth_token_extract(fcgi_io_param(rc->io, "HTTP_AUTHORIZATION"), NULL, &tok, &n);
+	if (!tok)
+		return false;
+	crypto_generichash(h1, sizeof(h1), (const unsigned char *)tok, n, NULL, 0);
+	crypto_generichash(h2, sizeof(h2), (const unsigned char *)want, strlen(want), NULL, 0);
+	return sodium_memcmp(h1, h2, sizeof(h1)) == 0;
+}
+
+/* Prometheus text for the whole pool: for the owner, or for config.json's metrics_token
+ * (a scraper that holds no key). The token opens this route only, and makes its holder
+ * no owner: listing /metrics in auth.owner_only_endpoints changes nothing here. */
+void fcgi_handle_metrics(struct fcgi_req *rc)
+{
+	struct buf b = BUF_INIT;
+
+	if (!has_metrics_token(rc)) {
+		if (fcgi_authenticate(rc, true))
+			return;
+		if (!fcgi_is_owner(rc)) {
+			fcgi_fail(rc, 403, "owner_only", "owner_only",
+				  "%.200s is for the owner or the metrics_token of config.json",
+				  rc->path.data);
+			return;
+		}
+	}
+	fcgi_ledger_sync(rc->app->usage);
+	if (metrics_render(&b)) {
+		fcgi_fail(rc, 503, "metrics_unavailable", "metrics_unavailable",
+			  "This worker could not open the pool's shared metrics file (its start-up "
+			  "log says why)");
+		goto out;
+	}
+	fcgi_send_head(rc, 200, "text/plain; version=0.0.4; charset=utf-8",
+		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
+	fcgi_io_write(rc->io, b.data, b.len);
+out:
+	buf_release(&b);
+}
