@@ -1,667 +1,18 @@
-/* usage: the ledger and the quota counters in one SQLite database per host (usage.h,
- * docs/adr/0020-usage-store.md, 0026-ledger-fails-closed.md).
- *
- * Schema (PRAGMA user_version 2):
- *   requests       one row per request (count 1), or per key, minute, status, provider
- *                  and model for refusals (count of them): numbers and names, never
- *                  content, tokens or hashes
- *   quota_windows  (key_id, kind, start_ms) -> requests, tokens: the fixed UTC minute
- *                  (kind 0) and day (kind 1) a key is in; pruned after two days
- *   quota_holds    tokens reserved by requests under way against their key's
- *                  tokens_per_day of a day, until settled or expired (a killed worker's)
- * Version 1 (no count, no quota_holds) is migrated in place.
- * A newer user_version than this code knows is refused (an older olp must not write a
- * database a newer one migrated). */
+/* usage: the ledger's records (usage.h, docs/adr/0020-usage-store.md): a row per request,
+ * refusals counted in a row per key and minute, written on the writer's connection with
+ * the day's tokens and the request's reservation settled in the same commit; and the
+ * readers' queries (days, recent rows) on the read-only connection (db.c, internal.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "common/common.h"
+#include "usage/internal.h"
 #include "usage/usage.h"
 #include "common/banned.h"
-
-#define USAGE_SCHEMA_VERSION 2
-#define USAGE_BUSY_TIMEOUT_MS 2000
-/* How long opening waits for other processes setting the same database up. */
-#define USAGE_SETUP_PATIENCE_MS 10000u
-#define USAGE_REOPEN_MS 10000u
-#define USAGE_PRUNE_EVERY_MS 3600000u /* an hour */
-#define USAGE_LOG_EVERY_MS 60000u     /* a minute */
-#define USAGE_WINDOW_KEEP_MS (2 * 86400000LL)
-#define MINUTE_MS 60000LL
-#define DAY_MS 86400000LL
-
-enum win_kind { WIN_MINUTE = 0, WIN_DAY = 1 };
-
-/* The cached statements; prepared once per connection. */
-enum stmt_id {
-	ST_BEGIN,
-	ST_COMMIT,
-	ST_ROLLBACK,
-	ST_INSERT,
-	ST_REFUSAL_ADD,
-	ST_ADD_TOKENS,
-	ST_WIN_GET,
-	ST_WIN_TAKE,
-	ST_WIN_REFUND,
-	ST_HELD,
-	ST_HOLD_ADD,
-	ST_HOLD_DROP,
-	ST_DAYS,
-	ST_RECENT,
-	ST_PRUNE_ROWS,
-	ST_PRUNE_WINDOWS,
-	ST_PRUNE_HOLDS,
-	ST__N
-};
-
-static const char *const stmt_sql[ST__N] = {
-	[ST_BEGIN] = "BEGIN IMMEDIATE",
-	[ST_COMMIT] = "COMMIT",
-	[ST_ROLLBACK] = "ROLLBACK",
-	[ST_INSERT] = "INSERT INTO requests (ts_ms, key_id, provider, model, status,"
-		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
-		      " start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-	/* A refusal into its minute's row (same binding as ST_INSERT, ?1 the minute's start):
-	 * found by the (key_id, ts_ms) index. No row changed: the caller inserts one. */
-	[ST_REFUSAL_ADD] = "UPDATE requests SET count = count + 1, duration_ms = duration_ms + ?9"
-			   " WHERE key_id = ?2 AND ts_ms = ?1 AND status = ?5 AND start = 0"
-			   " AND provider IS ?3 AND model IS ?4 AND prompt_tokens = 0"
-			   " AND completion_tokens = 0 AND cached_tokens = 0",
-	[ST_ADD_TOKENS] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
-			  " VALUES (?1, 1, ?2, 0, ?3) ON CONFLICT (key_id, kind, start_ms)"
-			  " DO UPDATE SET tokens = tokens + excluded.tokens",
-	/* A key's minute (?2) and day (?3): one statement each way, for the quota check is on
-	 * every request's path (usage-bench). */
-	[ST_WIN_GET] = "SELECT kind, requests, tokens FROM quota_windows WHERE key_id = ?1"
-		       " AND ((kind = 0 AND start_ms = ?2) OR (kind = 1 AND start_ms = ?3))",
-	[ST_WIN_TAKE] =
-		"INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
-		" VALUES (?1, 0, ?2, 1, 0), (?1, 1, ?3, 1, 0)"
-		" ON CONFLICT (key_id, kind, start_ms) DO UPDATE SET requests = requests + 1",
-	[ST_WIN_REFUND] = "UPDATE quota_windows SET requests = max(requests - 1, 0)"
-			  " WHERE key_id = ?1 AND ((kind = 0 AND start_ms = ?2)"
-			  " OR (kind = 1 AND start_ms = ?3))",
-	/* The key's reservations of a day (?2) still alive at ?3. */
-	[ST_HELD] = "SELECT coalesce(sum(tokens), 0) FROM quota_holds WHERE key_id = ?1"
-		    " AND day_ms = ?2 AND expires_ms > ?3",
-	[ST_HOLD_ADD] = "INSERT INTO quota_holds (key_id, day_ms, tokens, expires_ms)"
-			" VALUES (?1, ?2, ?3, ?4)",
-	[ST_HOLD_DROP] = "DELETE FROM quota_holds WHERE id = ?1",
-	[ST_DAYS] = "SELECT key_id, COALESCE(provider, ''),"
-		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, sum(count),"
-		    " sum((status >= 400) * count), sum(prompt_tokens), sum(completion_tokens),"
-		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3)"
-		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
-		    " GROUP BY day, key_id, COALESCE(provider, '')"
-		    " ORDER BY day, key_id, COALESCE(provider, '')",
-	[ST_RECENT] = "SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
-		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, "
-		      "start, count"
-		      " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
-		      " ORDER BY ts_ms DESC, id DESC LIMIT ?3",
-	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
-	[ST_PRUNE_WINDOWS] = "DELETE FROM quota_windows WHERE start_ms < ?1",
-	[ST_PRUNE_HOLDS] = "DELETE FROM quota_holds WHERE expires_ms < ?1",
-};
-
-/* Version 1. Every column is a number or a name the caller chose to store: no prompt, no
- * answer, no token, no hash (tests/usage checks the column list). */
-static const char schema_v1[] = "CREATE TABLE requests ("
-				" id INTEGER PRIMARY KEY,"
-				" ts_ms INTEGER NOT NULL,"
-				" key_id TEXT NOT NULL,"
-				" provider TEXT,"
-				" model TEXT,"
-				" status INTEGER NOT NULL,"
-				" prompt_tokens INTEGER NOT NULL,"
-				" completion_tokens INTEGER NOT NULL,"
-				" cached_tokens INTEGER NOT NULL,"
-				" duration_ms INTEGER NOT NULL,"
-				" ttfb_ms INTEGER NOT NULL,"
-				" start INTEGER NOT NULL);"
-				"CREATE INDEX requests_ts ON requests (ts_ms);"
-				"CREATE INDEX requests_key_ts ON requests (key_id, ts_ms);"
-				"CREATE TABLE quota_windows ("
-				" key_id TEXT NOT NULL,"
-				" kind INTEGER NOT NULL,"
-				" start_ms INTEGER NOT NULL,"
-				" requests INTEGER NOT NULL,"
-				" tokens INTEGER NOT NULL,"
-				" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
-				"PRAGMA user_version = 1;";
-
-/* Version 2 (issue 22): refusals counted in a row a minute (count), and the tokens
- * reserved by requests under way. AUTOINCREMENT: a hold's id is never reused, so a late
- * settlement of an expired hold cannot drop another request's. */
-static const char schema_v2[] = "ALTER TABLE requests ADD COLUMN count INTEGER NOT NULL DEFAULT 1;"
-				"CREATE TABLE quota_holds ("
-				" id INTEGER PRIMARY KEY AUTOINCREMENT,"
-				" key_id TEXT NOT NULL,"
-				" day_ms INTEGER NOT NULL,"
-				" tokens INTEGER NOT NULL,"
-				" expires_ms INTEGER NOT NULL);"
-				"CREATE INDEX quota_holds_key ON quota_holds (key_id, day_ms);"
-				"PRAGMA user_version = 2;";
-
-struct usage_store {
-	pthread_mutex_t lock; /* guards everything below but failures/available */
-	char *path;
-	unsigned retention_days;
-	unsigned reopen_ms;
-	sqlite3 *db; /* NULL while unavailable */
-	sqlite3_stmt *stmt[ST__N];
-	/* The ledger's readers (/v1/usage, the dashboard, olp-keys usage) have a read-only
-	 * connection of their own: a scan of a key's 90 days must not hold up the quota checks
-	 * and ledger rows of the requests being served, which wait on lock (WAL: a reader
-	 * never blocks the writer). Guarded by rlock, taken before lock when both are. */
-	pthread_mutex_t rlock;
-	sqlite3 *rdb;
-	sqlite3_stmt *rdays, *rrecent;
-	int open_err;	       /* -errno of the last failed open (while db is NULL) */
-	uint64_t next_open_ms; /* mono_ms() before which no open is tried */
-	uint64_t last_prune_ms;
-	bool pruned;
-	uint64_t last_log_ms;
-	uint64_t unlogged; /* failures since the last line */
-	_Atomic uint64_t failures;
-	_Atomic bool available;
-	/* usage_health: since when writes fail (unix ms; 0: they work), and the last error. */
-	_Atomic int64_t failing_since_ms;
-	_Atomic int last_err;
-};
-
-static int64_t floor_to(int64_t t, int64_t unit)
-{
-	int64_t q = t / unit;
-
-	if (t % unit < 0)
-		q--;
-	return q * unit;
-}
-
-/* SQLite result → -errno. Out of memory aborts: the tree has one OOM policy (common.h). */
-static int sq_errno(sqlite3 *db, int rc)
-{
-	int sys;
-
-	switch (rc & 0xff) {
-	case SQLITE_OK:
-	case SQLITE_DONE:
-	case SQLITE_ROW: return 0;
-	case SQLITE_NOMEM: log_errx(NULL, "usage: sqlite ran out of memory"); abort();
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED: return -EBUSY;
-	case SQLITE_READONLY: return -EROFS;
-	case SQLITE_FULL: return -ENOSPC;
-	case SQLITE_PERM:
-	case SQLITE_AUTH: return -EACCES;
-	case SQLITE_CANTOPEN:
-	case SQLITE_IOERR: sys = db ? sqlite3_system_errno(db) : 0; return sys > 0 ? -sys : -EIO;
-	case SQLITE_CORRUPT:
-	case SQLITE_NOTADB: return -EILSEQ;
-	case SQLITE_MISUSE:
-	case SQLITE_RANGE:
-	case SQLITE_MISMATCH:
-	case SQLITE_CONSTRAINT: return -EINVAL;
-	default: return -EIO;
-	}
-}
-
-/* Count a failure and say why, at most once a minute per store (a dead disk would
- * otherwise write a line per request). Never a key id: what is what the caller was doing.
- * Called with st->lock held. */
-static void note_failure(struct usage_store *st, const char *what, int err, const char *detail)
-{
-	uint64_t now = mono_ms();
-
-	atomic_fetch_add(&st->failures, 1);
-	st->unlogged++;
-	if (st->last_log_ms && now - st->last_log_ms < USAGE_LOG_EVERY_MS)
-		return;
-	log_warnx(NULL, "usage: %s failed: %s%s%s (%llu failure(s) since the last report)", what,
-		  strerror(-err), detail ? ": " : "", detail ? detail : "",
-		  (unsigned long long)st->unlogged);
-	st->last_log_ms = now;
-	st->unlogged = 0;
-}
-
-static void db_close(struct usage_store *st)
-{
-	for (size_t i = 0; i < ST__N; i++) {
-		sqlite3_finalize(st->stmt[i]);
-		st->stmt[i] = NULL;
-	}
-	if (st->db)
-		sqlite3_close_v2(st->db);
-	st->db = NULL;
-	atomic_store(&st->available, false);
-}
-
-/* Create the file 0600 ourselves before SQLite sees it: SQLite would create it with the
- * umask's mode, and makes -wal and -shm with the database file's mode, so this one open
- * decides all three. An existing file must be a regular file we can keep private. */
-static int db_create_file(const char *path)
-{
-	struct stat sb;
-	int fd;
-
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd >= 0) {
-		close(fd);
-		return 0;
-	}
-	if (errno != EEXIST)
-		return -errno;
-	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return errno == ELOOP ? -ELOOP : -errno;
-	if (fstat(fd, &sb) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return S_ISDIR(sb.st_mode) ? -EISDIR : -EINVAL;
-	}
-	/* Someone widened it (or an older tool made it): the ledger names keys, keep it ours. */
-	if ((sb.st_mode & 077) && fchmod(fd, 0600) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	close(fd);
-	return 0;
-}
-
-/* Bring the schema to USAGE_SCHEMA_VERSION inside one write transaction, so that workers
- * opening a fresh database together create it once. */
-static int db_migrate(sqlite3 *db, const char **detail)
-{
-	sqlite3_stmt *s = NULL;
-	int rc, version = -1, err = 0;
-
-	rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-	if (rc != SQLITE_OK)
-		goto out_err;
-	rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL);
-	if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-		version = sqlite3_column_int(s, 0);
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(s);
-	if (rc != SQLITE_OK)
-		goto out_rollback;
-	if (version > USAGE_SCHEMA_VERSION) {
-		*detail = "the database's schema is newer than this olp";
-		err = -EPROTO;
-		goto out_rollback_err;
-	}
-	if (version == 0) {
-		rc = sqlite3_exec(db, schema_v1, NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-			goto out_rollback;
-		version = 1;
-	}
-	if (version == 1) {
-		rc = sqlite3_exec(db, schema_v2, NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-			goto out_rollback;
-	}
-	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-	if (rc != SQLITE_OK)
-		goto out_rollback;
-	return 0;
-
-out_rollback:
-	err = sq_errno(db, rc);
-	*detail = sqlite3_errstr(rc); /* static: the ROLLBACK below resets sqlite3_errmsg */
-out_rollback_err:
-	sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-	return err;
-out_err:
-	*detail = sqlite3_errstr(rc);
-	return sq_errno(db, rc);
-}
-
-static void stmts_finalize(struct usage_store *st)
-{
-	for (size_t i = 0; i < ST__N; i++) {
-		sqlite3_finalize(st->stmt[i]);
-		st->stmt[i] = NULL;
-	}
-}
-
-/* WAL, the schema, the statements, on an open connection: 0 or -errno (-EBUSY: another
- * process holds a lock this needs), with *detail saying what failed. */
-static int db_setup(struct usage_store *st, sqlite3 *db, const char **detail)
-{
-	int rc, err;
-
-	/* WAL: readers never block the writer. synchronous=NORMAL: no fsync per commit; a power
-	 * loss may lose the last rows, never corrupt the file (ADR 0020). */
-	rc = sqlite3_exec(db, "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;", NULL, NULL,
-			  NULL);
-	if (rc != SQLITE_OK) {
-		*detail = sqlite3_errmsg(db);
-		return sq_errno(db, rc);
-	}
-	err = db_migrate(db, detail);
-	if (err)
-		return err;
-	for (size_t i = 0; i < ST__N; i++) {
-		rc = sqlite3_prepare_v3(db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-					&st->stmt[i], NULL);
-		if (rc != SQLITE_OK) {
-			err = sq_errno(db, rc);
-			*detail = sqlite3_errstr(rc); /* static: finalizing may reset errmsg */
-			stmts_finalize(st);
-			return err;
-		}
-	}
-	return 0;
-}
-
-/* Open the connection, set it up and prepare the statements. With st->lock held.
- *
- * SQLite does not wait (call the busy handler) where waiting could deadlock: a connection
- * that holds a read lock and needs the write lock while another process holds it gets
- * SQLITE_BUSY at once. Workers started together on one database meet exactly that when
- * they switch it to WAL and make its schema (issue 22 item 15: "database is locked" in
- * the log of a normal start). So setting up is tried again, after short pauses, for up to
- * USAGE_SETUP_PATIENCE_MS; only then is it a failure (counted and logged). */
-static int db_open(struct usage_store *st)
-{
-	const char *detail = NULL;
-	sqlite3 *db = NULL;
-	uint64_t give_up;
-	unsigned pause_ms = 1;
-	int rc, err;
-
-	err = db_create_file(st->path);
-	if (err)
-		goto out_fail;
-	/* No SQLITE_OPEN_CREATE: the file exists, made above. NOMUTEX: st->lock serialises. */
-	rc = sqlite3_open_v2(st->path, &db,
-			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-			     NULL);
-	if (rc != SQLITE_OK) {
-		err = sq_errno(db, rc);
-		detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-		goto out_close;
-	}
-	if (sqlite3_db_readonly(db, "main") == 1) {
-		err = -EACCES;
-		detail = "the database is read-only for this user";
-		goto out_close;
-	}
-	/* A database file is data, not code: no schema may run functions with side effects,
-	 * and nothing may write the schema behind SQLite's back. */
-	sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-	sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-	sqlite3_busy_timeout(db, USAGE_BUSY_TIMEOUT_MS);
-	give_up = mono_ms() + USAGE_SETUP_PATIENCE_MS;
-	while ((err = db_setup(st, db, &detail)) == -EBUSY && mono_ms() < give_up) {
-		usleep(pause_ms * 1000);
-		pause_ms = pause_ms < 64 ? 2 * pause_ms : 64;
-	}
-	if (err)
-		goto out_close;
-	st->db = db;
-	atomic_store(&st->available, true);
-	return 0;
-
-out_close:
-	note_failure(st, "opening the database", err, detail);
-	stmts_finalize(st);
-	sqlite3_close_v2(db);
-	return err;
-out_fail:
-	note_failure(st, "creating the database file", err, NULL);
-	return err;
-}
-
-/* usage_health: a write could not be made (the first of a run sets since when). */
-static void health_failed(struct usage_store *st, int err)
-{
-	int64_t none = 0;
-
-	atomic_store(&st->last_err, err);
-	atomic_compare_exchange_strong(&st->failing_since_ms, &none, wall_ms());
-}
-
-/* ... and one was: the store works again. */
-static void health_ok(struct usage_store *st)
-{
-	atomic_store(&st->failing_since_ms, 0);
-}
-
-/* 0 when the connection is up (opening it when its time has come), else -errno. */
-static int db_ready(struct usage_store *st)
-{
-	uint64_t now;
-
-	if (st->db)
-		return 0;
-	now = mono_ms();
-	if (st->next_open_ms && now < st->next_open_ms) {
-		/* Still waiting to retry: this call failed too, counted but not logged anew. */
-		note_failure(st, "using the database", st->open_err, "not open");
-		health_failed(st, st->open_err);
-		return st->open_err;
-	}
-	st->open_err = db_open(st);
-	if (st->open_err) {
-		st->next_open_ms = now + st->reopen_ms;
-		health_failed(st, st->open_err);
-	}
-	return st->open_err;
-}
-
-/* After a failed statement: a busy database or a bad argument leaves the connection be;
- * anything else (I/O, disk full, corruption, read-only) closes it, to be reopened later. */
-static int db_failed(struct usage_store *st, const char *what, int rc)
-{
-	int err = sq_errno(st->db, rc);
-
-	note_failure(st, what, err, sqlite3_errmsg(st->db));
-	health_failed(st, err);
-	if (err != -EBUSY && err != -EINVAL) {
-		db_close(st);
-		st->open_err = err;
-		st->next_open_ms = mono_ms() + st->reopen_ms;
-	}
-	return err;
-}
-
-static sqlite3_stmt *stmt_get(struct usage_store *st, enum stmt_id id)
-{
-	sqlite3_stmt *s = st->stmt[id];
-
-	sqlite3_reset(s);
-	sqlite3_clear_bindings(s);
-	return s;
-}
-
-/* Run a statement that returns no rows: SQLite's result code. */
-static int stmt_run(sqlite3_stmt *s)
-{
-	int rc = sqlite3_step(s);
-
-	sqlite3_reset(s);
-	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
-}
-
-static int tx_begin(struct usage_store *st)
-{
-	return stmt_run(stmt_get(st, ST_BEGIN));
-}
-
-static int tx_commit(struct usage_store *st)
-{
-	return stmt_run(stmt_get(st, ST_COMMIT));
-}
-
-static void tx_rollback(struct usage_store *st)
-{
-	if (st->db && !sqlite3_get_autocommit(st->db))
-		stmt_run(stmt_get(st, ST_ROLLBACK));
-}
-
-/* Bind at most max bytes of s, cut back to a UTF-8 character boundary; NULL as NULL. */
-static int bind_text(sqlite3_stmt *s, int i, const char *str, size_t max)
-{
-	size_t n;
-
-	if (!str)
-		return sqlite3_bind_null(s, i);
-	n = strnlen(str, max + 1);
-	if (n > max) {
-		n = max;
-		while (n > 0 && ((unsigned char)str[n] & 0xc0) == 0x80)
-			n--;
-	}
-	return sqlite3_bind_text(s, i, str, (int)n, SQLITE_TRANSIENT);
-}
-
-static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)
-{
-	const unsigned char *t = sqlite3_column_text(s, col);
-
-	snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
-/* ---- the readers' connection ------------------------------------------------------------ */
-
-static void reader_close(struct usage_store *st)
-{
-	sqlite3_finalize(st->rdays);
-	sqlite3_finalize(st->rrecent);
-	st->rdays = st->rrecent = NULL;
-	if (st->rdb)
-		sqlite3_close_v2(st->rdb);
-	st->rdb = NULL;
-}
-
-/* A reader's failure: counted and logged like the writer's (under lock); the read-only
- * connection is closed, to be opened again by the next read, and the writer is left be. */
-static int reader_failed(struct usage_store *st, const char *what, int rc)
-{
-	int err = sq_errno(st->rdb, rc);
-
-	pthread_mutex_lock(&st->lock);
-	note_failure(st, what, err ? err : -EIO, st->rdb ? sqlite3_errmsg(st->rdb) : NULL);
-	pthread_mutex_unlock(&st->lock);
-	reader_close(st);
-	return err ? err : -EIO;
-}
-
-/* 0 when the read-only connection is up, else -errno. Called with rlock held. The file is
- * made and its schema migrated by the writer's connection first. */
-static int reader_ready(struct usage_store *st)
-{
-	int rc, err;
-
-	if (st->rdb)
-		return 0;
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
-	pthread_mutex_unlock(&st->lock);
-	if (err)
-		return err;
-	rc = sqlite3_open_v2(st->path, &st->rdb,
-			     SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-			     NULL);
-	if (rc != SQLITE_OK)
-		return reader_failed(st, "opening the database to read", rc);
-	sqlite3_db_config(st->rdb, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-	sqlite3_db_config(st->rdb, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-	sqlite3_busy_timeout(st->rdb, USAGE_BUSY_TIMEOUT_MS);
-	rc = sqlite3_prepare_v3(st->rdb, stmt_sql[ST_DAYS], -1, SQLITE_PREPARE_PERSISTENT,
-				&st->rdays, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v3(st->rdb, stmt_sql[ST_RECENT], -1, SQLITE_PREPARE_PERSISTENT,
-					&st->rrecent, NULL);
-	if (rc != SQLITE_OK)
-		return reader_failed(st, "opening the database to read", rc);
-	return 0;
-}
-
-static sqlite3_stmt *reader_stmt(sqlite3_stmt *s)
-{
-	sqlite3_reset(s);
-	sqlite3_clear_bindings(s);
-	return s;
-}
-
-/* ---- public --------------------------------------------------------------------------- */
-
-struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt)
-{
-	struct usage_store *st;
-
-	if (!olp_home || !*olp_home) {
-		errno = EINVAL;
-		return NULL;
-	}
-	st = xcalloc(1, sizeof(*st));
-	pthread_mutex_init(&st->lock, NULL);
-	pthread_mutex_init(&st->rlock, NULL);
-	st->path = opt && opt->path ? xstrdup(opt->path) : path_join(olp_home, "usage.db");
-	st->retention_days =
-		opt && opt->retention_days ? opt->retention_days : USAGE_DEFAULT_RETENTION_DAYS;
-	st->reopen_ms = opt && opt->reopen_ms ? opt->reopen_ms : USAGE_REOPEN_MS;
-	pthread_mutex_lock(&st->lock);
-	db_ready(st);
-	pthread_mutex_unlock(&st->lock);
-	return st;
-}
-
-void usage_store_free(struct usage_store *st)
-{
-	if (!st)
-		return;
-	reader_close(st);
-	db_close(st);
-	pthread_mutex_destroy(&st->rlock);
-	pthread_mutex_destroy(&st->lock);
-	free(st->path);
-	free(st);
-}
-
-uint64_t usage_failures(const struct usage_store *st)
-{
-	return st ? atomic_load(&((struct usage_store *)st)->failures) : 0;
-}
-
-bool usage_available(const struct usage_store *st)
-{
-	return st && atomic_load(&((struct usage_store *)st)->available);
-}
-
-void usage_health(const struct usage_store *st, struct usage_health *out)
-{
-	struct usage_store *m = (struct usage_store *)st; /* atomics are read, not changed */
-
-	*out = (struct usage_health){ .ok = false };
-	if (!st)
-		return;
-	out->failing_since_ms = atomic_load(&m->failing_since_ms);
-	out->ok = out->failing_since_ms == 0;
-	out->last_err = atomic_load(&m->last_err);
-	out->failures = atomic_load(&m->failures);
-}
 
 const char *usage_start_name(enum usage_start s)
 {
@@ -674,51 +25,6 @@ const char *usage_start_name(enum usage_start s)
 	}
 }
 
-/* Delete what the retention no longer keeps. Its own transaction, after the caller's. A
- * failure here is counted like any other but fails nothing: the row is in. */
-static void prune_maybe(struct usage_store *st)
-{
-	uint64_t now = mono_ms();
-	int64_t wall = wall_ms();
-	sqlite3_stmt *s;
-	int rc;
-
-	if (st->pruned && now - st->last_prune_ms < USAGE_PRUNE_EVERY_MS)
-		return;
-	st->pruned = true;
-	st->last_prune_ms = now;
-	rc = tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = stmt_get(st, ST_PRUNE_ROWS);
-	sqlite3_bind_int64(s, 1, wall - (int64_t)st->retention_days * DAY_MS);
-	rc = stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = stmt_get(st, ST_PRUNE_WINDOWS);
-	sqlite3_bind_int64(s, 1, floor_to(wall, DAY_MS) - USAGE_WINDOW_KEEP_MS);
-	rc = stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = stmt_get(st, ST_PRUNE_HOLDS);
-	sqlite3_bind_int64(s, 1, wall);
-	rc = stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	return;
-out_fail:
-	tx_rollback(st);
-	db_failed(st, "pruning old rows", rc);
-}
-
-static int64_t row_tokens(int64_t n)
-{
-	return n < 0 ? 0 : n > USAGE_ROW_TOKENS_MAX ? USAGE_ROW_TOKENS_MAX : n;
-}
-
 static int64_t row_ms(uint64_t ms)
 {
 	return ms > USAGE_ROW_DURATION_MAX_MS ? (int64_t)USAGE_ROW_DURATION_MAX_MS : (int64_t)ms;
@@ -728,7 +34,7 @@ static int64_t row_ms(uint64_t ms)
 static bool is_refusal(const struct usage_record *r, int64_t p, int64_t c)
 {
 	return r->start == USAGE_START_NONE && r->status >= 400 && p == 0 && c == 0 &&
-	       row_tokens(r->cached_tokens) == 0;
+	       usage_row_tokens(r->cached_tokens) == 0;
 }
 
 /* Bind r to ST_INSERT's or ST_REFUSAL_ADD's parameters (ts its row's time). */
@@ -736,13 +42,13 @@ static void bind_row(sqlite3_stmt *s, const struct usage_record *r, int64_t ts, 
 		     int64_t c, uint64_t ttfb_ms)
 {
 	sqlite3_bind_int64(s, 1, ts);
-	bind_text(s, 2, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	bind_text(s, 3, r->provider, sizeof(((struct usage_row *)0)->provider) - 1);
-	bind_text(s, 4, r->model, sizeof(((struct usage_row *)0)->model) - 1);
+	usage_bind_text(s, 2, r->key_id, USAGE_KEY_ID_MAX);
+	usage_bind_text(s, 3, r->provider, sizeof(((struct usage_row *)0)->provider) - 1);
+	usage_bind_text(s, 4, r->model, sizeof(((struct usage_row *)0)->model) - 1);
 	sqlite3_bind_int(s, 5, r->status);
 	sqlite3_bind_int64(s, 6, p);
 	sqlite3_bind_int64(s, 7, c);
-	sqlite3_bind_int64(s, 8, row_tokens(r->cached_tokens));
+	sqlite3_bind_int64(s, 8, usage_row_tokens(r->cached_tokens));
 	sqlite3_bind_int64(s, 9, row_ms(r->duration_ms));
 	sqlite3_bind_int64(s, 10, row_ms(ttfb_ms));
 	sqlite3_bind_int(s, 11, (int)r->start);
@@ -757,31 +63,19 @@ static int row_put(struct usage_store *st, const struct usage_record *r, int64_t
 	int rc;
 
 	if (is_refusal(r, p, c)) {
-		ts = floor_to(ts, MINUTE_MS);
-		s = stmt_get(st, ST_REFUSAL_ADD);
+		ts = usage_floor_to(ts, MINUTE_MS);
+		s = usage_stmt_get(st, ST_REFUSAL_ADD);
 		bind_row(s, r, ts, p, c, 0);
-		rc = stmt_run(s);
+		rc = usage_stmt_run(s);
 		if (rc != SQLITE_OK || sqlite3_changes(st->db) > 0)
 			return rc;
-		s = stmt_get(st, ST_INSERT);
+		s = usage_stmt_get(st, ST_INSERT);
 		bind_row(s, r, ts, p, c, 0);
-		return stmt_run(s);
+		return usage_stmt_run(s);
 	}
-	s = stmt_get(st, ST_INSERT);
+	s = usage_stmt_get(st, ST_INSERT);
 	bind_row(s, r, ts, p, c, r->ttfb_ms);
-	return stmt_run(s);
-}
-
-/* Drop a reservation (settled or given back): SQLite's result code. */
-static int hold_drop(struct usage_store *st, int64_t hold_id)
-{
-	sqlite3_stmt *s;
-
-	if (hold_id <= 0)
-		return SQLITE_OK;
-	s = stmt_get(st, ST_HOLD_DROP);
-	sqlite3_bind_int64(s, 1, hold_id);
-	return stmt_run(s);
+	return usage_stmt_run(s);
 }
 
 int usage_record_add(struct usage_store *st, const struct usage_record *r)
@@ -793,306 +87,59 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 	if (!st || !r || !r->key_id || !*r->key_id)
 		return -EINVAL;
 	ts = r->ts_ms ? r->ts_ms : wall_ms();
-	p = row_tokens(r->prompt_tokens);
-	c = row_tokens(r->completion_tokens);
+	p = usage_row_tokens(r->prompt_tokens);
+	c = usage_row_tokens(r->completion_tokens);
 	tokens = p + c;
 	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
+	err = usage_db_ready(st);
 	if (err)
 		goto out_unlock;
-	rc = tx_begin(st);
+	rc = usage_tx_begin(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
 	rc = row_put(st, r, ts, p, c);
 	if (rc != SQLITE_OK)
 		goto out_fail;
 	if (tokens > 0) {
-		s = stmt_get(st, ST_ADD_TOKENS);
-		bind_text(s, 1, r->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-		sqlite3_bind_int64(s, 2, floor_to(ts, DAY_MS));
+		s = usage_stmt_get(st, ST_ADD_TOKENS);
+		usage_bind_text(s, 1, r->key_id, USAGE_KEY_ID_MAX);
+		sqlite3_bind_int64(s, 2, usage_floor_to(ts, DAY_MS));
 		sqlite3_bind_int64(s, 3, tokens);
-		rc = stmt_run(s);
+		rc = usage_stmt_run(s);
 		if (rc != SQLITE_OK)
 			goto out_fail;
 	}
 	/* The real count is in: the reservation made for it goes, in the same commit. */
-	rc = hold_drop(st, r->hold_id);
+	rc = usage_hold_drop(st, r->hold_id);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	rc = tx_commit(st);
+	rc = usage_tx_commit(st);
 	if (rc != SQLITE_OK)
 		goto out_fail;
-	health_ok(st);
-	prune_maybe(st);
+	usage_health_ok(st);
+	usage_prune_maybe(st);
 	err = 0;
 	goto out_unlock;
 out_fail:
-	tx_rollback(st);
-	err = db_failed(st, "recording a request", rc);
+	usage_tx_rollback(st);
+	err = usage_db_failed(st, "recording a request", rc);
 out_unlock:
 	pthread_mutex_unlock(&st->lock);
 	return err;
 }
 
-/* What a key counted in its minute and its day. */
-struct win_counts {
-	int64_t min_requests;
-	int64_t day_requests;
-	int64_t day_tokens;
-	int64_t day_held; /* reserved by requests under way (quota_holds alive at now) */
-};
-
-static void bind_windows(sqlite3_stmt *s, const char *key_id, int64_t now_ms)
+static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)
 {
-	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	sqlite3_bind_int64(s, 2, floor_to(now_ms, MINUTE_MS));
-	sqlite3_bind_int64(s, 3, floor_to(now_ms, DAY_MS));
-}
+	const unsigned char *t = sqlite3_column_text(s, col);
 
-/* The key's current minute and day at now_ms (missing windows count 0), and what its
- * requests under way hold of the day: SQLite's result code. */
-static int win_get(struct usage_store *st, const char *key_id, int64_t now_ms, struct win_counts *c)
-{
-	sqlite3_stmt *s = stmt_get(st, ST_WIN_GET);
-	int rc;
-
-	bind_windows(s, key_id, now_ms);
-	memset(c, 0, sizeof(*c));
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (sqlite3_column_int(s, 0) == WIN_MINUTE) {
-			c->min_requests = sqlite3_column_int64(s, 1);
-		} else {
-			c->day_requests = sqlite3_column_int64(s, 1);
-			c->day_tokens = sqlite3_column_int64(s, 2);
-		}
-	}
-	sqlite3_reset(s);
-	if (rc != SQLITE_DONE)
-		return rc;
-	s = stmt_get(st, ST_HELD);
-	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	sqlite3_bind_int64(s, 2, floor_to(now_ms, DAY_MS));
-	sqlite3_bind_int64(s, 3, now_ms);
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW)
-		c->day_held = sqlite3_column_int64(s, 0);
-	sqlite3_reset(s);
-	return rc == SQLITE_ROW ? SQLITE_OK : rc;
-}
-
-/* Count one request in the key's minute and day. */
-static int win_take(struct usage_store *st, const char *key_id, int64_t now_ms)
-{
-	sqlite3_stmt *s = stmt_get(st, ST_WIN_TAKE);
-
-	bind_windows(s, key_id, now_ms);
-	return stmt_run(s);
-}
-
-/* Reserve c->tokens of the key's day until now_ms + c->ttl_ms; c->hold_id its id. */
-static int hold_add(struct usage_store *st, const char *key_id, int64_t now_ms,
-		    struct usage_claim *c)
-{
-	sqlite3_stmt *s = stmt_get(st, ST_HOLD_ADD);
-	int rc;
-
-	bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-	sqlite3_bind_int64(s, 2, floor_to(now_ms, DAY_MS));
-	sqlite3_bind_int64(s, 3, row_tokens(c->tokens));
-	sqlite3_bind_int64(s, 4, now_ms + (int64_t)(c->ttl_ms ? c->ttl_ms : DAY_MS));
-	rc = stmt_run(s);
-	if (rc == SQLITE_OK)
-		c->hold_id = sqlite3_last_insert_rowid(st->db);
-	return rc;
-}
-
-/* Whole seconds from now_ms to end_ms, rounded up, at least 1. */
-static unsigned secs_until(int64_t now_ms, int64_t end_ms)
-{
-	int64_t d = end_ms - now_ms;
-
-	return d <= 0 ? 1 : (unsigned)((d + 999) / 1000);
-}
-
-static void refuse(struct usage_verdict *v, const char *limit, int64_t value, int64_t used,
-		   int64_t now_ms, int64_t end_ms)
-{
-	v->allowed = false;
-	v->limit = limit;
-	v->limit_value = value;
-	v->used = used;
-	v->retry_after = secs_until(now_ms, end_ms);
-}
-
-/* The verdict of q on what the key counted (c): v stays allowed when no limit is reached. */
-static void judge(const struct usage_quota *q, const struct win_counts *c, int64_t now_ms,
-		  struct usage_verdict *v)
-{
-	int64_t minute = floor_to(now_ms, MINUTE_MS), day = floor_to(now_ms, DAY_MS);
-	int64_t tokens = c->day_tokens + c->day_held;
-
-	if (q->requests_per_day > 0 && c->day_requests >= q->requests_per_day)
-		refuse(v, "requests_per_day", q->requests_per_day, c->day_requests, now_ms,
-		       day + DAY_MS);
-	else if (q->tokens_per_day > 0 && tokens >= q->tokens_per_day)
-		refuse(v, "tokens_per_day", q->tokens_per_day, tokens, now_ms, day + DAY_MS);
-	else if (q->requests_per_minute > 0 && c->min_requests >= q->requests_per_minute)
-		refuse(v, "requests_per_minute", q->requests_per_minute, c->min_requests, now_ms,
-		       minute + MINUTE_MS);
-}
-
-int usage_quota_take(struct usage_store *st, const char *key_id, const struct usage_quota *q,
-		     int64_t now_ms, struct usage_verdict *v)
-{
-	return usage_quota_claim(st, key_id, q, now_ms, NULL, v);
-}
-
-int usage_quota_claim(struct usage_store *st, const char *key_id, const struct usage_quota *q,
-		      int64_t now_ms, struct usage_claim *claim, struct usage_verdict *v)
-{
-	struct usage_claim none = { 0 };
-	struct win_counts c;
-	int rc, err;
-
-	if (v)
-		*v = (struct usage_verdict){ .allowed = true };
-	if (!claim)
-		claim = &none;
-	claim->hold_id = 0;
-	claim->counted = false;
-	if (!st || !key_id || !*key_id || !q || !v) {
-		if (v)
-			v->allowed = false;
-		return -EINVAL;
-	}
-	if (!usage_quota_any(q))
-		return 0;
-	if (!now_ms)
-		now_ms = wall_ms();
-	claim->minute_ms = floor_to(now_ms, MINUTE_MS);
-	claim->day_ms = floor_to(now_ms, DAY_MS);
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
-	if (err)
-		goto out_closed;
-	/* Check and count in one write transaction: BEGIN IMMEDIATE takes the database's write
-	 * lock first, so two workers cannot both read "2 of 3" and both go ahead. */
-	rc = tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = win_get(st, key_id, now_ms, &c);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	judge(q, &c, now_ms, v);
-	if (!v->allowed) {
-		/* Nothing written: end the transaction without a commit's work. */
-		rc = stmt_run(stmt_get(st, ST_ROLLBACK));
-		if (rc != SQLITE_OK)
-			goto out_fail;
-		err = 0;
-		goto out_unlock;
-	}
-	rc = win_take(st, key_id, now_ms);
-	if (rc == SQLITE_OK && q->tokens_per_day > 0 && claim->tokens > 0)
-		rc = hold_add(st, key_id, now_ms, claim);
-	if (rc == SQLITE_OK)
-		rc = tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	claim->counted = true;
-	health_ok(st);
-	err = 0;
-	goto out_unlock;
-out_fail:
-	tx_rollback(st);
-	err = db_failed(st, "checking a quota", rc);
-out_closed:
-	/* Fail closed (usage.h): a count that cannot be written is no quota kept. */
-	*v = (struct usage_verdict){ .allowed = false };
-	claim->hold_id = 0;
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
-}
-
-int usage_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *c)
-{
-	sqlite3_stmt *s;
-	int rc, err;
-
-	if (!st || !key_id || !*key_id || !c)
-		return -EINVAL;
-	if (!c->counted && c->hold_id <= 0)
-		return 0;
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
-	if (err)
-		goto out_unlock;
-	rc = tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	if (c->counted) {
-		s = stmt_get(st, ST_WIN_REFUND);
-		bind_text(s, 1, key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
-		sqlite3_bind_int64(s, 2, c->minute_ms);
-		sqlite3_bind_int64(s, 3, c->day_ms);
-		rc = stmt_run(s);
-		if (rc != SQLITE_OK)
-			goto out_fail;
-	}
-	rc = hold_drop(st, c->hold_id);
-	if (rc == SQLITE_OK)
-		rc = tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	health_ok(st);
-	c->counted = false;
-	c->hold_id = 0;
-	err = 0;
-	goto out_unlock;
-out_fail:
-	tx_rollback(st);
-	err = db_failed(st, "giving a quota back", rc);
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
-}
-
-int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,
-		      struct usage_quota_state *out)
-{
-	struct win_counts c;
-	int rc, err;
-
-	if (out)
-		*out = (struct usage_quota_state){ 0 };
-	if (!st || !key_id || !*key_id || !out)
-		return -EINVAL;
-	if (!now_ms)
-		now_ms = wall_ms();
-	pthread_mutex_lock(&st->lock);
-	err = db_ready(st);
-	if (err)
-		goto out_unlock;
-	rc = win_get(st, key_id, now_ms, &c);
-	if (rc != SQLITE_OK) {
-		err = db_failed(st, "reading a quota", rc);
-		goto out_unlock;
-	}
-	out->requests_this_minute = c.min_requests;
-	out->requests_today = c.day_requests;
-	out->tokens_today = c.day_tokens;
-	out->tokens_reserved = c.day_held;
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
+	snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
 
 /* Bind a filter to ?1 (key) and ?2 (since). */
 static void bind_filter(sqlite3_stmt *s, const struct usage_filter *f)
 {
 	if (f && f->key_id)
-		bind_text(s, 1, f->key_id, sizeof(((struct usage_row *)0)->key_id) - 1);
+		usage_bind_text(s, 1, f->key_id, USAGE_KEY_ID_MAX);
 	else
 		sqlite3_bind_null(s, 1);
 	sqlite3_bind_int64(s, 2, f && f->since_ms > 0 ? f->since_ms : INT64_MIN);
@@ -1113,10 +160,10 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 	if (!st || !out || !n)
 		return -EINVAL;
 	pthread_mutex_lock(&st->rlock);
-	err = reader_ready(st);
+	err = usage_reader_ready(st);
 	if (err)
 		goto out_unlock;
-	s = reader_stmt(st->rdays);
+	s = usage_reader_stmt(st->rdays);
 	bind_filter(s, f);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct usage_day *d;
@@ -1142,7 +189,7 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {
 		free(days);
-		err = reader_failed(st, "reading the ledger", rc);
+		err = usage_reader_failed(st, "reading the ledger", rc);
 		goto out_unlock;
 	}
 	*out = days;
@@ -1171,10 +218,10 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 	if (limit > 100000)
 		limit = 100000; /* a page, not the whole ledger in memory */
 	pthread_mutex_lock(&st->rlock);
-	err = reader_ready(st);
+	err = usage_reader_ready(st);
 	if (err)
 		goto out_unlock;
-	s = reader_stmt(st->rrecent);
+	s = usage_reader_stmt(st->rrecent);
 	bind_filter(s, f);
 	sqlite3_bind_int64(s, 3, (int64_t)limit);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -1202,7 +249,7 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {
 		free(rows);
-		err = reader_failed(st, "reading the ledger", rc);
+		err = usage_reader_failed(st, "reading the ledger", rc);
 		goto out_unlock;
 	}
 	*out = rows;

@@ -1,0 +1,111 @@
+/* Private to usage/: the store, its statements and the helpers its files share.
+ *   db.c     the database: opening, migration, the writer's and the readers' connections,
+ *            statements, transactions, failures and health, retention
+ *   quota.c  the quota windows and the reservations (holds): claim, refund, state
+ *   usage.c  the ledger's records, and the readers' queries (days, recent rows)
+ * Every function here is called with st->lock held unless it says otherwise. */
+#ifndef OLP_USAGE_INTERNAL_H
+#define OLP_USAGE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "usage/usage.h"
+
+#define MINUTE_MS 60000LL
+#define DAY_MS 86400000LL
+
+/* The longest key id the ledger keeps (usage_row's field, less its NUL). */
+#define USAGE_KEY_ID_MAX (sizeof(((struct usage_row *)0)->key_id) - 1)
+
+/* The cached statements; prepared once per connection (their SQL: db.c). */
+enum stmt_id {
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_INSERT,
+	ST_REFUSAL_ADD,
+	ST_ADD_TOKENS,
+	ST_WIN_GET,
+	ST_WIN_TAKE,
+	ST_WIN_REFUND,
+	ST_HELD,
+	ST_HOLD_ADD,
+	ST_HOLD_DROP,
+	ST_DAYS,
+	ST_RECENT,
+	ST_PRUNE_ROWS,
+	ST_PRUNE_WINDOWS,
+	ST_PRUNE_HOLDS,
+	ST__N
+};
+
+struct usage_store {
+	pthread_mutex_t lock; /* guards everything below but failures/available */
+	char *path;
+	unsigned retention_days;
+	unsigned reopen_ms;
+	sqlite3 *db; /* NULL while unavailable */
+	sqlite3_stmt *stmt[ST__N];
+	/* The ledger's readers (/v1/usage, the dashboard, olp-keys usage) have a read-only
+	 * connection of their own: a scan of a key's 90 days must not hold up the quota checks
+	 * and ledger rows of the requests being served, which wait on lock (WAL: a reader
+	 * never blocks the writer). Guarded by rlock, taken before lock when both are. */
+	pthread_mutex_t rlock;
+	sqlite3 *rdb;
+	sqlite3_stmt *rdays, *rrecent;
+	int open_err;	       /* -errno of the last failed open (while db is NULL) */
+	uint64_t next_open_ms; /* mono_ms() before which no open is tried */
+	uint64_t last_prune_ms;
+	bool pruned;
+	uint64_t last_log_ms;
+	uint64_t unlogged; /* failures since the last line */
+	_Atomic uint64_t failures;
+	_Atomic bool available;
+	/* usage_health: since when writes fail (unix ms; 0: they work), and the last error. */
+	_Atomic int64_t failing_since_ms;
+	_Atomic int last_err;
+};
+
+/* t rounded down to a multiple of unit (toward minus infinity). */
+static inline int64_t usage_floor_to(int64_t t, int64_t unit)
+{
+	int64_t q = t / unit;
+
+	if (t % unit < 0)
+		q--;
+	return q * unit;
+}
+
+/* A token count as a row keeps it: 0 to USAGE_ROW_TOKENS_MAX. */
+static inline int64_t usage_row_tokens(int64_t n)
+{
+	return n < 0 ? 0 : n > USAGE_ROW_TOKENS_MAX ? USAGE_ROW_TOKENS_MAX : n;
+}
+
+/* db.c: the writer's connection (with st->lock held). */
+int usage_db_ready(struct usage_store *st);
+int usage_db_failed(struct usage_store *st, const char *what, int rc);
+void usage_health_ok(struct usage_store *st);
+sqlite3_stmt *usage_stmt_get(struct usage_store *st, enum stmt_id id);
+int usage_stmt_run(sqlite3_stmt *s);
+int usage_tx_begin(struct usage_store *st);
+int usage_tx_commit(struct usage_store *st);
+void usage_tx_rollback(struct usage_store *st);
+int usage_bind_text(sqlite3_stmt *s, int i, const char *str, size_t max);
+void usage_prune_maybe(struct usage_store *st);
+
+/* db.c: the readers' connection (with st->rlock held, not st->lock). */
+int usage_reader_ready(struct usage_store *st);
+int usage_reader_failed(struct usage_store *st, const char *what, int rc);
+sqlite3_stmt *usage_reader_stmt(sqlite3_stmt *s);
+
+/* quota.c: drop a reservation (settled or given back), inside the caller's transaction. */
+int usage_hold_drop(struct usage_store *st, int64_t hold_id);
+
+#endif
