@@ -3,10 +3,12 @@
 # the build (compile_commands.json) but the fuzz targets, which must give no finding.
 # Exits 77 (CTest skip) when run-clang-tidy is not installed (Debian: clang-tidy).
 #
-# usage: clang-tidy.sh BUILD_DIR [JOBS]
+# usage: clang-tidy.sh BUILD_DIR [JOBS [HEADER_FILTER]]
+#   HEADER_FILTER: the headers whose findings count (CMake passes every module's, from
+#   OLP_MODULES); default .clang-tidy's HeaderFilterRegex.
 set -uo pipefail
 
-build=$1 jobs=${2:-2}
+build=$1 jobs=${2:-2} hfilter=${3:-}
 
 if ! command -v run-clang-tidy >/dev/null 2>&1; then
 	echo "clang-tidy.sh: SKIP: run-clang-tidy not found (install the clang-tidy package)"
@@ -20,7 +22,9 @@ fi
 esc=$(printf '\033')
 # The file regex: C sources, not tests/fuzz (built only with ENABLE_FUZZ, and libFuzzer
 # entry points follow libFuzzer's conventions, not ours).
-out=$(run-clang-tidy -p "$build" -j "$jobs" -quiet '^(?!.*/tests/fuzz/).*\.c$' 2>&1)
+filter=()
+[ -z "$hfilter" ] || filter=(-header-filter="$hfilter")
+out=$(run-clang-tidy -p "$build" -j "$jobs" -quiet "${filter[@]}" '^(?!.*/tests/fuzz/).*\.c$' 2>&1)
 rc=$?
 # Without the colours it forces, the command line it echoes for each file, and clang's
 # "N warnings generated." (findings outside the checks and the headers we own).

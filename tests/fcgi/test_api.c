@@ -133,7 +133,8 @@ static void test_route(void)
 				cases[i].prefix ? cases[i].prefix : "(null)", got, cases[i].route);
 		if (r == FCGI_ROUTE_BAD_METHOD) {
 			CU_ASSERT_PTR_NOT_NULL(row);
-			if (row)
+			CU_ASSERT_PTR_NOT_NULL(cases[i].allow);
+			if (row && cases[i].allow)
 				CU_ASSERT_STRING_EQUAL(row->method, cases[i].allow);
 		}
 		if (r == FCGI_ROUTE_NOT_FOUND)

@@ -1633,23 +1633,34 @@ static void test_provider_caps(void)
 {
 	static const struct {
 		const char *type;
-		unsigned cap;
 		const char *says;
-		unsigned prestart;
 		const char *upstream_host;
+		unsigned cap;
+		unsigned prestart;
 	} cases[] = {
-		{ "codex", PROV_CAP_TOOLS,
-		  "model 'm' (provider type codex) cannot take tools; only claude models can "
-		  "(codex exec runs every MCP tool it is given itself and cannot hand a call back "
-		  "to the client)",
-		  1, "api.openai.com" },
-		{ "vibe", PROV_CAP_TOOLS,
-		  "model 'm' (provider type vibe) cannot take tools; only claude models can", 0,
-		  "api.mistral.ai" },
-		{ "vibe", PROV_CAP_IMAGES,
-		  "model 'm' (provider type vibe) takes no images; only claude models do", 0,
-		  "api.mistral.ai" },
-		{ "claude", 0, NULL, 1, "api.anthropic.com" },
+		{ .type = "codex",
+		  .cap = PROV_CAP_TOOLS,
+		  .says = "model 'm' (provider type codex) cannot take tools; only claude models "
+			  "can (codex exec runs every MCP tool it is given itself and cannot "
+			  "hand a call back to the client)",
+		  .prestart = 1,
+		  .upstream_host = "api.openai.com" },
+		{ .type = "vibe",
+		  .cap = PROV_CAP_TOOLS,
+		  .says = "model 'm' (provider type vibe) cannot take tools; "
+			  "only claude models can",
+		  .prestart = 0,
+		  .upstream_host = "api.mistral.ai" },
+		{ .type = "vibe",
+		  .cap = PROV_CAP_IMAGES,
+		  .says = "model 'm' (provider type vibe) takes no images; only claude models do",
+		  .prestart = 0,
+		  .upstream_host = "api.mistral.ai" },
+		{ .type = "claude",
+		  .cap = 0,
+		  .says = NULL,
+		  .prestart = 1,
+		  .upstream_host = "api.anthropic.com" },
 	};
 	struct buf err = BUF_INIT, why = BUF_INIT;
 
