@@ -366,7 +366,7 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     const late = keygen(srv.home, '--name=erin', '--tier=guest', '--providers=echo');
     remember(late.token);
     const { out, workers, seen } = await spreadOverWorkers(srv, () => req(srv, '/v1/models', { token: late.token }));
-    assert.deepEqual([...seen].sort(), workers, 'not every worker answered');
+    assert.deepEqual([...seen].sort((a, b) => a - b), workers, 'not every worker answered');
     for (const { res, pid } of out) assert.equal(res.status, 200, `worker ${pid}: ${res.text}`);
   });
 
@@ -376,7 +376,7 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     assert.equal(before.length, 3);
     // Every worker has accepted the key (and cached it) ...
     const warm = await spreadOverWorkers(srv, () => req(srv, '/v1/models', { token: t }));
-    assert.deepEqual([...warm.seen].sort(), before, 'not every worker served the key before the revocation');
+    assert.deepEqual([...warm.seen].sort((a, b) => a - b), before, 'not every worker served the key before the revocation');
     for (const { res } of warm.out) assert.equal(res.status, 200, res.text);
 
     const rv = olpKeys(srv.home, 'revoke', `--id=${k.revokee.id}`);
@@ -387,7 +387,7 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     assertError(first, 401, 'invalid_or_revoked_key', MSG_INVALID);
     // and so does every later one, in every worker process.
     const post = await spreadOverWorkers(srv, () => req(srv, '/health', { token: t }));
-    assert.deepEqual([...post.seen].sort(), before, 'not every worker answered after the revocation');
+    assert.deepEqual([...post.seen].sort((a, b) => a - b), before, 'not every worker answered after the revocation');
     const per = (o) => before.map((w) => `${w}:${o.filter((x) => x.pid === w).length}`).join(' ');
     tc.diagnostic(`requests per worker pid before the revocation ${per(warm.out)}; after ${per(post.out)}`);
     for (const { res, pid } of post.out) {
