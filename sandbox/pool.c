@@ -398,12 +398,11 @@ const char *sbx_prestart_event_name(enum sbx_prestart_event ev)
 	return "unknown";
 }
 
-/* Counted under pre.lock; the caller's hook is told after it. */
-void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n)
+/* Count n events (pre.lock held). An entry taken out of the pool is counted in the same
+ * locked section, so that no reader of the stats sees it gone and not yet counted (a test
+ * that waited for the pool to empty read "nothing expired" in that gap under load). */
+static void prestart_add_locked(enum sbx_prestart_event ev, uint64_t n)
 {
-	if (!n)
-		return;
-	pthread_mutex_lock(&pre.lock);
 	switch (ev) {
 	case SBX_PRESTART_HIT: pre_x.hit += n; break;
 	case SBX_PRESTART_MISS: pre_x.miss += n; break;
@@ -411,9 +410,24 @@ void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n)
 	case SBX_PRESTART_DIED: pre_x.died += n; break;
 	default: break;
 	}
-	pthread_mutex_unlock(&pre.lock);
+}
+
+/* The caller's hook, told without pre.lock. */
+static void prestart_tell(enum sbx_prestart_event ev, uint64_t n)
+{
 	for (uint64_t i = 0; sbx_g.on_prestart && i < n; i++)
 		sbx_g.on_prestart(ev);
+}
+
+/* Counted under pre.lock; the caller's hook is told after it. */
+void sbx_prestart_count(enum sbx_prestart_event ev, uint64_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&pre.lock);
+	prestart_add_locked(ev, n);
+	pthread_mutex_unlock(&pre.lock);
+	prestart_tell(ev, n);
 }
 
 char *sbx_prestart_key(const char *policy, const char *const argv[])
@@ -493,9 +507,11 @@ static void *prestart_reaper(void *arg)
 			pool_remove_locked(&pre, i, &gone[ngone].in, &gone[ngone].lease);
 			ngone++;
 		}
+		prestart_add_locked(SBX_PRESTART_EXPIRED, nexpired);
+		prestart_add_locked(SBX_PRESTART_DIED, ngone - nexpired);
 		pthread_mutex_unlock(&pre.lock);
-		sbx_prestart_count(SBX_PRESTART_EXPIRED, nexpired);
-		sbx_prestart_count(SBX_PRESTART_DIED, ngone - nexpired);
+		prestart_tell(SBX_PRESTART_EXPIRED, nexpired);
+		prestart_tell(SBX_PRESTART_DIED, ngone - nexpired);
 		for (size_t i = 0; i < ngone; i++)
 			pool_put_down(&gone[i].in, &gone[i].lease, NULL);
 		pthread_mutex_lock(&pre.lock);
@@ -531,10 +547,12 @@ static bool prestart_evict_oldest(const char *tag)
 
 	pthread_mutex_lock(&pre.lock);
 	found = pool_evict_locked(&pre, tag, NULL, &in, &lease);
+	if (found)
+		prestart_add_locked(SBX_PRESTART_EXPIRED, 1);
 	pthread_mutex_unlock(&pre.lock);
 	if (!found)
 		return false;
-	sbx_prestart_count(SBX_PRESTART_EXPIRED, 1);
+	prestart_tell(SBX_PRESTART_EXPIRED, 1);
 	pool_put_down(&in, &lease, NULL);
 	return true;
 }
