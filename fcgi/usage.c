@@ -178,6 +178,7 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 	struct usage_day *days = NULL;
 	struct usage_row *rows = NULL;
 	struct usage_report r = { 0 };
+	size_t ndays = 0, nrows = 0, nkeys = 0;
 
 	if (fcgi_authenticate(rc, true))
 		goto out;
@@ -188,22 +189,25 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 	}
 	if (usage_query_parse(rc, &q))
 		goto out;
-	if (usage_days(st, &q.f, &days, &r.ndays) ||
-	    (q.nrecent && usage_recent(st, &q.f, q.nrecent, &rows, &r.nrows))) {
+	if (usage_days(st, &q.f, &days, &ndays) ||
+	    (q.nrecent && usage_recent(st, &q.f, q.nrecent, &rows, &nrows))) {
 		fcgi_fail(rc, 503, "usage_unavailable", "usage_unavailable",
 			  "The usage ledger cannot be read right now; try again later");
 		goto out;
 	}
 	r.days = days;
+	r.ndays = ndays;
 	r.rows = rows;
+	r.nrows = nrows;
 	r.since_ms = q.f.since_ms;
 	r.recent_limit = q.nrecent;
 	r.all_keys = fcgi_is_owner(rc) && !q.has_key;
 	/* Names, tiers and quotas: the worker's index of the key store, brought in step with
 	 * keys/ (a key made or revoked since shows), not a parse of every manifest. */
 	(void)auth_store_keys(rc->app->auth, &sk.v, &sk.n);
-	usage_keys_collect(rc, &q, &sk, &r, &keys, &r.nkeys);
+	usage_keys_collect(rc, &q, &sk, &r, &keys, &nkeys);
 	r.keys = keys;
+	r.nkeys = nkeys;
 	usage_report_json(st, &r, &msg);
 	fcgi_send_json(rc, 200, &msg,
 		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
