@@ -193,6 +193,25 @@ struct auth_login_grant {
  * malloc'd (free it; NULL when *n is 0). 0 or -errno. Thread-safe. */
 int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n);
 
+/* One key as the worker's index holds it (for the owner's /v1/usage): never its hash.
+ * The strings are heap copies, NULL when the manifest has none. */
+struct auth_key_summary {
+	char id[AUTH_ID_MAX];
+	char *name;
+	char *created_at;
+	enum auth_tier tier;
+	bool revoked;
+	struct auth_quota quota;
+};
+/* Every key with a valid manifest, in auth_key_list's order (created_at, then id), from
+ * the index auth_check keeps rather than a parse of every manifest: keys/ and each
+ * indexed manifest are stat(2)ed, and keys/ is read again (and the changed manifests
+ * alone re-parsed) only when one of them changed. A key made, revoked or given a quota by
+ * another process shows in the very next call. *out is malloc'd (release it with
+ * auth_key_summaries_free; NULL when *n is 0). 0 or -EINVAL (st NULL). Thread-safe. */
+int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t *n);
+void auth_key_summaries_free(struct auth_key_summary *v, size_t n);
+
 /* ==== key management (olp-keys) ==========================================================
  * These work on the files under olp_home directly and need no open auth_store. They are
  * safe against running workers and other olp-keys runs: every writer takes flock(2) on the

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -15,6 +16,9 @@ void auth_key_record_release(struct auth_key_record *r)
 {
 	strv_release(&r->providers);
 	strv_release(&r->login_access);
+	free(r->name);
+	free(r->created_at);
+	r->name = r->created_at = NULL;
 }
 
 void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_record *src)
@@ -28,6 +32,8 @@ void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_rec
 		strv_push(&dst->providers, src->providers.v[i]);
 	for (i = 0; i < src->login_access.n; i++)
 		strv_push(&dst->login_access, src->login_access.v[i]);
+	dst->name = src->name ? xstrdup(src->name) : NULL;
+	dst->created_at = src->created_at ? xstrdup(src->created_at) : NULL;
 }
 
 bool auth_provider_name_valid(const char *s)
@@ -275,6 +281,11 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 		*why = "name is not a string";
 		goto out_release_tmp;
 	}
+	if (json_is_string(v))
+		tmp.name = xstrdup(json_string_value(v));
+	v = json_object_get(root, "created_at");
+	if (json_is_string(v))
+		tmp.created_at = xstrdup(json_string_value(v));
 	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
 	if (ret)
 		goto out_release_tmp;
@@ -288,6 +299,7 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 		*rec = tmp;
 		strv_init(&tmp.providers); /* moved to rec */
 		strv_init(&tmp.login_access);
+		tmp.name = tmp.created_at = NULL;
 	}
 out_release_tmp:
 	auth_key_record_release(&tmp);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -691,20 +690,12 @@ out_free:
 	return rc;
 }
 
-/* --since=YYYY-MM-DD: the start of that UTC day in unix ms. 0 or EXIT_USAGE. */
+/* --since=YYYY-MM-DD: the start of that UTC day in unix ms (as /v1/usage's ?since=). 0 or
+ * EXIT_USAGE. */
 static int parse_since(const char *s, int64_t *ms)
 {
-	struct tm tm = { 0 };
-	const char *end;
-	time_t t;
-
-	end = strptime(s, "%Y-%m-%d", &tm);
-	if (!end || *end || strlen(s) != 10)
+	if (usage_day_parse(s, ms))
 		return usage_error("--since is a date, YYYY-MM-DD; not '%s'", s);
-	t = timegm(&tm);
-	if (t == (time_t)-1)
-		return usage_error("--since is a date, YYYY-MM-DD; not '%s'", s);
-	*ms = (int64_t)t * 1000;
 	return 0;
 }
 
@@ -715,6 +706,29 @@ static const char *key_name(const struct auth_key_list *list, const char *id)
 		if (strcmp(list->keys[i].id, id) == 0)
 			return list->keys[i].name ? list->keys[i].name : "";
 	return "";
+}
+
+/* The rows as usage/ writes them (usage_day_json, as /v1/usage's days), printed as every
+ * --json answer of this tool is: indented, through jansson. */
+static void print_usage_json(const struct auth_key_list *list, const struct usage_day *days,
+			     size_t n)
+{
+	struct buf b = BUF_INIT;
+	json_t *arr;
+
+	buf_addch(&b, '[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_addch(&b, ',');
+		usage_day_json(&b, &days[i], true, key_name(list, days[i].key_id));
+	}
+	buf_addch(&b, ']');
+	arr = json_loads(b.data, 0, NULL);
+	if (arr)
+		print_json(arr);
+	else
+		puts(b.data); /* not reached: usage_day_json writes valid JSON */
+	buf_release(&b);
 }
 
 static int cmd_usage(const struct opts *o, const char *home)
@@ -753,27 +767,7 @@ static int cmd_usage(const struct opts *o, const char *home)
 	}
 out_print:
 	if (o->json) {
-		json_t *arr = json_array();
-
-		for (size_t i = 0; i < n; i++) {
-			const struct usage_day *d = &days[i];
-
-			json_array_append_new(
-				arr,
-				json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
-					  " s:I}",
-					  "date", d->day, "key_id", d->key_id, "name",
-					  key_name(&list, d->key_id), "provider",
-					  json_str_or_null(*d->provider ? d->provider : NULL),
-					  "requests", (json_int_t)d->requests, "errors",
-					  (json_int_t)d->errors, "prompt_tokens",
-					  (json_int_t)d->prompt_tokens, "completion_tokens",
-					  (json_int_t)d->completion_tokens, "cached_tokens",
-					  (json_int_t)d->cached_tokens, "duration_ms",
-					  (json_int_t)d->duration_ms, "warm", (json_int_t)d->warm,
-					  "prestart", (json_int_t)d->prestart));
-		}
-		print_json(arr);
+		print_usage_json(&list, days, n);
 	} else if (!n) {
 		printf("No usage recorded%s%s%s%s.\n", o->id ? " for key " : "", o->id ? o->id : "",
 		       o->since ? " since " : "", o->since ? o->since : "");

@@ -752,18 +752,52 @@ uint64_t auth_audit_failures(const struct auth_store *st)
 
 /* ---- login grants (issue 22) ------------------------------------------------------------ */
 
-int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n)
+/* Whether a manifest of the index is no longer the file it was read from (a key revoked,
+ * its quota or logins set: each write replaces the file). Caller holds scan_lock. */
+static bool index_changed_locked(struct auth_store *st)
+{
+	bool changed = false;
+
+	pthread_rwlock_rdlock(&st->idx_lock);
+	for (size_t i = 0; st->idx && i < st->idx->n && !changed; i++) {
+		const struct key_entry *e = &st->idx->v[i];
+		struct auth_file_sig sig = { 0 };
+		char path[4096];
+		struct stat sb;
+
+		snprintf(path, sizeof(path), "%s/%s/manifest.json", st->keys_dir, e->rec.id);
+		if (lstat(path, &sb) == 0)
+			auth_file_sig_from_stat(&sig, &sb);
+		changed = !auth_file_sig_equal(&sig, &e->sig);
+	}
+	pthread_rwlock_unlock(&st->idx_lock);
+	return changed;
+}
+
+/* Bring the index in step with keys/ for a caller that reads every key (the owner's
+ * /health and /v1/usage): keys/ and each indexed manifest are stat(2)ed, and only when
+ * one changed is keys/ read again (re-parsing only the manifests that changed). So what
+ * another process did (a key made, revoked, its quota or logins set) shows at once,
+ * without parsing every manifest on every call. */
+static void store_sync(struct auth_store *st)
 {
 	struct auth_file_sig sig;
+
+	pthread_mutex_lock(&st->scan_lock);
+	keys_dir_sig(st, &sig);
+	if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
+	    racy(&sig, &st->scan_wall) || index_changed_locked(st))
+		store_rescan_locked(st, &sig);
+	pthread_mutex_unlock(&st->scan_lock);
+}
+
+int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n)
+{
 	size_t cap = 0;
 
 	*out = NULL;
 	*n = 0;
-	/* A rescan re-reads only the manifests whose file changed (set-login replaces it). */
-	pthread_mutex_lock(&st->scan_lock);
-	keys_dir_sig(st, &sig);
-	store_rescan_locked(st, &sig);
-	pthread_mutex_unlock(&st->scan_lock);
+	store_sync(st);
 	pthread_rwlock_rdlock(&st->idx_lock);
 	for (size_t i = 0; st->idx && i < st->idx->n; i++) {
 		const struct key_entry *e = &st->idx->v[i];
@@ -783,4 +817,54 @@ int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size
 	}
 	pthread_rwlock_unlock(&st->idx_lock);
 	return 0;
+}
+
+/* ---- every key, for /v1/usage ----------------------------------------------------------- */
+
+/* As auth_key_list orders its keys: by created_at, then id. */
+static int cmp_summary(const void *a, const void *b)
+{
+	const struct auth_key_summary *x = a, *y = b;
+	int c = strcmp(x->created_at ? x->created_at : "", y->created_at ? y->created_at : "");
+
+	return c ? c : strcmp(x->id, y->id);
+}
+
+int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!st)
+		return -EINVAL;
+	store_sync(st);
+	pthread_rwlock_rdlock(&st->idx_lock);
+	if (st->idx && st->idx->n)
+		*out = xcalloc(st->idx->n, sizeof(**out));
+	for (size_t i = 0; st->idx && i < st->idx->n; i++) {
+		const struct key_entry *e = &st->idx->v[i];
+		struct auth_key_summary *k = &(*out)[*n];
+
+		if (!e->valid)
+			continue; /* as auth_key_list, which skips an invalid manifest */
+		snprintf(k->id, sizeof(k->id), "%s", e->rec.id);
+		k->name = e->rec.name ? xstrdup(e->rec.name) : NULL;
+		k->created_at = e->rec.created_at ? xstrdup(e->rec.created_at) : NULL;
+		k->tier = e->rec.tier;
+		k->revoked = e->rec.revoked;
+		k->quota = e->rec.quota;
+		(*n)++;
+	}
+	pthread_rwlock_unlock(&st->idx_lock);
+	if (*n)
+		qsort(*out, *n, sizeof(**out), cmp_summary);
+	return 0;
+}
+
+void auth_key_summaries_free(struct auth_key_summary *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++) {
+		free(v[i].name);
+		free(v[i].created_at);
+	}
+	free(v);
 }

@@ -193,9 +193,13 @@ int parse_u64(const char *s, uint64_t *out);
  * A cap of n is n files dir/prefix.<i>.slot (0600, created as needed; dir must exist);
  * a holder keeps one flock'ed. The kernel drops the lock when the holder dies, so a crash
  * never leaks a slot. prefix must be a plain file name part (no '/'): the caller makes it
- * safe. slot_take returns the held slot's fd (close-on-exec; hand it to slot_release),
- * -EBUSY when all n are held, -EINVAL when n is 0, or -errno (-ENAMETOOLONG). */
+ * safe; an empty prefix names the files <i>.slot. slot_take returns the held slot's fd
+ * (close-on-exec; hand it to slot_release), -EBUSY when all n are held, -EINVAL when n is
+ * 0, or -errno (-ENAMETOOLONG; -ELOOP for a symlink in a slot file's place). */
 int slot_take(const char *dir, const char *prefix, unsigned n);
+/* As slot_take, in the directory open on dfd (borrowed; -EBADF when negative): for a
+ * caller that opened its directory safely itself (sandbox/'s beneath its runtime dir). */
+int slot_take_at(int dfd, const char *prefix, unsigned n);
 /* Unlock and close a slot slot_take gave; a negative fd is ignored. */
 void slot_release(int fd);
 

@@ -15,7 +15,9 @@
 #include "common/common.h"
 #include "common/banned.h"
 
-int slot_take(const char *dir, const char *prefix, unsigned n)
+/* The loop of slot_take and slot_take_at: the files are opened relative to dfd, under dir
+ * when dir is not NULL. */
+static int slot_take_in(int dfd, const char *dir, const char *prefix, unsigned n)
 {
 	unsigned i, start;
 	int fd;
@@ -29,12 +31,12 @@ int slot_take(const char *dir, const char *prefix, unsigned n)
 		char path[PATH_MAX];
 		unsigned k = (start + i) % n;
 
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s.%u.slot", dir, prefix, k) >=
-		    sizeof(path))
+		if ((size_t)snprintf(path, sizeof(path), "%s%s%s%s%u.slot", dir ? dir : "",
+				     dir ? "/" : "", prefix, *prefix ? "." : "", k) >= sizeof(path))
 			return -ENAMETOOLONG;
 		/* O_NOFOLLOW: a symlink planted in the dir must not make us create or lock
 		 * a file elsewhere. */
-		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		fd = openat(dfd, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd < 0)
 			return -errno;
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
@@ -44,6 +46,18 @@ int slot_take(const char *dir, const char *prefix, unsigned n)
 			return -errno;
 	}
 	return -EBUSY;
+}
+
+int slot_take(const char *dir, const char *prefix, unsigned n)
+{
+	return slot_take_in(AT_FDCWD, dir, prefix, n);
+}
+
+int slot_take_at(int dfd, const char *prefix, unsigned n)
+{
+	if (dfd < 0)
+		return -EBADF;
+	return slot_take_in(dfd, NULL, prefix, n);
 }
 
 void slot_release(int fd)

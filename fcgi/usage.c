@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fcgi/worker.h"
 #include "common/banned.h"
@@ -16,138 +15,6 @@
 #define USAGE_RECENT_MAX 200
 #define USAGE_SINCE_DAYS 30
 
-/* "YYYY-MM-DD" (a real day) into the unix ms of its 00:00 UTC. 0, or -1. */
-static int parse_day(const char *s, int64_t *ms)
-{
-	struct tm tm = { 0 }, back;
-	char again[16];
-	time_t t;
-
-	if (strlen(s) != 10 || strspn(s, "0123456789-") != 10 || s[4] != '-' || s[7] != '-' ||
-	    sscanf(s, "%4d-%2d-%2d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday) != 3)
-		return -1;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	t = timegm(&tm);
-	/* timegm normalises 2026-02-30 into March: such a day is refused. */
-	if (t == (time_t)-1 || !gmtime_r(&t, &back) ||
-	    !strftime(again, sizeof(again), "%Y-%m-%d", &back) || strcmp(again, s))
-		return -1;
-	*ms = (int64_t)t * 1000;
-	return 0;
-}
-
-static json_t *day_string(int64_t ms, bool with_time)
-{
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	char s[40];
-
-	if (!gmtime_r(&t, &tm))
-		return json_null();
-	if (!with_time) {
-		(void)strftime(s, sizeof(s), "%Y-%m-%d", &tm);
-	} else {
-		size_t n = strftime(s, sizeof(s), "%Y-%m-%dT%H:%M:%S", &tm);
-
-		snprintf(s + n, sizeof(s) - n, ".%03dZ", (int)(ms % 1000));
-	}
-	return json_string(s);
-}
-
-/* One key of the answer: who it is, as the key store says. */
-struct usage_key {
-	const char *id;
-	const char *name; /* NULL: unknown (deleted since) */
-	const char *tier; /* NULL: unknown */
-	bool revoked;
-	bool have_quota; /* the quota is known (the caller's own, or from the store) */
-	struct auth_quota quota;
-};
-
-static json_t *quota_json(const struct usage_key *k)
-{
-	if (!k->have_quota || auth_quota_none(&k->quota))
-		return json_null();
-	return json_pack("{sIsIsIsI}", "requests_per_minute",
-			 (json_int_t)k->quota.requests_per_minute, "requests_per_day",
-			 (json_int_t)k->quota.requests_per_day, "tokens_per_day",
-			 (json_int_t)k->quota.tokens_per_day, "max_concurrent",
-			 (json_int_t)k->quota.max_concurrent);
-}
-
-static json_t *key_json(struct usage_store *st, const struct usage_key *k,
-			const struct usage_day *days, size_t ndays)
-{
-	struct usage_quota_state qs;
-	json_t *o, *arr = json_array();
-	int64_t req = 0, errs = 0, pt = 0, ct = 0, cached = 0, warm = 0, pre = 0;
-
-	for (size_t i = 0; i < ndays; i++) {
-		const struct usage_day *d = &days[i];
-
-		if (strcmp(d->key_id, k->id))
-			continue;
-		json_array_append_new(
-			arr, json_pack("{sssosIsIsIsIsIsIsIsI}", "date", d->day, "provider",
-				       d->provider[0] ? json_string(d->provider) : json_null(),
-				       "requests", (json_int_t)d->requests, "errors",
-				       (json_int_t)d->errors, "prompt_tokens",
-				       (json_int_t)d->prompt_tokens, "completion_tokens",
-				       (json_int_t)d->completion_tokens, "cached_tokens",
-				       (json_int_t)d->cached_tokens, "warm", (json_int_t)d->warm,
-				       "prestart", (json_int_t)d->prestart, "duration_ms",
-				       (json_int_t)d->duration_ms));
-		req += d->requests;
-		errs += d->errors;
-		pt += d->prompt_tokens;
-		ct += d->completion_tokens;
-		cached += d->cached_tokens;
-		warm += d->warm;
-		pre += d->prestart;
-	}
-	/* A failure here leaves zeros (the store counted it); the rest still answers. */
-	(void)usage_quota_state(st, k->id, 0, &qs);
-	o = json_pack("{sssososbsos{sIsIsIsI}}", "key_id", k->id, "name",
-		      k->name ? json_string(k->name) : json_null(), "tier",
-		      k->tier ? json_string(k->tier) : json_null(), "revoked", k->revoked, "quota",
-		      quota_json(k), "quota_state", "requests_this_minute",
-		      (json_int_t)qs.requests_this_minute, "requests_today",
-		      (json_int_t)qs.requests_today, "tokens_today", (json_int_t)qs.tokens_today,
-		      "tokens_reserved", (json_int_t)qs.tokens_reserved);
-	json_object_set_new(o, "days", arr);
-	json_object_set_new(o, "totals",
-			    json_pack("{sIsIsIsIsIsIsIsI}", "requests", (json_int_t)req, "errors",
-				      (json_int_t)errs, "prompt_tokens", (json_int_t)pt,
-				      "completion_tokens", (json_int_t)ct, "total_tokens",
-				      (json_int_t)pt + (json_int_t)ct, "cached_tokens",
-				      (json_int_t)cached, "warm", (json_int_t)warm, "prestart",
-				      (json_int_t)pre));
-	return o;
-}
-
-static json_t *recent_json(const struct usage_row *rows, size_t n)
-{
-	json_t *arr = json_array();
-
-	for (size_t i = 0; i < n; i++) {
-		const struct usage_row *r = &rows[i];
-
-		json_array_append_new(
-			arr,
-			json_pack("{sosIsssososisIsIsIsIsIsssI}", "ts", day_string(r->ts_ms, true),
-				  "ts_ms", (json_int_t)r->ts_ms, "key_id", r->key_id, "provider",
-				  r->provider[0] ? json_string(r->provider) : json_null(), "model",
-				  r->model[0] ? json_string(r->model) : json_null(), "status",
-				  r->status, "prompt_tokens", (json_int_t)r->prompt_tokens,
-				  "completion_tokens", (json_int_t)r->completion_tokens,
-				  "cached_tokens", (json_int_t)r->cached_tokens, "duration_ms",
-				  (json_int_t)r->duration_ms, "ttfb_ms", (json_int_t)r->ttfb_ms,
-				  "start", usage_start_name(r->start), "count",
-				  (json_int_t)r->count));
-	}
-	return arr;
-}
 static const char *special_key_name(const char *id, const char **tier)
 {
 	if (!strcmp(id, "__env_owner__")) {
@@ -161,11 +28,26 @@ static const char *special_key_name(const char *id, const char **tier)
 	return NULL;
 }
 
-/* Append key id to keys (once), named as the key store names it. */
-static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
-			  const struct auth_key_list *l)
+static void usage_key_quota(struct usage_key_info *k, const struct auth_quota *q)
 {
-	struct usage_key *k;
+	k->have_quota = true;
+	k->quota = (struct usage_quota){ .requests_per_minute = q->requests_per_minute,
+					 .requests_per_day = q->requests_per_day,
+					 .tokens_per_day = q->tokens_per_day };
+	k->max_concurrent = q->max_concurrent;
+}
+
+/* The keys of the store, as the worker's index holds them (auth_store_keys). */
+struct usage_store_keys {
+	struct auth_key_summary *v;
+	size_t n;
+};
+
+/* Append key id to keys (once), named as the key store names it. */
+static void usage_key_add(struct usage_key_info **keys, size_t *n, const char *id,
+			  const struct usage_store_keys *sk)
+{
+	struct usage_key_info *k;
 	size_t i;
 
 	for (i = 0; i < *n; i++)
@@ -173,16 +55,15 @@ static void usage_key_add(struct usage_key **keys, size_t *n, const char *id,
 			return;
 	*keys = xreallocarray(*keys, *n + 1, sizeof(**keys));
 	k = &(*keys)[(*n)++];
-	*k = (struct usage_key){ .id = id };
+	*k = (struct usage_key_info){ .id = id };
 	k->name = special_key_name(id, &k->tier);
-	for (i = 0; i < l->n; i++) {
-		if (strcmp(l->keys[i].id, id))
+	for (i = 0; i < sk->n; i++) {
+		if (strcmp(sk->v[i].id, id))
 			continue;
-		k->name = l->keys[i].name;
-		k->tier = auth_tier_name(l->keys[i].tier);
-		k->revoked = l->keys[i].revoked;
-		k->have_quota = true;
-		k->quota = l->keys[i].quota;
+		k->name = sk->v[i].name;
+		k->tier = auth_tier_name(sk->v[i].tier);
+		k->revoked = sk->v[i].revoked;
+		usage_key_quota(k, &sk->v[i].quota);
 	}
 }
 
@@ -224,7 +105,7 @@ static int usage_query_parse(struct fcgi_req *rc, struct usage_query *q)
 		return -1;
 	}
 	r = fcgi_query_get(qs, "since", &q->since);
-	if (r < 0 || (r > 0 && parse_day(q->since.data, &q->f.since_ms))) {
+	if (r < 0 || (r > 0 && usage_day_parse(q->since.data, &q->f.since_ms))) {
 		usage_bad_param(rc, "since",
 				"since: must be a day as YYYY-MM-DD, such as 2026-01-31");
 		return -1;
@@ -253,62 +134,36 @@ static int usage_query_parse(struct fcgi_req *rc, struct usage_query *q)
 }
 
 /* The keys the answer describes: the one asked for, or every key of the store and of
- * the ledger's rows. Names, tiers and quotas from list (empty when the store could not be
- * read: the ids alone). */
+ * the ledger's rows. Names, tiers and quotas from the store's keys sk. */
 static void usage_keys_collect(struct fcgi_req *rc, const struct usage_query *q,
-			       const struct auth_key_list *list, const struct usage_day *days,
-			       size_t ndays, const struct usage_row *rows, size_t nrows,
-			       struct usage_key **keys, size_t *nkeys)
+			       const struct usage_store_keys *sk, const struct usage_report *r,
+			       struct usage_key_info **keys, size_t *nkeys)
 {
 	size_t i;
 
 	if (q->f.key_id) {
-		usage_key_add(keys, nkeys, q->f.key_id, list);
+		usage_key_add(keys, nkeys, q->f.key_id, sk);
 		if (!fcgi_is_owner(rc) || !strcmp(q->f.key_id, rc->id.key_id)) {
 			/* The caller's own: as it authenticated just now. */
 			(*keys)[0].tier = auth_tier_name(rc->id.tier);
-			(*keys)[0].have_quota = true;
-			(*keys)[0].quota = rc->id.quota;
+			usage_key_quota(&(*keys)[0], &rc->id.quota);
 		}
 		return;
 	}
-	for (i = 0; i < list->n; i++)
-		usage_key_add(keys, nkeys, list->keys[i].id, list);
+	for (i = 0; i < sk->n; i++)
+		usage_key_add(keys, nkeys, sk->v[i].id, sk);
 	/* Keys in the ledger but not (or no longer) in the store: the env owner, anonymous,
 	 * deleted keys. */
-	for (i = 0; i < ndays; i++)
-		usage_key_add(keys, nkeys, days[i].key_id, list);
-	for (i = 0; i < nrows; i++)
-		usage_key_add(keys, nkeys, rows[i].key_id, list);
-}
-
-/* The answer's JSON into out (docs/openai-compat.md has the shape). */
-static void usage_json(struct fcgi_req *rc, const struct usage_query *q,
-		       const struct usage_key *keys, size_t nkeys, const struct usage_day *days,
-		       size_t ndays, const struct usage_row *rows, size_t nrows, struct buf *out)
-{
-	json_t *root, *karr = json_array();
-	char *dump;
-
-	for (size_t i = 0; i < nkeys; i++)
-		json_array_append_new(karr, key_json(rc->app->usage, &keys[i], days, ndays));
-	root = json_pack("{sssososIsbsoso}", "object", "usage", "since",
-			 day_string(q->f.since_ms, false), "generated_at",
-			 day_string(wall_ms(), true), "recent_limit", (json_int_t)q->nrecent,
-			 "all_keys", fcgi_is_owner(rc) && !q->has_key, "keys", karr, "recent",
-			 recent_json(rows, nrows));
-	dump = root ? json_dumps(root, JSON_COMPACT) : NULL;
-	if (!dump)
-		abort(); /* only allocation fails here: the OOM policy */
-	buf_reset(out);
-	buf_adds(out, dump);
-	free(dump);
-	json_decref(root);
+	for (i = 0; i < r->ndays; i++)
+		usage_key_add(keys, nkeys, r->days[i].key_id, sk);
+	for (i = 0; i < r->nrows; i++)
+		usage_key_add(keys, nkeys, r->rows[i].key_id, sk);
 }
 
 /* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
  * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
- * at most 200) rows of recent requests. docs/openai-compat.md has the shape. */
+ * at most 200) rows of recent requests. docs/openai-compat.md has the shape (usage_report_json
+ * writes it). */
 void fcgi_handle_usage(struct fcgi_req *rc)
 {
 	struct usage_store *st = rc->app->usage;
@@ -317,11 +172,12 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 				 .recent = BUF_INIT,
 				 .nrecent = USAGE_RECENT_DEFAULT };
 	struct buf msg = BUF_INIT;
-	struct auth_key_list list = { 0 };
-	struct usage_key *keys = NULL;
+	struct usage_store_keys sk = { 0 };
+	struct usage_key_info *keys = NULL;
 	struct usage_day *days = NULL;
 	struct usage_row *rows = NULL;
-	size_t nkeys = 0, ndays = 0, nrows = 0;
+	struct usage_report r = { 0 };
+	size_t ndays = 0, nrows = 0, nkeys = 0;
 
 	if (fcgi_authenticate(rc, true))
 		goto out;
@@ -338,15 +194,24 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 			  "The usage ledger cannot be read right now; try again later");
 		goto out;
 	}
-	/* Names, tiers and quotas; without them (a store that cannot be read) the ids alone. */
-	if (auth_key_list(rc->app->cfg.home, &list, &msg) != AUTH_KEY_OK)
-		log_warnx(rc->rid, "/v1/usage: key store: %s", msg.data);
-	usage_keys_collect(rc, &q, &list, days, ndays, rows, nrows, &keys, &nkeys);
-	usage_json(rc, &q, keys, nkeys, days, ndays, rows, nrows, &msg);
+	r.days = days;
+	r.ndays = ndays;
+	r.rows = rows;
+	r.nrows = nrows;
+	r.since_ms = q.f.since_ms;
+	r.recent_limit = q.nrecent;
+	r.all_keys = fcgi_is_owner(rc) && !q.has_key;
+	/* Names, tiers and quotas: the worker's index of the key store, brought in step with
+	 * keys/ (a key made or revoked since shows), not a parse of every manifest. */
+	(void)auth_store_keys(rc->app->auth, &sk.v, &sk.n);
+	usage_keys_collect(rc, &q, &sk, &r, &keys, &nkeys);
+	r.keys = keys;
+	r.nkeys = nkeys;
+	usage_report_json(st, &r, &msg);
 	fcgi_send_json(rc, 200, &msg,
 		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 out:
-	auth_key_list_release(&list);
+	auth_key_summaries_free(sk.v, sk.n);
 	free(keys);
 	free(days);
 	free(rows);

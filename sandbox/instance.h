@@ -200,7 +200,7 @@ void sbx_launch_message(const char *const argv[], const struct sbx_run_options *
 			struct buf *out);
 
 /* prestart.c: one of a tag's `share` host-wide slots (<runtime_dir>/prestart-slots/
- * t<hex of tag>.<i>.slot), as sbx_prestart_slot_take; put it with sbx_prestart_slot_put.
+ * t<hex of tag>.<i>.slot), as sbx_prestart_slot_take; put it with slot_release.
  * -ENAMETOOLONG for a tag above SBX_OWNER_TAG_MAX bytes. */
 int sbx_prestart_tag_take(const char *tag, unsigned share);
 

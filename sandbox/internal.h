@@ -200,10 +200,10 @@ void sbx_prestart_release_all(void);
 
 /* The host-wide cap on idle pre-started commands (prestart.c): one of prestart_max slot
  * files under <runtime_dir>/prestart-slots, held with flock for as long as one waits. The
- * kernel drops the lock when its holder dies, so a SIGKILLed worker leaks none. An fd
- * (close-on-exec) or -EBUSY when every slot is held, -errno on failure. */
+ * kernel drops the lock when its holder dies, so a SIGKILLed worker leaks none (common.h's
+ * slots; put it with slot_release). An fd (close-on-exec) or -EBUSY when every slot is
+ * held, -errno on failure. */
 int sbx_prestart_slot_take(void);
-void sbx_prestart_slot_put(int fd);
 
 /* A sealed memfd holding the seccomp BPF program (built once per process). Caller closes.
  * fd or -errno. */

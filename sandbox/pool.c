@@ -74,7 +74,10 @@ struct pool {
 	bool count_pending; /* a start under way counts as an entry of its key and tag */
 	/* Still fit to be taken. */
 	bool (*alive)(const struct instance *in);
-	/* One was found dead when taken (NULL: nothing to say). */
+	/* One was found dead when taken: counted under the lock, in the section that took it
+	 * out, so that no reader of the counts sees it gone and not yet counted (NULL:
+	 * nothing to count); then said without the lock (NULL: nothing to say). */
+	void (*on_dead_locked)(void);
 	void (*on_dead)(const char *rid);
 	/* An entry was filed (under the lock; NULL: nothing to do). */
 	void (*on_add_locked)(void);
@@ -105,7 +108,7 @@ static bool pool_take(struct pool *pl, const char *key, const char *tag, struct 
 		      struct sbx_lease *lease, const char *rid)
 {
 	for (;;) {
-		bool found = false;
+		bool found = false, alive = false;
 
 		pthread_mutex_lock(&pl->lock);
 		for (size_t i = 0; i < pl->n && !found; i++) {
@@ -113,10 +116,16 @@ static bool pool_take(struct pool *pl, const char *key, const char *tag, struct 
 			if (found)
 				pool_remove_locked(pl, i, out, lease);
 		}
+		/* alive() is a poll(2) with no wait: cheap enough under the lock, as the
+		 * expiry thread's check is. */
+		if (found)
+			alive = pl->alive(out);
+		if (found && !alive && pl->on_dead_locked)
+			pl->on_dead_locked();
 		pthread_mutex_unlock(&pl->lock);
 		if (!found)
 			return false;
-		if (pl->alive(out))
+		if (alive)
 			return true;
 		if (pl->on_dead)
 			pl->on_dead(rid);
@@ -359,6 +368,7 @@ void sbx_launch_message(const char *const argv[], const struct sbx_run_options *
 #define LAUNCH_WRITE_MS 2000 /* the launch message is small: a pipe takes it at once */
 
 static bool prestart_alive(const struct instance *in);
+static void prestart_died_locked(void);
 static void prestart_died(const char *rid);
 
 static void prestart_reaper_start_locked(void);
@@ -366,6 +376,7 @@ static void prestart_reaper_start_locked(void);
 /* Starts under way do not count as entries: a run's refill starts what it wants. */
 static struct pool pre = { .lock = PTHREAD_MUTEX_INITIALIZER,
 			   .alive = prestart_alive,
+			   .on_dead_locked = prestart_died_locked,
 			   .on_dead = prestart_died,
 			   .on_add_locked = prestart_reaper_start_locked };
 
@@ -380,8 +391,8 @@ static struct {
 
 void sbx_lease_put(struct sbx_lease *l)
 {
-	sbx_prestart_slot_put(l->host_fd);
-	sbx_prestart_slot_put(l->tag_fd);
+	slot_release(l->host_fd);
+	slot_release(l->tag_fd);
 	*l = (struct sbx_lease)SBX_LEASE_INIT;
 }
 
@@ -454,10 +465,15 @@ static bool prestart_alive(const struct instance *in)
 	return !(poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)));
 }
 
+static void prestart_died_locked(void)
+{
+	prestart_add_locked(SBX_PRESTART_DIED, 1);
+}
+
 static void prestart_died(const char *rid)
 {
 	log_warnx(rid, "sandbox: a pre-started command had died while it waited");
-	sbx_prestart_count(SBX_PRESTART_DIED, 1);
+	prestart_tell(SBX_PRESTART_DIED, 1);
 }
 
 bool sbx_prestart_take(const char *key, const char *tag, struct instance *out,

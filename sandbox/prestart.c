@@ -3,9 +3,9 @@
  * Every worker process of a host keeps its own pre-started commands, but a claude waiting
  * on its stdin is a large runtime: the cap holds for the host. Slot i is the file
  * <runtime_dir>/prestart-slots/<i>.slot; an idle command holds one with
- * flock(LOCK_EX | LOCK_NB), as providers/slots.c does for concurrency. The kernel releases
- * the lock when its holder dies, so a SIGKILLed worker leaks nothing and no process has to
- * count anything.
+ * flock(LOCK_EX | LOCK_NB): common.h's slots, as providers/slots.c's for concurrency. The
+ * kernel releases the lock when its holder dies, so a SIGKILLed worker leaks nothing and no
+ * process has to count anything.
  *
  * Each owner tag (the caller's key id, opaque here) has a share of them, held the same way:
  * t<hex of the tag>.<i>.slot in the same directory, i below the tag's share. A command
@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,11 +23,12 @@
 
 #define SLOT_DIR "prestart-slots"
 
-/* One of n slot files <prefix><i>.slot, locked; an fd, -EBUSY when all are held. */
+/* One of n slot files <prefix>.<i>.slot (<i>.slot for the host's), locked, in the slot
+ * directory under the runtime dir (common.h's slot_take_at); an fd, -EBUSY when all are
+ * held. */
 static int slot_take_in(const char *prefix, unsigned n)
 {
-	unsigned start;
-	int dfd, fd, ret = -EBUSY;
+	int dfd, ret;
 
 	if (!n || sbx_g.runtime_fd < 0)
 		return -EBUSY;
@@ -38,26 +38,7 @@ static int slot_take_in(const char *prefix, unsigned n)
 	dfd = sbx_open_dir_beneath(sbx_g.runtime_fd, SLOT_DIR);
 	if (dfd < 0)
 		return -errno;
-	/* A different first slot in each process, so that they do not all contend for 0. */
-	start = (unsigned)getpid() % n;
-	for (unsigned i = 0; i < n; i++) {
-		char name[2 * SBX_OWNER_TAG_MAX + 32];
-
-		snprintf(name, sizeof(name), "%s%u.slot", prefix, (start + i) % n);
-		fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0) {
-			ret = -errno;
-			break;
-		}
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-			ret = fd;
-			break;
-		}
-		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		close(fd);
-		if (ret != -EBUSY)
-			break;
-	}
+	ret = slot_take_at(dfd, prefix, n);
 	close(dfd);
 	return ret;
 }
@@ -71,7 +52,7 @@ int sbx_prestart_slot_take(void)
 
 int sbx_prestart_tag_take(const char *tag, unsigned share)
 {
-	char prefix[2 * SBX_OWNER_TAG_MAX + 3];
+	char prefix[2 * SBX_OWNER_TAG_MAX + 2];
 	size_t len = strlen(tag);
 
 	if (len > SBX_OWNER_TAG_MAX)
@@ -81,16 +62,6 @@ int sbx_prestart_tag_take(const char *tag, unsigned share)
 	prefix[0] = 't';
 	for (size_t i = 0; i < len; i++)
 		snprintf(prefix + 1 + 2 * i, 3, "%02x", (unsigned char)tag[i]);
-	prefix[1 + 2 * len] = '.';
-	prefix[2 + 2 * len] = '\0';
+	prefix[1 + 2 * len] = '\0';
 	return slot_take_in(prefix, share);
-}
-
-void sbx_prestart_slot_put(int fd)
-{
-	if (fd < 0)
-		return;
-	/* Unlock first: a child another thread is starting may hold a copy until its exec. */
-	(void)flock(fd, LOCK_UN);
-	close(fd);
 }

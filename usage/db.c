@@ -447,20 +447,55 @@ int usage_stmt_run(sqlite3_stmt *s)
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-int usage_tx_begin(struct usage_store *st)
-{
-	return usage_stmt_run(usage_stmt_get(st, ST_BEGIN));
-}
+/* ---- the frame of a write ------------------------------------------------------------- */
 
-int usage_tx_commit(struct usage_store *st)
-{
-	return usage_stmt_run(usage_stmt_get(st, ST_COMMIT));
-}
-
-void usage_tx_rollback(struct usage_store *st)
+/* Roll back what is open (nothing when a failed statement already ended it). */
+static void tx_rollback(struct usage_store *st)
 {
 	if (st->db && !sqlite3_get_autocommit(st->db))
 		usage_stmt_run(usage_stmt_get(st, ST_ROLLBACK));
+}
+
+int usage_tx_locked(struct usage_store *st, const char *what,
+		    int (*body)(struct usage_store *st, void *ctx), void *ctx)
+{
+	bool nothing = false;
+	int rc;
+
+	/* BEGIN IMMEDIATE: the database's write lock first, so that what the body reads
+	 * (a quota's counts) cannot change before it writes. */
+	rc = usage_stmt_run(usage_stmt_get(st, ST_BEGIN));
+	if (rc == SQLITE_OK)
+		rc = body(st, ctx);
+	if (rc == USAGE_TX_NOTHING) {
+		/* Nothing written: end the transaction without a commit's work. */
+		nothing = true;
+		rc = usage_stmt_run(usage_stmt_get(st, ST_ROLLBACK));
+	} else if (rc == SQLITE_OK) {
+		rc = usage_stmt_run(usage_stmt_get(st, ST_COMMIT));
+	}
+	if (rc == SQLITE_OK)
+		return nothing ? 1 : 0;
+	tx_rollback(st);
+	return usage_db_failed(st, what, rc);
+}
+
+int usage_tx_run(struct usage_store *st, const char *what,
+		 int (*body)(struct usage_store *st, void *ctx), void *ctx, unsigned flags)
+{
+	int err;
+
+	pthread_mutex_lock(&st->lock);
+	err = usage_db_ready(st);
+	if (!err)
+		err = usage_tx_locked(st, what, body, ctx);
+	if (!err) {
+		usage_health_ok(st);
+		if (flags & USAGE_TX_PRUNE)
+			usage_prune_maybe(st);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return err;
 }
 
 /* Bind at most max bytes of s, cut back to a UTF-8 character boundary; NULL as NULL. */
@@ -602,42 +637,38 @@ void usage_health(const struct usage_store *st, struct usage_health *out)
 
 /* ---- retention ------------------------------------------------------------------------ */
 
+/* The prune's statements (usage_tx_locked's body). */
+static int prune_body(struct usage_store *st, void *ctx)
+{
+	int64_t wall = *(const int64_t *)ctx;
+	sqlite3_stmt *s;
+	int rc;
+
+	s = usage_stmt_get(st, ST_PRUNE_ROWS);
+	sqlite3_bind_int64(s, 1, wall - (int64_t)st->retention_days * DAY_MS);
+	rc = usage_stmt_run(s);
+	if (rc != SQLITE_OK)
+		return rc;
+	s = usage_stmt_get(st, ST_PRUNE_WINDOWS);
+	sqlite3_bind_int64(s, 1, usage_floor_to(wall, DAY_MS) - USAGE_WINDOW_KEEP_MS);
+	rc = usage_stmt_run(s);
+	if (rc != SQLITE_OK)
+		return rc;
+	s = usage_stmt_get(st, ST_PRUNE_HOLDS);
+	sqlite3_bind_int64(s, 1, wall);
+	return usage_stmt_run(s);
+}
+
 /* Delete what the retention no longer keeps. Its own transaction, after the caller's. A
  * failure here is counted like any other but fails nothing: the row is in. */
 void usage_prune_maybe(struct usage_store *st)
 {
 	uint64_t now = mono_ms();
 	int64_t wall = wall_ms();
-	sqlite3_stmt *s;
-	int rc;
 
 	if (st->pruned && now - st->last_prune_ms < USAGE_PRUNE_EVERY_MS)
 		return;
 	st->pruned = true;
 	st->last_prune_ms = now;
-	rc = usage_tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = usage_stmt_get(st, ST_PRUNE_ROWS);
-	sqlite3_bind_int64(s, 1, wall - (int64_t)st->retention_days * DAY_MS);
-	rc = usage_stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = usage_stmt_get(st, ST_PRUNE_WINDOWS);
-	sqlite3_bind_int64(s, 1, usage_floor_to(wall, DAY_MS) - USAGE_WINDOW_KEEP_MS);
-	rc = usage_stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	s = usage_stmt_get(st, ST_PRUNE_HOLDS);
-	sqlite3_bind_int64(s, 1, wall);
-	rc = usage_stmt_run(s);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = usage_tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	return;
-out_fail:
-	usage_tx_rollback(st);
-	usage_db_failed(st, "pruning old rows", rc);
+	(void)usage_tx_locked(st, "pruning old rows", prune_body, &wall);
 }

@@ -3,6 +3,7 @@
  *            statements, transactions, failures and health, retention
  *   quota.c  the quota windows and the reservations (holds): claim, refund, state
  *   usage.c  the ledger's records, and the readers' queries (days, recent rows)
+ *   report.c the ledger as JSON (/v1/usage's answer, olp-keys usage --json's rows)
  * Every function here is called with st->lock held unless it says otherwise. */
 #ifndef OLP_USAGE_INTERNAL_H
 #define OLP_USAGE_INTERNAL_H
@@ -94,9 +95,23 @@ int usage_db_failed(struct usage_store *st, const char *what, int rc);
 void usage_health_ok(struct usage_store *st);
 sqlite3_stmt *usage_stmt_get(struct usage_store *st, enum stmt_id id);
 int usage_stmt_run(sqlite3_stmt *s);
-int usage_tx_begin(struct usage_store *st);
-int usage_tx_commit(struct usage_store *st);
-void usage_tx_rollback(struct usage_store *st);
+/* The frame of every write, held once: BEGIN IMMEDIATE, body(st, ctx), COMMIT, with
+ * st->lock held and the database open. body runs the statements and returns SQLite's
+ * result code: SQLITE_OK commits; USAGE_TX_NOTHING ends the transaction with nothing
+ * written (a refused quota check), which is no failure; anything else rolls back. 0
+ * committed, 1 nothing written, or -errno: rolled back, counted and logged as a failure
+ * of what (usage_db_failed). */
+#define USAGE_TX_NOTHING (-1) /* no SQLite result code is negative */
+int usage_tx_locked(struct usage_store *st, const char *what,
+		    int (*body)(struct usage_store *st, void *ctx), void *ctx);
+enum usage_tx_flags {
+	USAGE_TX_PRUNE = 1 << 0, /* after a commit, the retention's prune (usage_prune_maybe) */
+};
+/* The whole frame, called without st->lock: take it, open the database when it is not
+ * (-errno when it cannot be), usage_tx_locked; a commit marks the writes healthy again
+ * (usage_health_ok). flags: enum usage_tx_flags. Same return. */
+int usage_tx_run(struct usage_store *st, const char *what,
+		 int (*body)(struct usage_store *st, void *ctx), void *ctx, unsigned flags);
 int usage_bind_text(sqlite3_stmt *s, int i, const char *str, size_t max);
 void usage_prune_maybe(struct usage_store *st);
 

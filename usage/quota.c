@@ -143,12 +143,41 @@ int usage_quota_take(struct usage_store *st, const char *key_id, const struct us
 	return usage_quota_claim(st, key_id, q, now_ms, NULL, v);
 }
 
+/* What a claim's transaction works on. */
+struct claim_tx {
+	const char *key_id;
+	const struct usage_quota *q;
+	int64_t now_ms;
+	struct usage_claim *claim;
+	struct usage_verdict *v;
+};
+
+/* Check and count in one write transaction (usage_tx_locked takes the database's write lock
+ * first, so two workers cannot both read "2 of 3" and both go ahead). */
+static int claim_body(struct usage_store *st, void *ctx)
+{
+	struct claim_tx *t = ctx;
+	struct win_counts c;
+	int rc;
+
+	rc = win_get(st, t->key_id, t->now_ms, &c);
+	if (rc != SQLITE_OK)
+		return rc;
+	judge(t->q, &c, t->now_ms, t->v);
+	if (!t->v->allowed)
+		return USAGE_TX_NOTHING;
+	rc = win_take(st, t->key_id, t->now_ms);
+	if (rc == SQLITE_OK && t->q->tokens_per_day > 0 && t->claim->tokens > 0)
+		rc = hold_add(st, t->key_id, t->now_ms, t->claim);
+	return rc;
+}
+
 int usage_quota_claim(struct usage_store *st, const char *key_id, const struct usage_quota *q,
 		      int64_t now_ms, struct usage_claim *claim, struct usage_verdict *v)
 {
 	struct usage_claim none = { 0 };
-	struct win_counts c;
-	int rc, err;
+	struct claim_tx t;
+	int err;
 
 	if (v)
 		*v = (struct usage_verdict){ .allowed = true };
@@ -167,91 +196,57 @@ int usage_quota_claim(struct usage_store *st, const char *key_id, const struct u
 		now_ms = wall_ms();
 	claim->minute_ms = usage_floor_to(now_ms, MINUTE_MS);
 	claim->day_ms = usage_floor_to(now_ms, DAY_MS);
-	pthread_mutex_lock(&st->lock);
-	err = usage_db_ready(st);
-	if (err)
-		goto out_closed;
-	/* Check and count in one write transaction: BEGIN IMMEDIATE takes the database's write
-	 * lock first, so two workers cannot both read "2 of 3" and both go ahead. */
-	rc = usage_tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = win_get(st, key_id, now_ms, &c);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	judge(q, &c, now_ms, v);
-	if (!v->allowed) {
-		/* Nothing written: end the transaction without a commit's work. */
-		rc = usage_stmt_run(usage_stmt_get(st, ST_ROLLBACK));
-		if (rc != SQLITE_OK)
-			goto out_fail;
-		err = 0;
-		goto out_unlock;
+	t = (struct claim_tx){ .key_id = key_id, .q = q, .now_ms = now_ms, .claim = claim, .v = v };
+	err = usage_tx_run(st, "checking a quota", claim_body, &t, 0);
+	if (err < 0) {
+		/* Fail closed (usage.h): a count that cannot be written is no quota kept. */
+		*v = (struct usage_verdict){ .allowed = false };
+		claim->hold_id = 0;
+		return err;
 	}
-	rc = win_take(st, key_id, now_ms);
-	if (rc == SQLITE_OK && q->tokens_per_day > 0 && claim->tokens > 0)
-		rc = hold_add(st, key_id, now_ms, claim);
-	if (rc == SQLITE_OK)
-		rc = usage_tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	claim->counted = true;
-	usage_health_ok(st);
-	err = 0;
-	goto out_unlock;
-out_fail:
-	usage_tx_rollback(st);
-	err = usage_db_failed(st, "checking a quota", rc);
-out_closed:
-	/* Fail closed (usage.h): a count that cannot be written is no quota kept. */
-	*v = (struct usage_verdict){ .allowed = false };
-	claim->hold_id = 0;
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
+	claim->counted = err == 0; /* 1: refused, nothing written */
+	return 0;
+}
+
+/* What a refund's transaction works on. */
+struct refund_tx {
+	const char *key_id;
+	const struct usage_claim *c;
+};
+
+static int refund_body(struct usage_store *st, void *ctx)
+{
+	const struct refund_tx *t = ctx;
+	sqlite3_stmt *s;
+	int rc;
+
+	if (t->c->counted) {
+		s = usage_stmt_get(st, ST_WIN_REFUND);
+		usage_bind_text(s, 1, t->key_id, USAGE_KEY_ID_MAX);
+		sqlite3_bind_int64(s, 2, t->c->minute_ms);
+		sqlite3_bind_int64(s, 3, t->c->day_ms);
+		rc = usage_stmt_run(s);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	return usage_hold_drop(st, t->c->hold_id);
 }
 
 int usage_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *c)
 {
-	sqlite3_stmt *s;
-	int rc, err;
+	int err;
 
 	if (!st || !key_id || !*key_id || !c)
 		return -EINVAL;
 	if (!c->counted && c->hold_id <= 0)
 		return 0;
-	pthread_mutex_lock(&st->lock);
-	err = usage_db_ready(st);
+	err = usage_tx_run(st, "giving a quota back", refund_body,
+			   &(struct refund_tx){ .key_id = key_id, .c = c }, 0);
 	if (err)
-		goto out_unlock;
-	rc = usage_tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	if (c->counted) {
-		s = usage_stmt_get(st, ST_WIN_REFUND);
-		usage_bind_text(s, 1, key_id, USAGE_KEY_ID_MAX);
-		sqlite3_bind_int64(s, 2, c->minute_ms);
-		sqlite3_bind_int64(s, 3, c->day_ms);
-		rc = usage_stmt_run(s);
-		if (rc != SQLITE_OK)
-			goto out_fail;
-	}
-	rc = usage_hold_drop(st, c->hold_id);
-	if (rc == SQLITE_OK)
-		rc = usage_tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	usage_health_ok(st);
+		return err;
 	c->counted = false;
 	c->hold_id = 0;
-	err = 0;
-	goto out_unlock;
-out_fail:
-	usage_tx_rollback(st);
-	err = usage_db_failed(st, "giving a quota back", rc);
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
+	return 0;
 }
 
 int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms,

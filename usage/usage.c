@@ -78,54 +78,45 @@ static int row_put(struct usage_store *st, const struct usage_record *r, int64_t
 	return usage_stmt_run(s);
 }
 
+/* What a record's transaction works on. */
+struct record_tx {
+	const struct usage_record *r;
+	int64_t ts, p, c;
+};
+
+static int record_body(struct usage_store *st, void *ctx)
+{
+	const struct record_tx *t = ctx;
+	sqlite3_stmt *s;
+	int rc;
+
+	rc = row_put(st, t->r, t->ts, t->p, t->c);
+	if (rc != SQLITE_OK)
+		return rc;
+	if (t->p + t->c > 0) {
+		s = usage_stmt_get(st, ST_ADD_TOKENS);
+		usage_bind_text(s, 1, t->r->key_id, USAGE_KEY_ID_MAX);
+		sqlite3_bind_int64(s, 2, usage_floor_to(t->ts, DAY_MS));
+		sqlite3_bind_int64(s, 3, t->p + t->c);
+		rc = usage_stmt_run(s);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	/* The real count is in: the reservation made for it goes, in the same commit. */
+	return usage_hold_drop(st, t->r->hold_id);
+}
+
 int usage_record_add(struct usage_store *st, const struct usage_record *r)
 {
-	int64_t ts, tokens, p, c;
-	sqlite3_stmt *s;
-	int rc, err;
+	struct record_tx t;
 
 	if (!st || !r || !r->key_id || !*r->key_id)
 		return -EINVAL;
-	ts = r->ts_ms ? r->ts_ms : wall_ms();
-	p = usage_row_tokens(r->prompt_tokens);
-	c = usage_row_tokens(r->completion_tokens);
-	tokens = p + c;
-	pthread_mutex_lock(&st->lock);
-	err = usage_db_ready(st);
-	if (err)
-		goto out_unlock;
-	rc = usage_tx_begin(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = row_put(st, r, ts, p, c);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	if (tokens > 0) {
-		s = usage_stmt_get(st, ST_ADD_TOKENS);
-		usage_bind_text(s, 1, r->key_id, USAGE_KEY_ID_MAX);
-		sqlite3_bind_int64(s, 2, usage_floor_to(ts, DAY_MS));
-		sqlite3_bind_int64(s, 3, tokens);
-		rc = usage_stmt_run(s);
-		if (rc != SQLITE_OK)
-			goto out_fail;
-	}
-	/* The real count is in: the reservation made for it goes, in the same commit. */
-	rc = usage_hold_drop(st, r->hold_id);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	rc = usage_tx_commit(st);
-	if (rc != SQLITE_OK)
-		goto out_fail;
-	usage_health_ok(st);
-	usage_prune_maybe(st);
-	err = 0;
-	goto out_unlock;
-out_fail:
-	usage_tx_rollback(st);
-	err = usage_db_failed(st, "recording a request", rc);
-out_unlock:
-	pthread_mutex_unlock(&st->lock);
-	return err;
+	t = (struct record_tx){ .r = r,
+				.ts = r->ts_ms ? r->ts_ms : wall_ms(),
+				.p = usage_row_tokens(r->prompt_tokens),
+				.c = usage_row_tokens(r->completion_tokens) };
+	return usage_tx_run(st, "recording a request", record_body, &t, USAGE_TX_PRUNE);
 }
 
 static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)

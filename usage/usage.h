@@ -238,4 +238,48 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t limit,
 		 struct usage_row **out, size_t *n);
 
+/* ---- the ledger as JSON (report.c): one writer for GET /v1/usage and olp-keys usage --- */
+
+/* "YYYY-MM-DD", a real day (2026-02-30 is refused), into the unix ms of its 00:00 UTC: what
+ * /v1/usage's ?since= and olp-keys usage --since= take. 0 or -EINVAL. */
+int usage_day_parse(const char *s, int64_t *ms);
+
+/* Append d to b as a JSON object: "date", then with with_key "key_id" (d's) and "name"
+ * (name; NULL: null), then "provider" (null for rows without one), "requests", "errors",
+ * "prompt_tokens", "completion_tokens", "cached_tokens", "warm", "prestart" and
+ * "duration_ms" (summed). With the key: an element of olp-keys usage --json's list;
+ * without: of a key's "days" in /v1/usage. */
+void usage_day_json(struct buf *b, const struct usage_day *d, bool with_key, const char *name);
+
+/* Who a key is, as the key store says (usage knows keys by id only: the caller looks them
+ * up). Strings borrowed. */
+struct usage_key_info {
+	const char *id;
+	const char *name; /* NULL: unknown (deleted since) or none */
+	const char *tier; /* NULL: unknown */
+	bool revoked;
+	bool have_quota; /* quota and max_concurrent are known */
+	struct usage_quota quota;
+	int64_t max_concurrent;
+};
+
+/* GET /v1/usage's answer: what it says, all borrowed for the call. */
+struct usage_report {
+	int64_t since_ms;    /* the first day the days cover */
+	int64_t now_ms;	     /* "generated_at" (0: now) */
+	size_t recent_limit; /* ?recent= */
+	bool all_keys;	     /* the owner asked for every key */
+	const struct usage_key_info *keys;
+	size_t nkeys;
+	const struct usage_day *days; /* usage_days' */
+	size_t ndays;
+	const struct usage_row *rows; /* usage_recent's */
+	size_t nrows;
+};
+/* Append r to b as one JSON object (docs/openai-compat.md has the shape): per key its
+ * quota, where it stands in its windows now (usage_quota_state, read from st; a failure
+ * there leaves zeros, counted by the store), its days and their totals; then the recent
+ * rows. */
+void usage_report_json(struct usage_store *st, const struct usage_report *r, struct buf *b);
+
 #endif

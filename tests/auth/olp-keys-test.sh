@@ -201,7 +201,7 @@ expect 0 "$KEYS" usage --since="$d2" --json --olp-home="$H"
 expect 0 "$KEYS" usage --olp-home="$H"
 grep "^$d1" "$T/out" | grep "$q_id" | grep -q 'quota' || fail "usage table: $(cat "$T/out")"
 grep -q 'PROMPT' "$T/out" || fail "usage table header"
-for bad in 2026-1-1 2026-13-01 yesterday 2026-01-01x; do
+for bad in 2026-1-1 2026-13-01 2026-02-30 yesterday 2026-01-01x; do
 	expect 2 "$KEYS" usage --since="$bad" --olp-home="$H"
 done
 grep -q 'YYYY-MM-DD' "$T/err" || fail "--since message: $(cat "$T/err")"

@@ -711,6 +711,91 @@ static void test_login_access(void)
 	tu_rmhome(home);
 }
 
+/* Every key for /v1/usage, from the index: names, tiers, quotas and revocations as the
+ * manifests say, in the listing's order; an invalid manifest left out; a key made, given a
+ * quota, revoked or deleted since is seen by the very next call. */
+static void test_store_keys(void)
+{
+	struct auth_key_spec g = { .name = "guest \"one\"", .tier = AUTH_TIER_GUEST };
+	struct auth_key_spec o = { .name = "owner", .tier = AUTH_TIER_OWNER };
+	const struct auth_quota q = { .requests_per_day = 9 };
+	char *home = tu_mkhome(), path[512];
+	struct auth_new_key owner, guest, late;
+	struct auth_key_summary *v;
+	struct auth_store *st;
+	struct buf msg = BUF_INIT;
+	size_t n;
+
+	g.quota = (struct auth_quota){ .requests_per_minute = 5, .max_concurrent = 2 };
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &o, &owner, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &guest, &msg), AUTH_KEY_OK);
+	tu_write_manifest(home, "badbad12", "[1,2]");
+	/* Past the window in which a scan treats keys/ as changed whatever its stat says
+	 * (racy(): its coarse timestamps), so that what follows is seen through the
+	 * manifests' own stat. */
+	usleep(120 * 1000);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL(auth_store_keys(NULL, &v, &n), -EINVAL);
+	CU_ASSERT_EQUAL_FATAL(auth_store_keys(st, &v, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	for (size_t i = 0; i + 1 < n; i++) {
+		int c = strcmp(v[i].created_at, v[i + 1].created_at);
+
+		CU_ASSERT(c < 0 || (c == 0 && strcmp(v[i].id, v[i + 1].id) < 0));
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!strcmp(v[i].id, owner.id)) {
+			CU_ASSERT_STRING_EQUAL(v[i].name, "owner");
+			CU_ASSERT_EQUAL(v[i].tier, AUTH_TIER_OWNER);
+			CU_ASSERT(auth_quota_none(&v[i].quota));
+		} else {
+			CU_ASSERT_STRING_EQUAL(v[i].id, guest.id);
+			CU_ASSERT_STRING_EQUAL(v[i].name, "guest \"one\"");
+			CU_ASSERT_EQUAL(v[i].tier, AUTH_TIER_GUEST);
+			CU_ASSERT_EQUAL(v[i].quota.requests_per_minute, 5);
+			CU_ASSERT_EQUAL(v[i].quota.max_concurrent, 2);
+		}
+		CU_ASSERT_FALSE(v[i].revoked);
+	}
+	auth_key_summaries_free(v, n);
+	/* Changes made by another process (here, these very calls) show at once: a quota set
+	 * and a revocation rewrite the manifest, a new key and a deleted one change keys/. */
+	CU_ASSERT_EQUAL(auth_key_set_quota(home, guest.id, &q, AUTH_QUOTA_RPD, NULL, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(auth_store_keys(st, &v, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(v[i].id, guest.id))
+			CU_ASSERT_EQUAL(v[i].quota.requests_per_day, 9);
+	auth_key_summaries_free(v, n);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, guest.id, NULL, &msg), AUTH_KEY_OK);
+	g.name = "late";
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &late, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL_FATAL(auth_store_keys(st, &v, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		CU_ASSERT_EQUAL(v[i].revoked, !strcmp(v[i].id, guest.id));
+		if (!strcmp(v[i].id, late.id))
+			CU_ASSERT_STRING_EQUAL(v[i].name, "late");
+	}
+	auth_key_summaries_free(v, n);
+	snprintf(path, sizeof(path), "%s/keys/%s/manifest.json", home, late.id);
+	CU_ASSERT_FATAL(unlink(path) == 0);
+	snprintf(path, sizeof(path), "%s/keys/%s", home, late.id);
+	CU_ASSERT_FATAL(rmdir(path) == 0);
+	CU_ASSERT_EQUAL_FATAL(auth_store_keys(st, &v, &n), 0);
+	CU_ASSERT_EQUAL(n, 2);
+	for (size_t i = 0; i < n; i++)
+		CU_ASSERT_STRING_NOT_EQUAL(v[i].id, late.id);
+	auth_key_summaries_free(v, n);
+	auth_store_free(st);
+	auth_new_key_wipe(&owner);
+	auth_new_key_wipe(&guest);
+	auth_new_key_wipe(&late);
+	buf_release(&msg);
+	tu_rmhome(home);
+}
+
 static void test_check_env_owner(void)
 {
 	char *home = tu_mkhome();
@@ -1769,6 +1854,7 @@ static const struct ts_test check_tests[] = {
 	{ "missing token, anonymous", test_check_missing },
 	{ "anonymous settings", test_check_anonymous_settings },
 	{ "login access", test_login_access },
+	{ "every key from the index, in step with keys/", test_store_keys },
 	{ "env owner", test_check_env_owner },
 	{ "keys and tiers", test_check_keys_and_tiers },
 	{ "revoked on the next request", test_check_revoked_next_request },

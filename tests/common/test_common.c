@@ -1180,6 +1180,59 @@ static void test_slots(void)
 	rmdir(dir);
 }
 
+/* slot_take_at: the same caps in a directory the caller opened (sandbox/'s pre-start
+ * slots): an empty prefix names the files <i>.slot, another prefix <prefix>.<i>.slot; the
+ * cap holds across descriptors and against slot_take on the same files; a symlink in a slot
+ * file's place is refused. */
+static void test_slots_at(void)
+{
+	char dir[256], path[300];
+	int dfd, a, b, t, u;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s/slots-at", tmpdir);
+	CU_ASSERT_FATAL(mkdir(dir, 0700) == 0);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CU_ASSERT_FATAL(dfd >= 0);
+	CU_ASSERT_EQUAL(slot_take_at(-1, "", 1), -EBADF);
+	CU_ASSERT_EQUAL(slot_take_at(dfd, "", 0), -EINVAL);
+	a = slot_take_at(dfd, "", 2);
+	b = slot_take_at(dfd, "", 2);
+	CU_ASSERT(a >= 0 && b >= 0);
+	CU_ASSERT(fcntl(a, F_GETFD) & FD_CLOEXEC);
+	CU_ASSERT_EQUAL(slot_take_at(dfd, "", 2), -EBUSY);
+	snprintf(path, sizeof(path), "%s/0.slot", dir);
+	CU_ASSERT(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+	snprintf(path, sizeof(path), "%s/1.slot", dir);
+	CU_ASSERT(stat(path, &st) == 0);
+	/* A prefix is a cap of its own, and the same files as slot_take's. */
+	t = slot_take_at(dfd, "t6b", 1);
+	CU_ASSERT(t >= 0);
+	CU_ASSERT_EQUAL(slot_take(dir, "t6b", 1), -EBUSY);
+	snprintf(path, sizeof(path), "%s/t6b.0.slot", dir);
+	CU_ASSERT(stat(path, &st) == 0);
+	slot_release(t);
+	u = slot_take(dir, "t6b", 1);
+	CU_ASSERT(u >= 0);
+	slot_release(u);
+	/* Released, taken again. */
+	slot_release(a);
+	a = slot_take_at(dfd, "", 2);
+	CU_ASSERT(a >= 0);
+	slot_release(a);
+	slot_release(b);
+	snprintf(path, sizeof(path), "%s/s.0.slot", dir);
+	CU_ASSERT_FATAL(symlink("/tmp/olp-slot-target-never", path) == 0);
+	CU_ASSERT_EQUAL(slot_take_at(dfd, "s", 1), -ELOOP);
+	CU_ASSERT(access("/tmp/olp-slot-target-never", F_OK) != 0);
+	unlink(path);
+	for (const char *const *n = (const char *const[]){ "0.slot", "1.slot", "t6b.0.slot", NULL };
+	     *n; n++)
+		(void)unlinkat(dfd, *n, 0);
+	close(dfd);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1207,6 +1260,7 @@ int main(void)
 		{ "write_all_until: a reader that stops reading", test_write_all_until },
 		{ "write_control_file: one write, never creates", test_write_control_file },
 		{ "slot_take: a cap across two processes", test_slots },
+		{ "slot_take_at: a cap in an open directory", test_slots_at },
 		{ NULL, NULL },
 	};
 	int fails;

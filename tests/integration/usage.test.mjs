@@ -244,6 +244,39 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.match(flat, new RegExp(`"prompt_tokens":${3 * PROMPT_TOKENS}\\b`));
   });
 
+  it('a key made, given a quota and revoked while the workers run shows in the very next /v1/usage of every worker', async () => {
+    // Asked at once, several times over, of whichever workers answer: each indexed the key
+    // store when it started (and answered /v1/usage from that index before), so an answer
+    // that shows a change came through the index being brought in step, not a first read.
+    const ask = async () => {
+      const rs = await Promise.all(Array.from({ length: 6 }, () => curl(server, { path: '/v1/usage?recent=0', auth: true })));
+      for (const r of rs) assert.equal(r.status, 200, r.text);
+      return rs.map((r) => r.json.keys);
+    };
+    const before = await ask();
+    const late = olpKeys(server.home, 'keygen', '--name=late guest');
+    for (const keys of before) assert.ok(!keys.some((k) => k.key_id === late.id));
+    for (const keys of await ask()) {
+      const k = keys.find((x) => x.key_id === late.id);
+      assert.ok(k, `the new key is listed: ${keys.map((x) => x.key_id).join(', ')}`);
+      assert.equal(k.name, 'late guest');
+      assert.equal(k.tier, 'guest');
+      assert.equal(k.revoked, false);
+      assert.equal(k.quota, null);
+    }
+    olpKeys(server.home, 'set-quota', `--id=${late.id}`, '--quota-rpm=7');
+    for (const keys of await ask()) {
+      assert.deepEqual(keys.find((x) => x.key_id === late.id).quota, {
+        requests_per_minute: 7,
+        requests_per_day: 0,
+        tokens_per_day: 0,
+        max_concurrent: 0,
+      });
+    }
+    olpKeys(server.home, 'revoke', `--id=${late.id}`);
+    for (const keys of await ask()) assert.equal(keys.find((x) => x.key_id === late.id).revoked, true);
+  });
+
   it('a client that goes away is in the ledger with status 499', async () => {
     const k = olpKeys(server.home, 'keygen', '--name=impatient guest');
     await assert.rejects(

@@ -2,7 +2,8 @@
  * quota windows at fixed times (minute and day boundaries, retry_after, tokens_per_day),
  * quotas held across processes and threads, file modes, descriptors, the failure policy
  * (an unavailable database lets requests through, counts, and recovers) and the schema
- * (no column for content). Through usage.h; SQLite directly only to read the schema. */
+ * (no column for content), and the ledger as JSON (/v1/usage's answer, olp-keys usage's
+ * rows; read back with jansson). Through usage.h; SQLite directly only to read the schema. */
 #include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <sqlite3.h>
 
 #include "common/common.h"
@@ -1293,6 +1295,207 @@ static void test_bad_args(void)
 	usage_store_free(st);
 }
 
+/* ---- the ledger as JSON (report.c) ------------------------------------------------------ */
+
+static void test_day_parse(void)
+{
+	int64_t ms = 1;
+
+	CU_ASSERT_EQUAL(usage_day_parse("2026-01-31", &ms), 0);
+	CU_ASSERT_EQUAL(ms, INT64_C(1769817600000));
+	CU_ASSERT_EQUAL(usage_day_parse("2024-02-29", &ms), 0); /* a leap day */
+	for (const char *const *bad =
+		     (const char *const[]){ "2026-02-30", "2025-02-29", "2026-1-1", "2026-13-01",
+					    "2026-01-00", "2026-01-01x", "yesterday", "", NULL };
+	     *bad; bad++) {
+		ms = 7;
+		CU_ASSERT_EQUAL(usage_day_parse(*bad, &ms), -EINVAL);
+		CU_ASSERT_EQUAL(ms, 7);
+	}
+	CU_ASSERT_EQUAL(usage_day_parse(NULL, &ms), -EINVAL);
+}
+
+/* b's JSON, parsed (the test fails when it does not parse). */
+static json_t *parsed(const struct buf *b)
+{
+	json_error_t err;
+	json_t *j = json_loads(b->data, 0, &err);
+
+	if (!j)
+		fprintf(stderr, "not JSON (%s): %s\n", err.text, b->data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+	return j;
+}
+
+static int64_t member_int(const json_t *o, const char *name)
+{
+	const json_t *v = json_object_get(o, name);
+
+	CU_ASSERT(json_is_integer(v));
+	return json_integer_value(v);
+}
+
+static const char *member_str(const json_t *o, const char *name)
+{
+	const json_t *v = json_object_get(o, name);
+
+	CU_ASSERT(json_is_string(v));
+	return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* One day's object, as both readers get it: with its key (olp-keys) and without. */
+static void test_day_json(void)
+{
+	struct usage_day d = { .key_id = "k1",
+			       .provider = "claude",
+			       .day = "2026-12-01",
+			       .requests = 3,
+			       .errors = 1,
+			       .prompt_tokens = 21,
+			       .completion_tokens = 15,
+			       .cached_tokens = 4,
+			       .duration_ms = 1860,
+			       .warm = 2,
+			       .prestart = 1 };
+	struct buf b = BUF_INIT;
+	json_t *j;
+
+	usage_day_json(&b, &d, false, NULL);
+	CU_ASSERT_STRING_EQUAL(b.data, "{\"date\":\"2026-12-01\",\"provider\":\"claude\","
+				       "\"requests\":3,\"errors\":1,\"prompt_tokens\":21,"
+				       "\"completion_tokens\":15,\"cached_tokens\":4,\"warm\":2,"
+				       "\"prestart\":1,\"duration_ms\":1860}");
+	buf_reset(&b);
+	d.provider[0] = '\0';
+	usage_day_json(&b, &d, true, "a \"name\"\n\xc3\xa9");
+	j = parsed(&b);
+	CU_ASSERT_EQUAL(json_object_size(j), 12);
+	CU_ASSERT_STRING_EQUAL(member_str(j, "key_id"), "k1");
+	CU_ASSERT_STRING_EQUAL(member_str(j, "name"), "a \"name\"\n\xc3\xa9");
+	CU_ASSERT(json_is_null(json_object_get(j, "provider")));
+	json_decref(j);
+	buf_reset(&b);
+	usage_day_json(&b, &d, true, NULL);
+	j = parsed(&b);
+	CU_ASSERT(json_is_null(json_object_get(j, "name")));
+	json_decref(j);
+	buf_release(&b);
+}
+
+/* GET /v1/usage's answer from a real ledger: keys with and without a quota or a name, their
+ * days and totals, where they stand now, the recent rows. */
+static void test_report_json(void)
+{
+	const char *home = new_home();
+	struct usage_store *st = open_store(home);
+	const struct usage_quota q = { .requests_per_day = 3 };
+	const struct usage_key_info keys[] = {
+		{ .id = "k1",
+		  .name = "<b>alice</b> \"x\"",
+		  .tier = "guest",
+		  .have_quota = true,
+		  .quota = q },
+		{ .id = "k2",
+		  .name = "bob",
+		  .tier = "owner",
+		  .revoked = true,
+		  .have_quota = true,
+		  .max_concurrent = 2 },
+		{ .id = "gone" },
+	};
+	struct usage_report r = { .since_ms = today_ms() - DAY_MS,
+				  .now_ms = INT64_C(1796152486606),
+				  .recent_limit = 2,
+				  .all_keys = true,
+				  .keys = keys,
+				  .nkeys = 3 };
+	struct usage_verdict v;
+	struct usage_day *days;
+	struct usage_row *rows;
+	struct buf b = BUF_INIT;
+	const json_t *k, *day, *row;
+	json_t *j;
+	int64_t t = now_ms() - 1000;
+
+	add(st, t, "k1", "claude", 200, 10, 20, USAGE_START_WARM);
+	add(st, t + 1, "k1", "codex", 500, 1, 2, USAGE_START_COLD);
+	add(st, t + 2, "k2", NULL, 499, 0, 0, USAGE_START_COLD);
+	CU_ASSERT_EQUAL(usage_quota_take(st, "k1", &q, 0, &v), 0);
+	CU_ASSERT_EQUAL(usage_days(st, NULL, &days, &r.ndays), 0);
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 2, &rows, &r.nrows), 0);
+	r.days = days;
+	r.rows = rows;
+	usage_report_json(st, &r, &b);
+	j = parsed(&b);
+	CU_ASSERT_STRING_EQUAL(member_str(j, "object"), "usage");
+	CU_ASSERT_EQUAL(strlen(member_str(j, "since")), 10);
+	CU_ASSERT_STRING_EQUAL(member_str(j, "generated_at"), "2026-12-01T19:14:46.606Z");
+	CU_ASSERT_EQUAL(member_int(j, "recent_limit"), 2);
+	CU_ASSERT(json_is_true(json_object_get(j, "all_keys")));
+	CU_ASSERT_EQUAL_FATAL(json_array_size(json_object_get(j, "keys")), 3);
+	/* k1: a quota, two days' rows (one a provider each), where it stands. */
+	k = json_array_get(json_object_get(j, "keys"), 0);
+	CU_ASSERT_STRING_EQUAL(member_str(k, "key_id"), "k1");
+	CU_ASSERT_STRING_EQUAL(member_str(k, "name"), "<b>alice</b> \"x\"");
+	CU_ASSERT_STRING_EQUAL(member_str(k, "tier"), "guest");
+	CU_ASSERT(json_is_false(json_object_get(k, "revoked")));
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "quota"), "requests_per_day"), 3);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "quota"), "max_concurrent"), 0);
+	CU_ASSERT_EQUAL(json_object_size(json_object_get(k, "quota")), 4);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "quota_state"), "requests_today"), 1);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "quota_state"), "tokens_today"), 33);
+	CU_ASSERT_EQUAL_FATAL(json_array_size(json_object_get(k, "days")), 2);
+	day = json_array_get(json_object_get(k, "days"), 0);
+	CU_ASSERT_STRING_EQUAL(member_str(day, "provider"), "claude");
+	CU_ASSERT_EQUAL(member_int(day, "warm"), 1);
+	CU_ASSERT_EQUAL(member_int(day, "duration_ms"), 100);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "requests"), 2);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "errors"), 1);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "total_tokens"), 33);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "cached_tokens"), 5);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "warm"), 1);
+	/* k2: revoked, max_concurrent its only limit, one request gone before a provider ran. */
+	k = json_array_get(json_object_get(j, "keys"), 1);
+	CU_ASSERT(json_is_true(json_object_get(k, "revoked")));
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "quota"), "max_concurrent"), 2);
+	day = json_array_get(json_object_get(k, "days"), 0);
+	CU_ASSERT(json_is_null(json_object_get(day, "provider")));
+	CU_ASSERT_EQUAL(member_int(day, "errors"), 1);
+	/* gone: nothing known of it, nothing in the ledger. */
+	k = json_array_get(json_object_get(j, "keys"), 2);
+	CU_ASSERT(json_is_null(json_object_get(k, "name")));
+	CU_ASSERT(json_is_null(json_object_get(k, "tier")));
+	CU_ASSERT(json_is_null(json_object_get(k, "quota")));
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(k, "days")), 0);
+	CU_ASSERT_EQUAL(member_int(json_object_get(k, "totals"), "total_tokens"), 0);
+	/* The recent rows, newest first. */
+	CU_ASSERT_EQUAL_FATAL(json_array_size(json_object_get(j, "recent")), 2);
+	row = json_array_get(json_object_get(j, "recent"), 0);
+	CU_ASSERT_STRING_EQUAL(member_str(row, "key_id"), "k2");
+	CU_ASSERT(json_is_null(json_object_get(row, "provider")));
+	CU_ASSERT(json_is_null(json_object_get(row, "model")));
+	CU_ASSERT_STRING_EQUAL(member_str(row, "start"), "cold");
+	CU_ASSERT_EQUAL(member_int(row, "count"), 1);
+	row = json_array_get(json_object_get(j, "recent"), 1);
+	CU_ASSERT_EQUAL(member_int(row, "ts_ms"), t + 1);
+	CU_ASSERT_EQUAL(strlen(member_str(row, "ts")), 24);
+	CU_ASSERT_STRING_EQUAL(member_str(row, "model"), "m1");
+	CU_ASSERT_EQUAL(member_int(row, "status"), 500);
+	CU_ASSERT_EQUAL(member_int(row, "ttfb_ms"), 10);
+	json_decref(j);
+	/* Nothing to say: still an answer. */
+	buf_reset(&b);
+	usage_report_json(st, &(struct usage_report){ .since_ms = 0, .now_ms = 1 }, &b);
+	CU_ASSERT_STRING_EQUAL(b.data, "{\"object\":\"usage\",\"since\":\"1970-01-01\","
+				       "\"generated_at\":\"1970-01-01T00:00:00.001Z\","
+				       "\"recent_limit\":0,\"all_keys\":false,\"keys\":[],"
+				       "\"recent\":[]}");
+	buf_release(&b);
+	free(days);
+	free(rows);
+	usage_store_free(st);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1322,6 +1525,9 @@ int main(void)
 		{ "unavailable: a directory as the file", test_unavailable_dir },
 		{ "unavailable: OLP_HOME missing or read-only", test_unavailable_home },
 		{ "bad arguments", test_bad_args },
+		{ "a day parsed: real days only", test_day_parse },
+		{ "a day's JSON, with its key and without", test_day_json },
+		{ "the report's JSON (/v1/usage)", test_report_json },
 		{ NULL, NULL },
 	};
 	int fails;
