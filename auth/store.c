@@ -752,6 +752,32 @@ uint64_t auth_audit_failures(const struct auth_store *st)
 
 /* ---- login grants (issue 22) ------------------------------------------------------------ */
 
+/* Whether a manifest of the index is no longer the file its entry was read from (a
+ * set-login, a revocation, a last_used_at update, a removal): a stat per key, where a
+ * rescan is a directory walk, a stat per key and a new index. */
+static bool index_outdated(struct auth_store *st)
+{
+	struct auth_file_sig sig;
+	char path[4096];
+	struct stat sb;
+	bool changed = false;
+
+	pthread_rwlock_rdlock(&st->idx_lock);
+	for (size_t i = 0; st->idx && i < st->idx->n && !changed; i++) {
+		const struct key_entry *e = &st->idx->v[i];
+
+		int len = snprintf(path, sizeof(path), "%s/%s/manifest.json", st->keys_dir,
+				   e->rec.id);
+
+		memset(&sig, 0, sizeof(sig));
+		if (len > 0 && (size_t)len < sizeof(path) && lstat(path, &sb) == 0)
+			auth_file_sig_from_stat(&sig, &sb);
+		changed = !auth_file_sig_equal(&sig, &e->sig);
+	}
+	pthread_rwlock_unlock(&st->idx_lock);
+	return changed;
+}
+
 int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n)
 {
 	struct auth_file_sig sig;
@@ -759,10 +785,13 @@ int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size
 
 	*out = NULL;
 	*n = 0;
-	/* A rescan re-reads only the manifests whose file changed (set-login replaces it). */
+	/* A set-login replaces the key's manifest: rescan (which re-reads only the manifests
+	 * whose file changed) when one did, or keys/ did. */
 	pthread_mutex_lock(&st->scan_lock);
 	keys_dir_sig(st, &sig);
-	store_rescan_locked(st, &sig);
+	if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
+	    racy(&sig, &st->scan_wall) || index_outdated(st))
+		store_rescan_locked(st, &sig);
 	pthread_mutex_unlock(&st->scan_lock);
 	pthread_rwlock_rdlock(&st->idx_lock);
 	for (size_t i = 0; st->idx && i < st->idx->n; i++) {
