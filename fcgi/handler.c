@@ -161,7 +161,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	const struct fcgi_route *row = NULL;
 	enum fcgi_route_result r;
 
-	random_hex(rc.rid, 8);
+	unique_hex16(rc.rid); /* the request's id, not a secret: no system call */
 	fcgi_io_set_deadline(io, rc.t0 + FCGI_ANSWER_WRITE_MS);
 	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
 		 fcgi_io_param(io, "REQUEST_METHOD") ? fcgi_io_param(io, "REQUEST_METHOD") : "GET");

@@ -92,6 +92,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 
 	if (fcgi_authenticate(rc, false))
 		return;
+	buf_grow(&b, 2048); /* the owner's answer, at once */
 	buf_adds(&b, "{\"ok\":true,\"version\":\"" OLP_VERSION "\"");
 	/* Infrastructure details are for the owner only: the Node OLP's ADR 0014 §3.3 (in
 	 * seed/ beside DESIGN.md), not this tree's docs/adr/0014, which is the per-run uid. */

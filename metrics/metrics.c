@@ -811,6 +811,8 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 {
 	char key[METRICS_MAX_KEY];
 	const struct family *fam = family_find(name);
+	uint32_t h;
+	bool any = false;
 	int ret;
 
 	*out = 0;
@@ -820,20 +822,34 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 		return -EINVAL;
 	if ((ret = build_key(key, name, labels)) < 0)
 		return ret;
-	for (size_t i = 0; i < METRICS_MAX_SERIES; i++) {
-		const struct mslot *s = &mf->slots[i];
+	/* Every row of the series is on its key's probe chain (slot_get fills the chain's
+	 * first empty slot, and no slot is ever emptied): walk that, not the table. */
+	h = key_hash(key);
+	for (uint32_t i = 0; i < METRICS_MAX_SERIES; i++) {
+		const struct mslot *s = &mf->slots[(h + i) % METRICS_MAX_SERIES];
+		pid_t pid;
+		int64_t v;
 
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY ||
-		    s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY)
+			break;
+		if (s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
 			continue;
-		if (fam->kind == K_GAUGE)
-			return gauge_sum(i, fam->agg, out)
-				       ? 0
-				       : -EINVAL; /* the first row sums them all */
-		*out = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
-		return 0;
+		v = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
+		if (fam->kind != K_GAUGE) {
+			*out = v;
+			return 0;
+		}
+		/* A gauge: the live processes' rows, summed (or the lowest, AGG_MIN). */
+		pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+		if (!pid || !alive(pid, __atomic_load_n(&s->pid_start, __ATOMIC_RELAXED)))
+			continue;
+		if (fam->agg == AGG_SUM)
+			*out += v;
+		else if (!any || v < *out)
+			*out = v;
+		any = true;
 	}
-	return 0; /* no such series yet: nothing counted */
+	return 0; /* no such series yet (nothing counted), or the gauge's rows summed */
 }
 
 void metrics_ledger_failure(void)
