@@ -303,8 +303,10 @@ static void audit_format(struct buf *b, const struct audit_record *rec)
 	add_field_n(b, "path", rec->path, rec->path ? strcspn(rec->path, "?") : 0);
 	add_field(b, "provider", rec->provider);
 	add_field(b, "model", rec->model);
-	buf_addf(b, ",\"status_code\":%d,\"latency_ms\":%llu", rec->status_code,
-		 (unsigned long long)rec->latency_ms);
+	buf_adds(b, ",\"status_code\":");
+	buf_add_int(b, rec->status_code);
+	buf_adds(b, ",\"latency_ms\":");
+	buf_add_uint(b, rec->latency_ms);
 	add_field(b, "error_code", rec->error_code);
 	add_field(b, "request_id", rec->request_id);
 	buf_adds(b, "}\n");

@@ -99,6 +99,27 @@ void buf_addf(struct buf *b, const char *fmt, ...)
 	va_end(ap);
 }
 
+void buf_add_uint(struct buf *b, uint64_t v)
+{
+	char d[20];
+	size_t n = 0;
+
+	do
+		d[sizeof(d) - ++n] = (char)('0' + v % 10);
+	while ((v /= 10));
+	buf_add(b, d + sizeof(d) - n, n);
+}
+
+void buf_add_int(struct buf *b, int64_t v)
+{
+	if (v < 0) {
+		buf_addch(b, '-');
+		buf_add_uint(b, -(uint64_t)v); /* INT64_MIN too */
+		return;
+	}
+	buf_add_uint(b, (uint64_t)v);
+}
+
 void buf_reset(struct buf *b)
 {
 	b->len = 0;

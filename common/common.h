@@ -49,6 +49,10 @@ void buf_adds(struct buf *b, const char *s);
 void buf_addch(struct buf *b, char c);
 void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vaddf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* v in decimal, as "%llu" / "%lld" would write it, without printf's cost (a request's
+ * JSON and log lines hold several). */
+void buf_add_uint(struct buf *b, uint64_t v);
+void buf_add_int(struct buf *b, int64_t v);
 void buf_reset(struct buf *b);
 /* Drop the first n bytes (n <= len). */
 void buf_consume(struct buf *b, size_t n);

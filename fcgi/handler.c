@@ -48,7 +48,10 @@ static void log_request(struct fcgi_req *rc)
 	buf_add_json_str(&l, rc->method, strlen(rc->method));
 	buf_adds(&l, ",\"path\":");
 	buf_add_json_str(&l, rc->path.data, rc->path.len > 200 ? 200 : rc->path.len);
-	buf_addf(&l, ",\"status\":%d,\"latency_ms\":%llu", rc->status, (unsigned long long)ms);
+	buf_adds(&l, ",\"status\":");
+	buf_add_int(&l, rc->status);
+	buf_adds(&l, ",\"latency_ms\":");
+	buf_add_uint(&l, ms);
 	if (rc->model) {
 		buf_adds(&l, ",\"model\":");
 		buf_add_json_str(&l, rc->model, strlen(rc->model));

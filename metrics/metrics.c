@@ -807,24 +807,15 @@ void metrics_prestart_event(const char *event, int64_t idle_delta)
 		(void)metrics_gauge_add("olp_prestart_idle", NULL, idle_delta);
 }
 
-int metrics_value(const char *name, const char *const labels[], int64_t *out)
+/* The pool's value of the series key (rendered as build_key does) of family fam. */
+static void value_by_key(const struct family *fam, const char *key, int64_t *out)
 {
-	char key[METRICS_MAX_KEY];
-	const struct family *fam = family_find(name);
-	uint32_t h;
+	uint32_t h = key_hash(key);
 	bool any = false;
-	int ret;
 
 	*out = 0;
-	if (!mf)
-		return -ENODEV;
-	if (!fam || fam->kind == K_HISTOGRAM)
-		return -EINVAL;
-	if ((ret = build_key(key, name, labels)) < 0)
-		return ret;
 	/* Every row of the series is on its key's probe chain (slot_get fills the chain's
 	 * first empty slot, and no slot is ever emptied): walk that, not the table. */
-	h = key_hash(key);
 	for (uint32_t i = 0; i < METRICS_MAX_SERIES; i++) {
 		const struct mslot *s = &mf->slots[(h + i) % METRICS_MAX_SERIES];
 		pid_t pid;
@@ -837,7 +828,7 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 		v = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
 		if (fam->kind != K_GAUGE) {
 			*out = v;
-			return 0;
+			return;
 		}
 		/* A gauge: the live processes' rows, summed (or the lowest, AGG_MIN). */
 		pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
@@ -849,7 +840,43 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 			*out = v;
 		any = true;
 	}
-	return 0; /* no such series yet (nothing counted), or the gauge's rows summed */
+}
+
+int metrics_value(const char *name, const char *const labels[], int64_t *out)
+{
+	char key[METRICS_MAX_KEY];
+	const struct family *fam = family_find(name);
+	int ret;
+
+	*out = 0;
+	if (!mf)
+		return -ENODEV;
+	if (!fam || fam->kind == K_HISTOGRAM)
+		return -EINVAL;
+	if ((ret = build_key(key, name, labels)) < 0)
+		return ret;
+	value_by_key(fam, key, out);
+	return 0; /* 0 too for a series not counted yet */
+}
+
+int metrics_prestart_counts(struct metrics_prestart *out)
+{
+	/* The keys as build_key renders them, made once: /health reads these on every call. */
+	static const char *const keys[] = {
+		"olp_prestart_events_total{event=\"hit\"}",
+		"olp_prestart_events_total{event=\"miss\"}",
+		"olp_prestart_events_total{event=\"expired\"}",
+		"olp_prestart_events_total{event=\"died\"}",
+	};
+	int64_t *const to[] = { &out->hit, &out->miss, &out->expired, &out->died };
+
+	memset(out, 0, sizeof(*out));
+	if (!mf)
+		return -ENODEV;
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		value_by_key(family_find("olp_prestart_events_total"), keys[i], to[i]);
+	value_by_key(family_find("olp_prestart_idle"), "olp_prestart_idle", &out->idle);
+	return 0;
 }
 
 void metrics_ledger_failure(void)

@@ -183,6 +183,29 @@ static void test_buf_detach(void)
 	buf_release(&b);
 }
 
+/* buf_add_uint / buf_add_int: what %llu / %lld write, ends of the ranges included. */
+static void test_buf_add_int(void)
+{
+	static const int64_t is[] = { 0, 7, -1, 10, -10, 200, 499, INT64_MAX, INT64_MIN };
+	static const uint64_t us[] = { 0, 9, 10, 99, 100, 1234567890, UINT64_MAX };
+	struct buf b = BUF_INIT, want = BUF_INIT;
+
+	for (size_t i = 0; i < ARRAY_SIZE(is); i++) {
+		buf_add_int(&b, is[i]);
+		buf_addch(&b, ',');
+		buf_addf(&want, "%lld,", (long long)is[i]);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(us); i++) {
+		buf_add_uint(&b, us[i]);
+		buf_addch(&b, ',');
+		buf_addf(&want, "%llu,", (unsigned long long)us[i]);
+	}
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, want.data);
+	buf_release(&b);
+	buf_release(&want);
+}
+
 static void test_buf_addf(void)
 {
 	struct buf b = BUF_INIT;
@@ -1300,6 +1323,7 @@ int main(void)
 		{ "buf consume", test_buf_consume },
 		{ "buf detach", test_buf_detach },
 		{ "buf addf long strings", test_buf_addf },
+		{ "buf_add_uint and buf_add_int", test_buf_add_int },
 		{ "buf read file and EFBIG", test_buf_read_file },
 		{ "buf read file appends to content", test_buf_read_file_appends },
 		{ "buf read once", test_buf_read_once },
