@@ -27,6 +27,9 @@
 #        BENCH_CONNS (default 16), BENCH_N (spawn/round-trip samples, default 200),
 #        BENCH_SERVERS (default "lighttpd apache nginx": the /health comparisons to run),
 #        BENCH_PERF=1 (perf record -g on the olp-fcgi workers during one more round),
+#        BENCH_CALLGRIND=N (each side's worker under valgrind's callgrind for N requests:
+#        user-space instructions per request, steady on a noisy machine, and olp's top
+#        functions),
 #        BENCH_RT=0 (skip the round trips and the spawn bench: 2. and 3.)
 set -euo pipefail
 
@@ -259,6 +262,66 @@ perf_profile() {
 		grep -v '^#' | grep -v '^$' | head -30
 }
 
+# callgrind NAME BIN FN: one worker of BIN (1 process, 4 threads) under callgrind behind
+# lighttpd, collecting inside FN (the serving thread's function: start-up is left out),
+# BENCH_CALLGRIND requests of ab -c4; prints "INSTRUCTIONS REQUESTS".
+callgrind() {
+	local d=$work/cg-$1 port out f=
+	mkdir -p "$d/run"
+	printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s/callgrind.out.%%p --toggle-collect=%s -q %s\n' \
+		"$d" "$3" "$2" >"$d/wrap"
+	chmod 0755 "$d/wrap"
+	port=$(free_port)
+	OLP_BIN=$d/wrap OLP_HOME=$work/home-cg OLP_RUN_DIR=$d/run OLP_PORT=$port OLP_MAX_PROCS=1 \
+	OLP_THREADS=4 OLP_OWNER_TOKEN=$token OLP_LOG_LEVEL=warn \
+		lighttpd -D -f "$root/lighttpd/olp.conf" >"$d/run/stdout" 2>&1 &
+	local lp=$!
+	for _ in $(seq 300); do
+		curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	out=$(ab -q -n "$BENCH_CALLGRIND" -c 4 -H "Authorization: Bearer $key" "http://127.0.0.1:$port/health")
+	kill "$lp"
+	wait "$lp" || true
+	grep -q '^Non-2xx' <<<"$out" && { echo "non-2xx answers under callgrind ($1)" >&2; exit 1; }
+	# The worker's file (the other is the shell that exec'd it: none), once it is written.
+	for _ in $(seq 100); do
+		f=$(grep -l '^totals: [1-9]' "$d"/callgrind.out.* 2>/dev/null | head -1) && [ -n "$f" ] && break
+		sleep 0.1
+	done
+	[ -n "$f" ] || { echo "no callgrind output for $1" >&2; exit 1; }
+	mv "$f" "$d/out"
+	echo "$(awk '/^totals:/ {print $2}' "$d/out") $(awk '/^Complete requests:/ {print $3}' <<<"$out")"
+}
+
+callgrind_all() {
+	local side bin fn r
+	if ! command -v valgrind >/dev/null || ! command -v ab >/dev/null; then
+		echo "== callgrind: valgrind or ab (apache2-utils) missing: skipped"
+		return 0
+	fi
+	mkdir -m 0700 "$work/home-cg"
+	cp -a "$work/home/models-registry.json" "$work/home/keys" "$work/home-cg/"
+	echo "== callgrind: one worker, $BENCH_CALLGRIND requests (ab -c4); user-space instructions per request, the serving threads only"
+	for side in olp hello ${BASE_BUILD:+base}; do
+		case $side in
+		olp) bin=$build/fcgi/olp-fcgi fn=serve_thread ;;
+		hello) bin=$build/tests/bench/hello-fcgi fn=serve ;;
+		base) bin=$(realpath "$BASE_BUILD")/fcgi/olp-fcgi fn=serve_thread ;;
+		esac
+		r=$(callgrind "$side" "$bin" "$fn")
+		awk -v s="$side" '{printf "instructions_per_req_%s %d\n", s, $1 / $2}' <<<"$r"
+	done
+	echo "-- olp's functions by instructions per request, callees included (top 25)"
+	# "  1,234 ( 5.6%)  dir/file.c:function [object]": once per function (inlined copies
+	# repeat it under a shorter path), without the totals and the threads' start.
+	callgrind_annotate --inclusive=yes "$work/cg-olp/out" 2>/dev/null |
+		sed -nE 's/^ *([0-9,]+) \( *[0-9.]+%\) +([^ ]*:)?([^ :]+)( \[.*)?$/\1 \3/p' |
+		awk -v n="$BENCH_CALLGRIND" '{v = $1; gsub(",", "", v)}
+			!seen[$2]++ && $2 !~ /^(clone|start_thread|PROGRAM)$/ {printf "%8d  %s\n", v / n, $2}' |
+		head -25
+}
+
 declare -A lpid=()
 pa=$(free_port); start_lighttpd olp "$build/fcgi/olp-fcgi" "$pa"
 servers=" ${BENCH_SERVERS:-lighttpd apache nginx} "
@@ -276,6 +339,7 @@ if [[ $servers == *" lighttpd "* ]]; then
 		perf_profile olp "http://127.0.0.1:$pa/health"
 		[ -z "${BASE_BUILD:-}" ] || perf_profile base "http://127.0.0.1:$pc/health"
 	fi
+	[ "${BENCH_CALLGRIND:-0}" = 0 ] || callgrind_all
 fi
 if [[ $servers == *" apache "* ]] && command -v apache2 >/dev/null && [ -f /usr/lib/apache2/modules/mod_fcgid.so ]; then
 	p1=$(free_port); start_apache apache-olp "$work/bin/olp-fcgi" "$p1"
