@@ -51,7 +51,8 @@ void buf_add(struct buf *b, const void *data, size_t len)
 {
 	if (!len)
 		return;
-	buf_grow(b, len);
+	if (len >= b->cap - b->len) /* no room (cap 0 included): a request adds hundreds */
+		buf_grow(b, len);
 	memcpy(b->data + b->len, data, len);
 	b->len += len;
 	b->data[b->len] = '\0';
@@ -64,7 +65,8 @@ void buf_adds(struct buf *b, const char *s)
 
 void buf_addch(struct buf *b, char c)
 {
-	buf_grow(b, 1);
+	if (b->len + 1 >= b->cap)
+		buf_grow(b, 1);
 	b->data[b->len++] = c;
 	b->data[b->len] = '\0';
 }

@@ -177,6 +177,12 @@ bool utf8_valid(const char *s, size_t len)
 	return true;
 }
 
+/* Whether c stands for itself in a JSON string: printable ASCII but '"' and '\\'. */
+static inline bool json_plain(unsigned char c)
+{
+	return (unsigned char)(c - 0x20) < 0x60 && c != '"' && c != '\\';
+}
+
 void buf_add_json_str(struct buf *b, const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -187,10 +193,9 @@ void buf_add_json_str(struct buf *b, const char *s, size_t len)
 	while (i < len) {
 		unsigned char c = p[i];
 
-		if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+		if (json_plain(c)) {
 			run = i;
-			while (run < len && p[run] >= 0x20 && p[run] != '"' && p[run] != '\\' &&
-			       p[run] < 0x80)
+			while (run < len && json_plain(p[run]))
 				run++;
 			buf_add(b, p + i, run - i);
 			i = run;
