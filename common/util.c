@@ -57,9 +57,19 @@ void log_line(const char *json)
 static char log_pid[24];
 static pthread_once_t log_pid_once = PTHREAD_ONCE_INIT;
 
+/* Async-signal-safe (it also runs in a child between fork and exec): no printf. */
 static void log_pid_reset(void)
 {
-	snprintf(log_pid, sizeof(log_pid), "%ld", (long)getpid());
+	char d[sizeof(log_pid)];
+	unsigned long v = (unsigned long)getpid();
+	size_t n = 0, i;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) && n < sizeof(d) - 1);
+	for (i = 0; i < n; i++)
+		log_pid[i] = d[n - 1 - i];
+	log_pid[n] = '\0';
 }
 
 static void log_pid_init(void)
