@@ -848,7 +848,7 @@ static void test_utils(void)
 
 /* unique_hex16: 16 hex digits; no repeat within a thread or across threads (each seeds
  * its own generator). */
-#define UNIQUE_N 4096
+#define UNIQUE_N ((size_t)4096)
 static void *unique_thread(void *arg)
 {
 	char(*ids)[17] = arg;
@@ -907,7 +907,7 @@ static void test_wall_iso(void)
 		for (int64_t ms = before; ms <= after; ms++) {
 			sec = (time_t)(ms / 1000);
 			gmtime_r(&sec, &tm);
-			strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S", &tm);
+			(void)strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S", &tm);
 			snprintf(want + 19, sizeof(want) - 19, ".%03dZ", (int)(ms % 1000));
 			if (!strcmp(want, iso))
 				break;
