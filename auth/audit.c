@@ -44,6 +44,7 @@ void auth_audit_log_init(struct auth_audit_log *a, char *dir, const struct auth_
 {
 	memset(a, 0, sizeof(*a));
 	a->dir = dir;
+	a->path = path_join(dir, "audit.ndjson");
 	pthread_mutex_init(&a->lock, NULL);
 	a->fd = -1;
 	a->day = -1;
@@ -255,53 +256,60 @@ out_close:
 }
 
 /* Whether the descriptor is no longer audit.ndjson (another process rotated it, or the
- * file was moved or deleted): it must be reopened before the next line. */
-static bool audit_stale(const struct auth_audit_log *a)
+ * file was moved or deleted): it must be reopened before the next line. Else *size is
+ * the file's size now. */
+static bool audit_stale(const struct auth_audit_log *a, off_t *size)
 {
-	char path[PATH_MAX];
 	struct stat sb;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/audit.ndjson", a->dir) >= sizeof(path))
+	if (lstat(a->path, &sb) < 0 || sb.st_ino != a->ino)
 		return true;
-	return lstat(path, &sb) < 0 || sb.st_ino != a->ino;
+	*size = sb.st_size;
+	return false;
+}
+
+/* ,"key":val with val (len bytes) cut to AUDIT_FIELD_MAX; NULL: null. */
+static void add_field_n(struct buf *b, const char *key, const char *val, size_t len)
+{
+	buf_add(b, ",\"", 2);
+	buf_adds(b, key);
+	buf_add(b, "\":", 2);
+	if (!val) {
+		buf_add(b, "null", 4);
+		return;
+	}
+	buf_add_json_str(b, val, len > AUDIT_FIELD_MAX ? AUDIT_FIELD_MAX : len);
 }
 
 static void add_field(struct buf *b, const char *key, const char *val)
 {
-	size_t len;
-
-	buf_addf(b, ",\"%s\":", key);
-	if (!val) {
-		buf_adds(b, "null");
-		return;
-	}
-	len = strlen(val);
-	buf_add_json_str(b, val, len > AUDIT_FIELD_MAX ? AUDIT_FIELD_MAX : len);
+	add_field_n(b, key, val, val ? strlen(val) : 0);
 }
 
 static void audit_format(struct buf *b, const struct audit_record *rec)
 {
 	char ts[AUTH_ISO_MAX];
-	struct buf path = BUF_INIT;
 
 	auth_iso_time_now(ts);
-	buf_addf(b, "{\"ts\":\"%s\"", ts);
+	buf_grow(b, 512); /* a line, at once */
+	buf_adds(b, "{\"ts\":\"");
+	buf_adds(b, ts);
+	buf_addch(b, '"');
 	add_field(b, "key_id", rec->key_id);
 	add_field(b, "owner_tier", rec->owner_tier);
 	add_field(b, "method", rec->method);
 	/* The query string is left out: it is the one place a careless client might put a
 	 * token (?key=…), and the log must never hold one. */
-	if (rec->path)
-		buf_add(&path, rec->path, strcspn(rec->path, "?"));
-	add_field(b, "path", rec->path ? path.data : NULL);
+	add_field_n(b, "path", rec->path, rec->path ? strcspn(rec->path, "?") : 0);
 	add_field(b, "provider", rec->provider);
 	add_field(b, "model", rec->model);
-	buf_addf(b, ",\"status_code\":%d,\"latency_ms\":%llu", rec->status_code,
-		 (unsigned long long)rec->latency_ms);
+	buf_adds(b, ",\"status_code\":");
+	buf_add_int(b, rec->status_code);
+	buf_adds(b, ",\"latency_ms\":");
+	buf_add_uint(b, rec->latency_ms);
 	add_field(b, "error_code", rec->error_code);
 	add_field(b, "request_id", rec->request_id);
 	buf_adds(b, "}\n");
-	buf_release(&path);
 }
 
 /* The summary of the unauthenticated requests counted since the last one:
@@ -348,10 +356,12 @@ static int write_locked(struct auth_audit_log *a, const struct buf *line)
 {
 	long today = (long)(time(NULL) / 86400);
 	struct stat sb;
+	off_t size = -1;
 	ssize_t n;
 	int err = 0;
 
-	if (a->fd < 0 || a->day != today || audit_stale(a)) {
+	if (a->fd < 0 || a->day != today || audit_stale(a, &size)) {
+		size = -1;
 		err = -audit_open(a, today, 0);
 		if (err)
 			return err;
@@ -370,9 +380,15 @@ static int write_locked(struct auth_audit_log *a, const struct buf *line)
 		a->fd = -1;
 		return err;
 	}
-	/* Full: rotate now, so that no process adds to it past one line each. */
-	if (fstat(a->fd, &sb) == 0 && sb.st_size >= (off_t)a->max_bytes)
-		err = -audit_open(a, today, sb.st_ino);
+	/* Full: rotate now, so that no process adds to it past one line each. The size: as
+	 * audit_stale saw it just before, plus this line (another process's line written in
+	 * between is that process's to count), or after a reopen the file's. */
+	if (size < 0 && fstat(a->fd, &sb) == 0)
+		size = sb.st_size;
+	else if (size >= 0)
+		size += n;
+	if (size >= (off_t)a->max_bytes)
+		err = -audit_open(a, today, a->ino);
 	return err;
 }
 
@@ -396,13 +412,14 @@ void auth_audit_log_write(struct auth_audit_log *a, const struct audit_record *r
 {
 	struct buf line = BUF_INIT;
 	time_t now = time(NULL);
+	bool unauth = unauthenticated(rec);
 	int err = 0;
 
+	if (!unauth)
+		audit_format(&line, rec); /* before the lock: its holders only write */
 	pthread_mutex_lock(&a->lock);
-	if (unauthenticated(rec))
+	if (unauth)
 		count_unauth(a, rec->status_code);
-	else
-		audit_format(&line, rec);
 	/* The summary goes out with the first line (of either kind) after its interval. */
 	if (a->unauth_total && now >= a->next_summary) {
 		summary_format(a, &line);
@@ -432,5 +449,6 @@ void auth_audit_log_release(struct auth_audit_log *a)
 	a->fd = -1;
 	pthread_mutex_destroy(&a->lock);
 	free(a->dir);
-	a->dir = NULL;
+	free(a->path);
+	a->dir = a->path = NULL;
 }

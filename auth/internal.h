@@ -114,6 +114,7 @@ void auth_iso_time_now(char out[AUTH_ISO_MAX]);
 #define AUTH_AUDIT_STATUSES 100
 struct auth_audit_log {
 	char *dir;	      /* $OLP_HOME/logs */
+	char *path;	      /* dir/audit.ndjson */
 	pthread_mutex_t lock; /* guards everything below but failures */
 	int fd;		      /* open on audit.ndjson, or -1 */
 	ino_t ino;	      /* ... its inode (a rotation by another process changes the path's) */

@@ -65,28 +65,10 @@ bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_s
 	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
 }
 
-static void iso_time_format(const struct timespec *ts, char out[AUTH_ISO_MAX])
-{
-	long ms = ts->tv_nsec / 1000000;
-	struct tm tm;
-	size_t n;
-
-	gmtime_r(&ts->tv_sec, &tm);
-	n = strftime(out, AUTH_ISO_MAX - 5, "%Y-%m-%dT%H:%M:%S", &tm);
-	out[n++] = '.';
-	out[n++] = (char)('0' + ms / 100);
-	out[n++] = (char)('0' + ms / 10 % 10);
-	out[n++] = (char)('0' + ms % 10);
-	out[n++] = 'Z';
-	out[n] = '\0';
-}
-
 void auth_iso_time_now(char out[AUTH_ISO_MAX])
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	iso_time_format(&ts, out);
+	_Static_assert(AUTH_ISO_MAX >= WALL_ISO_MAX, "an ISO time fits");
+	wall_iso_now(out);
 }
 
 /* providers_enabled: "*" or an array of non-empty strings. */

@@ -51,7 +51,8 @@ void buf_add(struct buf *b, const void *data, size_t len)
 {
 	if (!len)
 		return;
-	buf_grow(b, len);
+	if (len >= b->cap - b->len) /* no room (cap 0 included): a request adds hundreds */
+		buf_grow(b, len);
 	memcpy(b->data + b->len, data, len);
 	b->len += len;
 	b->data[b->len] = '\0';
@@ -64,7 +65,8 @@ void buf_adds(struct buf *b, const char *s)
 
 void buf_addch(struct buf *b, char c)
 {
-	buf_grow(b, 1);
+	if (b->len + 1 >= b->cap)
+		buf_grow(b, 1);
 	b->data[b->len++] = c;
 	b->data[b->len] = '\0';
 }
@@ -97,6 +99,27 @@ void buf_addf(struct buf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	buf_vaddf(b, fmt, ap);
 	va_end(ap);
+}
+
+void buf_add_uint(struct buf *b, uint64_t v)
+{
+	char d[20];
+	size_t n = 0;
+
+	do
+		d[sizeof(d) - ++n] = (char)('0' + v % 10);
+	while ((v /= 10));
+	buf_add(b, d + sizeof(d) - n, n);
+}
+
+void buf_add_int(struct buf *b, int64_t v)
+{
+	if (v < 0) {
+		buf_addch(b, '-');
+		buf_add_uint(b, -(uint64_t)v); /* INT64_MIN too */
+		return;
+	}
+	buf_add_uint(b, (uint64_t)v);
 }
 
 void buf_reset(struct buf *b)

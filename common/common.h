@@ -49,6 +49,10 @@ void buf_adds(struct buf *b, const char *s);
 void buf_addch(struct buf *b, char c);
 void buf_addf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vaddf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* v in decimal, as "%llu" / "%lld" would write it, without printf's cost (a request's
+ * JSON and log lines hold several). */
+void buf_add_uint(struct buf *b, uint64_t v);
+void buf_add_int(struct buf *b, int64_t v);
 void buf_reset(struct buf *b);
 /* Drop the first n bytes (n <= len). */
 void buf_consume(struct buf *b, size_t n);
@@ -160,6 +164,10 @@ static inline uint64_t mono_ms(void)
 /* The wall clock (CLOCK_REALTIME) in milliseconds since the epoch: for timestamps that are
  * stored or shown, never for a wait or a duration (it can jump). */
 int64_t wall_ms(void);
+/* The wall clock now as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC, milliseconds) and a NUL: the
+ * timestamps of log lines, the audit log and key manifests. */
+#define WALL_ISO_MAX 25
+void wall_iso_now(char out[WALL_ISO_MAX]);
 /* write(2) all of buf, retrying on EINTR and short writes: 0 or -errno (-EAGAIN when fd is
  * non-blocking and full: use write_all_until for that). */
 int write_all(int fd, const void *buf, size_t len);
@@ -181,6 +189,13 @@ int wait_writable(int fd, uint64_t deadline_ms);
  * out (2 * nbytes + 1 bytes), for names no one can guess. At most 64 bytes: a larger
  * nbytes is cut to 64. Aborts when getrandom(2) fails: there is no safe fallback. */
 void random_hex(char *out, size_t nbytes);
+/* 16 lowercase hex digits and a NUL: an id that tells one thing from others (a request),
+ * unique across this host's threads and processes with overwhelming probability, but no
+ * secret: it comes from a per-thread generator seeded once from getrandom(2), so no
+ * system call per id, and whoever sees ids could predict the next. Never for a name that
+ * guards something (random_hex). A child forked without exec continues its parent's
+ * thread's sequence. */
+void unique_hex16(char out[17]);
 /* "dir/name" in a new string (free() it). Nothing is normalised: "a/" and "b" give "a//b". */
 char *path_join(const char *dir, const char *name);
 /* "dir/name" into out (n bytes): 0, or -ENAMETOOLONG when it does not fit (out then holds

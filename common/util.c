@@ -34,31 +34,66 @@ void log_set_program(const char *name)
 	log_prog = name;
 }
 
+/* End line with '}' and a newline and write it: one write(2), so that lines from many
+ * threads and processes never interleave. */
+static void line_write(struct buf *line)
+{
+	buf_add(line, "}\n", 2);
+	(void)write_all(STDERR_FILENO, line->data, line->len);
+}
+
 void log_line(const char *json)
 {
 	struct buf b = BUF_INIT;
 
 	buf_adds(&b, json);
 	buf_addch(&b, '\n');
-	/* One write(2): lines from many threads and processes never interleave. */
 	(void)write_all(STDERR_FILENO, b.data, b.len);
 	buf_release(&b);
+}
+
+/* The process id as every line gives it, read once per process (a system call per line
+ * otherwise): a forked child reads its own (log_pid_reset, run by pthread_atfork). */
+static char log_pid[24];
+static pthread_once_t log_pid_once = PTHREAD_ONCE_INIT;
+
+/* Async-signal-safe (it also runs in a child between fork and exec): no printf. */
+static void log_pid_reset(void)
+{
+	char d[sizeof(log_pid)];
+	unsigned long v = (unsigned long)getpid();
+	size_t n = 0, i;
+
+	do
+		d[n++] = (char)('0' + v % 10);
+	while ((v /= 10) && n < sizeof(d) - 1);
+	for (i = 0; i < n; i++)
+		log_pid[i] = d[n - 1 - i];
+	log_pid[n] = '\0';
+}
+
+static void log_pid_init(void)
+{
+	log_pid_reset();
+	(void)pthread_atfork(NULL, NULL, log_pid_reset);
 }
 
 /* The members every line starts with: ts, level, prog, pid. */
 static void line_head(struct buf *line, enum log_level lvl)
 {
-	struct timespec ts;
-	struct tm tm;
-	char when[40];
+	char when[WALL_ISO_MAX];
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	(void)strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	buf_addf(line, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":", when,
-		 ts.tv_nsec / 1000000, level_names[lvl]);
+	pthread_once(&log_pid_once, log_pid_init);
+	wall_iso_now(when);
+	buf_grow(line, 256); /* a request's line, at once */
+	buf_adds(line, "{\"ts\":\"");
+	buf_adds(line, when);
+	buf_adds(line, "\",\"level\":\"");
+	buf_adds(line, level_names[lvl]);
+	buf_adds(line, "\",\"prog\":");
 	buf_add_json_str(line, log_prog, strlen(log_prog));
-	buf_addf(line, ",\"pid\":%ld", (long)getpid());
+	buf_adds(line, ",\"pid\":");
+	buf_adds(line, log_pid);
 }
 
 void log_event(const char *event, const char *rid, const char *fields)
@@ -73,8 +108,7 @@ void log_event(const char *event, const char *rid, const char *fields)
 		buf_add_json_str(&line, rid, strlen(rid));
 	}
 	buf_adds(&line, fields);
-	buf_addch(&line, '}');
-	log_line(line.data);
+	line_write(&line);
 	buf_release(&line);
 }
 
@@ -99,8 +133,7 @@ void log_msg(enum log_level lvl, int with_errno, const char *rid, const char *fm
 	}
 	buf_adds(&line, ",\"msg\":");
 	buf_add_json_str(&line, msg.data, msg.len);
-	buf_addch(&line, '}');
-	log_line(line.data);
+	line_write(&line);
 	buf_release(&msg);
 	buf_release(&line);
 	errno = saved;
@@ -154,6 +187,12 @@ bool utf8_valid(const char *s, size_t len)
 	return true;
 }
 
+/* Whether c stands for itself in a JSON string: printable ASCII but '"' and '\\'. */
+static inline bool json_plain(unsigned char c)
+{
+	return (unsigned char)(c - 0x20) < 0x60 && c != '"' && c != '\\';
+}
+
 void buf_add_json_str(struct buf *b, const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -164,10 +203,9 @@ void buf_add_json_str(struct buf *b, const char *s, size_t len)
 	while (i < len) {
 		unsigned char c = p[i];
 
-		if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+		if (json_plain(c)) {
 			run = i;
-			while (run < len && p[run] >= 0x20 && p[run] != '"' && p[run] != '\\' &&
-			       p[run] < 0x80)
+			while (run < len && json_plain(p[run]))
 				run++;
 			buf_add(b, p + i, run - i);
 			i = run;
@@ -206,6 +244,33 @@ uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void wall_iso_now(char out[WALL_ISO_MAX])
+{
+	/* The part up to the second, made again only when the second changes. */
+	static _Thread_local char head[24];
+	static _Thread_local time_t head_sec = -1;
+	struct timespec ts;
+	long ms;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	if (ts.tv_sec != head_sec) {
+		struct tm tm;
+
+		gmtime_r(&ts.tv_sec, &tm);
+		if (strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm) != 19)
+			memcpy(head, "0000-00-00T00:00:00", 20); /* a year past 9999 */
+		head_sec = ts.tv_sec;
+	}
+	ms = ts.tv_nsec / 1000000;
+	memcpy(out, head, 19);
+	out[19] = '.';
+	out[20] = (char)('0' + ms / 100);
+	out[21] = (char)('0' + ms / 10 % 10);
+	out[22] = (char)('0' + ms % 10);
+	out[23] = 'Z';
+	out[24] = '\0';
 }
 
 int64_t wall_ms(void)
@@ -325,6 +390,30 @@ void random_hex(char *out, size_t nbytes)
 		out[2 * i + 1] = hex[raw[i] & 15];
 	}
 	out[2 * nbytes] = '\0';
+}
+
+void unique_hex16(char out[17])
+{
+	static const char hex[] = "0123456789abcdef";
+	static _Thread_local uint64_t state;
+	static _Thread_local bool seeded;
+	uint64_t z;
+
+	if (!seeded) {
+		if (getrandom(&state, sizeof(state), 0) != (ssize_t)sizeof(state))
+			abort();
+		seeded = true;
+	}
+	/* splitmix64 (Steele, Lea, Flood 2014): a bijection of a counter that steps by an odd
+	 * constant, so one thread's ids repeat only after 2^64 of them; threads and
+	 * processes start from independent random points. */
+	z = (state += UINT64_C(0x9e3779b97f4a7c15));
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	z ^= z >> 31;
+	for (int i = 15; i >= 0; i--, z >>= 4)
+		out[i] = hex[z & 15];
+	out[16] = '\0';
 }
 
 int parse_u64(const char *s, uint64_t *out)

@@ -48,7 +48,10 @@ static void log_request(struct fcgi_req *rc)
 	buf_add_json_str(&l, rc->method, strlen(rc->method));
 	buf_adds(&l, ",\"path\":");
 	buf_add_json_str(&l, rc->path.data, rc->path.len > 200 ? 200 : rc->path.len);
-	buf_addf(&l, ",\"status\":%d,\"latency_ms\":%llu", rc->status, (unsigned long long)ms);
+	buf_adds(&l, ",\"status\":");
+	buf_add_int(&l, rc->status);
+	buf_adds(&l, ",\"latency_ms\":");
+	buf_add_uint(&l, ms);
 	if (rc->model) {
 		buf_adds(&l, ",\"model\":");
 		buf_add_json_str(&l, rc->model, strlen(rc->model));
@@ -161,7 +164,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	const struct fcgi_route *row = NULL;
 	enum fcgi_route_result r;
 
-	random_hex(rc.rid, 8);
+	unique_hex16(rc.rid); /* the request's id, not a secret: no system call */
 	fcgi_io_set_deadline(io, rc.t0 + FCGI_ANSWER_WRITE_MS);
 	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
 		 fcgi_io_param(io, "REQUEST_METHOD") ? fcgi_io_param(io, "REQUEST_METHOD") : "GET");

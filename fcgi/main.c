@@ -19,9 +19,6 @@
 extern char **environ;
 
 static struct fcgi_app app;
-/* Some platforms need accept() serialised (libfcgi's threaded example does the same);
- * on Linux it also keeps idle threads from all waking for one connection. */
-static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* FCGX_Accept_r's failures (-errno) that pass: a lack of resources, a connection that went
  * before it was taken. Anything else (the listening socket gone) ends the thread. */
@@ -53,9 +50,12 @@ static void *serve_thread(void *arg)
 		struct fcgi_io io = { .fcgx = &req, .hangup_fd = -1 };
 		int rc;
 
-		pthread_mutex_lock(&accept_lock);
+		/* No lock around it, unlike libfcgi's threaded example (for platforms whose
+		 * accept() must be serialised): on Linux threads blocked in accept(2) on one
+		 * socket are woken one per connection, and FCGX_Accept_r keeps its state in
+		 * req. Under a lock, a thread also held every other out while it waited for
+		 * and read its request's parameters: under load, the worker's largest wait. */
 		rc = FCGX_Accept_r(&req);
-		pthread_mutex_unlock(&accept_lock);
 		if (rc < 0 && accept_transient(rc)) {
 			/* Out of descriptors or memory for a moment (many runs at once, a
 			 * low RLIMIT_NOFILE): a thread that stopped here would never come

@@ -105,8 +105,9 @@ void fcgi_usage_health_json(struct buf *b, struct usage_store *st)
 		if (gmtime_r(&t, &tm))
 			(void)strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	}
-	buf_addf(b, "{\"enabled\":true,\"available\":%s,\"ok\":%s,\"failing_since\":",
-		 usage_available(st) ? "true" : "false", h.ok ? "true" : "false");
+	buf_adds(b, usage_available(st) ? "{\"enabled\":true,\"available\":true"
+					: "{\"enabled\":true,\"available\":false");
+	buf_adds(b, h.ok ? ",\"ok\":true,\"failing_since\":" : ",\"ok\":false,\"failing_since\":");
 	if (*since)
 		buf_addf(b, "\"%s\"", since);
 	else
@@ -119,5 +120,7 @@ void fcgi_usage_health_json(struct buf *b, struct usage_store *st)
 	} else {
 		buf_adds(b, "null");
 	}
-	buf_addf(b, ",\"failures\":%llu}", (unsigned long long)h.failures);
+	buf_adds(b, ",\"failures\":");
+	buf_add_uint(b, h.failures);
+	buf_addch(b, '}');
 }

@@ -18,22 +18,29 @@ void fcgi_add_header(struct fcgi_req *rc, struct buf *h, const char *name, const
 			  name);
 }
 
+/* The head of the answer into h (rc->status and rc->t_first set). */
+static void head_build(struct fcgi_req *rc, struct buf *h, int status, const char *ctype,
+		       const struct fcgi_hdr *extra)
+{
+	rc->status = status;
+	if (!rc->t_first)
+		rc->t_first = mono_ms();
+	fcgi_add_header(rc, h, "Status", fcgi_status_text(status));
+	fcgi_add_header(rc, h, "Content-Type", ctype);
+	fcgi_add_header(rc, h, "X-Request-Id", rc->rid);
+	if (rc->answer)
+		fcgi_chat_headers(rc->answer, status, h);
+	for (; extra && extra->name; extra++)
+		fcgi_add_header(rc, h, extra->name, extra->value);
+	buf_adds(h, "\r\n");
+}
+
 void fcgi_send_head(struct fcgi_req *rc, int status, const char *ctype,
 		    const struct fcgi_hdr *extra)
 {
 	struct buf h = BUF_INIT;
 
-	rc->status = status;
-	if (!rc->t_first)
-		rc->t_first = mono_ms();
-	fcgi_add_header(rc, &h, "Status", fcgi_status_text(status));
-	fcgi_add_header(rc, &h, "Content-Type", ctype);
-	fcgi_add_header(rc, &h, "X-Request-Id", rc->rid);
-	if (rc->answer)
-		fcgi_chat_headers(rc->answer, status, &h);
-	for (; extra && extra->name; extra++)
-		fcgi_add_header(rc, &h, extra->name, extra->value);
-	buf_adds(&h, "\r\n");
+	head_build(rc, &h, status, ctype, extra);
 	fcgi_io_write(rc->io, h.data, h.len);
 	buf_release(&h);
 }
@@ -41,8 +48,14 @@ void fcgi_send_head(struct fcgi_req *rc, int status, const char *ctype,
 void fcgi_send_json(struct fcgi_req *rc, int status, const struct buf *body,
 		    const struct fcgi_hdr *extra)
 {
-	fcgi_send_head(rc, status, "application/json", extra);
-	fcgi_io_write(rc->io, body->data, body->len);
+	struct buf a = BUF_INIT;
+
+	/* Head and body in one record, one write. */
+	buf_grow(&a, 256 + body->len);
+	head_build(rc, &a, status, "application/json", extra);
+	buf_add(&a, body->data, body->len);
+	fcgi_io_write(rc->io, a.data, a.len);
+	buf_release(&a);
 }
 
 void fcgi_send_error(struct fcgi_req *rc, const struct fcgi_error *e, const struct fcgi_hdr *extra)

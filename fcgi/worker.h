@@ -139,6 +139,8 @@ struct fcgi_io {
 	bool failed;	   /* a write failed: the client is gone (or dropped) */
 	bool stalled;	   /* ... because it stopped reading: the deadline passed */
 	bool finished;	   /* fcgi_io_finish ran: the answer is complete, nothing more is sent */
+	size_t queued;	   /* what this request wrote to the web server: bytes, plus 1 KiB a
+			      write for the kernel's bookkeeping (fcgi_io_finish) */
 };
 
 const char *fcgi_io_param(struct fcgi_io *io, const char *name);

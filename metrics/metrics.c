@@ -807,6 +807,41 @@ void metrics_prestart_event(const char *event, int64_t idle_delta)
 		(void)metrics_gauge_add("olp_prestart_idle", NULL, idle_delta);
 }
 
+/* The pool's value of the series key (rendered as build_key does) of family fam. */
+static void value_by_key(const struct family *fam, const char *key, int64_t *out)
+{
+	uint32_t h = key_hash(key);
+	bool any = false;
+
+	*out = 0;
+	/* Every row of the series is on its key's probe chain (slot_get fills the chain's
+	 * first empty slot, and no slot is ever emptied): walk that, not the table. */
+	for (uint32_t i = 0; i < METRICS_MAX_SERIES; i++) {
+		const struct mslot *s = &mf->slots[(h + i) % METRICS_MAX_SERIES];
+		pid_t pid;
+		int64_t v;
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY)
+			break;
+		if (s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
+			continue;
+		v = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
+		if (fam->kind != K_GAUGE) {
+			*out = v;
+			return;
+		}
+		/* A gauge: the live processes' rows, summed (or the lowest, AGG_MIN). */
+		pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+		if (!pid || !alive(pid, __atomic_load_n(&s->pid_start, __ATOMIC_RELAXED)))
+			continue;
+		if (fam->agg == AGG_SUM)
+			*out += v;
+		else if (!any || v < *out)
+			*out = v;
+		any = true;
+	}
+}
+
 int metrics_value(const char *name, const char *const labels[], int64_t *out)
 {
 	char key[METRICS_MAX_KEY];
@@ -820,20 +855,28 @@ int metrics_value(const char *name, const char *const labels[], int64_t *out)
 		return -EINVAL;
 	if ((ret = build_key(key, name, labels)) < 0)
 		return ret;
-	for (size_t i = 0; i < METRICS_MAX_SERIES; i++) {
-		const struct mslot *s = &mf->slots[i];
+	value_by_key(fam, key, out);
+	return 0; /* 0 too for a series not counted yet */
+}
 
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY ||
-		    s->kind != (uint32_t)fam->kind || strcmp(s->key, key))
-			continue;
-		if (fam->kind == K_GAUGE)
-			return gauge_sum(i, fam->agg, out)
-				       ? 0
-				       : -EINVAL; /* the first row sums them all */
-		*out = (int64_t)__atomic_load_n(&s->v[0], __ATOMIC_RELAXED);
-		return 0;
-	}
-	return 0; /* no such series yet: nothing counted */
+int metrics_prestart_counts(struct metrics_prestart *out)
+{
+	/* The keys as build_key renders them, made once: /health reads these on every call. */
+	static const char *const keys[] = {
+		"olp_prestart_events_total{event=\"hit\"}",
+		"olp_prestart_events_total{event=\"miss\"}",
+		"olp_prestart_events_total{event=\"expired\"}",
+		"olp_prestart_events_total{event=\"died\"}",
+	};
+	int64_t *const to[] = { &out->hit, &out->miss, &out->expired, &out->died };
+
+	memset(out, 0, sizeof(*out));
+	if (!mf)
+		return -ENODEV;
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		value_by_key(family_find("olp_prestart_events_total"), keys[i], to[i]);
+	value_by_key(family_find("olp_prestart_idle"), "olp_prestart_idle", &out->idle);
+	return 0;
 }
 
 void metrics_ledger_failure(void)

@@ -89,5 +89,12 @@ void metrics_prestart_event(const char *event, int64_t idle_delta);
  * for /health: 0 into *out when nothing was counted yet. 0, -EINVAL (unknown family, a
  * histogram), -ENAMETOOLONG, -ENODEV (not open). */
 int metrics_value(const char *name, const char *const labels[], int64_t *out);
+/* The pre-started processes' counts of the pool (olp_prestart_events_total by event,
+ * olp_prestart_idle), as metrics_value gives each, for /health on every call: 0 or
+ * -ENODEV (not open; all 0). */
+struct metrics_prestart {
+	int64_t hit, miss, expired, died, idle;
+};
+int metrics_prestart_counts(struct metrics_prestart *out);
 
 #endif

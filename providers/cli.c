@@ -333,7 +333,7 @@ static bool file_present(const char *path)
 	return !expand_home(path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
 }
 
-void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_state *out)
+static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state *out)
 {
 	const char *const *dflt = pv->ops->credentials;
 	char real[PATH_MAX];
@@ -359,4 +359,26 @@ void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_sta
 	for (i = 0; dflt && dflt[i]; i++)
 		found += file_present(dflt[i]);
 	out->credentials = found ? "present" : "missing";
+}
+
+/* The cache word: the time of the look (mono_ms) above bit 8; bit 3: a look was made; bit
+ * 2: cli_found; bits 0-1: the index of credentials in creds[]. */
+static const char *const creds[] = { "not_needed", "present", "missing" };
+
+void prov_provider_cli_state(const struct prov_provider *pv, struct prov_cli_state *out)
+{
+	/* The provider is shared by the worker's threads, but this cache is no setting. */
+	uint64_t *cache = (uint64_t *)&pv->cli_state_cache;
+	uint64_t c = __atomic_load_n(cache, __ATOMIC_RELAXED), now = mono_ms();
+	unsigned k;
+
+	if ((c & 8) && now - (c >> 8) < PROV_CLI_STATE_TTL_MS) {
+		out->cli_found = c & 4;
+		out->credentials = creds[c & 3];
+		return;
+	}
+	cli_state_look(pv, out);
+	for (k = 0; k < ARRAY_SIZE(creds) - 1 && strcmp(creds[k], out->credentials); k++)
+		;
+	__atomic_store_n(cache, now << 8 | 8 | (out->cli_found ? 4 : 0) | k, __ATOMIC_RELAXED);
 }

@@ -181,6 +181,9 @@ struct prov_provider {
 	bool own_tools;		   /* claude: "tools" turns some of its own tools on */
 	char *config_toml;	   /* codex: NULL for ~/.codex/config.toml */
 	char *model_provider;	   /* codex: a [model_providers.<id>] of config.toml, or NULL */
+	/* prov_provider_cli_state's last answer and when (cli.c): read and written with
+	 * __atomic builtins by any thread; 0 until the first. */
+	uint64_t cli_state_cache;
 };
 
 /* Read conf (the entry merged with its override) into pv's settings, whose type (pv->type)

@@ -107,7 +107,10 @@ void prov_provider_net_info(const struct prov_provider *pv, struct prov_net_info
 
 /* Whether a provider could run here now, for the owner's /health and dashboard: its
  * program found (a CLI's "bin", OLP_<TYPE>_BIN or PATH; a command's argv[0]) and its
- * credentials file(s) present. Looks at the file system (stat), reads nothing. */
+ * credentials file(s) present. Looks at the file system (stat), reads nothing; the answer
+ * is kept for PROV_CLI_STATE_TTL_MS per provider (a stat per provider and request cost
+ * ~3% of a worker's time under a /health load), so a change shows within that. */
+#define PROV_CLI_STATE_TTL_MS 1000
 struct prov_cli_state {
 	bool cli_found;
 	const char *credentials; /* "present", "missing", or "not_needed" (a command, or a

@@ -792,6 +792,44 @@ static void test_store_keys(void)
 	auth_new_key_wipe(&owner);
 	auth_new_key_wipe(&guest);
 	auth_new_key_wipe(&late);
+/* The owner's /health asks for the grants on every call: a set-login or a revocation
+ * shows at once though keys/ itself did not change (only the key's manifest did), and
+ * with neither, nothing is re-read. */
+static void test_login_grants_follow_manifests(void)
+{
+	static const char *const codex[] = { "codex" };
+	struct auth_key_spec g = { .name = "g", .tier = AUTH_TIER_GUEST };
+	char *home = tu_mkhome();
+	struct auth_login_grant *grants;
+	struct auth_new_key guest;
+	struct auth_store *st;
+	struct buf msg = BUF_INIT;
+	size_t ng;
+
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &guest, &msg), AUTH_KEY_OK);
+	/* keys/ last changed well before the store's scan: no "racy" rescan. */
+	usleep(150 * 1000);
+	st = auth_store_open(home, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL(ng, 0);
+	free(grants);
+	CU_ASSERT_EQUAL(auth_key_set_login(home, guest.id, codex, 1, true, false, NULL, NULL, &msg),
+			AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL_FATAL(ng, 1);
+	CU_ASSERT_STRING_EQUAL(grants[0].key_id, guest.id);
+	CU_ASSERT_STRING_EQUAL(grants[0].provider, "codex");
+	free(grants);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0); /* unchanged: the same */
+	CU_ASSERT_EQUAL(ng, 1);
+	free(grants);
+	CU_ASSERT_EQUAL(auth_key_revoke(home, guest.id, NULL, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(auth_login_grants(st, &grants, &ng), 0);
+	CU_ASSERT_EQUAL(ng, 0);
+	free(grants);
+	auth_store_free(st);
+	auth_new_key_wipe(&guest);
 	buf_release(&msg);
 	tu_rmhome(home);
 }
@@ -1855,6 +1893,7 @@ static const struct ts_test check_tests[] = {
 	{ "anonymous settings", test_check_anonymous_settings },
 	{ "login access", test_login_access },
 	{ "every key from the index, in step with keys/", test_store_keys },
+	{ "login grants follow the manifests, not keys/", test_login_grants_follow_manifests },
 	{ "env owner", test_check_env_owner },
 	{ "keys and tiers", test_check_keys_and_tiers },
 	{ "revoked on the next request", test_check_revoked_next_request },

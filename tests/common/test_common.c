@@ -183,6 +183,29 @@ static void test_buf_detach(void)
 	buf_release(&b);
 }
 
+/* buf_add_uint / buf_add_int: what %llu / %lld write, ends of the ranges included. */
+static void test_buf_add_int(void)
+{
+	static const int64_t is[] = { 0, 7, -1, 10, -10, 200, 499, INT64_MAX, INT64_MIN };
+	static const uint64_t us[] = { 0, 9, 10, 99, 100, 1234567890, UINT64_MAX };
+	struct buf b = BUF_INIT, want = BUF_INIT;
+
+	for (size_t i = 0; i < ARRAY_SIZE(is); i++) {
+		buf_add_int(&b, is[i]);
+		buf_addch(&b, ',');
+		buf_addf(&want, "%lld,", (long long)is[i]);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(us); i++) {
+		buf_add_uint(&b, us[i]);
+		buf_addch(&b, ',');
+		buf_addf(&want, "%llu,", (unsigned long long)us[i]);
+	}
+	check_invariants(&b);
+	CU_ASSERT_STRING_EQUAL(b.data, want.data);
+	buf_release(&b);
+	buf_release(&want);
+}
+
 static void test_buf_addf(void)
 {
 	struct buf b = BUF_INIT;
@@ -740,6 +763,44 @@ static void test_logging(void)
 	log_set_program("olp");
 }
 
+/* The pid every line names is read once per process: a forked child's lines name the
+ * child, not the parent it was read in. */
+static void emit_after_fork(void)
+{
+	pid_t pid;
+	int st;
+
+	log_event("parent", NULL, ""); /* the parent's pid is read by now */
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		char p[24];
+
+		snprintf(p, sizeof(p), ",\"child\":%ld", (long)getpid());
+		log_event("child", NULL, p);
+		_exit(0);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+}
+
+static void test_logging_fork(void)
+{
+	struct buf out = BUF_INIT;
+	json_t *l[2] = { 0 };
+
+	capture_stderr(emit_after_fork, &out);
+	CU_ASSERT_EQUAL_FATAL(parse_lines(&out, l, ARRAY_SIZE(l)), 2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l[0]);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l[1]);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(l[0], "pid")), getpid());
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(l[1], "pid")),
+			json_integer_value(json_object_get(l[1], "child")));
+	CU_ASSERT_NOT_EQUAL(json_integer_value(json_object_get(l[1], "pid")), getpid());
+	json_decref(l[0]);
+	json_decref(l[1]);
+	buf_release(&out);
+}
+
 /* ---- small utilities ---------------------------------------------------------------------- */
 
 static void test_utils(void)
@@ -782,6 +843,79 @@ static void test_utils(void)
 		random_hex(big, 100);
 		CU_ASSERT_EQUAL(strlen(big), 128);
 		CU_ASSERT_EQUAL(big[129], 'Z');
+	}
+}
+
+/* unique_hex16: 16 hex digits; no repeat within a thread or across threads (each seeds
+ * its own generator). */
+#define UNIQUE_N ((size_t)4096)
+static void *unique_thread(void *arg)
+{
+	char(*ids)[17] = arg;
+
+	for (size_t i = 0; i < UNIQUE_N; i++)
+		unique_hex16(ids[i]);
+	return NULL;
+}
+
+static int cmp_id17(const void *a, const void *b)
+{
+	return memcmp(a, b, 17);
+}
+
+static void test_unique_hex16(void)
+{
+	char(*ids)[17] = xcalloc(4 * UNIQUE_N, 17);
+	pthread_t t[3];
+	size_t i, j;
+
+	unique_thread(ids);
+	for (i = 0; i < 3; i++)
+		CU_ASSERT_EQUAL_FATAL(
+			pthread_create(&t[i], NULL, unique_thread, ids + (i + 1) * UNIQUE_N), 0);
+	for (i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	for (i = 0; i < 4 * UNIQUE_N; i++) {
+		CU_ASSERT_EQUAL(strlen(ids[i]), 16);
+		for (j = 0; j < 16; j++)
+			CU_ASSERT(ids[i][j] && strchr("0123456789abcdef", ids[i][j]) != NULL);
+	}
+	qsort(ids, 4 * UNIQUE_N, 17, cmp_id17);
+	for (i = 1; i < 4 * UNIQUE_N; i++)
+		CU_ASSERT_NOT_EQUAL(memcmp(ids[i - 1], ids[i], 17), 0);
+	free(ids);
+}
+
+/* wall_iso_now: "YYYY-MM-DDTHH:MM:SS.mmmZ", the same instant as wall_ms around it, and
+ * right across a change of second (the cached part). */
+static void test_wall_iso(void)
+{
+	for (int round = 0; round < 3; round++) {
+		char iso[WALL_ISO_MAX], want[32];
+		int64_t before = wall_ms(), after;
+		time_t sec;
+		struct tm tm;
+
+		memset(iso, 'Z', sizeof(iso));
+		wall_iso_now(iso);
+		after = wall_ms();
+		CU_ASSERT_EQUAL(strlen(iso), WALL_ISO_MAX - 1);
+		CU_ASSERT_EQUAL(iso[10], 'T');
+		CU_ASSERT_EQUAL(iso[19], '.');
+		CU_ASSERT_EQUAL(iso[23], 'Z');
+		/* Some instant in [before, after] formats as iso. */
+		for (int64_t ms = before; ms <= after; ms++) {
+			sec = (time_t)(ms / 1000);
+			gmtime_r(&sec, &tm);
+			(void)strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S", &tm);
+			snprintf(want + 19, sizeof(want) - 19, ".%03dZ", (int)(ms % 1000));
+			if (!strcmp(want, iso))
+				break;
+			if (ms == after)
+				CU_FAIL("wall_iso_now is not the time around it");
+		}
+		if (round < 2)
+			usleep(600 * 1000); /* the next one or two in another second */
 	}
 }
 
@@ -1242,6 +1376,7 @@ int main(void)
 		{ "buf consume", test_buf_consume },
 		{ "buf detach", test_buf_detach },
 		{ "buf addf long strings", test_buf_addf },
+		{ "buf_add_uint and buf_add_int", test_buf_add_int },
 		{ "buf read file and EFBIG", test_buf_read_file },
 		{ "buf read file appends to content", test_buf_read_file_appends },
 		{ "buf read once", test_buf_read_once },
@@ -1251,7 +1386,10 @@ int main(void)
 		{ "parse_u64", test_parse_u64 },
 		{ "parse_json_int", test_parse_json_int },
 		{ "logging JSON lines", test_logging },
+		{ "logging: a forked child's lines name its own pid", test_logging_fork },
 		{ "utilities", test_utils },
+		{ "unique_hex16: 16 hex digits, none repeated across threads", test_unique_hex16 },
+		{ "wall_iso_now: the ISO time of now, across seconds", test_wall_iso },
 		{ "strv push, find, setenv, detach", test_strv },
 		{ "utf8_valid", test_utf8_valid },
 		{ "path_join and path_join_buf", test_path_join },

@@ -372,7 +372,9 @@ static void test_full_disk(void)
  * summed over the processes that are alive, 0 for a series never counted. */
 static void test_value(void)
 {
-	const char *const hit[] = { "event", "hit", NULL };
+	const char *const hit[] = { "event", "hit", NULL }, *const miss[] = { "event", "miss",
+									      NULL };
+	struct metrics_prestart mp;
 	int64_t v = -1;
 	pid_t pid;
 	int st;
@@ -405,8 +407,21 @@ static void test_value(void)
 	CU_ASSERT_EQUAL(v, 4);
 	CU_ASSERT_EQUAL(metrics_value("olp_request_duration_seconds", NULL, &v), -EINVAL);
 	CU_ASSERT_EQUAL(metrics_value("olp_no_such_thing", NULL, &v), -EINVAL);
+	/* /health's read of all five at once says the same. */
+	metrics_prestart_event("miss", 0);
+	metrics_prestart_event("miss", 0);
+	metrics_prestart_event("died", -1);
+	CU_ASSERT_EQUAL(metrics_prestart_counts(&mp), 0);
+	CU_ASSERT_EQUAL(mp.hit, 1);
+	CU_ASSERT_EQUAL(mp.miss, 2);
+	CU_ASSERT_EQUAL(mp.expired, 0);
+	CU_ASSERT_EQUAL(mp.died, 1);
+	CU_ASSERT_EQUAL(mp.idle, 0);
+	CU_ASSERT_EQUAL(metrics_value("olp_prestart_events_total", miss, &v), 0);
+	CU_ASSERT_EQUAL(v, mp.miss);
 	rm_dir();
 	CU_ASSERT_EQUAL(metrics_value("olp_prestart_idle", NULL, &v), -ENODEV);
+	CU_ASSERT_EQUAL(metrics_prestart_counts(&mp), -ENODEV);
 }
 
 static void test_render_shape(void)

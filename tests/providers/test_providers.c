@@ -1881,6 +1881,40 @@ static void test_cli_state(void)
 	unlink(key);
 }
 
+/* The answer is kept PROV_CLI_STATE_TTL_MS per provider (the owner's /health asks on every
+ * call): a change within that is not seen yet, one after it is. */
+static void test_cli_state_cached(void)
+{
+	char exe[256], cred[256], entry[2048];
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv;
+	struct prov_cli_state cs;
+	json_t *e;
+
+	key_file("cached-cli", "#!/bin/sh\n", 0700, -1, exe, sizeof(exe));
+	key_file("cached-cred.json", "{}", 0600, -1, cred, sizeof(cred));
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"claude\",\"bin\":\"%s\",\"credentials\":[\"%s\"]}", exe, cred);
+	e = parse(entry);
+	pv = prov_provider_from_json("p", e, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	prov_provider_cli_state(pv, &cs);
+	CU_ASSERT(cs.cli_found);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "present");
+	unlink(exe);
+	unlink(cred);
+	prov_provider_cli_state(pv, &cs); /* within the TTL: as it was */
+	CU_ASSERT(cs.cli_found);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "present");
+	usleep((PROV_CLI_STATE_TTL_MS + 100) * 1000);
+	prov_provider_cli_state(pv, &cs);
+	CU_ASSERT_FALSE(cs.cli_found);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "missing");
+	prov_provider_free(pv);
+	json_decref(e);
+	buf_release(&err);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1919,6 +1953,7 @@ int main(void)
 		{ "start-up notes: once per pool, only for an installed program",
 		  test_registry_notes },
 		{ "CLI and credentials found or not (/health)", test_cli_state },
+		{ "CLI state kept for its TTL", test_cli_state_cached },
 		{ "registry: shipped default loads", test_registry_shipped_default },
 		{ NULL, NULL },
 	};
