@@ -792,6 +792,10 @@ static void test_store_keys(void)
 	auth_new_key_wipe(&owner);
 	auth_new_key_wipe(&guest);
 	auth_new_key_wipe(&late);
+	buf_release(&msg);
+	tu_rmhome(home);
+}
+
 /* The owner's /health asks for the grants on every call: a set-login or a revocation
  * shows at once though keys/ itself did not change (only the key's manifest did), and
  * with neither, nothing is re-read. */
