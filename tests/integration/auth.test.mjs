@@ -15,6 +15,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
+import { fcgiRequest } from './fcgi-client.mjs';
 import { cfg, chatBody, curl, freePort, makeHome, olpKeys, Server, testConfig, waitFor } from './harness.mjs';
 
 const MSG_REQUIRED = 'OLP API key required. Pass via "Authorization: Bearer <token>" or "x-api-key: <token>".';
@@ -113,17 +114,29 @@ async function startAuthServer({ config = testConfig(), ownerToken = null, maxPr
   throw lastErr;
 }
 
-// One request with fetch. token: a bearer token; authz: a raw Authorization value;
-// xkey: an x-api-key value. Returns {status, headers, text, json, rid}.
-async function req(server, p, { token, authz, xkey, method = 'GET', body } = {}) {
+function reqHeaders({ token, authz, xkey, body }) {
   const headers = {};
   if (token !== undefined) headers.authorization = `Bearer ${token}`;
   if (authz !== undefined) headers.authorization = authz;
   if (xkey !== undefined) headers['x-api-key'] = xkey;
   if (body !== undefined) headers['content-type'] = 'application/json';
+  return headers;
+}
+
+function keepRid(server, res) {
+  const { rid, status, json } = res;
+  if (rid) server.rids.push(rid);
+  if (rid && status >= 400 && status < 500 && UNAUTH_TYPES.has(json?.error?.type)) server.unauthRids.add(rid);
+  return res;
+}
+
+// One request with fetch. token: a bearer token; authz: a raw Authorization value;
+// xkey: an x-api-key value. Returns {status, headers, text, json, rid}.
+async function req(server, p, opts = {}) {
+  const { method = 'GET', body } = opts;
   const r = await fetch(server.url(p), {
     method,
-    headers,
+    headers: reqHeaders(opts),
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: AbortSignal.timeout(60000),
   });
@@ -134,10 +147,20 @@ async function req(server, p, { token, authz, xkey, method = 'GET', body } = {})
   } catch {
     json = undefined;
   }
-  const rid = r.headers.get('x-request-id');
-  if (rid) server.rids.push(rid);
-  if (rid && r.status >= 400 && r.status < 500 && UNAUTH_TYPES.has(json?.error?.type)) server.unauthRids.add(rid);
-  return { status: r.status, headers: r.headers, text, json, rid };
+  return keepRid(server, { status: r.status, headers: r.headers, text, json, rid: r.headers.get('x-request-id') });
+}
+
+// The same request to one worker process: over its own FastCGI socket (fcgi-client.mjs),
+// not through lighttpd, which picks a worker as it likes.
+async function reqWorker(server, sock, p, opts = {}) {
+  const { method = 'GET', body } = opts;
+  const res = await fcgiRequest(sock, {
+    method,
+    uri: p,
+    headers: reqHeaders(opts),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return keepRid(server, res);
 }
 
 function assertError(res, status, type, message) {
@@ -204,24 +227,26 @@ async function servingPids(server, rids) {
   });
 }
 
-// Send batches of `width` concurrent requests until every worker process has answered
-// at least once (or `maxBatches` ran). Returns [{res, pid}] in the order sent.
-async function spreadOverWorkers(server, send, { width = 10, maxBatches = 40 } = {}) {
+// Send the request p (opts as req's) to every worker process, one each, over the worker's
+// own socket; check that the log line of each request names the worker it was sent to.
+// Returns {out: [{res, pid}], workers}: workers the pids of every worker process, each of
+// which got exactly one request.
+async function eachWorker(server, p, opts) {
   const workers = server.workerPids();
-  const seen = new Set();
+  const socks = server.workerSockets();
+  assert.deepEqual(
+    socks.map((s) => s.pid),
+    workers,
+    `not one socket per worker: ${JSON.stringify(socks)}; workers ${workers.join(', ')}`,
+  );
   const out = [];
-  for (let b = 0; b < maxBatches && !workers.every((w) => seen.has(w)); b++) {
-    const batch = await Promise.all(Array.from({ length: width }, () => send()));
-    const pids = await servingPids(
-      server,
-      batch.map((r) => r.rid),
-    );
-    batch.forEach((res, i) => {
-      out.push({ res, pid: pids[i] });
-      seen.add(pids[i]);
-    });
-  }
-  return { out, workers, seen };
+  for (const { sock, pid } of socks) out.push({ res: await reqWorker(server, sock, p, opts), pid });
+  const logged = await servingPids(
+    server,
+    out.map(({ res }) => res.rid),
+  );
+  assert.deepEqual(logged, workers, 'a request was not served by the worker whose socket it was sent to');
+  return { out, workers };
 }
 
 function auditLines(server) {
@@ -365,19 +390,19 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
   it('a key made while the workers run works at once in every worker', async () => {
     const late = keygen(srv.home, '--name=erin', '--tier=guest', '--providers=echo');
     remember(late.token);
-    const { out, workers, seen } = await spreadOverWorkers(srv, () => req(srv, '/v1/models', { token: late.token }));
-    assert.deepEqual([...seen].sort((a, b) => a - b), workers, 'not every worker answered');
-    for (const { res, pid } of out) assert.equal(res.status, 200, `worker ${pid}: ${res.text}`);
+    const { out, workers } = await eachWorker(srv, '/v1/models', { token: late.token });
+    assert.equal(workers.length, 3);
+    for (const { res, pid } of out) assert.equal(res.status, 200, `worker ${pid} refuses the new key: ${res.text}`);
   });
 
-  it('a key revoked with olp-keys fails on the very next request in every worker process', async (tc) => {
+  it('a key revoked with olp-keys fails on the very next request in every worker process', async () => {
     const t = k.revokee.token;
     const before = srv.workerPids();
     assert.equal(before.length, 3);
     // Every worker has accepted the key (and cached it) ...
-    const warm = await spreadOverWorkers(srv, () => req(srv, '/v1/models', { token: t }));
-    assert.deepEqual([...warm.seen].sort((a, b) => a - b), before, 'not every worker served the key before the revocation');
-    for (const { res } of warm.out) assert.equal(res.status, 200, res.text);
+    const warm = await eachWorker(srv, '/v1/models', { token: t });
+    assert.deepEqual(warm.workers, before);
+    for (const { res, pid } of warm.out) assert.equal(res.status, 200, `worker ${pid}: ${res.text}`);
 
     const rv = olpKeys(srv.home, 'revoke', `--id=${k.revokee.id}`);
     assert.equal(rv.revoked, true);
@@ -386,10 +411,8 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     const first = await req(srv, '/v1/models', { token: t });
     assertError(first, 401, 'invalid_or_revoked_key', MSG_INVALID);
     // and so does every later one, in every worker process.
-    const post = await spreadOverWorkers(srv, () => req(srv, '/health', { token: t }));
-    assert.deepEqual([...post.seen].sort((a, b) => a - b), before, 'not every worker answered after the revocation');
-    const per = (o) => before.map((w) => `${w}:${o.filter((x) => x.pid === w).length}`).join(' ');
-    tc.diagnostic(`requests per worker pid before the revocation ${per(warm.out)}; after ${per(post.out)}`);
+    const post = await eachWorker(srv, '/health', { token: t });
+    assert.deepEqual(post.workers, before);
     for (const { res, pid } of post.out) {
       assert.equal(res.status, 401, `worker ${pid} still accepts the revoked key: ${res.text}`);
       assertError(res, 401, 'invalid_or_revoked_key', MSG_INVALID);
