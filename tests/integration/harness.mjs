@@ -21,6 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { listeningSockets } from './fcgi-client.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -346,6 +347,15 @@ export class Server {
         ? allProcs().filter((p) => p.ppid === this.pid)
         : [...roots.map(procStat).filter(Boolean), ...roots.flatMap((r) => descendants(r))];
     return [...new Set(mine.filter((p) => exeOf(p.pid) === bin).map((p) => p.pid))].sort((a, b) => a - b);
+  }
+
+  // Each worker's own listening socket, [{sock, pid}] by pid: lighttpd (bin-path) gives
+  // every worker process a socket of its own (<run dir>/olp-fcgi.sock-<n>), which
+  // fcgiRequest (fcgi-client.mjs) reaches without lighttpd's balancing in between.
+  workerSockets() {
+    return [...listeningSockets(this.workerPids())]
+      .map(([sock, pid]) => ({ sock, pid }))
+      .sort((a, b) => a.pid - b.pid);
   }
 
   // Everything running below the workers (bwrap, provider commands), less the warm

@@ -106,6 +106,8 @@ static void test_mode_reported(void)
 	const struct sbx_status *st = sbx_status_get();
 	const char *expect = getenv("OLP_EXPECT_CGROUP");
 
+	if (!st->available) /* every test below fails then: say why once */
+		printf("\n  the sandbox is not available: %s\n", st->message ? st->message : "?");
 	CU_ASSERT_TRUE(st->available);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(st->cgroup);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(st->cgroup_detail);

@@ -20,6 +20,27 @@ export async function readBody(req) {
   try { return raw ? JSON.parse(raw) : {}; } catch { return { _raw: raw }; }
 }
 
+// A request sent with the header x-fake-delta-gate is streamed in lockstep with its
+// client: the handler calls deltaGate(entry, k) before writing delta k (k >= 1), which waits
+// until the client has said, with POST /_seen, that it saw delta k-1 (at most
+// GATE_MS; entry.gate_timeouts counts the waits that ran out). A forwarder that buffers
+// the answer holds delta k-1 back, so its waits run out; one that streams passes however
+// slowly the machine runs the client, which a comparison of timings cannot promise.
+const GATE_MS = 15000;
+let seenCount = 0; // POST /_seen so far
+
+export async function deltaGate(entry, k) {
+  if (entry.gate_base === undefined || k < 1) return;
+  const end = Date.now() + GATE_MS;
+  while (seenCount < entry.gate_base + k) {
+    if (Date.now() > end) {
+      entry.gate_timeouts++;
+      return;
+    }
+    await sleep(5);
+  }
+}
+
 // Start a server; every request is logged (method, path, model, headers that name the
 // client, every header as received, and the times the handler wrote its deltas) and the
 // log is served at GET /_requests for the tests' assertions. The handler gets the log
@@ -31,6 +52,13 @@ export function serve(name, handler) {
     ? { cert: readFileSync(process.env.FAKE_TLS_CERT), key: readFileSync(process.env.FAKE_TLS_KEY) }
     : null;
   const onRequest = async (req, res) => {
+    if (req.method === 'POST' && req.url === '/_seen') {
+      seenCount++;
+      req.resume();
+      res.writeHead(204);
+      res.end();
+      return;
+    }
     if (req.method === 'GET' && req.url === '/_requests') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(log));
@@ -48,6 +76,7 @@ export function serve(name, handler) {
                     auth: req.headers['x-api-key'] ? 'x-api-key' : req.headers.authorization ? 'bearer' : null,
                     user_agent: req.headers['user-agent'] ?? null, t: Date.now(),
                     headers: req.headers, delta_t: [] };
+    if (req.headers['x-fake-delta-gate']) Object.assign(entry, { gate_base: seenCount, gate_timeouts: 0 });
     log.push(entry);
     try {
       await handler(req, res, body, entry);

@@ -7,7 +7,8 @@
 // Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
 //         *-cut sends half the deltas and then drops the connection;
 //         *-maxtok stops with stop_reason "max_tokens".
-// FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one.
+// FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one; the header
+// x-fake-delta-gate streams them in lockstep with the client (deltaGate, common.mjs).
 // A last user message holding image blocks is answered "I see N image(s): <media types>."
 // Client tools (declared by OLP as mcp__olp__<name>): the model calls tools when the last
 // user text says "call:NAME[,NAME…]" (arguments {"city":"Paris"} for the first, {"n":<i>}
@@ -15,7 +16,7 @@
 // says it "must call the tool mcp__olp__NAME" / "must call at least one" (the first tool);
 // stop_reason "tool_use". A conversation holding "[Tool Result (…)] TEXT" is answered
 // "Tool said: TEXT".
-import { serve, failStatus, isCut, TOKENS, sleep, sse } from './common.mjs';
+import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const HELLO = 'Hello from the fake Anthropic server!';
 
@@ -123,6 +124,7 @@ serve('anthropic', async (req, res, body, entry) => {
       res.socket.destroy(); // mid-stream: no message_stop, no end of chunked body
       return;
     }
+    await deltaGate(entry, i);
     if (DELTA_MS) await sleep(DELTA_MS);
     sse(res, 'content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: t } });
     entry.delta_t.push(Date.now());

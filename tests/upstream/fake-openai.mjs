@@ -7,7 +7,7 @@
 // response.completed (with usage). GET /v1/models answers an empty list.
 // Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
 //         *-cut sends half the deltas and then drops the connection.
-import { serve, failStatus, isCut, TOKENS, sleep, sse } from './common.mjs';
+import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const TEXT = 'Hello from the fake OpenAI server!';
 const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
@@ -54,6 +54,7 @@ serve('openai', async (req, res, body, entry) => {
       res.socket.destroy();
       return;
     }
+    await deltaGate(entry, i);
     if (DELTA_MS) await sleep(DELTA_MS);
     ev('response.output_text.delta', { item_id: itemId, output_index: 0, content_index: 0, delta: t });
     entry.delta_t.push(Date.now());
