@@ -750,7 +750,7 @@ uint64_t auth_audit_failures(const struct auth_store *st)
 	return st ? atomic_load(&st->audit.failures) : 0;
 }
 
-/* ---- login grants (issue 22) ------------------------------------------------------------ */
+/* ---- readers of every key: login grants (issue 22), /v1/usage's keys -------------------- */
 
 /* Whether a manifest of the index is no longer the file it was read from (a key revoked,
  * its quota or logins set: each write replaces the file). Caller holds scan_lock. */
@@ -819,8 +819,6 @@ int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size
 	return 0;
 }
 
-/* ---- every key, for /v1/usage ----------------------------------------------------------- */
-
 /* As auth_key_list orders its keys: by created_at, then id. */
 static int cmp_summary(const void *a, const void *b)
 {
@@ -855,8 +853,12 @@ int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t
 		(*n)++;
 	}
 	pthread_rwlock_unlock(&st->idx_lock);
-	if (*n)
+	if (*n) {
 		qsort(*out, *n, sizeof(**out), cmp_summary);
+	} else {
+		free(*out); /* every manifest invalid */
+		*out = NULL;
+	}
 	return 0;
 }
 
