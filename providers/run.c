@@ -385,12 +385,17 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 	const struct prov_provider *pv = rc->req->model->provider;
 	struct prov_outcome *out = rc->out;
 
+	struct sbx_result r = *res;
+
 	if (rc->concluded)
 		return;
 	rc->concluded = true;
-	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
-		prov_parser_finish(&rc->parser, &rc->inner);
-	map_result(pv, res, out);
+	/* A parser that found the answer complete at the end of output (codex ended by its
+	 * hook at the client's tool calls) makes the run a success, whatever the exit. */
+	if ((res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED) &&
+	    prov_parser_finish(&rc->parser, &rc->inner) > 0)
+		r.end = SBX_END_STOPPED;
+	map_result(pv, &r, out);
 	/* What the provider said about its own failure beats the exit status it ended with
 	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
 	if (rc->failure != PROV_OK &&
