@@ -246,25 +246,32 @@ struct codex_parser {
 	struct prov_lines pl;
 	size_t messages;  /* agent messages emitted */
 	unsigned ncalls;  /* calls of the client's tools reported */
+	char thread[33];  /* the thread id's hex digits (unique per run: a UUIDv7) */
 	int error_status; /* from an "error" line, until the turn says how it ended */
 	bool error_seen;
 };
 
 /* A call of the client's tools: codex starts it as an MCP tool call of our server "olp"
- * (the name is the client's own); reported whole, with an id of ours (codex's item ids
- * repeat from one run to the next). > 0 when the item was one. */
+ * (the name is the client's own); reported whole, with an id of ours, made of the run's
+ * thread id and the call's number (codex's item ids repeat from one run to the next, and
+ * a client pairs results with calls by id). > 0 when the item was one. */
 static int on_call(struct codex_parser *xp, const json_t *item, int *ret)
 {
 	const char *tool = prov_json_str(item, "tool");
 	const json_t *args = json_object_get(item, "arguments");
 	struct prov_event ev = { .kind = PROV_EV_TOOL_CALL };
-	char id[32] = "call_", *dump;
+	char id[64], *dump;
 
 	*ret = 0;
 	if (strcmp(prov_json_str(item, "type") ?: "", "mcp_tool_call") ||
 	    strcmp(prov_json_str(item, "server") ?: "", "olp") || !tool || !*tool)
 		return 0;
-	random_hex(id + 5, 12);
+	if (xp->thread[0]) {
+		snprintf(id, sizeof(id), "call_%s_%u", xp->thread, xp->ncalls);
+	} else {
+		memcpy(id, "call_", 5);
+		random_hex(id + 5, 12);
+	}
 	/* Whatever the arguments are (any JSON value, or none): their text. */
 	dump = args && !json_is_null(args) ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY)
 					   : xstrdup("{}");
@@ -345,6 +352,14 @@ static int codex_line(void *ctx, const char *line, size_t len)
 		xp->pl.ignored++;
 	} else if (!strcmp(type, "item.completed")) {
 		ret = on_item(xp, o);
+	} else if (!strcmp(type, "thread.started")) {
+		const char *tid = prov_json_str(o, "thread_id");
+		size_t n = 0;
+
+		for (; tid && *tid && n + 1 < sizeof(xp->thread); tid++)
+			if (strchr("0123456789abcdefABCDEF", *tid))
+				xp->thread[n++] = *tid;
+		xp->thread[n] = '\0';
 	} else if (!strcmp(type, "item.started")) {
 		if (!on_call(xp, json_object_get(o, "item"), &ret))
 			xp->pl.ignored++; /* command_execution, … */
