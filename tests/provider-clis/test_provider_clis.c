@@ -6,10 +6,12 @@
 #include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -951,6 +953,80 @@ static void test_run_codex_tools(void)
 	buf_release(&in);
 }
 
+/* olp-mcp-tools runs nothing: a tools/call of a tool named like codex's shell, asking
+ * for a file to be made, gets an error result and the file is not made; the call leaves
+ * the marker its hook reads. The hook then interrupts the process that ran both (here a
+ * shell standing for codex), which never gets past it; without a call it lets it go. */
+static void test_mcp_tools_runs_nothing(void)
+{
+	for (int called = 1; called >= 0; called--) {
+		struct buf dir = BUF_INIT, file = BUF_INIT, cmd = BUF_INIT, out = BUF_INIT;
+		int fd, st;
+
+		buf_addf(&dir, "%s/mcp-%d", tmpdir, called);
+		CU_ASSERT_FATAL(mkdir(dir.data, 0700) == 0);
+		buf_addf(&file, "%s/tools.json", dir.data);
+		fd = open(file.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		CU_ASSERT_FATAL(fd >= 0);
+		buf_reset(&cmd);
+		buf_adds(&cmd, "[{\"name\":\"exec_command\",\"description\":\"\","
+			       "\"inputSchema\":{\"type\":\"object\"}}]");
+		CU_ASSERT_EQUAL(write_all(fd, cmd.data, cmd.len), 0);
+		close(fd);
+		buf_reset(&file);
+		buf_addf(&file, "%s/req.jsonl", dir.data);
+		fd = open(file.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		CU_ASSERT_FATAL(fd >= 0);
+		buf_reset(&cmd);
+		buf_adds(&cmd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+			       "\"params\":{\"protocolVersion\":\"2025-06-18\"}}\n"
+			       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+			       "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\n");
+		if (called)
+			buf_addf(&cmd,
+				 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+				 "\"params\":{\"name\":\"exec_command\",\"arguments\":{\"cmd\":"
+				 "\"touch %s/pwned\"}}}\n",
+				 dir.data);
+		CU_ASSERT_EQUAL(write_all(fd, cmd.data, cmd.len), 0);
+		close(fd);
+		buf_reset(&cmd);
+		buf_addf(&cmd,
+			 "cd '%s' && '%s' %s/tools.json < req.jsonl > out.jsonl && "
+			 "'%s' --codex-hook %s/tools.json < /dev/null; echo survived > survived",
+			 dir.data, MCP_TOOLS_BIN, dir.data, MCP_TOOLS_BIN, dir.data);
+		st = system(cmd.data);
+		buf_reset(&file);
+		buf_addf(&file, "%s/out.jsonl", dir.data);
+		CU_ASSERT_EQUAL(buf_read_file(&out, file.data, 1 << 20), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"tools\":[{\"name\":\"exec_command\""));
+		buf_reset(&file);
+		buf_addf(&file, "%s/pwned", dir.data);
+		CU_ASSERT_NOT_EQUAL(access(file.data, F_OK), 0); /* nothing ran */
+		buf_reset(&file);
+		buf_addf(&file, "%s/survived", dir.data);
+		if (called) {
+			CU_ASSERT_PTR_NOT_NULL(strstr(out.data,
+						      "\"id\":3,\"result\":{\"content\":"
+						      "[{\"type\":\"text\",\"text\":\"This "
+						      "tool is run by the API client"));
+			CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"isError\":true"));
+			/* SIGINT, or 5 s later SIGKILL for a parent that waits SIGINT out
+			 * (dash does, for its foreground child). */
+			CU_ASSERT(WIFSIGNALED(st) &&
+				  (WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGKILL));
+			CU_ASSERT_NOT_EQUAL(access(file.data, F_OK), 0);
+		} else {
+			CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+			CU_ASSERT_EQUAL(access(file.data, F_OK), 0);
+		}
+		buf_release(&dir);
+		buf_release(&file);
+		buf_release(&cmd);
+		buf_release(&out);
+	}
+}
+
 static void test_run_vibe(void)
 {
 	struct buf argv_env = BUF_INIT;
@@ -1064,6 +1140,8 @@ int main(void)
 		{ "prov_run claude under the sandbox", test_run_claude },
 		{ "prov_run codex under the sandbox", test_run_codex },
 		{ "prov_run codex with the client's tools", test_run_codex_tools },
+		{ "olp-mcp-tools runs nothing; its hook stops codex after a call",
+		  test_mcp_tools_runs_nothing },
 		{ "prov_run: a cut run's usage", test_run_cut_usage },
 		{ "prov_run claude with a 200 KiB system prompt",
 		  test_run_claude_long_system_prompt },
