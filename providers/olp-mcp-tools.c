@@ -153,9 +153,9 @@ static void handle(const json_t *msg, const json_t *tools, const char *marker)
 }
 
 /* codex's PreModelRequest hook (above): 0 lets the request go; after a call of the
- * client's, interrupt codex and wait to be killed with it. codex may start the hook
- * through a shell: the codex process is the nearest of our ancestors (up to 3) that the
- * server marked. */
+ * client's, interrupt codex and wait to be killed with it. The hook's parent is not
+ * always codex itself (in the sandbox it was not): the codex process is the nearest of
+ * our ancestors (up to 3) that the server marked. */
 static int codex_hook(const char *tools_path)
 {
 	char marker[4096], sink[4096];
