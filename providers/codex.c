@@ -287,6 +287,17 @@ static int on_call(struct codex_parser *xp, const json_t *item, int *ret)
 	return 1;
 }
 
+/* The run's thread id (a UUID), kept as its hex digits for the calls' ids. */
+static void on_thread(struct codex_parser *xp, const char *tid)
+{
+	size_t n = 0;
+
+	for (; tid && *tid && n + 1 < sizeof(xp->thread); tid++)
+		if (strchr("0123456789abcdefABCDEF", *tid))
+			xp->thread[n++] = *tid;
+	xp->thread[n] = '\0';
+}
+
 static int on_item(struct codex_parser *xp, const json_t *o)
 {
 	const json_t *item = json_object_get(o, "item"), *text = json_object_get(item, "text");
@@ -353,13 +364,7 @@ static int codex_line(void *ctx, const char *line, size_t len)
 	} else if (!strcmp(type, "item.completed")) {
 		ret = on_item(xp, o);
 	} else if (!strcmp(type, "thread.started")) {
-		const char *tid = prov_json_str(o, "thread_id");
-		size_t n = 0;
-
-		for (; tid && *tid && n + 1 < sizeof(xp->thread); tid++)
-			if (strchr("0123456789abcdefABCDEF", *tid))
-				xp->thread[n++] = *tid;
-		xp->thread[n] = '\0';
+		on_thread(xp, prov_json_str(o, "thread_id"));
 	} else if (!strcmp(type, "item.started")) {
 		if (!on_call(xp, json_object_get(o, "item"), &ret))
 			xp->pl.ignored++; /* command_execution, … */
