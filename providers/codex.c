@@ -269,8 +269,10 @@ static int on_call(struct codex_parser *xp, const json_t *item, int *ret)
 	if (xp->thread[0]) {
 		snprintf(id, sizeof(id), "call_%s_%u", xp->thread, xp->ncalls);
 	} else {
-		memcpy(id, "call_", 5);
-		random_hex(id + 5, 12);
+		char hex[25];
+
+		random_hex(hex, 12);
+		snprintf(id, sizeof(id), "call_%s", hex);
 	}
 	/* Whatever the arguments are (any JSON value, or none): their text. */
 	dump = args && !json_is_null(args) ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY)

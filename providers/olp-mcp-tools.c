@@ -82,7 +82,7 @@ static int proc_stat(pid_t pid, pid_t *ppid, unsigned long long *start)
 		return -1;
 	if (fgets(line, sizeof(line), f))
 		p = strrchr(line, ')');
-	fclose(f);
+	(void)fclose(f); /* read only: nothing to lose */
 	for (int field = 2; p && field < 22; field++) {
 		p = strchr(p + 1, ' ');
 		if (p && field == 3)
@@ -159,7 +159,7 @@ static void handle(const json_t *msg, const json_t *tools, const char *marker)
 static int codex_hook(const char *tools_path)
 {
 	char marker[4096], sink[4096];
-	struct timespec tick = { 0, 10 * 1000 * 1000 };
+	struct timespec tick = { 0, 10L * 1000 * 1000 };
 	unsigned long long start;
 	pid_t pid = getppid(), codex = 0, up;
 

@@ -924,6 +924,8 @@ static void test_run_codex_tools(void)
 	if (o.err)
 		fprintf(stderr, "run: %s (%s)\n", o.message, o.stderr_tail);
 	CU_ASSERT_STRING_EQUAL(o.finish_reason, "tool_calls");
+	/* No usage line and no forwarder ("network": false): OLP's estimate. */
+	CU_ASSERT(o.usage.present && o.usage.estimated && o.usage.prompt_tokens > 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(r.log.data, "get_weather {\"city\":\"Paris\"}\n"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nmcp_servers.olp.command=\"/"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nmcp_servers.olp.args=[\"" SBX_HOME_PATH
