@@ -177,10 +177,10 @@ static int codex_hook(const char *tools_path)
 	if (kill(codex, SIGINT))
 		return 1;
 	/* Never return while codex lives: returning lets its request go. codex exits at
-	 * once on SIGINT; should it not within 5 s, it is killed (the run then fails, and
+	 * once on SIGINT; should it not within 10 s, it is killed (the run then fails, and
 	 * still makes no second request). */
-	for (int i = 0; !kill(codex, 0) && i < 1000; i++) {
-		if (i == 500)
+	for (int i = 0; !kill(codex, 0) && i < 2000; i++) {
+		if (i == 1000)
 			kill(codex, SIGKILL);
 		nanosleep(&tick, NULL);
 	}

@@ -1013,7 +1013,7 @@ static void test_mcp_tools_runs_nothing(void)
 						      "[{\"type\":\"text\",\"text\":\"This "
 						      "tool is run by the API client"));
 			CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"isError\":true"));
-			/* SIGINT, or 5 s later SIGKILL for a parent that waits SIGINT out
+			/* SIGINT, or 10 s later SIGKILL for a parent that waits SIGINT out
 			 * (dash does, for its foreground child). */
 			CU_ASSERT(WIFSIGNALED(st) &&
 				  (WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGKILL));
