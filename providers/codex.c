@@ -154,34 +154,12 @@ static int codex_plan_tools(const struct prov_provider *pv, const struct prov_re
 	return 0;
 }
 
-static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
-		      struct prov_plan *plan, struct prov_outcome *out)
+/* The model provider codex talks to: in upstream mode the forwarder, and bounded retries. */
+static void codex_plan_provider(const struct prov_provider *pv, struct prov_plan *plan)
 {
 	const char *mp = pv->model_provider;
 	long long retries = pv->max_retries >= 0 ? pv->max_retries : 1;
-	char real[PATH_MAX], native[PATH_MAX], toml[sizeof(CODEX_HOME "/config.toml")];
-	const char *codex_home = CODEX_HOME;
-	int ret;
 
-	if (!prov_cli_find(pv, real) && codex_native(real, native)) {
-		strv_push(&plan->argv, native);
-		if ((ret = prov_cli_bind_install(plan->policy, native)))
-			return ret;
-	} else if ((ret = prov_cli_push_program(pv, plan, out))) {
-		return ret;
-	}
-	{
-		const char *const args[] = { "exec",
-					     "--json",
-					     "--skip-git-repo-check",
-					     "--ephemeral",
-					     "--dangerously-bypass-approvals-and-sandbox",
-					     "--model",
-					     req->model->id };
-
-		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
-			strv_push(&plan->argv, args[i]);
-	}
 	/* Upstream mode: the model provider's base URL is the forwarder inside the run. The
 	 * built-in "openai" provider cannot be pointed elsewhere, so without a configured one
 	 * a provider of our own ("olp") is defined here. */
@@ -210,6 +188,35 @@ static int codex_plan(const struct prov_provider *pv, const struct prov_request 
 		push_config(plan, "model_providers.%s.request_max_retries=%lld", mp, retries);
 		push_config(plan, "model_providers.%s.stream_max_retries=%lld", mp, retries);
 	}
+}
+
+static int codex_plan(const struct prov_provider *pv, const struct prov_request *req,
+		      struct prov_plan *plan, struct prov_outcome *out)
+{
+	char real[PATH_MAX], native[PATH_MAX], toml[sizeof(CODEX_HOME "/config.toml")];
+	const char *codex_home = CODEX_HOME;
+	int ret;
+
+	if (!prov_cli_find(pv, real) && codex_native(real, native)) {
+		strv_push(&plan->argv, native);
+		if ((ret = prov_cli_bind_install(plan->policy, native)))
+			return ret;
+	} else if ((ret = prov_cli_push_program(pv, plan, out))) {
+		return ret;
+	}
+	{
+		const char *const args[] = { "exec",
+					     "--json",
+					     "--skip-git-repo-check",
+					     "--ephemeral",
+					     "--dangerously-bypass-approvals-and-sandbox",
+					     "--model",
+					     req->model->id };
+
+		for (size_t i = 0; i < ARRAY_SIZE(args); i++)
+			strv_push(&plan->argv, args[i]);
+	}
+	codex_plan_provider(pv, plan);
 	if (req->tools && (ret = codex_plan_tools(pv, req, plan, out)))
 		return ret;
 	strv_push(&plan->argv, "-");
