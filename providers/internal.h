@@ -237,6 +237,15 @@ int prov_toolfile_set_dir(const char *state_dir);
 /* The file holding json (a request's tool list), written if it is not there yet; its path
  * into path. -ENOENT when no state dir was set, else 0 or -errno. */
 int prov_toolfile_get(const char *json, size_t len, char *path, size_t size);
+/* Where a run finds its tool list, the one argument of olp-mcp-tools. */
+#define PROV_TOOLS_INSIDE SBX_HOME_PATH "/.olp-tools.json"
+/* Declare req->tools to a run through olp-mcp-tools (ADR 0019): the list written to its
+ * file (prov_toolfile_get), that file bound at PROV_TOOLS_INSIDE and olp-mcp-tools (the
+ * OLP_MCP_TOOLS variable, else the path built in) read-only into plan's sandbox; *bin is
+ * that program's path (static or the environment's). 0, or -errno with out->message
+ * set: -E2BIG for a list above 1 MiB as JSON (the client's to fix). */
+int prov_tools_plan(const struct prov_provider *pv, const struct prov_request *req,
+		    struct prov_plan *plan, struct prov_outcome *out, const char **bin);
 
 /* The text reader shared by plain-text outputs: emits deltas as bytes arrive, holding
  * back only an incomplete trailing UTF-8 sequence (at most 3 bytes). */

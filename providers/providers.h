@@ -270,7 +270,10 @@ struct prov_parser *prov_parser_for(const struct prov_provider *pv);
  * ignored. */
 int prov_parser_feed(struct prov_parser *ps, const char *data, size_t len,
 		     const struct prov_sink *sink);
-/* End of output: flush what is held back (e.g. a trailing partial UTF-8 sequence). */
+/* End of output: flush what is held back (e.g. a trailing partial UTF-8 sequence).
+ * > 0 when the end of output completed the answer (codex stopped at the client's tool
+ * calls): prov_run then takes the run for a success whatever its exit status; else 0, or
+ * the sink's < 0. */
 int prov_parser_finish(struct prov_parser *ps, const struct prov_sink *sink);
 void prov_parser_free(struct prov_parser *ps);
 

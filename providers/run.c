@@ -326,13 +326,15 @@ static int64_t tokens_of(size_t bytes)
  * tokens_per_day. What the provider did report (claude's prompt count when the message
  * started) is kept; the rest is estimated at 4 bytes a token. A run that failed before
  * any output and reported nothing (a refused login, a 429) spent nothing. */
-static void estimate_usage(struct run_ctx *rc, const struct sbx_result *res)
+static void estimate_usage(struct run_ctx *rc, const struct sbx_result *res, bool ended)
 {
 	const struct prov_provider *pv = rc->req->model->provider;
 	struct prov_outcome *out = rc->out;
 	struct prov_usage *u = &out->usage;
+	/* ended: complete at the end of output, where no usage line came (codex stopped at
+	 * the client's calls); the forwarder, when there is one, counted it (net_usage). */
 	bool cut = res->end == SBX_END_ABORTED || res->end == SBX_END_TIMEOUT ||
-		   (out->err && out->output_started);
+		   (out->err && out->output_started) || (ended && !rc->net.fwd);
 
 	if (!pv->ops->upstream_tokens || !out->ran || !(u->partial || (!u->present && cut)))
 		return;
@@ -385,12 +387,20 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 	const struct prov_provider *pv = rc->req->model->provider;
 	struct prov_outcome *out = rc->out;
 
+	struct sbx_result r = *res;
+	bool ended = false;
+
 	if (rc->concluded)
 		return;
 	rc->concluded = true;
-	if (res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED)
-		prov_parser_finish(&rc->parser, &rc->inner);
-	map_result(pv, res, out);
+	/* A parser that found the answer complete at the end of output (codex ended by its
+	 * hook at the client's tool calls) makes the run a success, whatever the exit. */
+	if ((res->end == SBX_END_EXITED || res->end == SBX_END_STOPPED) &&
+	    prov_parser_finish(&rc->parser, &rc->inner) > 0) {
+		r.end = SBX_END_STOPPED;
+		ended = true;
+	}
+	map_result(pv, &r, out);
 	/* What the provider said about its own failure beats the exit status it ended with
 	 * (a timeout, a client gone or a sandbox that never started stay what they are). */
 	if (rc->failure != PROV_OK &&
@@ -400,7 +410,7 @@ static void conclude(struct run_ctx *rc, const struct sbx_result *res)
 		if (rc->failure == PROV_ERR_PROVIDER_ERROR && rc->upstream_status)
 			out->status = status_for_upstream(rc->upstream_status);
 	}
-	estimate_usage(rc, res);
+	estimate_usage(rc, res, ended);
 	net_usage(rc);
 	if (out->err && out->err != PROV_ERR_CLIENT_GONE)
 		log_warnx(rc->req->request_id,

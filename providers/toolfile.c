@@ -1,4 +1,5 @@
-/* The files that carry a request's tool list into its run (ADR 0019).
+/* The files that carry a request's tool list into its run (ADR 0019), and the plan's part
+ * that declares them through olp-mcp-tools (prov_tools_plan), shared by claude and codex.
  *
  * One file per distinct list, named by its BLAKE2b hash, in <state dir>/tools (0700, the
  * worker's own): the sandbox gives the run a copy of it (sbx_policy_add_bind), so nothing
@@ -103,5 +104,88 @@ int prov_toolfile_get(const char *json, size_t len, char *path, size_t size)
 		ret = -errno;
 	if (ret)
 		(void)unlink(tmp);
+	return ret;
+}
+
+/* ---- a request's tools, declared through olp-mcp-tools (claude, codex) ---------------- */
+#define MCP_MAX_TOOLS_JSON ((size_t)1 << 20)
+
+/* Where olp-mcp-tools is: OLP_MCP_TOOLS, else the path compiled in. */
+static const char *mcp_tools_bin(void)
+{
+	const char *bin = getenv("OLP_MCP_TOOLS");
+
+	return bin && *bin ? bin : PROV_DEFAULT_MCP_TOOLS;
+}
+
+/* The MCP tool list: the client's functions with their schemas as they are ("type":
+ * "object" added where a schema lacks it, which MCP requires). */
+static json_t *mcp_tool_list(const json_t *tools)
+{
+	json_t *list = json_array(), *t;
+	size_t i;
+
+	if (!list)
+		abort();
+	json_array_foreach(tools, i, t) {
+		const json_t *fn = json_object_get(t, "function");
+		const json_t *params = json_object_get(fn, "parameters");
+		const char *desc = json_string_value(json_object_get(fn, "description"));
+		json_t *schema =
+			json_is_object(params) ? json_copy((json_t *)params) : json_object();
+		json_t *tool;
+
+		if (!schema || (!json_object_get(schema, "type") &&
+				json_object_set_new(schema, "type", json_string("object"))))
+			abort();
+		tool = json_pack("{s:O, s:s, s:o}", "name", json_object_get(fn, "name"),
+				 "description", desc ? desc : "", "inputSchema", schema);
+		if (!tool || json_array_append_new(list, tool))
+			abort();
+	}
+	return list;
+}
+
+int prov_tools_plan(const struct prov_provider *pv, const struct prov_request *req,
+		    struct prov_plan *plan, struct prov_outcome *out, const char **binp)
+{
+	const char *bin = mcp_tools_bin();
+	json_t *list = mcp_tool_list(req->tools);
+	char *dump = json_dumps(list, JSON_COMPACT);
+	size_t len = dump ? strlen(dump) : 0;
+	char path[PATH_MAX];
+	int ret;
+
+	json_decref(list);
+	if (!dump)
+		abort();
+	if (bin[0] != '/' || access(bin, X_OK)) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: the tool lister %s is not an executable file (install "
+			 "olp-mcp-tools, or name it in OLP_MCP_TOOLS)",
+			 pv->name, bin);
+		ret = -ENOENT;
+		goto out_free;
+	}
+	if (len > MCP_MAX_TOOLS_JSON) {
+		snprintf(out->message, sizeof(out->message),
+			 "the tools take %zu bytes as JSON, above the limit of %zu", len,
+			 MCP_MAX_TOOLS_JSON);
+		ret = -E2BIG;
+		goto out_free;
+	}
+	if ((ret = prov_toolfile_get(dump, len, path, sizeof(path)))) {
+		snprintf(out->message, sizeof(out->message),
+			 "provider %s: the tool list could not be written (%s; is the runtime "
+			 "dir writable?)",
+			 pv->name, strerror(-ret));
+		goto out_free;
+	}
+	if ((ret = sbx_policy_add_ro(plan->policy, bin)) ||
+	    (ret = sbx_policy_add_bind(plan->policy, path, PROV_TOOLS_INSIDE, false)))
+		goto out_free;
+	*binp = bin;
+out_free:
+	free(dump);
 	return ret;
 }

@@ -6,6 +6,10 @@
  *                                     prov_run (plan, sandbox, parser) and prints its
  *                                     events and outcome
  *
+ * With OLP_PCLI_TOOLS (a JSON array of OpenAI function tools) in the environment, run
+ * declares them (prov_request.tools; tool-list files in the run's state dir), with
+ * OLP_PCLI_TOOL_CHOICE "required" or a tool's name as its tool_choice (else "auto").
+ *
  * With OLP_PCLI_PRESTART=1 in the environment, run runs the request twice in one process:
  * once silently (which leaves a pre-started process of the provider, when its "prestart"
  * is above 0: ADR 0022), then, once that process waits, again, printed; the outcome says
@@ -141,6 +145,8 @@ static int run_main(int argc, char **argv)
 	char runtime[] = "/tmp/olp-prov-driver-XXXXXX";
 	struct sbx_global_config gc = { .mode = SBX_MODE_BWRAP };
 	const char *pre = getenv("OLP_PCLI_PRESTART");
+	const char *tools_env = getenv("OLP_PCLI_TOOLS"), *choice = getenv("OLP_PCLI_TOOL_CHOICE");
+	json_t *tools = NULL;
 	bool prestart = pre && !strcmp(pre, "1");
 	json_t *conf = NULL, *messages = NULL;
 	struct prov_registry *reg = NULL;
@@ -167,6 +173,16 @@ static int run_main(int argc, char **argv)
 		gc.warm = true;
 		gc.prestart_max = 2;
 	}
+	if (tools_env && *tools_env) {
+		json_error_t je;
+
+		if (!json_is_array(tools = json_loads(tools_env, 0, &je)) ||
+		    prov_set_state_dir(runtime)) {
+			fprintf(stderr, "prov-driver: OLP_PCLI_TOOLS: not a JSON array (%s)\n",
+				je.text);
+			goto out;
+		}
+	}
 	if (sbx_global_init(&gc)) {
 		fprintf(stderr, "prov-driver: sbx_global_init failed\n");
 		goto out;
@@ -186,7 +202,15 @@ static int run_main(int argc, char **argv)
 		struct prov_request req = { .model = m,
 					    .model_name = argv[3],
 					    .messages = messages,
-					    .request_id = "prov-driver" };
+					    .request_id = "prov-driver",
+					    .tools = tools };
+
+		if (tools && choice && !strcmp(choice, "required")) {
+			req.tool_choice = PROV_TOOLS_REQUIRED;
+		} else if (tools && choice && *choice) {
+			req.tool_choice = PROV_TOOLS_NAMED;
+			req.tool_name = choice;
+		}
 
 		if (prestart) {
 			struct timespec now;
@@ -216,10 +240,20 @@ static int run_main(int argc, char **argv)
 	print_line(&b);
 	rc = 0;
 out:
+	json_decref(tools);
 	json_decref(messages);
 	json_decref(conf);
 	prov_registry_free(reg);
 	sbx_global_release();
+	if (tools) {
+		/* What prov_set_state_dir made: the slots and the tool lists. */
+		struct buf cmd = BUF_INIT;
+
+		buf_addf(&cmd, "rm -rf '%s'", runtime);
+		if (system(cmd.data))
+			fprintf(stderr, "prov-driver: could not remove %s\n", runtime);
+		buf_release(&cmd);
+	}
 	rmdir(runtime);
 	buf_release(&err);
 	buf_release(&prompt);

@@ -100,8 +100,9 @@ const checked = (r, reqs) => {
   const w = r.events.find((e) => e.ev === 'warmup');
   return w ? reqs.filter((q) => q.t >= w.wall_ms) : reqs;
 };
-const run = async (registry, model, prompt = 'Say hello') => {
-  const r = await runJson([driver, 'run', registry, model, prestartConf, sandbox], prompt);
+const run = async (registry, model, prompt = 'Say hello', env = {}) => {
+  const r = await runJson([driver, 'run', registry, model, prestartConf, sandbox], prompt,
+                          { env: { ...process.env, ...env } });
   const o = outcome(r);
   if (prestart && o?.code === 'OK') assert.equal(o.start, 'prestart', `answered by a pre-started process: ${JSON.stringify(o)}`);
   return r;
@@ -285,4 +286,108 @@ test('codex: a stream cut midway is a provider error, not a hang', async () => {
   const o = outcome(r);
   assert.equal(o.code, 'PROVIDER_ERROR', JSON.stringify(o));
   assert.ok(r.ms < 60000);
+});
+
+// The client's function tools through codex (ADR 0019, "codex"): declared through
+// olp-mcp-tools, the calls come back as tool events and codex is stopped by the hook
+// before it asks the model again (one upstream request per run, whatever the calls).
+function codexToolsRegistry() {
+  const toml = path.join(work, 'codex-tools.toml');
+  writeFileSync(toml, ['model_provider = "fake"', '', '[model_providers.fake]', 'name = "fake"',
+    `base_url = "${openai.url}/v1"`, 'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
+    '[analytics]', 'enabled = false', ''].join('\n'));
+  return writeJson('codex-tools.json', { providers: { openai: {
+    bin: codexJs, timeout_s: 60, credentials: [], config_toml: toml, model_provider: 'fake',
+    network: via(`${openai.url}/v1`), env: { OPENAI_API_KEY: 'sk-fake-key' },
+    models: ['gpt-tools-one', 'gpt-tools-two', 'gpt-tools-none', 'gpt-tools-shell', 'gpt-tools-req']
+      .map((id) => ({ id })) } } });
+}
+const fn = (name, parameters) => ({ type: 'function', function: { name, description: `the ${name} tool`,
+  ...(parameters ? { parameters } : {}) } });
+const TOOLS = JSON.stringify([fn('get_weather', { type: 'object', properties: { city: { type: 'string' } } }),
+  fn('get_time')]);
+const tools = (r) => r.events.filter((e) => e.ev === 'tool');
+// The upstream requests of the checked run for model.
+const upstreamOf = async (r, model) => checked(r, await requests(openai)).filter((q) => q.model === model);
+
+test('codex tools: one call comes back as a tool event, finish tool_calls, one upstream request', async () => {
+  const r = await run(codexToolsRegistry(), 'gpt-tools-one', 'Weather in Paris? call:get_weather',
+                      { OLP_PCLI_TOOLS: TOOLS });
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  assert.equal(o.finish_reason, 'tool_calls');
+  const ts = tools(r);
+  assert.equal(ts.length, 1, JSON.stringify(r.events));
+  assert.equal(ts[0].name, 'get_weather'); // the client's own name, no namespace
+  assert.match(ts[0].id, /^call_[0-9a-f]+_0$/);
+  assert.deepEqual(JSON.parse(ts[0].args), { city: 'Paris' });
+  assert.equal(deltas(r).length, 0, 'no text: codex was never given a tool result');
+  assert.equal(o.usage_present, true);
+  const reqs = await upstreamOf(r, 'gpt-tools-one');
+  assert.equal(reqs.length, 1, 'codex asked the model again');
+});
+
+test('codex tools: several calls in one answer, distinct ids', async () => {
+  const r = await run(codexToolsRegistry(), 'gpt-tools-two', 'call:get_weather,get_time',
+                      { OLP_PCLI_TOOLS: TOOLS });
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  assert.equal(o.finish_reason, 'tool_calls');
+  // In the order codex starts them, which is not always the model's: by name.
+  const ts = tools(r);
+  assert.deepEqual(ts.map((t) => t.index), [0, 1]);
+  const byName = [...ts].sort((a, b) => a.name.localeCompare(b.name));
+  assert.deepEqual(byName.map((t) => t.name), ['get_time', 'get_weather']);
+  assert.deepEqual(byName.map((t) => JSON.parse(t.args)), [{ n: 1 }, { city: 'Paris' }]);
+  assert.notEqual(ts[0].id, ts[1].id);
+  assert.equal((await upstreamOf(r, 'gpt-tools-two')).length, 1);
+});
+
+test('codex tools: an answer without a call is still text', async () => {
+  const r = await run(codexToolsRegistry(), 'gpt-tools-none', 'just say hello', { OLP_PCLI_TOOLS: TOOLS });
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  assert.equal(deltas(r).map((d) => d.text).join(''), CODEX_TEXT);
+  assert.equal(tools(r).length, 0);
+  assert.equal(o.finish_reason, 'stop');
+  // What the model was offered: the client's tools in codex's MCP namespace, and none
+  // of codex's own that run a command, read a file or reach the web.
+  const [q] = await upstreamOf(r, 'gpt-tools-none');
+  assert.ok(q, 'one upstream request');
+});
+
+test('codex tools: tool_choice required and named are told to the model', async () => {
+  let r = await run(codexToolsRegistry(), 'gpt-tools-req', 'no call asked here',
+                    { OLP_PCLI_TOOLS: TOOLS, OLP_PCLI_TOOL_CHOICE: 'get_time' });
+  assert.equal(outcome(r).finish_reason, 'tool_calls', JSON.stringify(r.events));
+  assert.deepEqual(tools(r).map((t) => t.name), ['get_time']);
+  r = await run(codexToolsRegistry(), 'gpt-tools-req', 'no call asked here',
+                { OLP_PCLI_TOOLS: TOOLS, OLP_PCLI_TOOL_CHOICE: 'required' });
+  assert.equal(outcome(r).finish_reason, 'tool_calls', JSON.stringify(r.events));
+  assert.equal(tools(r).length, 1);
+});
+
+test('codex tools: a call of a tool named like a shell runs nothing', async () => {
+  // The client declares "exec_command" (the name of codex's own shell tool); the model
+  // asks it to make a file and to send a request for this model to the upstream, through
+  // the run's forwarder (upstream mode) and straight (host mode), which would count as a
+  // second request. The call comes back to the client as it is; nothing ran: no file, no
+  // such request (and codex never had a result to send back): one upstream request.
+  const marker = `pwned-${process.pid}-${Date.now()}`;
+  const file = path.join(work, marker);
+  const body = `'{"model":"gpt-tools-shell","input":"${marker}"}'`;
+  const cmd = [`touch ${file}`, ...['http://127.0.0.1:4180', `${openai.url}/v1`].map((u) =>
+    `curl -s -X POST -H 'content-type: application/json' -d ${body} ${u}/responses`)].join('; ');
+  const args = Buffer.from(JSON.stringify({ cmd })).toString('base64url');
+  const shellTools = JSON.stringify([fn('exec_command', { type: 'object', properties: { cmd: { type: 'string' } } })]);
+  const r = await run(codexToolsRegistry(), 'gpt-tools-shell', `call:exec_command=${args}`,
+                      { OLP_PCLI_TOOLS: shellTools });
+  const o = outcome(r);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  const ts = tools(r);
+  assert.equal(ts.length, 1, JSON.stringify(r.events));
+  assert.equal(ts[0].name, 'exec_command');
+  assert.deepEqual(JSON.parse(ts[0].args), { cmd });
+  assert.equal(existsSync(file), false, 'the command ran');
+  assert.equal((await upstreamOf(r, 'gpt-tools-shell')).length, 1);
 });

@@ -6,10 +6,12 @@
 #include "tests/support/cunit.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -527,6 +529,52 @@ static void test_codex_command_and_retries(void)
 	ts_rec_release(&r);
 }
 
+/* The model calls two of the client's functions (the real codex 0.171.0 with
+ * olp-mcp-tools and its hook, against the fake upstream): each MCP call of server "olp"
+ * whole, with an id made of the thread id, then, at the end of output (the hook stopped
+ * codex before it asked the model again: no turn.completed), "tool_calls" and "done". */
+static void test_codex_tool_calls(void)
+{
+	size_t len;
+	auto_free char *data = fixture("codex-tool-calls.ndjson", &len);
+	/* A turn that completes after a call (no hook: codex asked again and was answered
+	 * in text): the calls stand, the text too, and the end is still "tool_calls". An MCP
+	 * call of another server is codex's own business. */
+	static const char completed[] =
+		"{\"type\":\"thread.started\",\"thread_id\":\"01a2-ff\"}\n"
+		"{\"type\":\"item.started\",\"item\":{\"id\":\"item_1\",\"type\":\"mcp_tool_"
+		"call\",\"server\":\"other\",\"tool\":\"x\",\"arguments\":{}}}\n"
+		"{\"type\":\"item.started\",\"item\":{\"id\":\"item_2\",\"type\":\"mcp_tool_"
+		"call\",\"server\":\"olp\",\"tool\":\"ping\",\"arguments\":null}}\n"
+		"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"type\":\"agent_"
+		"message\",\"text\":\"Done.\"}}\n"
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":"
+		"1}}\n";
+	struct ts_rec r;
+	struct feed_result fr;
+
+	ts_rec_init(&r);
+	fr = feed_all_ways("codex", data, len, &r);
+	CU_ASSERT_STRING_EQUAL(r.log.data,
+			       "tool 0 call_01a23637ae3574c0bf5088f1a80153ac_0 get_weather "
+			       "{\"city\":\"Paris\"}\n"
+			       "tool 1 call_01a23637ae3574c0bf5088f1a80153ac_1 get_time {\"n\":1}\n"
+			       "finish tool_calls\n");
+	CU_ASSERT_EQUAL(r.nerrors, 0); /* the hook-trust and metadata "error" items warn */
+	CU_ASSERT_EQUAL(fr.first_stop, 0);
+	CU_ASSERT(fr.finish_ret > 0); /* complete at the end of output */
+	ts_rec_release(&r);
+
+	ts_rec_init(&r);
+	fr = feed_all_ways("codex", completed, sizeof(completed) - 1, &r);
+	CU_ASSERT_PTR_NOT_NULL(strstr(r.log.data, "tool 0 call_01a2ff_0 ping {}\n"));
+	CU_ASSERT_PTR_NULL(strstr(r.log.data, " x "));
+	CU_ASSERT_STRING_EQUAL(r.text.data, "Done.");
+	CU_ASSERT_STRING_EQUAL(r.finish, "tool_calls");
+	CU_ASSERT(fr.first_stop > 0);
+	ts_rec_release(&r);
+}
+
 /* ---- vibe ----------------------------------------------------------------------------- */
 
 static void test_vibe(void)
@@ -566,9 +614,9 @@ static void test_vibe(void)
 static void test_cross_feed(void)
 {
 	static const char *const types[] = { "claude", "codex", "vibe" };
-	static const char *const files[] = { "claude-success.ndjson", "claude-429.ndjson",
-					     "codex-success.ndjson", "codex-401.ndjson",
-					     "vibe-deltas.ndjson" };
+	static const char *const files[] = { "claude-success.ndjson",	"claude-429.ndjson",
+					     "codex-success.ndjson",	"codex-401.ndjson",
+					     "codex-tool-calls.ndjson", "vibe-deltas.ndjson" };
 
 	for (size_t t = 0; t < ARRAY_SIZE(types); t++)
 		for (size_t f = 0; f < ARRAY_SIZE(files); f++) {
@@ -639,6 +687,9 @@ static void reset_file(const char *name, struct buf *path)
 	close(fd);
 }
 
+/* The client's tools for the next run_fake_msgs (NULL: none). */
+static const json_t *run_tools;
+
 /* One prov_run of the stand-in CLI as provider type, printing output. msgs: the request's
  * messages (NULL: a system and a user message). What the stand-in got: its argv and
  * environment into argv_env, its stdin into stdin_seen (when not NULL). */
@@ -654,6 +705,7 @@ static void run_fake_msgs(const char *type, const char *output, const char *extr
 				    .messages = msgs ? msgs : dflt,
 				    .max_tokens = 99,
 				    .request_id = "test",
+				    .tools = run_tools,
 				    .login_owner = true };
 	struct prov_sink sink = ts_rec_sink(r);
 	struct buf argv_path = BUF_INIT, stdin_path = BUF_INIT;
@@ -849,6 +901,134 @@ static void test_run_codex(void)
 	buf_release(&argv_env);
 }
 
+/* codex with the client's tools (ADR 0019, "codex"): the MCP server, its hook and
+ * codex's own tools off in argv, nothing of the client's there (the list is a file, the
+ * instructions in stdin); the stand-in prints the recorded calls and exits 1, as codex
+ * interrupted by the hook does: the answer is complete, the run a success. */
+static void test_run_codex_tools(void)
+{
+	struct buf argv_env = BUF_INIT, in = BUF_INIT;
+	json_t *tools = json_pack("[{s:s,s:{s:s,s:s}}]", "type", "function", "function", "name",
+				  "get_weather", "description", "SECRET-DESCRIPTION");
+	struct prov_outcome o;
+	struct ts_rec r;
+
+	CU_ASSERT_FATAL(tools != NULL);
+	CU_ASSERT_EQUAL_FATAL(prov_set_state_dir(tmpdir), 0);
+	run_tools = tools;
+	ts_rec_init(&r);
+	run_fake_msgs("codex", "codex-tool-calls.ndjson", ",\"FAKE_EXIT\":\"1\"", NULL, &r, &o,
+		      &argv_env, &in);
+	run_tools = NULL;
+	CU_ASSERT_EQUAL(o.err, PROV_OK);
+	if (o.err)
+		fprintf(stderr, "run: %s (%s)\n", o.message, o.stderr_tail);
+	CU_ASSERT_STRING_EQUAL(o.finish_reason, "tool_calls");
+	/* No usage line and no forwarder ("network": false): OLP's estimate. */
+	CU_ASSERT(o.usage.present && o.usage.estimated && o.usage.prompt_tokens > 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(r.log.data, "get_weather {\"city\":\"Paris\"}\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nmcp_servers.olp.command=\"/"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nmcp_servers.olp.args=[\"" SBX_HOME_PATH
+						     "/.olp-tools.json\"]\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nmcp_servers.olp.required=true\n"));
+	CU_ASSERT_PTR_NOT_NULL(
+		strstr(argv_env.data, "--codex-hook " SBX_HOME_PATH "/.olp-tools.json\"}]}]\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "--dangerously-bypass-hook-trust\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nfeatures.unified_exec=false\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nfeatures.shell_tool=false\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(argv_env.data, "-c\nweb_search=\"disabled\"\n"));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "get_weather"));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "SECRET-DESCRIPTION"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "Say hello"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(in.data, "[System] The API client declared functions"));
+	ts_rec_release(&r);
+
+	/* Without tools: none of it. */
+	ts_rec_init(&r);
+	run_fake("codex", "codex-success.ndjson", "", &r, &o, &argv_env);
+	CU_ASSERT_EQUAL(o.err, PROV_OK);
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "mcp_servers"));
+	CU_ASSERT_PTR_NULL(strstr(argv_env.data, "hook"));
+	ts_rec_release(&r);
+	json_decref(tools);
+	buf_release(&argv_env);
+	buf_release(&in);
+}
+
+/* olp-mcp-tools runs nothing: a tools/call of a tool named like codex's shell, asking
+ * for a file to be made, gets an error result and the file is not made; the call leaves
+ * the marker its hook reads. The hook then interrupts the process that ran both (here a
+ * shell standing for codex), which never gets past it; without a call it lets it go. */
+static void test_mcp_tools_runs_nothing(void)
+{
+	for (int called = 1; called >= 0; called--) {
+		struct buf dir = BUF_INIT, file = BUF_INIT, cmd = BUF_INIT, out = BUF_INIT;
+		int fd, st;
+
+		buf_addf(&dir, "%s/mcp-%d", tmpdir, called);
+		CU_ASSERT_FATAL(mkdir(dir.data, 0700) == 0);
+		buf_addf(&file, "%s/tools.json", dir.data);
+		fd = open(file.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		CU_ASSERT_FATAL(fd >= 0);
+		buf_reset(&cmd);
+		buf_adds(&cmd, "[{\"name\":\"exec_command\",\"description\":\"\","
+			       "\"inputSchema\":{\"type\":\"object\"}}]");
+		CU_ASSERT_EQUAL(write_all(fd, cmd.data, cmd.len), 0);
+		close(fd);
+		buf_reset(&file);
+		buf_addf(&file, "%s/req.jsonl", dir.data);
+		fd = open(file.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		CU_ASSERT_FATAL(fd >= 0);
+		buf_reset(&cmd);
+		buf_adds(&cmd, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","
+			       "\"params\":{\"protocolVersion\":\"2025-06-18\"}}\n"
+			       "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n"
+			       "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\n");
+		if (called)
+			buf_addf(&cmd,
+				 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+				 "\"params\":{\"name\":\"exec_command\",\"arguments\":{\"cmd\":"
+				 "\"touch %s/pwned\"}}}\n",
+				 dir.data);
+		CU_ASSERT_EQUAL(write_all(fd, cmd.data, cmd.len), 0);
+		close(fd);
+		buf_reset(&cmd);
+		buf_addf(&cmd,
+			 "cd '%s' && '%s' %s/tools.json < req.jsonl > out.jsonl && "
+			 "'%s' --codex-hook %s/tools.json < /dev/null; echo survived > survived",
+			 dir.data, MCP_TOOLS_BIN, dir.data, MCP_TOOLS_BIN, dir.data);
+		st = system(cmd.data);
+		buf_reset(&file);
+		buf_addf(&file, "%s/out.jsonl", dir.data);
+		CU_ASSERT_EQUAL(buf_read_file(&out, file.data, 1 << 20), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"tools\":[{\"name\":\"exec_command\""));
+		buf_reset(&file);
+		buf_addf(&file, "%s/pwned", dir.data);
+		CU_ASSERT_NOT_EQUAL(access(file.data, F_OK), 0); /* nothing ran */
+		buf_reset(&file);
+		buf_addf(&file, "%s/survived", dir.data);
+		if (called) {
+			CU_ASSERT_PTR_NOT_NULL(strstr(out.data,
+						      "\"id\":3,\"result\":{\"content\":"
+						      "[{\"type\":\"text\",\"text\":\"This "
+						      "tool is run by the API client"));
+			CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "\"isError\":true"));
+			/* SIGINT, or 10 s later SIGKILL for a parent that waits SIGINT out
+			 * (dash does, for its foreground child). */
+			CU_ASSERT(WIFSIGNALED(st) &&
+				  (WTERMSIG(st) == SIGINT || WTERMSIG(st) == SIGKILL));
+			CU_ASSERT_NOT_EQUAL(access(file.data, F_OK), 0);
+		} else {
+			CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+			CU_ASSERT_EQUAL(access(file.data, F_OK), 0);
+		}
+		buf_release(&dir);
+		buf_release(&file);
+		buf_release(&cmd);
+		buf_release(&out);
+	}
+}
+
 static void test_run_vibe(void)
 {
 	struct buf argv_env = BUF_INIT;
@@ -955,10 +1135,15 @@ int main(void)
 		{ "codex: recorded success", test_codex_success },
 		{ "codex: upstream 401", test_codex_401 },
 		{ "codex: command items, retries, death", test_codex_command_and_retries },
+		{ "codex: recorded tool calls, every split, complete at the end",
+		  test_codex_tool_calls },
 		{ "vibe: tolerant lines", test_vibe },
 		{ "every fixture through every parser", test_cross_feed },
 		{ "prov_run claude under the sandbox", test_run_claude },
 		{ "prov_run codex under the sandbox", test_run_codex },
+		{ "prov_run codex with the client's tools", test_run_codex_tools },
+		{ "olp-mcp-tools runs nothing; its hook stops codex after a call",
+		  test_mcp_tools_runs_nothing },
 		{ "prov_run: a cut run's usage", test_run_cut_usage },
 		{ "prov_run claude with a 200 KiB system prompt",
 		  test_run_claude_long_system_prompt },

@@ -1669,16 +1669,14 @@ static void test_provider_caps(void)
 		unsigned prestart;
 	} cases[] = {
 		{ .type = "codex",
-		  .cap = PROV_CAP_TOOLS,
-		  .says = "model 'm' (provider type codex) cannot take tools; only claude models "
-			  "can (codex exec runs every MCP tool it is given itself and cannot "
-			  "hand a call back to the client)",
+		  .cap = PROV_CAP_IMAGES,
+		  .says = "model 'm' (provider type codex) takes no images; only claude models do",
 		  .prestart = 1,
 		  .upstream_host = "api.openai.com" },
 		{ .type = "vibe",
 		  .cap = PROV_CAP_TOOLS,
 		  .says = "model 'm' (provider type vibe) cannot take tools; "
-			  "only claude models can",
+			  "only claude or codex models can",
 		  .prestart = 0,
 		  .upstream_host = "api.mistral.ai" },
 		{ .type = "vibe",
@@ -1708,6 +1706,9 @@ static void test_provider_caps(void)
 		prov_provider_net_info(pv, &ni);
 		CU_ASSERT_STRING_EQUAL(ni.mode, "upstream");
 		CU_ASSERT_STRING_EQUAL(ni.upstream_host, cases[i].upstream_host);
+		/* codex takes the client's tools through olp-mcp-tools (ADR 0019, "codex"). */
+		if (!strcmp(cases[i].type, "codex"))
+			CU_ASSERT_EQUAL(prov_provider_caps(pv), PROV_CAP_TOOLS);
 		if (cases[i].cap) {
 			CU_ASSERT_FALSE(prov_provider_caps(pv) & cases[i].cap);
 			buf_reset(&why);

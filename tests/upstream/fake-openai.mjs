@@ -7,9 +7,56 @@
 // response.completed (with usage). GET /v1/models answers an empty list.
 // Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
 //         *-cut sends half the deltas and then drops the connection.
+// Client tools (declared by OLP to codex through MCP: codex lists them to the model in a
+// "namespace" tool named mcp__olp): the model calls tools when the last user text says
+// "call:NAME[,NAME…]" (arguments {"city":"Paris"} for the first, {"n":<i>} for the
+// others, a NAME may also carry its arguments as NAME=JSON-in-base64url), or says it
+// "must call the tool NAME" / "must call at least one" (the first tool); each call a
+// function_call item with "namespace": "mcp__olp", its arguments streamed as two deltas.
+// A request that carries a function_call_output (codex asking again with the results of
+// calls) is answered "Asked again with tool output."; a conversation holding
+// "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
 import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
-const TEXT = 'Hello from the fake OpenAI server!';
+const NS = 'mcp__olp';
+const inputItems = (body) => (Array.isArray(body.input) ? body.input : []);
+const userText = (item) => (Array.isArray(item.content) ? item.content : [])
+  .filter((c) => c?.type === 'input_text').map((c) => c.text).join('\n');
+
+function lastUserText(body) {
+  if (typeof body.input === 'string') return body.input;
+  const users = inputItems(body).filter((i) => i.type === 'message' && i.role === 'user');
+  return users.length ? userText(users.at(-1)) : '';
+}
+
+// The calls the model makes now: [{name, args}] (names as declared in the namespace).
+function callsWanted(body) {
+  const ns = (body.tools ?? []).find((t) => t.type === 'namespace' && t.name === NS);
+  const declared = (ns?.tools ?? []).map((t) => t.name);
+  if (!declared.length || inputItems(body).some((i) => i.type === 'function_call_output')) return [];
+  const text = lastUserText(body);
+  if (/\[Tool Result \(/.test(text)) return [];
+  const args = (i) => JSON.stringify(i === 0 ? { city: 'Paris' } : { n: i });
+  const m = text.match(/call:([\w,=-]+)/);
+  if (m) {
+    return m[1].split(',').map((spec, i) => {
+      const [name, b64] = spec.split('=');
+      return { name, args: b64 ? Buffer.from(b64, 'base64url').toString() : args(i) };
+    }).filter((c) => declared.includes(c.name));
+  }
+  const named = text.match(/must call the tool ([\w-]+)/);
+  if (named && declared.includes(named[1])) return [{ name: named[1], args: args(0) }];
+  if (/must call at least one/.test(text)) return [{ name: declared[0], args: args(0) }];
+  return [];
+}
+
+function answerText(body) {
+  if (inputItems(body).some((i) => i.type === 'function_call_output')) return 'Asked again with tool output.';
+  const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);
+  return result ? `Tool said: ${result[1]}` : null;
+}
+
+const HELLO = 'Hello from the fake OpenAI server!';
 const DELTA_MS = Number(process.env.FAKE_DELTA_MS ?? 0);
 let seq = 0;
 
@@ -37,6 +84,8 @@ serve('openai', async (req, res, body, entry) => {
     return;
   }
   const id = `resp_fake_${n}`, itemId = `msg_fake_${n}`;
+  const TEXT = answerText(body) ?? HELLO;
+  const calls = callsWanted(body);
   const created = Math.floor(Date.now() / 1000);
   const base = { id, object: 'response', created_at: created, model, output: [] };
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'x-request-id': reqId });
@@ -44,6 +93,25 @@ serve('openai', async (req, res, body, entry) => {
   const ev = (type, data) => sse(res, type, { type, sequence_number: sn++, ...data });
   ev('response.created', { response: { ...base, status: 'in_progress' } });
   ev('response.in_progress', { response: { ...base, status: 'in_progress' } });
+  const usage = { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 6,
+                  output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 16 };
+  if (calls.length) {
+    const items = [];
+    for (const [i, c] of calls.entries()) {
+      const item = { id: `fc_fake_${n}_${i}`, type: 'function_call', status: 'completed', namespace: NS,
+                     call_id: `call_fake_${n}_${i}`, name: c.name, arguments: c.args };
+      ev('response.output_item.added', { output_index: i, item: { ...item, status: 'in_progress', arguments: '' } });
+      const cut = Math.floor(c.args.length / 2);
+      for (const delta of [c.args.slice(0, cut), c.args.slice(cut)])
+        ev('response.function_call_arguments.delta', { item_id: item.id, output_index: i, delta });
+      ev('response.function_call_arguments.done', { item_id: item.id, output_index: i, arguments: c.args });
+      ev('response.output_item.done', { output_index: i, item });
+      items.push(item);
+    }
+    ev('response.completed', { response: { ...base, status: 'completed', output: items, usage } });
+    res.end();
+    return;
+  }
   ev('response.output_item.added', { output_index: 0,
     item: { id: itemId, type: 'message', role: 'assistant', status: 'in_progress', content: [] } });
   ev('response.content_part.added', { item_id: itemId, output_index: 0, content_index: 0,
@@ -64,8 +132,6 @@ serve('openai', async (req, res, body, entry) => {
   ev('response.output_text.done', { item_id: itemId, output_index: 0, content_index: 0, text: TEXT });
   ev('response.content_part.done', { item_id: itemId, output_index: 0, content_index: 0, part });
   ev('response.output_item.done', { output_index: 0, item });
-  ev('response.completed', { response: { ...base, status: 'completed', output: [item],
-    usage: { input_tokens: 10, input_tokens_details: { cached_tokens: 0 }, output_tokens: 6,
-             output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 16 } } });
+  ev('response.completed', { response: { ...base, status: 'completed', output: [item], usage } });
   res.end();
 });
