@@ -16,6 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
+import { fcgiRequest } from './fcgi-client.mjs';
 import { cfg, chatBody, curl, makeHome, olpKeys, startServer, testConfig, waitFor } from './harness.mjs';
 import { COMPLETION_TOKENS, PROMPT_TOKENS, meteredRegistry } from './metered.mjs';
 
@@ -79,7 +80,21 @@ describe('usage ledger and quotas, 3 workers', () => {
     assert.equal(server.workerPids().length, 3, 'three workers');
     const send = () =>
       curl(server, { method: 'POST', path: '/v1/chat/completions', auth: bearer(guest.token), body: chatBody('metered', 'count me') });
-    const all = await Promise.all([send(), send(), send(), send(), send()]);
+    // Each of the five goes to a worker's own FastCGI socket in turn (fcgi-client.mjs), so
+    // that at least two processes count against the one quota, whatever lighttpd's
+    // balancing would have picked.
+    const socks = server.workerSockets();
+    assert.ok(socks.length >= 2, `worker sockets: ${JSON.stringify(socks)}`);
+    const direct = async (sock) => {
+      const r = await fcgiRequest(sock, {
+        method: 'POST',
+        uri: '/v1/chat/completions',
+        headers: { authorization: bearer(guest.token), 'content-type': 'application/json' },
+        body: JSON.stringify(chatBody('metered', 'count me')),
+      });
+      return { status: r.status, headers: Object.fromEntries(r.headers), text: r.text, json: r.json };
+    };
+    const all = await Promise.all([0, 1, 2, 3, 4].map((i) => direct(socks[i % socks.length].sock)));
     for (const r of all) rids.push(r.headers['x-request-id']);
     const statuses = all.map((r) => r.status).sort();
     assert.deepEqual(statuses, [200, 200, 200, 429, 429], all.map((r) => `${r.status} ${r.text}`).join('\n'));
