@@ -16,10 +16,13 @@
  * store before its run, so it is served whatever the store's state. usage_health() says
  * since when the store's writes fail, for /health and /metrics.
  *
- * Thread-safety: a store is opened once per process and shared by its threads (one SQLite
- * connection per store, its prepared statements cached, every use under the store's mutex,
- * so a transaction is never interleaved with another thread's; cross-process safety is
- * SQLite's locking, with a 2 s busy timeout). A process that forks opens its own store in
+ * Thread-safety: a store is opened once per process and shared by its threads. It has two
+ * SQLite connections: the writer's (quota checks, ledger rows, pruning: its prepared
+ * statements cached, every use under the store's mutex, so a transaction is never
+ * interleaved with another thread's) and the readers' (read-only, under a lock of its
+ * own: /v1/usage, the dashboard and olp-keys usage never hold up a quota check, and a
+ * failed read never closes the writer). Cross-process safety is SQLite's locking (WAL),
+ * with a 2 s busy timeout. A process that forks opens its own store in
  * the child: a connection must not cross fork(2). The database's descriptors are
  * close-on-exec. */
 #ifndef OLP_USAGE_H
