@@ -215,6 +215,7 @@ bool fcgi_is_owner(const struct fcgi_req *rc);
 
 /* The routes' handlers: each answers its request whole (fcgi_handle does the rest). */
 void fcgi_handle_chat(struct fcgi_req *rc);
+void fcgi_handle_responses(struct fcgi_req *rc); /* responses.c: POST /v1/responses */
 void fcgi_handle_health(struct fcgi_req *rc);
 void fcgi_handle_live(struct fcgi_req *rc);
 void fcgi_handle_models(struct fcgi_req *rc);
