@@ -41,7 +41,9 @@ before(async () => {
     anthropic = await startUpstreamIn('fake-anthropic.mjs', {}, children);
     registry.providers.anthropic = { type: 'claude', displayName: 'Claude (fake upstream)',
       models: [{ id: 'claude-fake', created: 1700000000 }, { id: 'claude-fake-maxtok', created: 1700000000 },
-        { id: 'claude-sonnet-4-6', created: 1700000000 }] };
+        { id: 'claude-sonnet-4-6', created: 1700000000 }],
+      // codex's own default ids, as the shipped registry maps them to its codex provider.
+      aliases: { 'gpt-*': 'claude-fake' } };
     config.providers = { anthropic: { bin: claudeBin, timeout_s: 60, credentials: [],
       env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' } } };
   }
@@ -195,6 +197,20 @@ describe('a command provider', () => {
     assert.equal(na.status, 401);
   });
 
+  test('GET /v1/models: the OpenAI list, and codex\'s catalog with ?client_version', async () => {
+    const plain = await curl(server, { path: '/v1/models' });
+    assert.equal(plain.json.object, 'list');
+    assert.equal(plain.json.models, undefined);
+    const r = await curl(server, { path: '/v1/models?client_version=0.171.0' });
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.json.models.map((m) => m.slug), r.json.data.map((m) => m.id));
+    const echo = r.json.models.find((m) => m.slug === 'echo');
+    assert.equal(echo.visibility, 'list');
+    assert.equal(echo.shell_type, 'shell_command');
+    assert.equal(typeof echo.model_messages.instructions_template, 'string');
+    assert.deepEqual(r.json.models.map((m) => m.priority), r.json.models.map((_, i) => i + 1));
+  });
+
   test('a quota refusal is a 429 in OpenAI shape with Retry-After', async () => {
     const first = await post({ model: 'echo', input: 'x' }, `Bearer ${quotaKey.token}`);
     assert.equal(first.status, 200, first.text);
@@ -302,10 +318,11 @@ function recordingProxy(target) {
 
 // codex exec in a fresh CODEX_HOME whose config.toml is the README's, base_url through
 // the proxy. Resolves {code, stdout, stderr}.
-function codexExec(port, cwd, prompt, extra = []) {
+// catalog: model_catalog_url set to OLP's /v1/models (codex then asks it for its models).
+function codexExec(port, cwd, prompt, { extra = [], model = 'claude-sonnet-4-6', catalog = false } = {}) {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-codex-home-'));
   fs.writeFileSync(path.join(home, 'config.toml'), [
-    'model = "claude-sonnet-4-6"',
+    ...(model ? [`model = "${model}"`] : []),
     'model_provider = "olp"',
     '',
     '[model_providers.olp]',
@@ -313,6 +330,7 @@ function codexExec(port, cwd, prompt, extra = []) {
     `base_url = "http://127.0.0.1:${port}/v1"`,
     'wire_api = "responses"',
     'env_key = "OLP_API_KEY"',
+    ...(catalog ? [`model_catalog_url = "http://127.0.0.1:${port}/v1/models"`] : []),
     '',
   ].join('\n'));
   return new Promise((resolve) => {
@@ -355,12 +373,23 @@ describe('the real codex as the client', { skip: noCodex }, () => {
     assert.equal(posts[0].body.stream, true);
   });
 
+  test("codex's default model and request (tools in an additional_tools item) are taken", async () => {
+    proxy.seen.length = 0;
+    const r = await codexExec(proxy.port, cwd, 'say hello', { model: null });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /Hello from the fake Anthropic server!/);
+    const posts = proxy.seen.filter((s) => s.method === 'POST');
+    assert.equal(posts.length, 1);
+    assert.match(posts[0].body.model, /^gpt-/);
+    assert.ok(posts[0].body.input.some((i) => i.type === 'additional_tools'), 'codex changed its request');
+  });
+
   test('codex runs on its side the shell command the model asked for', async () => {
     proxy.seen.length = 0;
     const file = path.join(cwd, 'made-by-codex.txt');
     const args = Buffer.from(JSON.stringify({ cmd: 'echo written-by-the-client > made-by-codex.txt' })).toString('base64url');
     const r = await codexExec(proxy.port, cwd, `please callargs:exec_command:${args}`,
-      ['--dangerously-bypass-approvals-and-sandbox']);
+      { extra: ['--dangerously-bypass-approvals-and-sandbox'] });
     assert.equal(r.code, 0, r.stderr);
     // The file is on the client's side, made by codex, not by anything under OLP.
     assert.equal(fs.readFileSync(file, 'utf8'), 'written-by-the-client\n');
@@ -371,6 +400,35 @@ describe('the real codex as the client', { skip: noCodex }, () => {
     assert.equal(call.name, 'exec_command');
     assert.equal(output.call_id, call.call_id);
     // The model saw the output and answered from it.
+    assert.match(r.stdout, /Tool said: /);
+  });
+
+  test('with model_catalog_url: codex takes OLP\'s models without a warning', async () => {
+    proxy.seen.length = 0;
+    const r = await codexExec(proxy.port, cwd, 'say hello', { catalog: true });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /Hello from the fake Anthropic server!/);
+    assert.doesNotMatch(r.stderr, /failed to refresh available models|Model metadata for/);
+    const gets = proxy.seen.filter((s) => s.method === 'GET');
+    assert.ok(gets.length >= 1);
+    assert.match(gets[0].url, /^\/v1\/models\?client_version=/);
+  });
+
+  test('apply_patch (a custom tool) round trip: codex applies the patch on its side', async () => {
+    proxy.seen.length = 0;
+    const patch = '*** Begin Patch\n*** Add File: patched-by-codex.txt\n+made by apply_patch\n*** End Patch\n';
+    const args = Buffer.from(JSON.stringify({ input: patch })).toString('base64url');
+    const r = await codexExec(proxy.port, cwd, `please callargs:apply_patch:${args}`,
+      { catalog: true, extra: ['--dangerously-bypass-approvals-and-sandbox'] });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(fs.readFileSync(path.join(cwd, 'patched-by-codex.txt'), 'utf8'), 'made by apply_patch\n');
+    const posts = proxy.seen.filter((s) => s.method === 'POST');
+    assert.equal(posts.length, 2);
+    assert.ok(posts[0].body.tools.some((t) => t.type === 'custom' && t.name === 'apply_patch'));
+    const call = posts[1].body.input.find((i) => i.type === 'custom_tool_call');
+    const output = posts[1].body.input.find((i) => i.type === 'custom_tool_call_output');
+    assert.equal(call.input, patch);
+    assert.equal(output.call_id, call.call_id);
     assert.match(r.stdout, /Tool said: /);
   });
 });
