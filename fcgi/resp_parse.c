@@ -473,7 +473,8 @@ static int translate(const json_t *root, struct fcgi_resp_request *out, struct f
 		return -1;
 	v = json_object_get(root, "max_output_tokens");
 	if (v && !json_is_null(v) && parse_json_int(v, 1, INT64_MAX, &n))
-		return bad(err, "max_output_tokens", "max_output_tokens must be a positive integer");
+		return bad(err, "max_output_tokens",
+			   "max_output_tokens must be a positive integer");
 	if (v && !json_is_null(v))
 		json_object_set_new(chat, "max_tokens", json_integer((json_int_t)n));
 	v = json_object_get(root, "stream");
