@@ -117,7 +117,7 @@ static json_t *usage_json(const struct prov_usage *u)
 			 (json_int_t)u->cached_tokens, "output_tokens",
 			 (json_int_t)u->completion_tokens, "output_tokens_details",
 			 "reasoning_tokens", 0, "total_tokens",
-			 (json_int_t)(u->prompt_tokens + u->completion_tokens));
+			 (json_int_t)u->prompt_tokens + (json_int_t)u->completion_tokens);
 }
 
 /* A failure's code and message, in the words codex acts on: rate_limit_exceeded (it
