@@ -51,15 +51,34 @@ static void add_json(struct buf *out, json_t *v)
 	free(text);
 }
 
-/* One event: "event: TYPE" and its data, {"type", "sequence_number", …fields}. Takes
- * fields. */
+/* One event: "event: TYPE" and its data, {"type", "sequence_number", …}: opened here, its
+ * other fields appended by the caller, closed by event_close. The hot ones (the deltas)
+ * are written straight into out; the rarer ones through jansson (event). */
+static void event_open(struct fcgi_resp_state *s, struct buf *out, const char *type)
+{
+	buf_addf(out, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%llu", type, type,
+		 (unsigned long long)s->seq++);
+}
+
+static void event_close(struct buf *out)
+{
+	buf_adds(out, "}\n\n");
+}
+
+/* An event whose fields are the members of fields (taken). */
 static void event(struct fcgi_resp_state *s, struct buf *out, const char *type, json_t *fields)
 {
-	json_object_set_new(fields, "sequence_number", json_integer((json_int_t)s->seq++));
-	json_object_set_new(fields, "type", json_string(type));
-	buf_addf(out, "event: %s\ndata: ", type);
-	add_json(out, fields);
-	buf_adds(out, "\n\n");
+	const char *key;
+	json_t *v;
+
+	event_open(s, out, type);
+	json_object_foreach(fields, key, v) {
+		buf_addch(out, ',');
+		buf_add_json_str(out, key, strlen(key));
+		buf_addch(out, ':');
+		add_json(out, v);
+	}
+	event_close(out);
 	json_decref(fields);
 }
 
@@ -110,16 +129,6 @@ static json_t *message_item(const struct fcgi_resp_state *s, size_t index, const
 			 output_text_part(text, len));
 }
 
-static json_t *usage_json(const struct prov_usage *u)
-{
-	return json_pack("{s:I,s:{s:I},s:I,s:{s:i},s:I}", "input_tokens",
-			 (json_int_t)u->prompt_tokens, "input_tokens_details", "cached_tokens",
-			 (json_int_t)u->cached_tokens, "output_tokens",
-			 (json_int_t)u->completion_tokens, "output_tokens_details",
-			 "reasoning_tokens", 0, "total_tokens",
-			 (json_int_t)u->prompt_tokens + (json_int_t)u->completion_tokens);
-}
-
 /* A failure's code and message, in the words codex acts on: rate_limit_exceeded (it
  * waits the "try again in N s" and retries), insufficient_quota and
  * context_length_exceeded (it stops), server_error (it retries). */
@@ -141,37 +150,74 @@ static json_t *error_json(const struct prov_outcome *o)
 	return json_pack("{s:s,s:s}", "code", code, "message", msg);
 }
 
-/* The response object; status "in_progress", "completed", "incomplete" or "failed". Its
- * output: the items done (the calls not done yet left out). */
-static json_t *response_obj(const struct fcgi_resp_state *s, const char *status,
-			    const struct prov_outcome *o)
+static void add_usage(struct buf *out, const struct prov_usage *u)
 {
-	json_t *r, *output = json_array(), *it;
-	size_t i;
+	buf_addf(out,
+		 "{\"input_tokens\":%lld,\"input_tokens_details\":{\"cached_tokens\":%lld},"
+		 "\"output_tokens\":%lld,\"output_tokens_details\":{\"reasoning_tokens\":0},"
+		 "\"total_tokens\":%lld}",
+		 (long long)u->prompt_tokens, (long long)u->cached_tokens,
+		 (long long)u->completion_tokens,
+		 (long long)u->prompt_tokens + (long long)u->completion_tokens);
+}
 
-	json_array_foreach(s->items, i, it)
-		if (!json_is_null(it))
-			json_array_append(output, it);
-	r = json_pack("{s:s,s:s,s:I,s:s,s:s,s:n,s:n,s:o,s:b,s:s,s:[],s:b,s:{s:{s:s}}}", "id", s->id,
-		      "object", "response", "created_at", (json_int_t)s->created, "status", status,
-		      "model", s->model, "error", "incomplete_details", "output", output,
-		      "parallel_tool_calls", 1, "tool_choice", "auto", "tools", "store", 0, "text",
-		      "format", "type", "text");
-	if (o && o->err)
-		json_object_set_new(r, "error", error_json(o));
-	if (o && !o->err && !strcmp(o->finish_reason, "length"))
-		json_object_set_new(r, "incomplete_details",
-				    json_pack("{s:s}", "reason", "max_output_tokens"));
-	json_object_set_new(r, "usage", o ? usage_json(&o->usage) : json_null());
-	return r;
+/* The response object; status "in_progress", "completed", "incomplete" or "failed"; o
+ * NULL before the end. Its output: the items done (the calls not done yet left out). */
+static void add_response(const struct fcgi_resp_state *s, struct buf *out, const char *status,
+			 const struct prov_outcome *o)
+{
+	const json_t *it;
+	size_t i, n = 0;
+
+	buf_addf(out,
+		 "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\","
+		 "\"model\":",
+		 s->id, (long long)s->created, status);
+	buf_add_json_str(out, s->model, strlen(s->model));
+	buf_adds(out, ",\"error\":");
+	if (o && o->err) {
+		json_t *e = error_json(o);
+
+		add_json(out, e);
+		json_decref(e);
+	} else {
+		buf_adds(out, "null");
+	}
+	buf_adds(out, ",\"incomplete_details\":");
+	buf_adds(out, o && !o->err && !strcmp(o->finish_reason, "length")
+			      ? "{\"reason\":\"max_output_tokens\"}"
+			      : "null");
+	buf_adds(out, ",\"output\":[");
+	json_array_foreach(s->items, i, it) {
+		if (json_is_null(it))
+			continue;
+		if (n++)
+			buf_addch(out, ',');
+		add_json(out, (json_t *)it);
+	}
+	buf_adds(out, "],\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[],"
+		      "\"store\":false,\"text\":{\"format\":{\"type\":\"text\"}},\"usage\":");
+	if (o)
+		add_usage(out, &o->usage);
+	else
+		buf_adds(out, "null");
+	buf_addch(out, '}');
+}
+
+/* response.created, .in_progress, .completed, .incomplete or .failed. */
+static void response_event(struct fcgi_resp_state *s, struct buf *out, const char *type,
+			   const char *status, const struct prov_outcome *o)
+{
+	event_open(s, out, type);
+	buf_adds(out, ",\"response\":");
+	add_response(s, out, status, o);
+	event_close(out);
 }
 
 void fcgi_resp_begin(struct fcgi_resp_state *s, struct buf *out)
 {
-	event(s, out, "response.created",
-	      json_pack("{s:o}", "response", response_obj(s, "in_progress", NULL)));
-	event(s, out, "response.in_progress",
-	      json_pack("{s:o}", "response", response_obj(s, "in_progress", NULL)));
+	response_event(s, out, "response.created", "in_progress", NULL);
+	response_event(s, out, "response.in_progress", "in_progress", NULL);
 }
 
 /* The open message item's end: its text done, its part done, the item done. */
@@ -200,8 +246,6 @@ static void message_close(struct fcgi_resp_state *s, struct buf *out)
 
 void fcgi_resp_text(struct fcgi_resp_state *s, struct buf *out, const char *text, size_t len)
 {
-	json_t *id;
-
 	if (!s->msg_open) {
 		s->msg_index = json_array_size(s->items);
 		s->msg_open = true;
@@ -217,11 +261,13 @@ void fcgi_resp_text(struct fcgi_resp_state *s, struct buf *out, const char *text
 				"part", output_text_part("", 0)));
 	}
 	buf_add(&s->text, text, len);
-	id = item_id(s, "msg", s->msg_index);
-	event(s, out, "response.output_text.delta",
-	      json_pack("{s:o,s:I,s:i,s:s%,s:[]}", "item_id", id, "output_index",
-			(json_int_t)s->msg_index, "content_index", 0, "delta", text, len,
-			"logprobs"));
+	event_open(s, out, "response.output_text.delta");
+	buf_addf(out,
+		 ",\"item_id\":\"msg_%s_%zu\",\"output_index\":%zu,\"content_index\":0,\"delta\":",
+		 s->id + 5, s->msg_index, s->msg_index);
+	buf_add_json_str(out, text, len);
+	buf_adds(out, ",\"logprobs\":[]");
+	event_close(out);
 }
 
 void fcgi_resp_call(struct fcgi_resp_state *s, struct buf *out, size_t i,
@@ -248,9 +294,11 @@ void fcgi_resp_call(struct fcgi_resp_state *s, struct buf *out, size_t i,
 	if (i >= s->ncalls || !len || is_custom(s, c->name))
 		return;
 	at = s->call_at[i];
-	event(s, out, "response.function_call_arguments.delta",
-	      json_pack("{s:o,s:I,s:s%}", "item_id", item_id(s, "fc", at), "output_index",
-			(json_int_t)at, "delta", args, len));
+	event_open(s, out, "response.function_call_arguments.delta");
+	buf_addf(out, ",\"item_id\":\"fc_%s_%zu\",\"output_index\":%zu,\"delta\":", s->id + 5, at,
+		 at);
+	buf_add_json_str(out, args, len);
+	event_close(out);
 }
 
 /* Call i's end: its arguments (or input) done, the item done. */
@@ -298,14 +346,13 @@ void fcgi_resp_end(struct fcgi_resp_state *s, struct buf *out, const struct fcgi
 			type = "response.incomplete";
 		}
 	}
-	event(s, out, type, json_pack("{s:o}", "response", response_obj(s, status, o)));
+	response_event(s, out, type, status, o);
 }
 
 void fcgi_resp_whole(struct fcgi_resp_state *s, struct buf *out, const char *text, size_t len,
 		     const struct fcgi_tool_call *calls, size_t n, const struct prov_outcome *o)
 {
 	const char *status = !strcmp(o->finish_reason, "length") ? "incomplete" : "completed";
-	json_t *r;
 
 	if (len || !n)
 		json_array_append_new(s->items, message_item(s, json_array_size(s->items),
@@ -313,9 +360,7 @@ void fcgi_resp_whole(struct fcgi_resp_state *s, struct buf *out, const char *tex
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(
 			s->items, call_item(s, json_array_size(s->items), &calls[i], "completed"));
-	r = response_obj(s, status, o);
-	add_json(out, r);
-	json_decref(r);
+	add_response(s, out, status, o);
 }
 
 void fcgi_resp_beat(struct buf *out)
