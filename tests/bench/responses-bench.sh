@@ -78,12 +78,13 @@ for i in $(seq "$n"); do
 	done
 done
 median() { sort -n "$1" | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+quartiles() { sort -n "$1" | awk '{a[NR]=$1} END {printf "p25 %.3f  p75 %.3f", a[int(NR/4)+1], a[int(3*NR/4)+1]}'; }
 base=$(median "$work/${routes[0]}.ms")
 for r in "${routes[@]}"; do
 	m=$(median "$work/$r.ms")
-	awk -v r="$r" -v m="$m" -v b="$base" -v first="${routes[0]}" 'BEGIN {
+	awk -v r="$r" -v m="$m" -v b="$base" -v first="${routes[0]}" -v q="$(quartiles "$work/$r.ms")" 'BEGIN {
 		d = m - b
-		printf "%-10s median %.3f ms  (%+.3f ms vs %s)%s\n", r, m, d, first,
+		printf "%-10s median %.3f ms  (%+.3f ms vs %s; %s)%s\n", r, m, d, first, q,
 			(r != first && d > 1.0) ? "  OVER the 1 ms budget" : ""
 	}'
 done
