@@ -68,7 +68,7 @@ one() {
 }
 
 for r in "${routes[@]}"; do one "$r" >/dev/null; done # warm: every route answers
-echo "== ${routes[*]}: $n samples of one non-streamed request each (stream=$stream), interleaved, 20 ms apart"
+echo "== ${routes[*]}: $n samples of one request each (\"stream\": $stream), interleaved, 20 ms apart"
 k=${#routes[@]}
 for i in $(seq "$n"); do
 	for j in $(seq 0 $((k - 1))); do
