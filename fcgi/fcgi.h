@@ -185,4 +185,60 @@ void fcgi_completion_json(struct buf *out, const struct fcgi_completion *m, cons
 /* The OpenAI usage object (or null). */
 void fcgi_usage_json(struct buf *out, const struct prov_usage *u);
 
+/* ---- the OpenAI Responses API (POST /v1/responses; resp_parse.c, resp_encode.c) -------
+ * A front-end over the chat completions path (ADR 0030): a Responses body is translated
+ * into a chat completions body, which fcgi_chat_parse_json then checks as any other, and
+ * the answer is encoded as Responses events or a response object. docs/api-responses.md
+ * lists what is honoured, ignored on purpose and refused. */
+struct fcgi_resp_request {
+	json_t *chat;	/* the chat completions body it translates into (owned; NULL after
+			   fcgi_chat_parse_json took it) */
+	json_t *custom; /* the names of its custom (freeform) tools: an array of strings,
+			   owned; their calls are answered as custom_tool_call items */
+	bool stream;
+};
+/* Parse a Responses body and translate it. 0 (release with fcgi_resp_release), or -1
+ * with err filled (400 invalid_request_error, param naming the field: "input[3].type"). */
+int fcgi_resp_parse(const char *body, size_t len, struct fcgi_resp_request *out,
+		    struct fcgi_error *err);
+void fcgi_resp_release(struct fcgi_resp_request *r);
+
+/* The calls one answer may make (as chat.c's FCGI_MAX_CALLS). */
+#define FCGI_RESP_MAX_CALLS 32
+/* One answer's Responses encoding: its ids, the sequence numbers of its events, its
+ * output items so far. Streamed: begin, then text and call pieces in the order they come,
+ * then end (response.completed, .incomplete or .failed); whole: the response object. */
+struct fcgi_resp_state {
+	char id[40]; /* "resp_…" */
+	int64_t created;
+	const char *model;    /* as the client asked */
+	const json_t *custom; /* fcgi_resp_request.custom */
+	uint64_t seq;	      /* the next event's sequence_number */
+	bool msg_open;	      /* a message item is streaming (its text in text) */
+	size_t msg_index;     /* ... its output_index */
+	struct buf text;
+	json_t *items; /* the output items by output_index (null: a call not done) */
+	size_t call_at[FCGI_RESP_MAX_CALLS]; /* call i's output_index */
+	size_t ncalls;
+};
+void fcgi_resp_state_init(struct fcgi_resp_state *s, const char *model, const json_t *custom);
+void fcgi_resp_state_release(struct fcgi_resp_state *s);
+/* response.created and response.in_progress. */
+void fcgi_resp_begin(struct fcgi_resp_state *s, struct buf *out);
+/* A piece of the answer's text (opens the message item on its first piece). */
+void fcgi_resp_text(struct fcgi_resp_state *s, struct buf *out, const char *text, size_t len);
+/* A piece of call i (c: its id and name; first: its first piece, which opens its item). */
+void fcgi_resp_call(struct fcgi_resp_state *s, struct buf *out, size_t i,
+		    const struct fcgi_tool_call *c, bool first, const char *args, size_t len);
+/* The end: the open item closed, every call's item done (calls whole, n of them), then
+ * response.completed (response.incomplete when finish is "length"), or response.failed
+ * when o->err. */
+void fcgi_resp_end(struct fcgi_resp_state *s, struct buf *out, const struct fcgi_tool_call *calls,
+		   size_t n, const struct prov_outcome *o);
+/* Not streamed: the whole response object. */
+void fcgi_resp_whole(struct fcgi_resp_state *s, struct buf *out, const char *text, size_t len,
+		     const struct fcgi_tool_call *calls, size_t n, const struct prov_outcome *o);
+/* An SSE comment: the stream's heartbeat. */
+void fcgi_resp_beat(struct buf *out);
+
 #endif

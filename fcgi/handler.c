@@ -131,6 +131,7 @@ static int check_owner_only(struct fcgi_req *rc)
  * own token). QUIET: a 200 writes no log line (the web server's checks, often). */
 static const struct fcgi_route routes[] = {
 	{ "POST", "/v1/chat/completions", "chat", fcgi_handle_chat, FCGI_ROUTE_RESTRICTABLE },
+	{ "POST", "/v1/responses", "responses", fcgi_handle_responses, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/v1/models", "models", fcgi_handle_models, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health", "health", fcgi_handle_health, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health/live", "health_live", fcgi_handle_live, FCGI_ROUTE_QUIET },
@@ -172,7 +173,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	r = fcgi_route_match(routes, ARRAY_SIZE(routes), rc.method,
 			     fcgi_io_param(io, "REQUEST_URI"), fcgi_io_param(io, "PATH_INFO"),
 			     app->cfg.route_prefix, &rc.path, &row);
-	if (row && (row->flags & FCGI_ROUTE_ANTHROPIC))
+	if (r != FCGI_ROUTE_NOT_FOUND && (row->flags & FCGI_ROUTE_ANTHROPIC))
 		rc.api = FCGI_API_ANTHROPIC;
 	if (r != FCGI_ROUTE_FOUND)
 		handle_no_route(&rc, r, row);

@@ -188,14 +188,56 @@ void fcgi_handle_live(struct fcgi_req *rc)
 	buf_release(&b);
 }
 
+/* codex's base instructions for the models OLP lists to it (codex_model below): codex
+ * puts a model's instructions_template first in every request, in place of its own. */
+static const char codex_instructions[] =
+	"You are Codex, a coding agent running in the Codex CLI on the user's computer, "
+	"answered by a model that OLP serves. You and the user share one workspace: read the "
+	"code before you change it, make the smallest change that does the task, and check "
+	"your work by running it. Use the tools you are given to run commands and edit "
+	"files; they run on the user's machine. Keep the user informed in a few words, ask "
+	"only when you cannot go on without an answer, and finish the task before you stop "
+	"with a short summary of what you did.";
+
+/* One model in codex's own catalog shape (what `model_catalog_url` asks for, issue 24):
+ * the fields codex 0.171 requires, so that it takes the list without a warning. priority
+ * keeps the registry's order; codex's default model is the first. */
+static void codex_model(struct buf *b, const struct prov_model *m, size_t priority)
+{
+	const char *name = m->display_name ? m->display_name : m->id;
+
+	buf_adds(b, "{\"slug\":");
+	buf_add_json_str(b, m->id, strlen(m->id));
+	buf_adds(b, ",\"display_name\":");
+	buf_add_json_str(b, name, strlen(name));
+	buf_adds(b, ",\"description\":");
+	buf_add_json_str(b, name, strlen(name));
+	buf_addf(b,
+		 ",\"shell_type\":\"shell_command\",\"visibility\":\"list\","
+		 "\"supported_in_api\":true,\"priority\":%zu,\"support_verbosity\":false,"
+		 "\"truncation_policy\":{\"mode\":\"tokens\",\"limit\":10000},"
+		 "\"supported_reasoning_levels\":[],\"experimental_supported_tools\":[],"
+		 "\"apply_patch_tool_type\":\"freeform\"",
+		 priority);
+	if (m->context_window > 0)
+		buf_addf(b, ",\"context_window\":%lld", (long long)m->context_window);
+	buf_adds(b, ",\"model_messages\":{\"instructions_template\":");
+	buf_add_json_str(b, codex_instructions, strlen(codex_instructions));
+	buf_adds(b, "}}");
+}
+
+/* The OpenAI list ("data"); with ?client_version=… (codex asking for its catalog), the
+ * same models in codex's shape too ("models"). */
 void fcgi_handle_models(struct fcgi_req *rc)
 {
 	const struct prov_registry *reg = rc->app->reg;
-	struct buf b = BUF_INIT;
+	struct buf b = BUF_INIT, codex = BUF_INIT, v = BUF_INIT;
+	bool want_codex =
+		fcgi_query_get(fcgi_io_param(rc->io, "QUERY_STRING"), "client_version", &v) == 1;
 	size_t i, n = 0;
 
 	if (fcgi_authenticate(rc, true))
-		return;
+		goto out;
 	buf_adds(&b, "{\"object\":\"list\",\"data\":[");
 	for (i = 0; i < prov_registry_model_count(reg); i++) {
 		const struct prov_model *m = prov_registry_model_at(reg, i);
@@ -204,16 +246,26 @@ void fcgi_handle_models(struct fcgi_req *rc)
 		/* Only what this caller may use (issue 22): no model it would be refused. */
 		if (fcgi_access_check(&rc->id, m->provider))
 			continue;
-		if (n++)
+		if (n++) {
 			buf_addch(&b, ',');
+			buf_addch(&codex, ',');
+		}
 		buf_adds(&b, "{\"id\":");
 		buf_add_json_str(&b, m->id, strlen(m->id));
 		buf_addf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":",
 			 (long long)m->created);
 		buf_add_json_str(&b, owner, strlen(owner));
 		buf_addch(&b, '}');
+		if (want_codex)
+			codex_model(&codex, m, n);
 	}
-	buf_adds(&b, "]}");
+	buf_adds(&b, "]");
+	if (want_codex)
+		buf_addf(&b, ",\"models\":[%s]", codex.data);
+	buf_addch(&b, '}');
 	fcgi_send_json(rc, 200, &b, NULL);
+out:
 	buf_release(&b);
+	buf_release(&codex);
+	buf_release(&v);
 }

@@ -14,8 +14,9 @@
 // user text says "call:NAME[,NAME…]" (arguments {"city":"Paris"} for the first, {"n":<i>}
 // for the others, each streamed as two input_json_delta pieces), or when the system prompt
 // says it "must call the tool mcp__olp__NAME" / "must call at least one" (the first tool);
-// stop_reason "tool_use". A conversation holding "[Tool Result (…)] TEXT" is answered
-// "Tool said: TEXT".
+// stop_reason "tool_use". "callargs:NAME:B64" (base64url of a JSON object) calls NAME with
+// those arguments: a client's own tool with its own schema (codex's exec_command {"cmd"}).
+// A conversation holding "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
 import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const HELLO = 'Hello from the fake Anthropic server!';
@@ -30,12 +31,20 @@ function lastUserText(body) {
 const systemText = (body) =>
   typeof body.system === 'string' ? body.system : (body.system ?? []).map((b) => b.text ?? '').join('\n');
 
+// "callargs:NAME:B64": {name, args (JSON text)}, or null.
+function argsGiven(body) {
+  const m = lastUserText(body).match(/callargs:([\w-]+):([A-Za-z0-9_-]+)/);
+  return m ? { name: m[1], args: Buffer.from(m[2], 'base64url').toString('utf8') } : null;
+}
+
 // The tools the model is to call now: [names with the mcp__olp__ prefix].
 function callsWanted(body) {
   const declared = (body.tools ?? []).map((t) => t.name).filter((n) => n?.startsWith('mcp__olp__'));
   if (!declared.length) return [];
   const text = lastUserText(body);
   if (/\[Tool Result \(/.test(text)) return [];
+  const given = argsGiven(body);
+  if (given) return declared.includes(`mcp__olp__${given.name}`) ? [`mcp__olp__${given.name}`] : [];
   const m = text.match(/call:([\w,-]+)/);
   if (m) return m[1].split(',').map((n) => `mcp__olp__${n}`).filter((n) => declared.includes(n));
   const named = systemText(body).match(/must call the tool (mcp__olp__[\w-]+)/);
@@ -80,7 +89,8 @@ serve('anthropic', async (req, res, body, entry) => {
   const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   if (calls.length) {
-    const args = (i) => JSON.stringify(i === 0 ? { city: 'Paris' } : { n: i });
+    const given = argsGiven(body);
+    const args = (i) => given?.args ?? JSON.stringify(i === 0 ? { city: 'Paris' } : { n: i });
     const ids = calls.map((_, i) => `toolu_fake_${seq}_${i}`);
     if (!body.stream) {
       res.writeHead(200, { 'content-type': 'application/json', 'request-id': reqId });
