@@ -128,6 +128,10 @@ static int check_owner_only(struct fcgi_req *rc)
  * own token). QUIET: a 200 writes no log line (the web server's checks, often). */
 static const struct fcgi_route routes[] = {
 	{ "POST", "/v1/chat/completions", "chat", fcgi_handle_chat, FCGI_ROUTE_RESTRICTABLE },
+	{ "POST", "/v1/messages", "messages", fcgi_handle_messages,
+	  FCGI_ROUTE_RESTRICTABLE | FCGI_ROUTE_ANTHROPIC },
+	{ "POST", "/v1/messages/count_tokens", "count_tokens", fcgi_handle_count_tokens,
+	  FCGI_ROUTE_RESTRICTABLE | FCGI_ROUTE_ANTHROPIC },
 	{ "GET", "/v1/models", "models", fcgi_handle_models, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health", "health", fcgi_handle_health, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health/live", "health_live", fcgi_handle_live, FCGI_ROUTE_QUIET },

@@ -221,6 +221,9 @@ void fcgi_handle_models(struct fcgi_req *rc);
 void fcgi_handle_usage(struct fcgi_req *rc);
 void fcgi_handle_dashboard(struct fcgi_req *rc);
 void fcgi_handle_metrics(struct fcgi_req *rc);
+/* messages.c: POST /v1/messages and /v1/messages/count_tokens (Anthropic's API). */
+void fcgi_handle_messages(struct fcgi_req *rc);
+void fcgi_handle_count_tokens(struct fcgi_req *rc);
 /* ---- chat.c: one answer of a provider run, in any of the client APIs ------------------ */
 /* A non-streamed answer is held in memory until the provider is done; past this size the
  * request fails rather than exhausting the worker. */
