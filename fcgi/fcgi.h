@@ -255,8 +255,8 @@ void fcgi_msg_usage_json(struct buf *out, const struct prov_usage *u);
 /* A whole Message: id and model from st, content blocks (the text when there is some,
  * then each call as a tool_use block whose input is its arguments as a JSON object: {}
  * when they are not one), stop_reason, stop_sequence and usage. */
-void fcgi_msg_json(struct buf *out, const struct fcgi_msg_stream *st, const char *text,
-		   size_t len, const struct fcgi_tool_call *calls, size_t ncalls,
-		   const char *stop_reason, const char *stop_sequence, const struct prov_usage *u);
+void fcgi_msg_json(struct buf *out, const struct fcgi_msg_stream *st, const char *text, size_t len,
+		   const struct fcgi_tool_call *calls, size_t ncalls, const char *stop_reason,
+		   const char *stop_sequence, const struct prov_usage *u);
 
 #endif

@@ -31,8 +31,8 @@ static void msg_text(struct fcgi_answer *a, struct buf *out, const char *text, s
 	fcgi_msg_sse_text(a->wire_ctx, out, text, len);
 }
 
-static void msg_tool(struct fcgi_answer *a, struct buf *out, size_t i, bool first,
-		     const char *args, size_t len)
+static void msg_tool(struct fcgi_answer *a, struct buf *out, size_t i, bool first, const char *args,
+		     size_t len)
 {
 	struct fcgi_call *c = &a->calls[i];
 

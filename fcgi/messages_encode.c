@@ -58,8 +58,8 @@ static void event_tail(struct buf *out)
 /* The Message's head fields: id, type, role, model. */
 static void message_head(struct buf *out, const struct fcgi_msg_stream *st)
 {
-	buf_addf(out, "{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":",
-		 st->id);
+	buf_addf(out,
+		 "{\"id\":\"%s\",\"type\":\"message\",\"role\":\"assistant\",\"model\":", st->id);
 	buf_add_json_str(out, st->model, strlen(st->model));
 }
 
@@ -102,7 +102,8 @@ void fcgi_msg_sse_text(struct fcgi_msg_stream *st, struct buf *out, const char *
 		st->open = FCGI_MSG_BLOCK_TEXT;
 	}
 	event_head(out, "content_block_delta");
-	buf_addf(out, ",\"index\":%u,\"delta\":{\"type\":\"text_delta\",\"text\":", st->nblocks - 1);
+	buf_addf(out,
+		 ",\"index\":%u,\"delta\":{\"type\":\"text_delta\",\"text\":", st->nblocks - 1);
 	buf_add_json_str(out, text, len);
 	buf_addch(out, '}');
 	event_tail(out);
@@ -192,9 +193,9 @@ static void tool_input(struct buf *out, const struct fcgi_tool_call *c)
 	json_decref(v);
 }
 
-void fcgi_msg_json(struct buf *out, const struct fcgi_msg_stream *st, const char *text,
-		   size_t len, const struct fcgi_tool_call *calls, size_t ncalls,
-		   const char *stop_reason, const char *stop_sequence, const struct prov_usage *u)
+void fcgi_msg_json(struct buf *out, const struct fcgi_msg_stream *st, const char *text, size_t len,
+		   const struct fcgi_tool_call *calls, size_t ncalls, const char *stop_reason,
+		   const char *stop_sequence, const struct prov_usage *u)
 {
 	message_head(out, st);
 	buf_adds(out, ",\"content\":[");

@@ -89,9 +89,9 @@ static int check_keys(const json_t *obj, const char *path, const char *const *kn
 /* ---- top-level fields ----------------------------------------------------------------- */
 
 enum field_use {
-	FIELD_USED,	/* honoured: checked and translated below */
-	FIELD_IGNORED,	/* accepted and ignored on purpose (type-checked) */
-	FIELD_REFUSED,	/* refused unless null: OLP cannot do it */
+	FIELD_USED,    /* honoured: checked and translated below */
+	FIELD_IGNORED, /* accepted and ignored on purpose (type-checked) */
+	FIELD_REFUSED, /* refused unless null: OLP cannot do it */
 };
 
 static const struct {
@@ -576,8 +576,8 @@ static int system_text(struct tr *t, const json_t *v, const char *path)
 		buf_add(&text, json_string_value(tx), json_string_length(tx));
 	}
 	if (text.len)
-		add(t->msgs, json_pack("{s:s, s:s%}", "role", "system", "content", text.data,
-				       text.len));
+		add(t->msgs,
+		    json_pack("{s:s, s:s%}", "role", "system", "content", text.data, text.len));
 	buf_release(&text);
 	return 0;
 fail:
@@ -602,8 +602,7 @@ static int translate_message(struct tr *t, const json_t *m, size_t i)
 		return -1;
 	role = str(json_object_get(m, "role"));
 	snprintf(p, sizeof(p), "%s.role", path);
-	if (!role ||
-	    (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
+	if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
 		return bad(t->err, p, "must be \"user\" or \"assistant\"");
 	if (content_shape(content, path, t->err))
 		return -1;
@@ -656,8 +655,9 @@ static bool tool_name_ok(const json_t *name)
  * is declared all the same. */
 static json_t *translate_tool(const json_t *tools, size_t i, struct fcgi_error *err)
 {
-	static const char *const known[] = { "type",	      "name",	       "description",
-					     "input_schema",  "cache_control", "defer_loading",
+	static const char *const known[] = { "type",	      "name",
+					     "description",   "input_schema",
+					     "cache_control", "defer_loading",
 					     "strict",	      NULL };
 	const json_t *tl = json_array_get(tools, i), *name, *desc, *schema;
 	const char *type;
@@ -701,8 +701,9 @@ static json_t *translate_tool(const json_t *tools, size_t i, struct fcgi_error *
 		bad(err, p, "must be a JSON Schema object");
 		return NULL;
 	}
-	return json_pack("{s:s, s:{s:O, s:O, s:O}}", "type", "function", "function", "name", name,
-			 "description", absent(desc) ? json_string("") : desc, "parameters",
+	return json_pack("{s:s, s:{s:O, s:o, s:O}}", "type", "function", "function", "name", name,
+			 "description",
+			 absent(desc) ? json_string("") : json_incref((json_t *)desc), "parameters",
 			 schema);
 }
 
@@ -718,8 +719,9 @@ static int translate_tool_choice(const json_t *root, json_t *chat, struct fcgi_e
 		return 0;
 	type = json_is_object(tc) ? str(json_object_get(tc, "type")) : NULL;
 	if (!type)
-		return bad(err, "tool_choice", "must be {\"type\": \"auto\", \"any\", \"tool\" or "
-					       "\"none\"}");
+		return bad(err, "tool_choice",
+			   "must be {\"type\": \"auto\", \"any\", \"tool\" or "
+			   "\"none\"}");
 	if (check_keys(tc, "tool_choice", known, err))
 		return -1;
 	t = json_object_get(tc, "disable_parallel_tool_use");
@@ -731,7 +733,8 @@ static int translate_tool_choice(const json_t *root, json_t *chat, struct fcgi_e
 	}
 	tools = json_object_get(chat, "tools");
 	if (strcmp(type, "any") && strcmp(type, "tool"))
-		return bad(err, "tool_choice.type", "must be \"auto\", \"any\", \"tool\" or \"none\"");
+		return bad(err, "tool_choice.type",
+			   "must be \"auto\", \"any\", \"tool\" or \"none\"");
 	if (!json_array_size(tools))
 		return bad(err, "tool_choice", "asks for a tool call, but there are no tools");
 	if (!strcmp(type, "any")) {
@@ -740,8 +743,8 @@ static int translate_tool_choice(const json_t *root, json_t *chat, struct fcgi_e
 	}
 	name = json_object_get(tc, "name");
 	json_array_foreach(tools, i, t)
-		if (str(name) && json_equal(name, json_object_get(json_object_get(t, "function"),
-								  "name"))) {
+		if (str(name) &&
+		    json_equal(name, json_object_get(json_object_get(t, "function"), "name"))) {
 			set(chat, "tool_choice",
 			    json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
 				      name));
