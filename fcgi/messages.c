@@ -49,7 +49,7 @@ static void msg_beat(struct fcgi_answer *a, struct buf *out)
 
 static void msg_end(struct fcgi_answer *a, struct buf *out, const struct prov_outcome *o)
 {
-	struct fcgi_error e = { .status = o->status };
+	struct fcgi_error e = { .status = o->status ? o->status : 502 };
 
 	if (!o->err) {
 		fcgi_msg_sse_end(a->wire_ctx, out, fcgi_messages_stop_reason(o->finish_reason),
