@@ -26,19 +26,17 @@ static int bad(struct fcgi_error *err, const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static int bad(struct fcgi_error *err, const char *path, const char *fmt, ...)
 {
+	char why[sizeof(err->message)];
 	va_list ap;
-	int n;
 
+	va_start(ap, fmt);
+	(void)vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
 	err->status = 400;
 	err->type = "invalid_request_error";
 	err->code = NULL;
 	snprintf(err->param, sizeof(err->param), "%s", path);
-	n = snprintf(err->message, sizeof(err->message), "%s: ", path);
-	if (n < 0 || (size_t)n >= sizeof(err->message))
-		return -1;
-	va_start(ap, fmt);
-	(void)vsnprintf(err->message + n, sizeof(err->message) - (size_t)n, fmt, ap);
-	va_end(ap);
+	snprintf(err->message, sizeof(err->message), "%s: %s", path, why);
 	return -1;
 }
 

@@ -269,13 +269,13 @@ struct fcgi_answer {
 	bool started;		     /* stream: head sent */
 	bool too_large;		     /* non-stream: answer over FCGI_MAX_BUFFERED_ANSWER */
 	bool answered;		     /* the end of the answer (or its error) was sent */
+	bool exhausted;		     /* every hop failed */
 	struct buf text;	     /* non-stream: the whole answer */
 	struct buf out;		     /* encoding scratch */
 	struct fcgi_hop hops[FCGI_MAX_HOPS];
 	size_t nhops;
-	size_t cur;	/* the hop running now */
-	size_t failed;	/* hops that failed before output and were passed over */
-	bool exhausted; /* every hop failed */
+	size_t cur;    /* the hop running now */
+	size_t failed; /* hops that failed before output and were passed over */
 	/* What the hops passed over had spent (a prompt read before the failure): the
 	 * ledger's and the quota's, not the answer's, whose usage is the answering hop's. */
 	struct prov_usage passed;
@@ -286,8 +286,8 @@ struct fcgi_answer {
 	size_t stop_lens[FCGI_MAX_STOP];
 	size_t nstops, stop_max;
 	struct buf held;
+	const char *stop_hit; /* the stop sequence seen (one of stops[]), when stopped */
 	bool stopped;	      /* a stop sequence was seen: the run was ended on purpose */
-	const char *stop_hit; /* ... this one (one of stops[]) */
 	/* response_format: a stream's text is kept too (in text), to be checked at the end;
 	 * past FCGI_MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
 	bool unchecked;
