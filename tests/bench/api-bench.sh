@@ -9,7 +9,9 @@
 # that machine noise and any place in the round hit them alike. Reported: each API's
 # median round trip (curl time_total), non-streamed and streamed, and the median of its
 # difference to chat completions within a round (paired: a slow spell of the machine
-# moves both). On a busy machine, raise BENCH_N.
+# moves both). On a busy machine, raise BENCH_N. Then messages-bench: the CPU the front-end
+# itself adds (parse and translate a request the size of Claude Code's, encode 100
+# deltas), in-process, which machine noise does not blur.
 #
 # usage: tests/bench/api-bench.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
 # env:   BENCH_N (requests per API and mode, default 300)
@@ -22,7 +24,7 @@ n=${BENCH_N:-300}
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/lib.sh"
-bench_build "$build" olp-fcgi olp-sandbox-exec
+bench_build "$build" olp-fcgi olp-sandbox-exec messages-bench
 build=$(cd "$build" && pwd)
 bench_workdir api
 
@@ -88,3 +90,6 @@ for stream in false true; do
 		echo
 	done
 done
+
+echo "== the front-end's own CPU, in-process (messages-bench)"
+"$build/tests/bench/messages-bench"
