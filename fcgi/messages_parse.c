@@ -37,7 +37,7 @@ static int bad(struct fcgi_error *err, const char *path, const char *fmt, ...)
 	err->code = NULL;
 	snprintf(err->param, sizeof(err->param), "%s", path);
 	/* A reason too long for the message is cut: the path at its start is what counts. */
-	if (snprintf(err->message, sizeof(err->message), "%s: %s", path, why) < 0)
+	if (snprintf(err->message, sizeof(err->message), "%.160s: %s", path, why) < 0)
 		err->message[0] = '\0';
 	return -1;
 }
