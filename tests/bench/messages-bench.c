@@ -70,44 +70,47 @@ static int cmp(const void *a, const void *b)
 
 static double median_us(uint64_t *ns, size_t n)
 {
+	size_t mid = n / 2;
+
 	qsort(ns, n, sizeof(*ns), cmp);
-	return (double)ns[n / 2] / 1000.0;
+	return (double)ns[mid] / 1000.0;
 }
 
 int main(int argc, char **argv)
 {
 	size_t rounds = argc > 1 ? strtoul(argv[1], NULL, 10) : 2000;
-	uint64_t *tm = calloc(rounds, sizeof(*tm)), *tc = calloc(rounds, sizeof(*tc));
-	uint64_t *em = calloc(rounds, sizeof(*em)), *ec = calloc(rounds, sizeof(*ec));
+	uint64_t *t = calloc(4 * (rounds ? rounds : 1), sizeof(*t));
+	uint64_t *tm = t, *tc = t + rounds, *em = t + 2 * rounds, *ec = t + 3 * rounds;
 	json_t *req = big_request(), *chat;
-	char *body = json_dumps(req, JSON_COMPACT), *chat_body;
-	struct fcgi_error err;
+	char *body = json_dumps(req, JSON_COMPACT), *chat_body = NULL;
+	struct fcgi_error err = { 0 };
 	struct fcgi_chat_request cr;
 	struct fcgi_completion meta;
 	struct fcgi_msg_stream st;
 	struct buf out = BUF_INIT;
-	size_t len = strlen(body), i;
+	size_t len = body ? strlen(body) : 0, i;
+	int ret = 1;
 
 	chat = fcgi_messages_translate(req, false, &err);
-	if (!rounds || !tm || !tc || !em || !ec || !chat) {
+	if (!rounds || !t || !body || !chat) {
 		fprintf(stderr, "messages-bench: %s\n", chat ? "bad arguments" : err.message);
-		return 1;
+		goto out;
 	}
 	chat_body = json_dumps(chat, JSON_COMPACT);
 	json_decref(chat);
-	for (i = 0; i < rounds; i++) {
+	for (i = 0; chat_body && i < rounds; i++) {
 		uint64_t t0 = mono_ns();
 		json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
 
 		chat = fcgi_messages_translate(root, false, &err);
 		json_decref(root);
 		if (!chat || fcgi_chat_parse_json(chat, &cr, &err))
-			return 1;
+			goto out_failed;
 		fcgi_chat_release(&cr);
 		tm[i] = mono_ns() - t0;
 		t0 = mono_ns();
 		if (fcgi_chat_parse(chat_body, strlen(chat_body), &cr, &err))
-			return 1;
+			goto out_failed;
 		fcgi_chat_release(&cr);
 		tc[i] = mono_ns() - t0;
 
@@ -132,6 +135,8 @@ int main(int argc, char **argv)
 		fcgi_sse_done(&out);
 		ec[i] = mono_ns() - t0;
 	}
+	if (!chat_body)
+		goto out;
 	printf("request_bytes %zu\n", len);
 	printf("parse_messages_median_us %.1f\n", median_us(tm, rounds));
 	printf("parse_chat_median_us %.1f\n", median_us(tc, rounds));
@@ -140,13 +145,15 @@ int main(int argc, char **argv)
 	printf("messages_minus_chat_us %.1f (goal <= 1000)\n",
 	       median_us(tm, rounds) - median_us(tc, rounds) + median_us(em, rounds) -
 		       median_us(ec, rounds));
+	ret = 0;
+	goto out;
+out_failed:
+	fprintf(stderr, "messages-bench: the request was refused: %s\n", err.message);
+out:
 	buf_release(&out);
 	free(body);
 	free(chat_body);
 	json_decref(req);
-	free(tm);
-	free(tc);
-	free(em);
-	free(ec);
-	return 0;
+	free(t);
+	return ret;
 }
