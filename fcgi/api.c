@@ -323,6 +323,26 @@ static bool image_magic_ok(const char *type, const unsigned char *h)
 	return !memcmp(h, "RIFF", 4) && !memcmp(h + 8, "WEBP", 4); /* webp */
 }
 
+int fcgi_image_check(const char *type, const char *data, size_t len, const char *param,
+		     struct fcgi_error *err)
+{
+	unsigned char head[16];
+	size_t size;
+
+	if (base64_check(data, len, &size, head, sizeof(head)))
+		return bad(err, param, "%s: the image data is not valid base64", param);
+	if (size > FCGI_MAX_IMAGE_BYTES) {
+		bad(err, param, "%s: the image is %zu bytes, above the limit of %zu", param, size,
+		    FCGI_MAX_IMAGE_BYTES);
+		err->status = 413;
+		err->type = "request_too_large";
+		return -1;
+	}
+	if (!image_magic_ok(type, head))
+		return bad(err, param, "%s: the data is not a %s image", param, type);
+	return 0;
+}
+
 /* An image_url part: a data: URL of a PNG, JPEG, GIF or WebP image under the size cap.
  * Nothing is ever fetched on a client's behalf: an http(s) URL is refused. */
 static int check_image(const json_t *part, const char *param, struct fcgi_chat_request *out,
@@ -332,8 +352,7 @@ static int check_image(const json_t *part, const char *param, struct fcgi_chat_r
 	const json_t *iu = json_object_get(part, "image_url"), *detail;
 	const char *url = json_string_value(json_object_get(iu, "url")), *mt, *comma;
 	char uparam[128];
-	unsigned char head[16];
-	size_t size, t;
+	size_t t;
 
 	snprintf(uparam, sizeof(uparam), "%s.image_url.url", param);
 	if (!json_is_object(iu) || !url ||
@@ -362,17 +381,8 @@ static int check_image(const json_t *part, const char *param, struct fcgi_chat_r
 			   "%s: the image must be image/png, image/jpeg, image/gif or image/webp, "
 			   "base64-encoded (data:image/png;base64,…)",
 			   uparam);
-	if (base64_check(comma + 1, strlen(comma + 1), &size, head, sizeof(head)))
-		return bad(err, uparam, "%s: the image data is not valid base64", uparam);
-	if (size > FCGI_MAX_IMAGE_BYTES) {
-		bad(err, uparam, "%s: the image is %zu bytes, above the limit of %zu", uparam, size,
-		    FCGI_MAX_IMAGE_BYTES);
-		err->status = 413;
-		err->type = "request_too_large";
+	if (fcgi_image_check(types[t], comma + 1, strlen(comma + 1), uparam, err))
 		return -1;
-	}
-	if (!image_magic_ok(types[t], head))
-		return bad(err, uparam, "%s: the data is not a %s image", uparam, types[t]);
 	if (++out->nimages > FCGI_MAX_IMAGES)
 		return bad(err, uparam, "at most %d images a request", FCGI_MAX_IMAGES);
 	if (out->nimages == 1)

@@ -101,6 +101,11 @@ int fcgi_query_get(const char *qs, const char *name, struct buf *out);
  * (the Anthropic API's own limit per image); above the size, 413. */
 #define FCGI_MAX_IMAGES 20
 #define FCGI_MAX_IMAGE_BYTES ((size_t)5 << 20)
+/* Check base64 image bytes (standard, padded) of type "png", "jpeg", "gif" or "webp":
+ * valid base64, at most FCGI_MAX_IMAGE_BYTES decoded (else 413), and bytes that are that
+ * type. 0, or -1 with err naming param ("param: the data is not a png image"). */
+int fcgi_image_check(const char *type, const char *data, size_t len, const char *param,
+		     struct fcgi_error *err);
 /* tools: at most this many function tools a request. */
 #define FCGI_MAX_TOOLS 128
 
@@ -240,5 +245,74 @@ void fcgi_resp_whole(struct fcgi_resp_state *s, struct buf *out, const char *tex
 		     const struct fcgi_tool_call *calls, size_t n, const struct prov_outcome *o);
 /* An SSE comment: the stream's heartbeat. */
 void fcgi_resp_beat(struct buf *out);
+
+/* ---- the Anthropic Messages API (messages_parse.c, messages_encode.c) -------------------
+ * POST /v1/messages is a front-end over the chat request path (ADR 0030): its body is
+ * translated into a chat completion body, and its answers are encoded from the same
+ * events. docs/api-messages.md lists what is honoured, ignored on purpose and refused. */
+
+/* Translate a Messages request body (root, parsed; the caller keeps it) into a new chat
+ * completion body: system (a string or text blocks) and "system" messages as system
+ * messages; text and base64 image blocks as text and image_url (data: URL) parts;
+ * tool_use blocks as tool_calls, tool_result blocks as tool messages (their images follow
+ * in a user message); tools (input_schema) as function tools; tool_choice auto, any, tool,
+ * none as "auto", "required", {function}, "none"; max_tokens, stop_sequences (as stop),
+ * stream. thinking, temperature, top_p, top_k, context_management and output_config are
+ * accepted and ignored on purpose; any other field is refused by name. count: the body of
+ * /v1/messages/count_tokens, where max_tokens is not required. The new body, or NULL with
+ * err filled (400 invalid_request_error, 413 for an image over the cap), its message
+ * starting with the field's path as Anthropic writes it ("messages.2.content.0.source.data:
+ * …"), which param holds too. */
+json_t *fcgi_messages_translate(const json_t *root, bool count, struct fcgi_error *err);
+/* What /v1/messages/count_tokens answers for a translated, parsed request: OLP's estimate
+ * of the prompt (ADR 0024's 4 bytes a token) over what the provider would be given: the
+ * flattened conversation (prov_flatten_messages) and the tools' declarations (their
+ * JSON), plus FCGI_IMAGE_TOKENS for each image. At least 1. */
+#define FCGI_IMAGE_TOKENS 1600
+int64_t fcgi_messages_count_tokens(const json_t *messages, const json_t *tools);
+
+/* Anthropic's stop_reason for an answer's finish_reason ("stop", "length", "tool_calls",
+ * "content_filter"): end_turn, max_tokens, tool_use, refusal. */
+const char *fcgi_messages_stop_reason(const char *finish_reason);
+
+/* A streamed Message, in Anthropic's order: message_start and a ping with the first
+ * bytes, then for each content block content_block_start, content_block_delta
+ * (text_delta, or input_json_delta for a tool_use block), content_block_stop, and at the
+ * end message_delta (stop_reason, stop_sequence, usage) and message_stop; or an error
+ * event. Each function appends whole events to out. */
+enum fcgi_msg_block { FCGI_MSG_BLOCK_NONE = 0, FCGI_MSG_BLOCK_TEXT, FCGI_MSG_BLOCK_TOOL };
+struct fcgi_msg_stream {
+	char id[40];	   /* "msg_…": the same in the stream and in a whole message */
+	const char *model; /* as the client asked */
+	bool started;	   /* message_start is out */
+	enum fcgi_msg_block open;
+	size_t open_call; /* FCGI_MSG_BLOCK_TOOL: the call it is */
+	unsigned nblocks; /* blocks started: the next block's index */
+};
+void fcgi_msg_stream_init(struct fcgi_msg_stream *st, const char *model);
+/* A piece of the answer's text (len > 0). */
+void fcgi_msg_sse_text(struct fcgi_msg_stream *st, struct buf *out, const char *text, size_t len);
+/* A piece of call's JSON input: id and name on its first piece (a new tool_use block),
+ * NULL after. A piece of a call whose block was closed (the model went on to another) is
+ * dropped: a block cannot be reopened. */
+void fcgi_msg_sse_tool(struct fcgi_msg_stream *st, struct buf *out, size_t call, const char *id,
+		       const char *name, const char *json, size_t len);
+/* The heartbeat: a ping (with message_start first when nothing was sent yet). */
+void fcgi_msg_sse_ping(struct fcgi_msg_stream *st, struct buf *out);
+/* The end: the open block closed, message_delta and message_stop. stop_sequence: the one
+ * that ended the answer (stop_reason "stop_sequence"), or NULL. */
+void fcgi_msg_sse_end(struct fcgi_msg_stream *st, struct buf *out, const char *stop_reason,
+		      const char *stop_sequence, const struct prov_usage *u);
+/* A failure after the stream began: an error event with e in Anthropic's shape. */
+void fcgi_msg_sse_error(struct fcgi_msg_stream *st, struct buf *out, const struct fcgi_error *e);
+/* Anthropic's usage object: input_tokens (without the cached part), output_tokens,
+ * cache_read_input_tokens (OLP's cached_tokens); zeros when u has none. */
+void fcgi_msg_usage_json(struct buf *out, const struct prov_usage *u);
+/* A whole Message: id and model from st, content blocks (the text when there is some,
+ * then each call as a tool_use block whose input is its arguments as a JSON object: {}
+ * when they are not one), stop_reason, stop_sequence and usage. */
+void fcgi_msg_json(struct buf *out, const struct fcgi_msg_stream *st, const char *text, size_t len,
+		   const struct fcgi_tool_call *calls, size_t ncalls, const char *stop_reason,
+		   const char *stop_sequence, const struct prov_usage *u);
 
 #endif

@@ -132,6 +132,10 @@ static int check_owner_only(struct fcgi_req *rc)
 static const struct fcgi_route routes[] = {
 	{ "POST", "/v1/chat/completions", "chat", fcgi_handle_chat, FCGI_ROUTE_RESTRICTABLE },
 	{ "POST", "/v1/responses", "responses", fcgi_handle_responses, FCGI_ROUTE_RESTRICTABLE },
+	{ "POST", "/v1/messages", "messages", fcgi_handle_messages,
+	  FCGI_ROUTE_RESTRICTABLE | FCGI_ROUTE_ANTHROPIC },
+	{ "POST", "/v1/messages/count_tokens", "count_tokens", fcgi_handle_count_tokens,
+	  FCGI_ROUTE_RESTRICTABLE | FCGI_ROUTE_ANTHROPIC },
 	{ "GET", "/v1/models", "models", fcgi_handle_models, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health", "health", fcgi_handle_health, FCGI_ROUTE_RESTRICTABLE },
 	{ "GET", "/health/live", "health_live", fcgi_handle_live, FCGI_ROUTE_QUIET },
@@ -146,7 +150,7 @@ static void handle_no_route(struct fcgi_req *rc, enum fcgi_route_result r,
 {
 	struct fcgi_error e;
 
-	if (r == FCGI_ROUTE_BAD_METHOD) {
+	if (r == FCGI_ROUTE_BAD_METHOD && row) {
 		fcgi_error_set(&e, 405, "method_not_allowed", NULL, NULL,
 			       "Method %.16s not allowed on %.200s", rc->method, rc->path.data);
 		fcgi_send_error(rc, &e,
@@ -164,6 +168,7 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	};
 	const struct fcgi_route *row = NULL;
 	enum fcgi_route_result r;
+	unsigned flags;
 
 	unique_hex16(rc.rid); /* the request's id, not a secret: no system call */
 	fcgi_io_set_deadline(io, rc.t0 + FCGI_ANSWER_WRITE_MS);
@@ -173,11 +178,14 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	r = fcgi_route_match(routes, ARRAY_SIZE(routes), rc.method,
 			     fcgi_io_param(io, "REQUEST_URI"), fcgi_io_param(io, "PATH_INFO"),
 			     app->cfg.route_prefix, &rc.path, &row);
-	if (r != FCGI_ROUTE_NOT_FOUND && (row->flags & FCGI_ROUTE_ANTHROPIC))
+	/* A 404 has no row; FOUND and BAD_METHOD have one (said again below for the
+	 * analyzer, which cannot know it). */
+	flags = row ? row->flags : 0;
+	if (flags & FCGI_ROUTE_ANTHROPIC)
 		rc.api = FCGI_API_ANTHROPIC;
-	if (r != FCGI_ROUTE_FOUND)
+	if (r != FCGI_ROUTE_FOUND || !row)
 		handle_no_route(&rc, r, row);
-	else if (!(row->flags & FCGI_ROUTE_RESTRICTABLE) || !check_owner_only(&rc))
+	else if (!(flags & FCGI_ROUTE_RESTRICTABLE) || !check_owner_only(&rc))
 		row->handle(&rc);
 	fcgi_io_finish(io);
 	/* The answer is finished however it ended: the key's slot, if still held, is free. */
@@ -189,13 +197,13 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 		rc.status = 499;
 		rc.error_code = "CLIENT_STALLED";
 	}
-	if (r != FCGI_ROUTE_FOUND || !(row->flags & FCGI_ROUTE_QUIET) || rc.status != 200)
+	if (r != FCGI_ROUTE_FOUND || !(flags & FCGI_ROUTE_QUIET) || rc.status != 200)
 		log_request(&rc);
 	if (rc.chat)
 		record_usage(&rc);
-	count_request(&rc, r == FCGI_ROUTE_FOUND       ? row->name
-			   : r == FCGI_ROUTE_NOT_FOUND ? "not_found"
-						       : "bad_method");
+	count_request(&rc, r == FCGI_ROUTE_FOUND && row ? row->name
+			   : r == FCGI_ROUTE_NOT_FOUND	? "not_found"
+							: "bad_method");
 	if (rc.have_id) {
 		/* After the answer: last_used_at never delays a response. */
 		auth_touch(app->auth, &rc.id);

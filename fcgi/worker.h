@@ -224,6 +224,9 @@ void fcgi_handle_models(struct fcgi_req *rc);
 void fcgi_handle_usage(struct fcgi_req *rc);
 void fcgi_handle_dashboard(struct fcgi_req *rc);
 void fcgi_handle_metrics(struct fcgi_req *rc);
+/* messages.c: POST /v1/messages and /v1/messages/count_tokens (Anthropic's API). */
+void fcgi_handle_messages(struct fcgi_req *rc);
+void fcgi_handle_count_tokens(struct fcgi_req *rc);
 /* ---- chat.c: one answer of a provider run, in any of the client APIs ------------------ */
 /* A non-streamed answer is held in memory until the provider is done; past this size the
  * request fails rather than exhausting the worker. */
@@ -286,8 +289,8 @@ struct fcgi_answer {
 	size_t stop_lens[FCGI_MAX_STOP];
 	size_t nstops, stop_max;
 	struct buf held;
-	const char *stop_hit; /* the stop sequence seen (one of stops[]) */
-	bool stopped;	      /* ... so the run was ended on purpose */
+	const char *stop_hit; /* the stop sequence seen (one of stops[]), when stopped */
+	bool stopped;	      /* a stop sequence was seen: the run was ended on purpose */
 	/* response_format: a stream's text is kept too (in text), to be checked at the end;
 	 * past FCGI_MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
 	bool unchecked;

@@ -16,6 +16,9 @@
 // says it "must call the tool mcp__olp__NAME" / "must call at least one" (the first tool);
 // stop_reason "tool_use". "callargs:NAME:B64" (base64url of a JSON object) calls NAME with
 // those arguments: a client's own tool with its own schema (codex's exec_command {"cmd"}).
+// A last user text holding "bash:COMMAND" (to the end of its line), with a tool named Bash
+// declared (Claude Code's own, as a client of OLP), calls it with {"command": COMMAND,
+// "description": "Run the command the user gave"}.
 // A conversation holding "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
 import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
@@ -45,12 +48,20 @@ function callsWanted(body) {
   if (/\[Tool Result \(/.test(text)) return [];
   const given = argsGiven(body);
   if (given) return declared.includes(`mcp__olp__${given.name}`) ? [`mcp__olp__${given.name}`] : [];
+  if (bashCommand(body) !== null) return ['mcp__olp__Bash'];
   const m = text.match(/call:([\w,-]+)/);
   if (m) return m[1].split(',').map((n) => `mcp__olp__${n}`).filter((n) => declared.includes(n));
   const named = systemText(body).match(/must call the tool (mcp__olp__[\w-]+)/);
   if (named && declared.includes(named[1])) return [named[1]];
   if (/must call at least one/.test(systemText(body))) return [declared[0]];
   return [];
+}
+
+// "bash:COMMAND" in the last user text, when a Bash tool is declared: COMMAND, else null.
+function bashCommand(body) {
+  if (!(body.tools ?? []).some((t) => t.name === 'mcp__olp__Bash')) return null;
+  const m = lastUserText(body).match(/bash:(.+)/);
+  return m ? m[1].trim() : null;
 }
 
 function imagesSeen(body) {
@@ -90,7 +101,9 @@ serve('anthropic', async (req, res, body, entry) => {
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   if (calls.length) {
     const given = argsGiven(body);
-    const args = (i) => given?.args ?? JSON.stringify(i === 0 ? { city: 'Paris' } : { n: i });
+    const bash = bashCommand(body);
+    const args = (i) => given?.args ?? JSON.stringify(bash !== null ? { command: bash, description: 'Run the command the user gave' }
+      : i === 0 ? { city: 'Paris' } : { n: i });
     const ids = calls.map((_, i) => `toolu_fake_${seq}_${i}`);
     if (!body.stream) {
       res.writeHead(200, { 'content-type': 'application/json', 'request-id': reqId });
