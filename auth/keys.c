@@ -257,20 +257,11 @@ out_rmdir:
 	return ret;
 }
 
-enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
-				     struct auth_new_key *out, struct buf *msg)
+/* The spec's fields, checked before anything is written. */
+static enum auth_key_result spec_check(const struct auth_key_spec *spec, struct buf *msg)
 {
-	unsigned char hash[AUTH_HASH_BYTES];
-	char keys[4096];
-	enum auth_key_result res;
-	json_t *m = NULL;
-	bool owner = false;
-	int keys_fd, ret, tries;
 	size_t i;
 
-	memset(out, 0, sizeof(*out));
-	if (auth_crypto_init())
-		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
 	if (!spec->name || !name_valid(spec->name)) {
 		msg_set(msg, "a key name is 1 to %d bytes of UTF-8 without control characters",
 			AUTH_NAME_MAX);
@@ -305,7 +296,19 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
 	}
-	if (path_join_buf(keys, sizeof(keys), olp_home, "keys"))
+	return AUTH_KEY_OK;
+}
+
+/* keys/ under olp_home, made when missing (with keys/'s owner: keys_dir_make), its
+ * permissions checked, opened and locked (so that two "keygen --owner" runs cannot both
+ * see no owner) into *fd. keys receives its path. */
+static enum auth_key_result keys_open_locked(const char *olp_home, char *keys, size_t size, int *fd,
+					     struct buf *msg)
+{
+	enum auth_key_result res;
+	int ret;
+
+	if (path_join_buf(keys, size, olp_home, "keys"))
 		return sys_fail(msg, ENAMETOOLONG, "path too long:", olp_home);
 	ret = mkdir_0700(olp_home);
 	if (!ret)
@@ -315,31 +318,60 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
-	keys_fd = open(keys, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (keys_fd < 0)
+	*fd = open(keys, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*fd < 0)
 		return sys_fail(msg, errno, "cannot open", keys);
-	/* keys/ is locked so that two "keygen --owner" runs cannot both see no owner. */
-	while (flock(keys_fd, LOCK_EX) < 0) {
+	while (flock(*fd, LOCK_EX) < 0) {
 		if (errno != EINTR) {
 			res = sys_fail(msg, errno, "cannot lock", keys);
-			goto out_close;
+			close(*fd);
+			return res;
 		}
 	}
-	if (spec->tier == AUTH_TIER_OWNER && !spec->force) {
-		ret = owner_exists(keys, &owner);
-		if (ret) {
-			res = sys_fail(msg, -ret, "cannot read", keys);
-			goto out_close;
-		}
-		if (owner) {
-			msg_set(msg,
-				"an active owner key already exists in %s; pass --force to "
-				"create another",
-				keys);
-			res = AUTH_KEY_ERR_OWNER_EXISTS;
-			goto out_close;
-		}
+	return AUTH_KEY_OK;
+}
+
+/* A second active owner only with --force. */
+static enum auth_key_result owner_check(const struct auth_key_spec *spec, const char *keys,
+					struct buf *msg)
+{
+	bool owner = false;
+	int ret;
+
+	if (spec->tier != AUTH_TIER_OWNER || spec->force)
+		return AUTH_KEY_OK;
+	ret = owner_exists(keys, &owner);
+	if (ret)
+		return sys_fail(msg, -ret, "cannot read", keys);
+	if (owner) {
+		msg_set(msg,
+			"an active owner key already exists in %s; pass --force to create another",
+			keys);
+		return AUTH_KEY_ERR_OWNER_EXISTS;
 	}
+	return AUTH_KEY_OK;
+}
+
+enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
+				     struct auth_new_key *out, struct buf *msg)
+{
+	unsigned char hash[AUTH_HASH_BYTES];
+	char keys[4096];
+	enum auth_key_result res;
+	json_t *m = NULL;
+	int keys_fd, ret = 0, tries;
+
+	memset(out, 0, sizeof(*out));
+	if (auth_crypto_init())
+		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
+	res = spec_check(spec, msg);
+	if (!res)
+		res = keys_open_locked(olp_home, keys, sizeof(keys), &keys_fd, msg);
+	if (res)
+		return res;
+	res = owner_check(spec, keys, msg);
+	if (res)
+		goto out_close;
 	auth_iso_time_now(out->created_at);
 	auth_token_generate(out->token);
 	auth_hash_token(out->token, AUTH_TOKEN_LEN, hash);
@@ -355,11 +387,8 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 		if (ret != -EEXIST && ret != -ENOTEMPTY)
 			break;
 	}
-	if (ret) {
+	if (ret)
 		res = sys_fail(msg, -ret, "cannot write a key under", keys);
-		goto out_close;
-	}
-	res = AUTH_KEY_OK;
 out_close:
 	close(keys_fd);
 	sodium_memzero(hash, sizeof(hash));

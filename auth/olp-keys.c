@@ -387,6 +387,44 @@ static void warn_logins(const char *id, const struct strv *logins)
 			id, logins->v[i], logins->v[i]);
 }
 
+/* --tier and --owner: 0, or EXIT_USAGE after the usage error. */
+static int keygen_tier(const struct opts *o, enum auth_tier *tier)
+{
+	if (o->tier) {
+		if (strcmp(o->tier, "owner") == 0)
+			*tier = AUTH_TIER_OWNER;
+		else if (strcmp(o->tier, "guest") != 0)
+			return usage_error("--tier is owner or guest, not '%s'", o->tier);
+	}
+	if (o->owner) {
+		if (o->tier && *tier != AUTH_TIER_OWNER)
+			return usage_error("--owner contradicts --tier=%s", o->tier);
+		*tier = AUTH_TIER_OWNER;
+	}
+	return 0;
+}
+
+/* The new key, with its token (shown only here), as text or JSON. */
+static void keygen_print(const struct opts *o, const struct auth_key_spec *spec,
+			 const struct auth_new_key *key)
+{
+	struct buf quota = BUF_INIT;
+
+	if (o->json) {
+		print_json(json_pack("{s:s, s:s, s:s, s:o, s:s}", "id", key->id, "name", spec->name,
+				     "owner_tier", auth_tier_name(spec->tier), "quota",
+				     quota_to_json(&spec->quota), "token", key->token));
+		return;
+	}
+	quota_text(&spec->quota, &quota);
+	printf("Created %s key %s (name \"%s\", providers %s, quota %s).\n",
+	       auth_tier_name(spec->tier), key->id, spec->name, o->providers ? o->providers : "*",
+	       quota.data);
+	printf("Token (shown only now; store it safely, it cannot be recovered):\n%s\n",
+	       key->token);
+	buf_release(&quota);
+}
+
 static int cmd_keygen(const struct opts *o, const char *home)
 {
 	struct auth_key_spec spec = { .tier = AUTH_TIER_GUEST,
@@ -396,7 +434,6 @@ static int cmd_keygen(const struct opts *o, const char *home)
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
 	struct strv prov = STRV_INIT, logins = STRV_INIT;
-	struct buf quota = BUF_INIT;
 	int rc = EXIT_FAILURE;
 	unsigned fields;
 
@@ -404,17 +441,8 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		return usage_error("keygen needs --owner or --name=NAME");
 	if (parse_quota_opts(o, &spec.quota, &fields))
 		return EXIT_USAGE;
-	if (o->tier) {
-		if (strcmp(o->tier, "owner") == 0)
-			spec.tier = AUTH_TIER_OWNER;
-		else if (strcmp(o->tier, "guest") != 0)
-			return usage_error("--tier is owner or guest, not '%s'", o->tier);
-	}
-	if (o->owner) {
-		if (o->tier && spec.tier != AUTH_TIER_OWNER)
-			return usage_error("--owner contradicts --tier=%s", o->tier);
-		spec.tier = AUTH_TIER_OWNER;
-	}
+	if (keygen_tier(o, &spec.tier))
+		return EXIT_USAGE;
 	/* The Node OLP names its owner key "owner"; --name overrides. */
 	spec.name = o->name ? o->name : "owner";
 	if (o->providers && strcmp(o->providers, "*") != 0) {
@@ -443,18 +471,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		rc = fail("keygen: %s", msg.len ? msg.data : auth_key_strerror(r));
 		goto out_free;
 	}
-	if (o->json) {
-		print_json(json_pack("{s:s, s:s, s:s, s:o, s:s}", "id", key.id, "name", spec.name,
-				     "owner_tier", auth_tier_name(spec.tier), "quota",
-				     quota_to_json(&spec.quota), "token", key.token));
-	} else {
-		quota_text(&spec.quota, &quota);
-		printf("Created %s key %s (name \"%s\", providers %s, quota %s).\n",
-		       auth_tier_name(spec.tier), key.id, spec.name,
-		       o->providers ? o->providers : "*", quota.data);
-		printf("Token (shown only now; store it safely, it cannot be recovered):\n%s\n",
-		       key.token);
-	}
+	keygen_print(o, &spec, &key);
 	warn_logins(key.id, &logins);
 	/* The token is shown only here: a failed write must not exit 0. */
 	if (fflush(stdout) != 0 || ferror(stdout))
@@ -467,7 +484,6 @@ out_free:
 	strv_release(&prov);
 	strv_release(&logins);
 	buf_release(&msg);
-	buf_release(&quota);
 	return rc;
 }
 

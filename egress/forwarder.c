@@ -218,21 +218,21 @@ static void wipe_release(struct strv *v)
 	strv_release(v);
 }
 
-/* The upstream mode's part of egr_route_check. */
-static int upstream_route_check(const struct egr_route *r, const char **why)
+/* The upstream URL: http or https, without a user, a query or a fragment. */
+static int upstream_url_check(const char *url, const char **why)
 {
 	CURLU *u;
 	char *scheme = NULL, *extra = NULL;
 	int ret = 0;
 
-	if (!r->upstream || !*r->upstream) {
+	if (!url || !*url) {
 		*why = "upstream mode needs an upstream URL";
 		return -EINVAL;
 	}
 	u = curl_url();
 	if (!u)
 		return -ENOMEM;
-	if (curl_url_set(u, CURLUPART_URL, r->upstream, 0) ||
+	if (curl_url_set(u, CURLUPART_URL, url, 0) ||
 	    curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) ||
 	    (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
 		*why = "the upstream is not an http:// or https:// URL";
@@ -246,8 +246,12 @@ static int upstream_route_check(const struct egr_route *r, const char **why)
 	curl_free(scheme);
 	curl_free(extra);
 	curl_url_cleanup(u);
-	if (ret)
-		return ret;
+	return ret;
+}
+
+/* The headers to set and to drop: names that are tokens, values without CR or LF. */
+static int upstream_headers_check(const struct egr_route *r, const char **why)
+{
 	for (size_t i = 0; i < r->n_set_headers; i++) {
 		const struct egr_header *h = &r->set_headers[i];
 
@@ -263,15 +267,24 @@ static int upstream_route_check(const struct egr_route *r, const char **why)
 			*why = "a header to drop is not a header name";
 			return -EINVAL;
 		}
-	for (size_t i = 0; r->allow_paths && r->allow_paths[i]; i++)
-		if ((ret = egr_allow_parse(r->allow_paths[i], NULL, why)))
-			return ret;
-	for (size_t i = 0; r->models && r->models[i]; i++)
+	return 0;
+}
+
+/* The upstream mode's part of egr_route_check. */
+static int upstream_route_check(const struct egr_route *r, const char **why)
+{
+	int ret = upstream_url_check(r->upstream, why);
+
+	if (!ret)
+		ret = upstream_headers_check(r, why);
+	for (size_t i = 0; !ret && r->allow_paths && r->allow_paths[i]; i++)
+		ret = egr_allow_parse(r->allow_paths[i], NULL, why);
+	for (size_t i = 0; !ret && r->models && r->models[i]; i++)
 		if (!r->models[i][0] || strpbrk(r->models[i], "\r\n")) {
 			*why = "a model to allow is empty or holds a line break";
-			return -EINVAL;
+			ret = -EINVAL;
 		}
-	return 0;
+	return ret;
 }
 
 int egr_route_check(const struct egr_route *r, const char **why)

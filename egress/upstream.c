@@ -363,53 +363,59 @@ static int flush_pending(struct up *u)
 	return ret ? -1 : 0;
 }
 
-/* Compose the response head for the client (once), into u->pending. */
-static void send_head(struct up *u)
+/* What the head's framing and answer checks need from the upstream's header lines. */
+struct head_facts {
+	struct buf conn_hdr; /* the Connection header's names, comma-separated */
+	const char *cl, *ctype;
+	size_t cl_len, ctype_len;
+	bool te, encoded;
+};
+
+static void head_scan(struct up *u, struct head_facts *f)
 {
-	struct egr_conn *c = u->c;
-	struct buf *out = &u->pending, conn_hdr = BUF_INIT;
 	struct hline h;
 	size_t pos = 0;
-	const char *cl = NULL, *ctype = NULL;
-	size_t cl_len = 0, ctype_len = 0;
-	bool te = false, encoded = false;
 
-	u->head_sent = true;
 	/* The upstream's own Connection header names more hop-by-hop headers. */
 	while (next_hline(&u->rlines, &pos, &h)) {
 		if (hline_is(&h, "connection")) {
-			buf_add(&conn_hdr, h.value, h.value_len);
-			buf_addch(&conn_hdr, ',');
-		} else if (hline_is(&h, "content-length") && !cl) {
-			cl = h.value;
-			cl_len = h.value_len;
+			buf_add(&f->conn_hdr, h.value, h.value_len);
+			buf_addch(&f->conn_hdr, ',');
+		} else if (hline_is(&h, "content-length") && !f->cl) {
+			f->cl = h.value;
+			f->cl_len = h.value_len;
 		} else if (hline_is(&h, "transfer-encoding")) {
-			te = true;
-		} else if (hline_is(&h, "content-type") && !ctype) {
-			ctype = h.value;
-			ctype_len = h.value_len;
+			f->te = true;
+		} else if (hline_is(&h, "content-type") && !f->ctype) {
+			f->ctype = h.value;
+			f->ctype_len = h.value_len;
 		} else if (hline_is(&h, "content-encoding")) {
-			encoded |= h.value_len != 8 || strncasecmp(h.value, "identity", 8);
+			f->encoded |= h.value_len != 8 || strncasecmp(h.value, "identity", 8);
 		}
 	}
-	egr_answer_begin(&u->ans, c->f, ctype, ctype_len, encoded);
-	/* An echo of the credential in the reason phrase: the standard one instead. */
-	if (egr_echo_in(c->f, u->reason, strlen(u->reason)))
-		u->reason[0] = '\0';
-	u->no_body = !strcasecmp(u->req->method, "HEAD") || u->status / 100 == 1 ||
-		     u->status == 204 || u->status == 304;
-	buf_addf(out, "HTTP/1.1 %d %s\r\n", u->status,
-		 u->reason[0] ? u->reason : egr_reason(u->status));
-	pos = 0;
+}
+
+/* The upstream's header lines the client may see: no hop-by-hop one, no echo. */
+static void head_copy(struct up *u, const struct head_facts *f, struct buf *out)
+{
+	struct hline h;
+	size_t pos = 0;
+
 	while (next_hline(&u->rlines, &pos, &h))
-		if (!hop_by_hop_response(h.name, h.name_len, conn_hdr.len ? conn_hdr.data : NULL) &&
-		    !egr_echo_in(c->f, h.raw, h.raw_len)) {
+		if (!hop_by_hop_response(h.name, h.name_len,
+					 f->conn_hdr.len ? f->conn_hdr.data : NULL) &&
+		    !egr_echo_in(u->c->f, h.raw, h.raw_len)) {
 			buf_add(out, h.raw, h.raw_len);
 			buf_adds(out, "\r\n");
 		}
-	if (cl && !te) {
+}
+
+/* How the body is delimited for the client, and whether its connection is kept. */
+static void head_framing(struct up *u, const struct head_facts *f, struct buf *out)
+{
+	if (f->cl && !f->te) {
 		buf_adds(out, "Content-Length: ");
-		buf_add(out, cl, cl_len);
+		buf_add(out, f->cl, f->cl_len);
 		buf_adds(out, "\r\n");
 	} else if (!u->no_body) {
 		if (u->req->minor == 1) {
@@ -429,9 +435,30 @@ static void send_head(struct up *u)
 		buf_adds(out, "Connection: keep-alive\r\n");
 	if (!u->close_after)
 		buf_addf(out, "Keep-Alive: timeout=%llu\r\n",
-			 (unsigned long long)(c->f->lim.idle_ms / 1000));
+			 (unsigned long long)(u->c->f->lim.idle_ms / 1000));
+}
+
+/* Compose the response head for the client (once), into u->pending. */
+static void send_head(struct up *u)
+{
+	struct egr_conn *c = u->c;
+	struct buf *out = &u->pending;
+	struct head_facts f = { .conn_hdr = BUF_INIT };
+
+	u->head_sent = true;
+	head_scan(u, &f);
+	egr_answer_begin(&u->ans, c->f, f.ctype, f.ctype_len, f.encoded);
+	/* An echo of the credential in the reason phrase: the standard one instead. */
+	if (egr_echo_in(c->f, u->reason, strlen(u->reason)))
+		u->reason[0] = '\0';
+	u->no_body = !strcasecmp(u->req->method, "HEAD") || u->status / 100 == 1 ||
+		     u->status == 204 || u->status == 304;
+	buf_addf(out, "HTTP/1.1 %d %s\r\n", u->status,
+		 u->reason[0] ? u->reason : egr_reason(u->status));
+	head_copy(u, &f, out);
+	head_framing(u, &f, out);
 	buf_adds(out, "\r\n");
-	buf_release(&conn_hdr);
+	buf_release(&f.conn_hdr);
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud)

@@ -43,6 +43,38 @@ void fcgi_error_json(const struct fcgi_error *e, struct buf *out)
 	buf_adds(out, "}}");
 }
 
+/* The Anthropic error type for an HTTP status, as the Messages API names them. */
+static const char *anthropic_error_type(int status)
+{
+	switch (status) {
+	case 401: return "authentication_error";
+	case 403: return "permission_error";
+	case 404: return "not_found_error";
+	case 413: return "request_too_large";
+	case 429: return "rate_limit_error";
+	case 503: return "overloaded_error";
+	default: return status >= 500 ? "api_error" : "invalid_request_error";
+	}
+}
+
+void fcgi_error_json_api(const struct fcgi_error *e, enum fcgi_api api, struct buf *out)
+{
+	const char *type;
+
+	if (api != FCGI_API_ANTHROPIC) {
+		fcgi_error_json(e, out);
+		return;
+	}
+	/* Anthropic's error object has a type and a message, which names the field; OLP's
+	 * code is in the request's log line. */
+	type = anthropic_error_type(e->status);
+	buf_adds(out, "{\"type\":\"error\",\"error\":{\"type\":");
+	buf_add_json_str(out, type, strlen(type));
+	buf_adds(out, ",\"message\":");
+	buf_add_json_str(out, e->message, strlen(e->message));
+	buf_adds(out, "}}");
+}
+
 const char *fcgi_status_text(int status)
 {
 	switch (status) {
@@ -831,13 +863,21 @@ int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err)
 {
 	json_error_t jerr;
-	json_t *root, *v;
+	json_t *root;
 
 	memset(out, 0, sizeof(*out));
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (!root)
 		return bad(err, "", "Invalid JSON body: %s (line %d, column %d)", jerr.text,
 			   jerr.line, jerr.column);
+	return fcgi_chat_parse_json(root, out, err);
+}
+
+int fcgi_chat_parse_json(json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err)
+{
+	json_t *v;
+
+	memset(out, 0, sizeof(*out));
 	out->root = root;
 	if (!json_is_object(root)) {
 		bad(err, "", "Request body must be a JSON object");

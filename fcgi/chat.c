@@ -18,13 +18,6 @@
 #include "fcgi/worker.h"
 #include "common/banned.h"
 
-/* A non-streamed answer is held in memory until the provider is done; past this size the
- * request fails rather than exhausting the worker. */
-#define MAX_BUFFERED_ANSWER (64u << 20)
-/* The model's function calls kept for one answer; more are dropped with a warning in the
- * log (no model makes that many in one turn). */
-#define MAX_CALLS 32
-
 /* The key's concurrency slot (check_concurrency), when held: free it. */
 void fcgi_key_slot_release(struct fcgi_req *rc)
 {
@@ -81,59 +74,6 @@ static int read_body(struct fcgi_req *rc, struct buf *body)
 	return 0;
 }
 
-/* One step of a routing chain: a registry model (and so its provider). */
-struct hop {
-	const struct prov_model *m;
-};
-
-struct fcgi_answer {
-	struct fcgi_req *rc;
-	const struct fcgi_chat_request *req;
-	struct fcgi_completion meta;
-	bool started;	 /* stream: head and first chunk sent */
-	bool too_large;	 /* non-stream: answer over MAX_BUFFERED_ANSWER */
-	bool answered;	 /* the end of the answer (or its error) was sent */
-	struct buf text; /* non-stream: the whole answer */
-	struct buf out;	 /* encoding scratch */
-	struct hop hops[FCGI_MAX_HOPS];
-	size_t nhops;
-	size_t cur;	/* the hop running now */
-	size_t failed;	/* hops that failed before output and were passed over */
-	bool exhausted; /* every hop failed */
-	/* What the hops passed over had spent (a prompt read before the failure): the
-	 * ledger's and the quota's, not the answer's, whose usage is the answering hop's. */
-	struct prov_usage passed;
-	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
-	/* "stop": the sequences, and the text held back because it may be the start of one
-	 * (at most the longest sequence less one byte). */
-	const char *stops[FCGI_MAX_STOP];
-	size_t stop_lens[FCGI_MAX_STOP];
-	size_t nstops, stop_max;
-	struct buf held;
-	bool stopped; /* a stop sequence was seen: the run was ended on purpose */
-	/* response_format: a stream's text is kept too (in text), to be checked at the end;
-	 * past MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
-	bool unchecked;
-	char warning[128]; /* meta.warning points here when set */
-	/* The model's function calls, in the order they started. */
-	struct call {
-		char id[128];
-		char name[72];
-		struct buf args;
-	} calls[MAX_CALLS];
-	size_t ncalls;
-	bool role_sent;	      /* stream: the first chunk (with the role) is out */
-	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
-	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
-	 * ": keep-alive" when nothing was written for hb_ms. lock orders its writes with the
-	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	pthread_t hb;
-	bool hb_on, hb_stop;
-	uint64_t hb_ms, last_write;
-};
-
 /* The hop's process was started (prov_sink.start): a pre-started one or not. */
 static void answer_start(void *ctx, enum sbx_start start)
 {
@@ -167,7 +107,6 @@ static int stream_write(struct fcgi_answer *a)
 
 static void *heartbeat_main(void *arg)
 {
-	static const char beat[] = ": keep-alive\n\n";
 	struct fcgi_answer *a = arg;
 
 	pthread_mutex_lock(&a->lock);
@@ -179,9 +118,11 @@ static void *heartbeat_main(void *arg)
 			/* Before any output this commits the answer to 200 and a stream: a
 			 * later failure is told in it, and no next hop of a chain is tried
 			 * (docs/openai-compat.md). A silent proxy cutting us off is worse. */
+			buf_reset(&a->out);
+			a->wire->beat(a, &a->out);
 			stream_start(a);
 			a->last_write = now;
-			if (fcgi_io_write(a->rc->io, beat, sizeof(beat) - 1))
+			if (fcgi_io_write(a->rc->io, a->out.data, a->out.len))
 				break; /* the client is gone: the run learns it on its own */
 			continue;
 		}
@@ -237,7 +178,7 @@ static int answer_text(struct fcgi_answer *a, const char *text, size_t len)
 	if (!len)
 		return 0;
 	if (!a->req->stream) {
-		if (a->text.len + len > MAX_BUFFERED_ANSWER) {
+		if (a->text.len + len > FCGI_MAX_BUFFERED_ANSWER) {
 			a->too_large = true;
 			return -1;
 		}
@@ -245,14 +186,14 @@ static int answer_text(struct fcgi_answer *a, const char *text, size_t len)
 		return 0;
 	}
 	if (a->req->format != PROV_FORMAT_TEXT && !a->unchecked) {
-		if (a->text.len + len > MAX_BUFFERED_ANSWER)
+		if (a->text.len + len > FCGI_MAX_BUFFERED_ANSWER)
 			a->unchecked = true;
 		else
 			buf_add(&a->text, text, len);
 	}
 	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
-	fcgi_sse_chunk(&a->out, &a->meta, a->role_sent ? NULL : "assistant", text, len, NULL);
+	a->wire->text(a, &a->out, text, len);
 	ret = stream_write(a);
 	pthread_mutex_unlock(&a->lock);
 	return ret;
@@ -284,7 +225,7 @@ static void stops_init(struct fcgi_answer *a, const json_t *stop)
  * tail that may start a sequence is held back until the next delta settles it. */
 static int answer_delta(struct fcgi_answer *a, const char *text, size_t len)
 {
-	const char *hit = NULL;
+	const char *hit = NULL, *stop = NULL;
 	size_t i, keep, ready;
 	int ret;
 
@@ -294,13 +235,16 @@ static int answer_delta(struct fcgi_answer *a, const char *text, size_t len)
 	for (i = 0; i < a->nstops; i++) {
 		const char *p = memmem(a->held.data, a->held.len, a->stops[i], a->stop_lens[i]);
 
-		if (p && (!hit || p < hit))
+		if (p && (!hit || p < hit)) {
 			hit = p;
+			stop = a->stops[i];
+		}
 	}
 	if (hit) {
 		ret = answer_text(a, a->held.data, (size_t)(hit - a->held.data));
 		buf_reset(&a->held);
 		a->stopped = true;
+		a->stop_hit = stop;
 		return ret ?: -1;
 	}
 	keep = a->stop_max - 1 < a->held.len ? a->stop_max - 1 : a->held.len;
@@ -317,7 +261,7 @@ static int answer_delta(struct fcgi_answer *a, const char *text, size_t len)
  * delta. */
 static int answer_tool(struct fcgi_answer *a, const struct prov_event *ev)
 {
-	struct call *c;
+	struct fcgi_call *c;
 	int ret;
 
 	/* Text held back for a stop sequence comes before the call. */
@@ -328,7 +272,7 @@ static int answer_tool(struct fcgi_answer *a, const struct prov_event *ev)
 			return ret;
 	}
 	if (ev->tool_name) {
-		if (ev->tool_index != a->ncalls || a->ncalls == MAX_CALLS) {
+		if (ev->tool_index != a->ncalls || a->ncalls == FCGI_MAX_CALLS) {
 			log_warnx(a->rc->rid, "tool call %u left out (out of order or too many)",
 				  ev->tool_index);
 			return 0;
@@ -341,7 +285,7 @@ static int answer_tool(struct fcgi_answer *a, const struct prov_event *ev)
 		return 0;
 	}
 	c = &a->calls[ev->tool_index];
-	if (c->args.len + ev->len > MAX_BUFFERED_ANSWER) {
+	if (c->args.len + ev->len > FCGI_MAX_BUFFERED_ANSWER) {
 		a->too_large = true;
 		return -1;
 	}
@@ -350,9 +294,7 @@ static int answer_tool(struct fcgi_answer *a, const struct prov_event *ev)
 		return 0;
 	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
-	fcgi_sse_tool_call(&a->out, &a->meta, !a->role_sent, ev->tool_index,
-			   ev->tool_name ? c->id : NULL, ev->tool_name ? c->name : NULL, ev->text,
-			   ev->len);
+	a->wire->tool(a, &a->out, ev->tool_index, ev->tool_name != NULL, ev->text, ev->len);
 	ret = stream_write(a);
 	pthread_mutex_unlock(&a->lock);
 	return ret;
@@ -382,21 +324,68 @@ static int answer_emit(void *ctx, const struct prov_event *ev)
 static void finish_stream(struct fcgi_answer *a, const struct prov_outcome *o)
 {
 	buf_reset(&a->out);
+	a->wire->end(a, &a->out, o);
+	(void)stream_write(a);
+}
+
+/* ---- the OpenAI chat completions wire ---------------------------------------------------- */
+
+static void chat_text(struct fcgi_answer *a, struct buf *out, const char *text, size_t len)
+{
+	fcgi_sse_chunk(out, &a->meta, a->role_sent ? NULL : "assistant", text, len, NULL);
+}
+
+static void chat_tool(struct fcgi_answer *a, struct buf *out, size_t i, bool first,
+		      const char *args, size_t len)
+{
+	const struct fcgi_call *c = &a->calls[i];
+
+	fcgi_sse_tool_call(out, &a->meta, !a->role_sent, (unsigned)i, first ? c->id : NULL,
+			   first ? c->name : NULL, args, len);
+}
+
+static void chat_beat(struct fcgi_answer *a, struct buf *out)
+{
+	(void)a;
+	buf_adds(out, ": keep-alive\n\n");
+}
+
+static void chat_end(struct fcgi_answer *a, struct buf *out, const struct prov_outcome *o)
+{
 	if (!a->role_sent)
-		fcgi_sse_chunk(&a->out, &a->meta, "assistant", "", 0, NULL);
+		fcgi_sse_chunk(out, &a->meta, "assistant", "", 0, NULL);
 	/* A call without arguments still has a JSON object of them, as OpenAI sends it. */
 	for (size_t i = 0; !o->err && i < a->ncalls; i++)
 		if (!a->calls[i].args.len)
-			fcgi_sse_tool_call(&a->out, &a->meta, false, (unsigned)i, NULL, NULL, "{}",
-					   2);
+			fcgi_sse_tool_call(out, &a->meta, false, (unsigned)i, NULL, NULL, "{}", 2);
 	/* An error after output cannot change the status any more: the stream ends with a
 	 * final chunk saying so, and [DONE]. */
-	fcgi_sse_chunk(&a->out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
+	fcgi_sse_chunk(out, &a->meta, NULL, NULL, 0, o->err ? "error" : o->finish_reason);
 	if (a->req->include_usage)
-		fcgi_sse_usage(&a->out, &a->meta, &o->usage);
-	fcgi_sse_done(&a->out);
-	(void)stream_write(a);
+		fcgi_sse_usage(out, &a->meta, &o->usage);
+	fcgi_sse_done(out);
 }
+
+static void chat_whole(struct fcgi_answer *a, struct buf *out, const struct prov_outcome *o)
+{
+	struct fcgi_tool_call calls[FCGI_MAX_CALLS];
+
+	for (size_t i = 0; i < a->ncalls; i++)
+		calls[i] = (struct fcgi_tool_call){
+			.id = a->calls[i].id,
+			.name = a->calls[i].name,
+			.args = a->calls[i].args.len ? a->calls[i].args.data : "{}",
+			.args_len = a->calls[i].args.len ? a->calls[i].args.len : 2,
+		};
+	fcgi_completion_json_calls(out, &a->meta, a->text.data, a->text.len, calls, a->ncalls,
+				   o->finish_reason, &o->usage);
+}
+
+const struct fcgi_wire fcgi_wire_chat = { .text = chat_text,
+					  .tool = chat_tool,
+					  .beat = chat_beat,
+					  .end = chat_end,
+					  .whole = chat_whole };
 
 static const char *provider_error_type(enum prov_error e);
 
@@ -523,21 +512,11 @@ static void answer_usage(struct fcgi_answer *a, const struct prov_outcome *o)
 						     : USAGE_START_COLD;
 }
 
-/* A non-streamed answer that went well: the completion object, whole. */
-static void send_completion(struct fcgi_answer *a, const struct prov_outcome *o)
+/* A non-streamed answer that went well: the API's answer object, whole. */
+static void send_whole(struct fcgi_answer *a, const struct prov_outcome *o)
 {
-	struct fcgi_tool_call calls[MAX_CALLS];
-
-	for (size_t i = 0; i < a->ncalls; i++)
-		calls[i] = (struct fcgi_tool_call){
-			.id = a->calls[i].id,
-			.name = a->calls[i].name,
-			.args = a->calls[i].args.len ? a->calls[i].args.data : "{}",
-			.args_len = a->calls[i].args.len ? a->calls[i].args.len : 2,
-		};
 	buf_reset(&a->out);
-	fcgi_completion_json_calls(&a->out, &a->meta, a->text.data, a->text.len, calls, a->ncalls,
-				   o->finish_reason, &o->usage);
+	a->wire->whole(a, &a->out, o);
 	fcgi_send_json(
 		a->rc, 200, &a->out,
 		(const struct fcgi_hdr[]){
@@ -559,14 +538,14 @@ static void answer_send(struct fcgi_answer *a, const struct prov_outcome *o)
 	} else if (a->too_large) {
 		fcgi_fail(rc, 502, "provider_error", "PROVIDER_ERROR",
 			  "The provider's answer exceeds %u bytes; use \"stream\": true",
-			  MAX_BUFFERED_ANSWER);
+			  FCGI_MAX_BUFFERED_ANSWER);
 	} else if (o->err) {
 		fcgi_fail(rc, o->status, provider_error_type(o->err), prov_error_code(o->err), "%s",
 			  o->message);
 	} else if (a->req->stream) {
 		finish_stream(a, o);
 	} else {
-		send_completion(a, o);
+		send_whole(a, o);
 	}
 }
 
@@ -868,13 +847,23 @@ static void chat_run_hops(struct fcgi_req *rc, struct fcgi_answer *a, json_t *me
 		fcgi_quota_refund(rc->app->usage, rc->id.key_id, &rc->claim, rc->rid);
 }
 
-void fcgi_handle_chat(struct fcgi_req *rc)
+int fcgi_read_json_body(struct fcgi_req *rc, struct buf *body)
 {
-	struct buf body = BUF_INIT;
-	struct fcgi_chat_request req;
-	struct fcgi_error err;
+	if (!is_json_type(fcgi_io_param(rc->io, "CONTENT_TYPE"))) {
+		fcgi_fail(rc, 415, "unsupported_media_type", NULL,
+			  "Content-Type must be application/json");
+		return -1;
+	}
+	return read_body(rc, body);
+}
+
+void fcgi_chat_serve(struct fcgi_req *rc, const struct fcgi_chat_request *req, size_t body_len,
+		     const struct fcgi_wire *wire, void *wire_ctx)
+{
 	struct fcgi_answer a = { .rc = rc,
-				 .req = &req,
+				 .req = req,
+				 .wire = wire,
+				 .wire_ctx = wire_ctx,
 				 .text = BUF_INIT,
 				 .out = BUF_INIT,
 				 .detail = BUF_INIT,
@@ -882,36 +871,20 @@ void fcgi_handle_chat(struct fcgi_req *rc)
 				 .lock = PTHREAD_MUTEX_INITIALIZER };
 	json_t *messages = NULL;
 
-	memset(&req, 0, sizeof(req));
-	if (fcgi_authenticate(rc, true))
-		goto out_answer;
 	rc->chat = true;
-	if (!is_json_type(fcgi_io_param(rc->io, "CONTENT_TYPE"))) {
-		fcgi_fail(rc, 415, "unsupported_media_type", NULL,
-			  "Content-Type must be application/json");
-		goto out_answer;
-	}
-	if (read_body(rc, &body))
-		goto out_answer;
-	if (fcgi_chat_parse(body.data, body.len, &req, &err)) {
-		fcgi_send_error(rc, &err, NULL);
-		goto out_answer;
-	}
-	if (plan_hops(rc, &req, &a) || check_hop_access(rc, &req, &a) ||
-	    check_hop_caps(rc, &req, &a) || check_concurrency(rc) ||
-	    check_quota(rc, body.len, &req, &a))
-		goto out_answer;
-	fcgi_completion_init(&a.meta, req.model);
-	stops_init(&a, req.stop);
-	if (req.stream && rc->app->cfg.heartbeat_ms)
+	if (plan_hops(rc, req, &a) || check_hop_access(rc, req, &a) ||
+	    check_hop_caps(rc, req, &a) || check_concurrency(rc) ||
+	    check_quota(rc, body_len, req, &a))
+		goto out;
+	fcgi_completion_init(&a.meta, req->model);
+	stops_init(&a, req->stop);
+	if (req->stream && rc->app->cfg.heartbeat_ms)
 		heartbeat_start(&a, rc->app->cfg.heartbeat_ms);
-	messages = prov_format_messages(req.messages, req.format, req.json_schema);
+	messages = prov_format_messages(req->messages, req->format, req->json_schema);
 	rc->answer = &a;
 	chat_run_hops(rc, &a, messages);
-out_answer:
+out:
 	json_decref(messages);
-	fcgi_chat_release(&req);
-	buf_release(&body);
 	rc->answer = NULL;
 	buf_release(&a.text);
 	buf_release(&a.out);
@@ -920,4 +893,26 @@ out_answer:
 	calls_reset(&a);
 	heartbeat_stop(&a);
 	pthread_mutex_destroy(&a.lock);
+}
+
+void fcgi_handle_chat(struct fcgi_req *rc)
+{
+	struct buf body = BUF_INIT;
+	struct fcgi_chat_request req;
+	struct fcgi_error err;
+
+	memset(&req, 0, sizeof(req));
+	if (fcgi_authenticate(rc, true))
+		goto out;
+	rc->chat = true;
+	if (fcgi_read_json_body(rc, &body))
+		goto out;
+	if (fcgi_chat_parse(body.data, body.len, &req, &err)) {
+		fcgi_send_error(rc, &err, NULL);
+		goto out;
+	}
+	fcgi_chat_serve(rc, &req, body.len, &fcgi_wire_chat, NULL);
+out:
+	fcgi_chat_release(&req);
+	buf_release(&body);
 }

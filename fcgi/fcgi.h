@@ -30,6 +30,14 @@ void fcgi_error_set(struct fcgi_error *e, int status, const char *type, const ch
 		    const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Append the error object (JSON) to out. */
 void fcgi_error_json(const struct fcgi_error *e, struct buf *out);
+/* The client API a request speaks, which decides its errors' shape: OpenAI's (chat
+ * completions, Responses, everything else) or Anthropic's (Messages). */
+enum fcgi_api { FCGI_API_OPENAI = 0, FCGI_API_ANTHROPIC };
+/* Append e in api's shape: fcgi_error_json, or Anthropic's {"type":"error","error":
+ * {"type","message"}} with the type its status has there (401 authentication_error, 403
+ * permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 503
+ * overloaded_error, other 5xx api_error, other 4xx invalid_request_error). */
+void fcgi_error_json_api(const struct fcgi_error *e, enum fcgi_api api, struct buf *out);
 /* "200 OK", "404 Not Found", … for a Status: header. */
 const char *fcgi_status_text(int status);
 
@@ -51,6 +59,7 @@ struct fcgi_req; /* one request under way: private to the worker (fcgi/worker.h)
 enum {
 	FCGI_ROUTE_RESTRICTABLE = 1 << 0, /* auth.owner_only_endpoints may restrict it */
 	FCGI_ROUTE_QUIET = 1 << 1,	  /* a 200 writes no log line (probes) */
+	FCGI_ROUTE_ANTHROPIC = 1 << 2,	  /* its errors in Anthropic's shape (FCGI_API_ANTHROPIC) */
 };
 struct fcgi_route {
 	const char *method; /* "GET" also takes HEAD */
@@ -120,6 +129,10 @@ struct fcgi_chat_request {
  * and docs/openai-compat.md. */
 int fcgi_chat_parse(const char *body, size_t len, struct fcgi_chat_request *out,
 		    struct fcgi_error *err);
+/* The same for a body already parsed (a front-end's translation of its own API's request
+ * into a chat completion body: fcgi/messages.c, fcgi/responses.c): takes root, which
+ * out->root then owns (released with fcgi_chat_release, also on failure). */
+int fcgi_chat_parse_json(json_t *root, struct fcgi_chat_request *out, struct fcgi_error *err);
 void fcgi_chat_release(struct fcgi_chat_request *req);
 /* Whether an answer is what response_format asked for: JSON (an object for json_object),
  * whitespace around it allowed. The schema itself is not checked. Always true for text. */

@@ -169,6 +169,8 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 	r = fcgi_route_match(routes, ARRAY_SIZE(routes), rc.method,
 			     fcgi_io_param(io, "REQUEST_URI"), fcgi_io_param(io, "PATH_INFO"),
 			     app->cfg.route_prefix, &rc.path, &row);
+	if (row && (row->flags & FCGI_ROUTE_ANTHROPIC))
+		rc.api = FCGI_API_ANTHROPIC;
 	if (r != FCGI_ROUTE_FOUND)
 		handle_no_route(&rc, r, row);
 	else if (!(row->flags & FCGI_ROUTE_RESTRICTABLE) || !check_owner_only(&rc))

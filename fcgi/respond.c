@@ -49,7 +49,7 @@ void fcgi_send_error(struct fcgi_req *rc, const struct fcgi_error *e, const stru
 {
 	struct buf b = BUF_INIT;
 
-	fcgi_error_json(e, &b);
+	fcgi_error_json_api(e, rc->api, &b);
 	rc->error_code = e->code ? e->code : e->type;
 	fcgi_send_json(rc, e->status, &b, extra);
 	buf_release(&b);

@@ -5,6 +5,7 @@
 
 #include <fcgiapp.h>
 #include <jansson.h>
+#include <pthread.h>
 
 #include "auth/auth.h"
 #include "fcgi/fcgi.h"
@@ -167,6 +168,7 @@ struct fcgi_answer; /* chat.c's */
 struct fcgi_req {
 	struct fcgi_app *app;
 	struct fcgi_io *io;
+	enum fcgi_api api; /* its errors' shape: from its route */
 	char rid[17];
 	const char *method; /* points into method_buf: the params die with fcgi_io_finish */
 	char method_buf[16];
@@ -219,6 +221,103 @@ void fcgi_handle_models(struct fcgi_req *rc);
 void fcgi_handle_usage(struct fcgi_req *rc);
 void fcgi_handle_dashboard(struct fcgi_req *rc);
 void fcgi_handle_metrics(struct fcgi_req *rc);
+/* ---- chat.c: one answer of a provider run, in any of the client APIs ------------------ */
+/* A non-streamed answer is held in memory until the provider is done; past this size the
+ * request fails rather than exhausting the worker. */
+#define FCGI_MAX_BUFFERED_ANSWER (64u << 20)
+/* The model's function calls kept for one answer; more are dropped with a warning in the
+ * log (no model makes that many in one turn). */
+#define FCGI_MAX_CALLS 32
+
+/* One step of a routing chain: a registry model (and so its provider). */
+struct fcgi_hop {
+	const struct prov_model *m;
+};
+
+/* How an answer is written in one client API (ADR 0030): OpenAI chat completions (chat.c),
+ * Anthropic Messages (messages.c), OpenAI Responses (responses.c). The request path is
+ * one (fcgi_chat_serve): keys, quotas, chains, heartbeats and the ledger are the same for
+ * all three; only these encodings differ. Each op appends to out what goes to the client;
+ * the caller writes it (after the stream's head) under the answer's lock. */
+struct fcgi_wire {
+	/* Streamed: a piece of the answer's text (len > 0). */
+	void (*text)(struct fcgi_answer *a, struct buf *out, const char *text, size_t len);
+	/* Streamed: a piece of call i's JSON arguments (a->calls[i]); first on the call's
+	 * first piece, whose id and name are then set. */
+	void (*tool)(struct fcgi_answer *a, struct buf *out, size_t i, bool first, const char *args,
+		     size_t len);
+	/* Streamed: a heartbeat, which may be the stream's first bytes. */
+	void (*beat)(struct fcgi_answer *a, struct buf *out);
+	/* Streamed: the end; o->err set when the run failed after the stream began. */
+	void (*end)(struct fcgi_answer *a, struct buf *out, const struct prov_outcome *o);
+	/* Not streamed: the whole answer (status 200, JSON). */
+	void (*whole)(struct fcgi_answer *a, struct buf *out, const struct prov_outcome *o);
+};
+
+/* The OpenAI chat completions wire (chat.c). */
+extern const struct fcgi_wire fcgi_wire_chat;
+
+struct fcgi_answer {
+	struct fcgi_req *rc;
+	const struct fcgi_chat_request *req;
+	const struct fcgi_wire *wire;
+	void *wire_ctx;		     /* the wire's own state */
+	struct fcgi_completion meta; /* the answer's id, created, the model asked for */
+	bool started;		     /* stream: head sent */
+	bool too_large;		     /* non-stream: answer over FCGI_MAX_BUFFERED_ANSWER */
+	bool answered;		     /* the end of the answer (or its error) was sent */
+	struct buf text;	     /* non-stream: the whole answer */
+	struct buf out;		     /* encoding scratch */
+	struct fcgi_hop hops[FCGI_MAX_HOPS];
+	size_t nhops;
+	size_t cur;	/* the hop running now */
+	size_t failed;	/* hops that failed before output and were passed over */
+	bool exhausted; /* every hop failed */
+	/* What the hops passed over had spent (a prompt read before the failure): the
+	 * ledger's and the quota's, not the answer's, whose usage is the answering hop's. */
+	struct prov_usage passed;
+	struct buf detail; /* "provider/model: CODE; …" of the failed hops (owner only) */
+	/* "stop": the sequences, and the text held back because it may be the start of one
+	 * (at most the longest sequence less one byte). */
+	const char *stops[FCGI_MAX_STOP];
+	size_t stop_lens[FCGI_MAX_STOP];
+	size_t nstops, stop_max;
+	struct buf held;
+	bool stopped;	      /* a stop sequence was seen: the run was ended on purpose */
+	const char *stop_hit; /* ... this one (one of stops[]) */
+	/* response_format: a stream's text is kept too (in text), to be checked at the end;
+	 * past FCGI_MAX_BUFFERED_ANSWER it is not kept and the answer counts as unchecked. */
+	bool unchecked;
+	char warning[128]; /* meta.warning points here when set */
+	/* The model's function calls, in the order they started. */
+	struct fcgi_call {
+		char id[128];
+		char name[72];
+		struct buf args;
+	} calls[FCGI_MAX_CALLS];
+	size_t ncalls;
+	bool role_sent;	      /* stream: the answer's first piece (text or call) is out */
+	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
+	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
+	 * the wire's beat when nothing was written for hb_ms. lock orders its writes with the
+	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	pthread_t hb;
+	bool hb_on, hb_stop;
+	uint64_t hb_ms, last_write;
+};
+
+/* Read a JSON request body: 415 unless Content-Type is application/json, 413 past
+ * max_body. 0, or -1 after answering. */
+int fcgi_read_json_body(struct fcgi_req *rc, struct buf *body);
+/* Serve a parsed chat request (fcgi_chat_parse or a front-end's translation into it):
+ * the model or chain (404), each hop's provider open to the key (403), what each hop can
+ * do (400), the key's concurrency slot and quota (429/503), then the runs, answered
+ * through wire (wire_ctx its state). rc is authenticated, rc->api set. */
+void fcgi_chat_serve(struct fcgi_req *rc, const struct fcgi_chat_request *req, size_t body_len,
+		     const struct fcgi_wire *wire, void *wire_ctx);
+
 /* chat.c: the X-OLP-* headers of the chat answer a under way. */
 void fcgi_chat_headers(const struct fcgi_answer *a, int status, struct buf *h);
 /* The key's concurrency slot (quota max_concurrent), when held: free it. */

@@ -55,7 +55,10 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 void prov_registry_free(struct prov_registry *reg);
 /* The models and providers these return, and their strings, belong to the registry:
  * valid until prov_registry_free, never changed, safe to read from any thread.
- * Find a model by id or alias; NULL when unknown. */
+ * Find a model by id or alias; NULL when unknown. An alias with '*' is a pattern
+ * (fnmatch): "claude-opus-*" takes the ids a client brings of its own (Claude Code's,
+ * codex's), tried after every exact id and alias, the one with the most literal
+ * characters first. */
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id);
 size_t prov_registry_model_count(const struct prov_registry *reg);
 const struct prov_model *prov_registry_model_at(const struct prov_registry *reg, size_t i);

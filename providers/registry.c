@@ -4,6 +4,7 @@
  * plus "type" (defaulted from the name for the three CLI providers) and the settings of
  * "command" providers. */
 #include <errno.h>
+#include <fnmatch.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,10 +268,10 @@ static void add_aliases(struct prov_registry *reg, const struct prov_provider *p
 			json_is_string(target) ? find_id(reg, json_string_value(target)) : NULL;
 		struct prov_alias *na;
 
-		if (!valid_model_id(alias)) {
+		if (!valid_name(alias, MAX_MODEL_ID, "._:/@-*")) {
 			log_warnx(NULL,
 				  "%s: providers.%s.aliases: alias \"%.150s\" is not 1-%d "
-				  "characters of [A-Za-z0-9._:/@-] starting with a letter or "
+				  "characters of [A-Za-z0-9._:/@-*] starting with a letter or "
 				  "digit; skipped",
 				  path, pv->name, alias, MAX_MODEL_ID);
 			continue;
@@ -356,13 +357,39 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	return reg;
 }
 
+/* The alias pattern (a name with '*') that matches id with the most literal characters
+ * (the first such when two tie), or NULL. */
+static const struct prov_alias *find_pattern(const struct prov_registry *reg, const char *id)
+{
+	const struct prov_alias *best = NULL;
+	size_t best_len = 0;
+
+	for (size_t i = 0; i < reg->naliases; i++) {
+		const struct prov_alias *al = &reg->aliases[i];
+		size_t lit = 0;
+
+		if (!strchr(al->name, '*') || fnmatch(al->name, id, 0))
+			continue;
+		for (const char *p = al->name; *p; p++)
+			lit += *p != '*';
+		if (!best || lit > best_len) {
+			best = al;
+			best_len = lit;
+		}
+	}
+	return best;
+}
+
 const struct prov_model *prov_registry_find(const struct prov_registry *reg, const char *id)
 {
 	const struct prov_model *m = find_id(reg, id);
+	const struct prov_alias *al;
 
 	for (size_t i = 0; !m && i < reg->naliases; i++)
 		if (!strcmp(reg->aliases[i].name, id))
 			m = &reg->models[reg->aliases[i].model];
+	if (!m && (al = find_pattern(reg, id)))
+		m = &reg->models[al->model];
 	return m;
 }
 

@@ -84,14 +84,64 @@ static int on_usage(struct vibe_parser *vp, const json_t *u)
 	return prov_emit_usage(vp->pl.sink, &usage);
 }
 
+/* An error line ({"type":"error"} or an "error" member that is set): 1 after emitting the
+ * failure (or its emit's error), 0 when o is no error. */
+static int vibe_error(struct vibe_parser *vp, const json_t *o)
+{
+	const char *type = prov_json_str(o, "type");
+	const json_t *err = json_object_get(o, "error"), *where;
+	const char *msg;
+	int st;
+
+	if (!(type && !strcmp(type, "error")) &&
+	    !(err && !json_is_null(err) && !json_is_false(err)))
+		return 0;
+	where = json_is_object(err) ? err : o;
+	msg = json_is_string(err) ? json_string_value(err) : prov_json_str(where, "message");
+	st = prov_json_status(where, "status", 0);
+	if (!st && msg)
+		st = prov_find_status(msg);
+	return prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st, prov_upstream_text(st))
+		       ?: 1;
+}
+
+/* Whether o says the answer is over ({"type":"stop"|"done"} or "done": true). */
+static bool vibe_done(const json_t *o)
+{
+	const char *type = prov_json_str(o, "type");
+
+	return (type && (!strcmp(type, "stop") || !strcmp(type, "done"))) ||
+	       json_is_true(json_object_get(o, "done"));
+}
+
+/* One line's text, usage and finish: 0 to go on, 1 at the answer's end, < 0 to stop. */
+static int vibe_content(struct vibe_parser *vp, const json_t *o)
+{
+	const json_t *choice = json_array_get(json_object_get(o, "choices"), 0), *text;
+	const char *fr = prov_json_str(choice, "finish_reason");
+	int ret;
+
+	if ((text = text_of(o)) &&
+	    (ret = prov_emit_delta(vp->pl.sink, json_string_value(text), json_string_length(text))))
+		return ret;
+	if (json_is_object(json_object_get(o, "usage")) &&
+	    (ret = on_usage(vp, json_object_get(o, "usage"))))
+		return ret;
+	if (fr && (ret = prov_emit_finish(vp->pl.sink, !strcmp(fr, "length") ? "length" : "stop")))
+		return ret;
+	if (vibe_done(o))
+		return (fr ? 0 : prov_emit_finish(vp->pl.sink, "stop")) ?: 1;
+	if (!text && !fr)
+		vp->pl.ignored++;
+	return 0;
+}
+
 static int vibe_line(void *ctx, const char *line, size_t len)
 {
 	struct vibe_parser *vp = ctx;
 	json_t *o = prov_json_object(line, len);
-	const char *type = prov_json_str(o, "type"), *role = prov_json_str(o, "role");
-	const json_t *choice = json_array_get(json_object_get(o, "choices"), 0), *text, *err;
-	const char *fr = prov_json_str(choice, "finish_reason");
-	int ret = 0;
+	const char *role = prov_json_str(o, "role");
+	int ret;
 
 	if (!o) {
 		vp->pl.garbage++;
@@ -99,39 +149,10 @@ static int vibe_line(void *ctx, const char *line, size_t len)
 	}
 	if (role && strcmp(role, "assistant")) {
 		vp->pl.ignored++;
-		goto out_obj;
+		ret = 0;
+	} else {
+		ret = vibe_error(vp, o) ?: vibe_content(vp, o);
 	}
-	err = json_object_get(o, "error");
-	if ((type && !strcmp(type, "error")) ||
-	    (err && !json_is_null(err) && !json_is_false(err))) {
-		const char *msg = json_is_string(err)
-					  ? json_string_value(err)
-					  : prov_json_str(json_is_object(err) ? err : o, "message");
-		int st = prov_json_status(json_is_object(err) ? err : o, "status", 0);
-
-		if (!st && msg)
-			st = prov_find_status(msg);
-		ret = prov_emit_failure(vp->pl.sink, PROV_ERR_PROVIDER_ERROR, st,
-					prov_upstream_text(st))
-			      ?: 1;
-		goto out_obj;
-	}
-	if ((text = text_of(o)) &&
-	    (ret = prov_emit_delta(vp->pl.sink, json_string_value(text), json_string_length(text))))
-		goto out_obj;
-	if (json_is_object(json_object_get(o, "usage")) &&
-	    (ret = on_usage(vp, json_object_get(o, "usage"))))
-		goto out_obj;
-	if (fr && (ret = prov_emit_finish(vp->pl.sink, !strcmp(fr, "length") ? "length" : "stop")))
-		goto out_obj;
-	if ((type && (!strcmp(type, "stop") || !strcmp(type, "done"))) ||
-	    json_is_true(json_object_get(o, "done"))) {
-		ret = (fr ? 0 : prov_emit_finish(vp->pl.sink, "stop")) ?: 1;
-		goto out_obj;
-	}
-	if (!text && !fr)
-		vp->pl.ignored++;
-out_obj:
 	json_decref(o);
 	return ret;
 }

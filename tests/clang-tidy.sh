@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clang-tidy.sh — the clang_tidy CTest: the checked-in .clang-tidy over every C file of
+# clang-tidy.sh — the style_clang_tidy CTest: the checked-in .clang-tidy over every C file of
 # the build (compile_commands.json) but the fuzz targets, which must give no finding.
 # Exits 77 (CTest skip) when run-clang-tidy is not installed (Debian: clang-tidy).
 #

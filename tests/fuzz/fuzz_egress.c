@@ -32,7 +32,7 @@
  *    and no "background" but false or null;
  *  - a masked answer is as long as the answer and holds no copy of the secret.
  * Chunked body decoding lives in egress/upstream.c (static, driven by a connection) and
- * is not reached from here; test_egress covers it over a socket.
+ * is not reached from here; unit_egress covers it over a socket.
  *
  *   fuzz_egress -max_total_time=20 -dict=tests/fuzz/egress.dict corpus-egress/ */
 #include <arpa/inet.h>

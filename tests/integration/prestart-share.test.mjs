@@ -64,7 +64,7 @@ async function chatThenReady(model, token) {
 
 before(async () => {
   // One worker process: the old pool's eviction (oldest first, whoever's) was within one
-  // process; the shares across processes are test_prestart's.
+  // process; the shares across processes are unit_sandbox_prestart's.
   srv = await startServer({
     maxProcs: 1,
     threads: 2,

@@ -125,7 +125,7 @@ function config({ capped = false } = {}) {
   return {
     auth: { allow_anonymous: false },
     // No process started ahead (ADR 0022): these tests find and count the CLI's processes
-    // (prestart.test.mjs and provider_clis_real_prestart cover pre-started ones).
+    // (prestart.test.mjs and cli_real_prestart cover pre-started ones).
     sandbox: { mode: 'bwrap', prestart_max: 0 },
     providers: {
       anthropic: claude(anthropic.url),
@@ -207,7 +207,7 @@ const sseData = (body) => parseSse(Buffer.from(body)).map((e) => e.data);
 
 before(async () => {
   assert.ok(fs.existsSync(claudeBin) && fs.existsSync(codexJs),
-    `the CLIs are missing: run \`npm ci\` in ${pcliDir} (CTest fixture provider_clis_npm_ci)`);
+    `the CLIs are missing: run \`npm ci\` in ${pcliDir} (CTest fixture cli_npm_ci)`);
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-it-prov-'));
   [anthropic, openai, local] = await Promise.all([
     startUpstream('fake-anthropic.mjs', { FAKE_DELTA_MS: '60' }),

@@ -772,6 +772,36 @@ static void test_registry_aliases(void)
 	buf_release(&err);
 }
 
+/* Alias patterns take the model ids a client brings of its own (Claude Code's, codex's):
+ * after every exact id and alias, the most literal pattern first; '*' cannot start one. */
+static void test_registry_alias_patterns(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_registry *reg = load_text(
+		"{\"providers\":{"
+		"\"p1\":{\"type\":\"command\",\"argv\":[\"/bin/cat\"],"
+		"\"models\":[{\"id\":\"big\"},{\"id\":\"small\"},{\"id\":\"claude-opus-x\"}],"
+		"\"aliases\":{\"claude-*\":\"small\",\"claude-opus-*\":\"big\","
+		"\"*\":\"small\",\"exact\":\"small\",\"claude-opus-exact\":\"small\"}}}}",
+		NULL, &err);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+	CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, "claude-opus-5-5"),
+			    prov_registry_find(reg, "big"));
+	CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, "claude-haiku-9"),
+			    prov_registry_find(reg, "small"));
+	/* An exact model id and an exact alias come before any pattern. */
+	CU_ASSERT_PTR_EQUAL(prov_registry_find(reg, "claude-opus-x"),
+			    prov_registry_find(reg, "claude-opus-x"));
+	CU_ASSERT_STRING_EQUAL(prov_registry_find(reg, "claude-opus-x")->id, "claude-opus-x");
+	CU_ASSERT_STRING_EQUAL(prov_registry_find(reg, "claude-opus-exact")->id, "small");
+	/* "*" alone starts with no letter or digit: skipped, so nothing else matches. */
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "gpt-5"));
+	CU_ASSERT_PTR_NULL(prov_registry_find(reg, "claude"));
+	prov_registry_free(reg);
+	buf_release(&err);
+}
+
 static void test_registry_duplicates(void)
 {
 	struct buf err = BUF_INIT;
@@ -1872,6 +1902,7 @@ int main(void)
 		{ "registry: command provider", test_registry_command },
 		{ "registry: defaults", test_registry_defaults },
 		{ "registry: aliases", test_registry_aliases },
+		{ "registry: alias patterns", test_registry_alias_patterns },
 		{ "registry: duplicate ids keep the first", test_registry_duplicates },
 		{ "registry: invalid command entries skipped", test_registry_invalid_commands },
 		{ "registry: types not run yet skipped", test_registry_types_not_run },

@@ -1,5 +1,6 @@
 #!/bin/sh
-# netns-as-www-data.sh — a network-namespace suite (test_netns, test_sandbox_net) again as
+# netns-as-www-data.sh — a network-namespace suite (test_netns, test_sandbox_net: CTest
+# unit_sandbox_netns_www_data, unit_sandbox_net_www_data) again as
 # www-data, the user a web server's FastCGI workers run as: the namespace is then made
 # inside a user namespace. Only root
 # can switch users: anyone else, or a host without www-data or setpriv, or a build tree
