@@ -618,6 +618,31 @@ static int run_again_cold(struct run_ctx *rc, struct sbx_run_options *opt)
 	return 0;
 }
 
+/* Fail closed where the sandbox cannot give the run what it needs: true after failing
+ * out. */
+static bool sandbox_refused(const struct prov_provider *pv, bool own_net, struct prov_outcome *out)
+{
+	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
+		/* Never fall back to running unsandboxed. */
+		fail(out, PROV_ERR_SANDBOX,
+		     "The sandbox is not available on this host (%s); "
+		     "the request was not run",
+		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+		return true;
+	}
+	if (own_net && sbx_global_mode() == SBX_MODE_OFF) {
+		/* With the sandbox off there is no namespace of the run's own, and its only
+		 * network would be the host's. */
+		fail(out, PROV_ERR_SANDBOX,
+		     "Provider %s has network \"%s\", which needs the sandbox (sandbox.mode is "
+		     "\"off\"); the request was not run. Set its network to \"host\" to give "
+		     "it the host's network",
+		     pv->name, prov_net_mode_name(pv->net.mode));
+		return true;
+	}
+	return false;
+}
+
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
@@ -638,24 +663,8 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
-	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
-		/* Fail closed: never fall back to running unsandboxed. */
-		fail(out, PROV_ERR_SANDBOX,
-		     "The sandbox is not available on this host (%s); "
-		     "the request was not run",
-		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+	if (sandbox_refused(pv, own_net, out))
 		goto out_run;
-	}
-	if (own_net && sbx_global_mode() == SBX_MODE_OFF) {
-		/* Fail closed: with the sandbox off there is no namespace of the run's own,
-		 * and its only network would be the host's. */
-		fail(out, PROV_ERR_SANDBOX,
-		     "Provider %s has network \"%s\", which needs the sandbox (sandbox.mode is "
-		     "\"off\"); the request was not run. Set its network to \"host\" to give "
-		     "it the host's network",
-		     pv->name, prov_net_mode_name(pv->net.mode));
-		goto out_run;
-	}
 	rc.slot = prov_slot_acquire(pv);
 	if (rc.slot == -EBUSY) {
 		fail(out, PROV_ERR_CONCURRENCY_LIMIT,
