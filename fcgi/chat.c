@@ -7,12 +7,10 @@
  * before any output. Nothing is sent until the answer's first byte exists, so an error
  * before any output is still a proper JSON error with the right status. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fcgi/worker.h"
@@ -79,9 +77,7 @@ static void answer_start(void *ctx, enum sbx_start start)
 {
 	struct fcgi_answer *a = ctx;
 
-	pthread_mutex_lock(&a->lock);
 	a->start = start;
-	pthread_mutex_unlock(&a->lock);
 }
 
 /* The stream's head (200, text/event-stream), once. */
@@ -105,76 +101,35 @@ static int stream_write(struct fcgi_answer *a)
 	return fcgi_io_write(a->rc->io, a->out.data, a->out.len);
 }
 
-static void *heartbeat_main(void *arg)
+/* The run's tick (prov_sink.tick): the wire's beat when the stream was silent for hb_ms,
+ * while the provider runs, while a failed hop's sandbox is torn down and as the next hop
+ * starts; on the thread that writes the rest of the answer. The time it is due next, 0
+ * once the answer is over (or its client gone). */
+static uint64_t answer_tick(void *ctx, uint64_t now)
 {
-	struct fcgi_answer *a = arg;
+	struct fcgi_answer *a = ctx;
 
-	pthread_mutex_lock(&a->lock);
-	while (!a->hb_stop) {
-		uint64_t now = mono_ms(), due = a->last_write + a->hb_ms;
-		struct timespec ts;
-
-		if (now >= due) {
-			/* Before any output this commits the answer to 200 and a stream: a
-			 * later failure is told in it, and no next hop of a chain is tried
-			 * (docs/openai-compat.md). A silent proxy cutting us off is worse. */
-			buf_reset(&a->out);
-			a->wire->beat(a, &a->out);
-			stream_start(a);
-			a->last_write = now;
-			if (fcgi_io_write(a->rc->io, a->out.data, a->out.len))
-				break; /* the client is gone: the run learns it on its own */
-			continue;
+	if (!a->hb_ms || a->answered)
+		return 0;
+	if (now >= a->last_write + a->hb_ms) {
+		/* Before any output this commits the answer to 200 and a stream: a later
+		 * failure is told in it, and no next hop of a chain is tried
+		 * (docs/openai-compat.md). A silent proxy cutting us off is worse. */
+		buf_reset(&a->out);
+		a->wire->beat(a, &a->out);
+		stream_start(a);
+		a->last_write = now;
+		if (fcgi_io_write(a->rc->io, a->out.data, a->out.len)) {
+			a->hb_ms = 0; /* the client is gone: the run learns it on its own */
+			return 0;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += (time_t)((due - now) / 1000);
-		ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&a->cv, &a->lock, &ts);
 	}
-	pthread_mutex_unlock(&a->lock);
-	return NULL;
-}
-
-static void heartbeat_start(struct fcgi_answer *a, uint64_t ms)
-{
-	pthread_condattr_t ca;
-
-	a->hb_ms = ms;
-	a->last_write = mono_ms();
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&a->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	/* No heartbeat thread (out of threads): the answer goes on without heartbeats. */
-	a->hb_on = !pthread_create(&a->hb, NULL, heartbeat_main, a);
-	if (!a->hb_on) {
-		log_warnx(a->rc->rid, "no heartbeat thread; streaming without heartbeats");
-		pthread_cond_destroy(&a->cv);
-	}
-}
-
-static void heartbeat_stop(struct fcgi_answer *a)
-{
-	if (!a->hb_on)
-		return;
-	pthread_mutex_lock(&a->lock);
-	a->hb_stop = true;
-	pthread_cond_signal(&a->cv);
-	pthread_mutex_unlock(&a->lock);
-	pthread_join(a->hb, NULL);
-	pthread_cond_destroy(&a->cv);
-	a->hb_on = false;
+	return a->last_write + a->hb_ms;
 }
 
 /* Answer text on its way to the client: kept (non-stream) or sent as a chunk. */
 static int answer_text(struct fcgi_answer *a, const char *text, size_t len)
 {
-	int ret;
-
 	if (!len)
 		return 0;
 	if (!a->req->stream) {
@@ -191,12 +146,9 @@ static int answer_text(struct fcgi_answer *a, const char *text, size_t len)
 		else
 			buf_add(&a->text, text, len);
 	}
-	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
 	a->wire->text(a, &a->out, text, len);
-	ret = stream_write(a);
-	pthread_mutex_unlock(&a->lock);
-	return ret;
+	return stream_write(a);
 }
 
 static void stops_init(struct fcgi_answer *a, const json_t *stop)
@@ -292,12 +244,9 @@ static int answer_tool(struct fcgi_answer *a, const struct prov_event *ev)
 	buf_add(&c->args, ev->text, ev->len);
 	if (!a->req->stream)
 		return 0;
-	pthread_mutex_lock(&a->lock);
 	buf_reset(&a->out);
 	a->wire->tool(a, &a->out, ev->tool_index, ev->tool_name != NULL, ev->text, ev->len);
-	ret = stream_write(a);
-	pthread_mutex_unlock(&a->lock);
-	return ret;
+	return stream_write(a);
 }
 
 static void calls_reset(struct fcgi_answer *a)
@@ -320,7 +269,7 @@ static int answer_emit(void *ctx, const struct prov_event *ev)
 	return answer_delta(a, ev->text, ev->len);
 }
 
-/* The end of a stream; the heartbeat thread is stopped already. */
+/* The end of a stream (no beat after it: answer_tick sees a->answered). */
 static void finish_stream(struct fcgi_answer *a, const struct prov_outcome *o)
 {
 	buf_reset(&a->out);
@@ -466,9 +415,9 @@ static const struct prov_outcome *outcome_fix(const struct fcgi_answer *a,
 	return fixed;
 }
 
-/* The chain's next step, under a->lock (a heartbeat may start the stream, whose head
- * reads the hop fields): when this hop failed before any output and another is left,
- * note why, move to it and return true. */
+/* The chain's next step, decided here only (the run loop follows a->next_hop): when this
+ * hop failed before any output — and no heartbeat started the stream — and another is
+ * left, note why, move to it and return true. */
 static bool answer_next_hop(struct fcgi_answer *a, const struct prov_outcome *o)
 {
 	const struct prov_model *m = a->hops[a->cur].m;
@@ -558,15 +507,10 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	struct fcgi_req *rc = a->rc;
 	struct prov_outcome fixed;
 	const struct prov_outcome *o = outcome_fix(a, reported, &fixed);
-	bool next;
 
-	pthread_mutex_lock(&a->lock);
-	next = answer_next_hop(a, o);
-	pthread_mutex_unlock(&a->lock);
-	if (next)
+	a->next_hop = answer_next_hop(a, o);
+	if (a->next_hop)
 		return;
-	/* The last hop: from here on one thread writes the answer. */
-	heartbeat_stop(a);
 	answer_usage(a, o);
 	/* The run is over (its slot is free): the rest of the answer has a deadline of its
 	 * own. */
@@ -799,48 +743,57 @@ static void count_run_outcome(const char *provider, const struct prov_outcome *o
 		metrics_sandbox_failure(provider, "spawn_failed");
 }
 
-/* The runs: the chain's hops in turn, until one answers (answer_done moves a->cur to the
- * next hop when this one failed before any output). */
-static void chat_run_hops(struct fcgi_req *rc, struct fcgi_answer *a, json_t *messages)
+/* One hop's run: its provider with the request, until its outcome is known (answer_done)
+ * and its sandbox is gone. The hop's deadline is computed here, once, and carried down:
+ * the run ends there, and a write that waits for the client gives up then (prov_sink). */
+static void chat_run_hop(struct fcgi_req *rc, struct fcgi_answer *a, json_t *messages,
+			 struct prov_outcome *o)
 {
 	const struct fcgi_chat_request *req = a->req;
-	struct prov_sink sink = {
-		.emit = answer_emit, .done = answer_done, .start = answer_start, .ctx = a
-	};
-	struct prov_request preq;
+	const struct prov_model *m = a->hops[a->cur].m;
+	struct prov_sink sink = { .emit = answer_emit,
+				  .done = answer_done,
+				  .start = answer_start,
+				  .tick = a->hb_ms ? answer_tick : NULL,
+				  .ctx = a };
+	struct prov_request preq = { .model = m,
+				     .model_name = req->model,
+				     .messages = messages,
+				     .max_tokens = req->max_tokens,
+				     .request_id = rc->rid,
+				     .tools = req->tools,
+				     .tool_choice = req->tool_choice,
+				     .tool_name = req->tool_name,
+				     .owner = rc->id.key_id,
+				     .owner_prestart_max = key_prestart_max(rc),
+				     .login_owner = rc->id.tier == AUTH_TIER_OWNER,
+				     .deadline_ms =
+					     mono_ms() + prov_provider_timeout_ms(m->provider) };
+
+	rc->model = m->id;
+	rc->provider = prov_provider_name(m->provider);
+	fcgi_io_set_deadline(rc->io, preq.deadline_ms);
+	a->next_hop = false;
+	/* answer_done sends the end of the answer as soon as the outcome is known; the
+	 * sandbox's teardown happens after that, off the client's critical path. */
+	metrics_run_begin(rc->provider);
+	prov_run(&preq, &sink, rc->io->hangup_fd, o);
+	metrics_run_end(rc->provider);
+	count_run_outcome(rc->provider, o);
+}
+
+/* The runs: the chain's hops in turn, for as long as answer_done says the next one is to
+ * answer (it decides, from each hop's outcome: answer_next_hop). */
+static void chat_run_hops(struct fcgi_req *rc, struct fcgi_answer *a, json_t *messages)
+{
 	struct prov_outcome o = { 0 };
 	bool ran = false;
 
-	for (a->cur = 0; a->cur < a->nhops && !a->answered;) {
-		const struct prov_model *m = a->hops[a->cur].m;
-		size_t hop = a->cur;
-
-		rc->model = m->id;
-		rc->provider = prov_provider_name(m->provider);
-		preq = (struct prov_request){ .model = m,
-					      .model_name = req->model,
-					      .messages = messages,
-					      .max_tokens = req->max_tokens,
-					      .request_id = rc->rid,
-					      .tools = req->tools,
-					      .tool_choice = req->tool_choice,
-					      .tool_name = req->tool_name,
-					      .owner = rc->id.key_id,
-					      .owner_prestart_max = key_prestart_max(rc),
-					      .login_owner = rc->id.tier == AUTH_TIER_OWNER };
-		/* The run's output must be taken by the end of the run: a write that waits
-		 * for the client cannot outlast the run's timeout (see prov_sink). */
-		fcgi_io_set_deadline(rc->io, mono_ms() + prov_provider_timeout_ms(m->provider));
-		/* answer_done sends the end of the answer as soon as the outcome is known;
-		 * the sandbox's teardown happens after that, off the client's critical path. */
-		metrics_run_begin(rc->provider);
-		prov_run(&preq, &sink, rc->io->hangup_fd, &o);
-		metrics_run_end(rc->provider);
-		count_run_outcome(rc->provider, &o);
+	a->cur = 0;
+	do {
+		chat_run_hop(rc, a, messages, &o);
 		ran |= o.ran;
-		if (!a->answered && a->cur == hop) /* done never came: never loop on a hop */
-			break;
-	}
+	} while (a->next_hop);
 	/* Every provider it could go to was at its own max_concurrent: nothing ran, so the
 	 * request does not use up one of the key's (issue 22 item 7). */
 	if (!ran && o.err == PROV_ERR_CONCURRENCY_LIMIT)
@@ -867,8 +820,7 @@ void fcgi_chat_serve(struct fcgi_req *rc, const struct fcgi_chat_request *req, s
 				 .text = BUF_INIT,
 				 .out = BUF_INIT,
 				 .detail = BUF_INIT,
-				 .held = BUF_INIT,
-				 .lock = PTHREAD_MUTEX_INITIALIZER };
+				 .held = BUF_INIT };
 	json_t *messages = NULL;
 
 	rc->chat = true;
@@ -878,8 +830,9 @@ void fcgi_chat_serve(struct fcgi_req *rc, const struct fcgi_chat_request *req, s
 		goto out;
 	fcgi_completion_init(&a.meta, req->model);
 	stops_init(&a, req->stop);
-	if (req->stream && rc->app->cfg.heartbeat_ms)
-		heartbeat_start(&a, rc->app->cfg.heartbeat_ms);
+	if (req->stream)
+		a.hb_ms = rc->app->cfg.heartbeat_ms;
+	a.last_write = mono_ms();
 	messages = prov_format_messages(req->messages, req->format, req->json_schema);
 	rc->answer = &a;
 	chat_run_hops(rc, &a, messages);
@@ -891,8 +844,6 @@ out:
 	buf_release(&a.detail);
 	buf_release(&a.held);
 	calls_reset(&a);
-	heartbeat_stop(&a);
-	pthread_mutex_destroy(&a.lock);
 }
 
 void fcgi_handle_chat(struct fcgi_req *rc)

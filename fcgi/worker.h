@@ -5,7 +5,6 @@
 
 #include <fcgiapp.h>
 #include <jansson.h>
-#include <pthread.h>
 
 #include "auth/auth.h"
 #include "fcgi/fcgi.h"
@@ -244,7 +243,7 @@ struct fcgi_hop {
  * Anthropic Messages (messages.c), OpenAI Responses (responses.c). The request path is
  * one (fcgi_chat_serve): keys, quotas, chains, heartbeats and the ledger are the same for
  * all three; only these encodings differ. Each op appends to out what goes to the client;
- * the caller writes it (after the stream's head) under the answer's lock. */
+ * the caller writes it (after the stream's head), always on the request's own thread. */
 struct fcgi_wire {
 	/* Streamed: a piece of the answer's text (len > 0). */
 	void (*text)(struct fcgi_answer *a, struct buf *out, const char *text, size_t len);
@@ -273,6 +272,7 @@ struct fcgi_answer {
 	bool too_large;		     /* non-stream: answer over FCGI_MAX_BUFFERED_ANSWER */
 	bool answered;		     /* the end of the answer (or its error) was sent */
 	bool exhausted;		     /* every hop failed */
+	bool next_hop;		     /* answer_done moved to the next hop: the loop starts it */
 	struct buf text;	     /* non-stream: the whole answer */
 	struct buf out;		     /* encoding scratch */
 	struct fcgi_hop hops[FCGI_MAX_HOPS];
@@ -304,13 +304,9 @@ struct fcgi_answer {
 	size_t ncalls;
 	bool role_sent;	      /* stream: the answer's first piece (text or call) is out */
 	enum sbx_start start; /* how the running hop's process came to be (X-OLP-Prestart) */
-	/* Heartbeats (streaming.heartbeat_interval_ms): a thread of the request's own writes
-	 * the wire's beat when nothing was written for hb_ms. lock orders its writes with the
-	 * run's (answer_text, answer_tool); answer_done stops it before the end. */
-	pthread_mutex_t lock;
-	pthread_cond_t cv;
-	pthread_t hb;
-	bool hb_on, hb_stop;
+	/* Heartbeats (streaming.heartbeat_interval_ms; 0: none): the wire's beat when nothing
+	 * was written for hb_ms, from the run's tick (chat.c answer_tick), on the thread that
+	 * writes the rest of the answer: no thread or lock of their own. */
 	uint64_t hb_ms, last_write;
 };
 

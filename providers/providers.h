@@ -164,6 +164,12 @@ struct prov_request {
 	 * changed credentials file back ("credentials_writable"); every other run gets a
 	 * copy that is dropped with the run. */
 	bool login_owner;
+	/* The run's deadline (mono_ms), computed once by the caller when the run starts
+	 * (its write deadline for the answer is the same): the process is ended there
+	 * (PROV_ERR_SPAWN_TIMEOUT), its forwarder gives up then, and a cold run after a
+	 * failed pre-started one gets what is left of it. 0: prov_run takes the provider's
+	 * timeout from its own start. */
+	uint64_t deadline_ms;
 };
 
 struct prov_usage {
@@ -231,9 +237,10 @@ struct prov_event {
 
 /* Where events go. emit returns 0 to go on, < 0 to abort the run (client gone). emit runs
  * on the run's own thread, and the run's clock is not looked at while it runs: an emit
- * that waits (for a slow client) must give up by the run's deadline — timeout_ms
- * (prov_provider_timeout_ms) after prov_run was called — and abort, or the run, its
- * process tree and its concurrency slot outlast the timeout. */
+ * that waits (for a slow client) must give up by the run's deadline — the request's
+ * deadline_ms, or timeout_ms (prov_provider_timeout_ms) after prov_run was called — and
+ * abort, or the run, its process tree and its concurrency slot outlast the timeout. Every
+ * callback runs on the thread that called prov_run. */
 struct prov_outcome;
 struct prov_sink {
 	int (*emit)(void *ctx, const struct prov_event *ev);
@@ -245,6 +252,12 @@ struct prov_sink {
 	 * per process and before any event of it; again (cold) when a pre-started run that
 	 * failed before any output is run again cold. */
 	void (*start)(void *ctx, enum sbx_start start);
+	/* Optional: the caller's periodic work (a keep-alive to its client), with the time
+	 * (mono_ms), while the provider's process runs and while its sandbox is torn down
+	 * (sbx_callbacks.on_tick): first as the process starts, then whenever the time it
+	 * returned last has come. Returns the next time it wants, 0 for never. It waits as
+	 * emit does (by the run's deadline at most). */
+	uint64_t (*tick)(void *ctx, uint64_t now_ms);
 	void *ctx;
 };
 

@@ -485,6 +485,13 @@ static void on_start(void *ctx, enum sbx_start start)
 		rc->sink->start(rc->sink->ctx, start);
 }
 
+static uint64_t on_tick(void *ctx, uint64_t now_ms)
+{
+	struct run_ctx *rc = ctx;
+
+	return rc->sink->tick(rc->sink->ctx, now_ms);
+}
+
 static int on_listener(void *ctx, int listen_fd, uint16_t port)
 {
 	struct run_ctx *rc = ctx;
@@ -588,14 +595,13 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 }
 
 /* Forget the failed pre-started run (its forwarder, parser state and outcome) and set up
- * the same run again, cold, within what is left of the deadline. 0, or -1 when no time is
- * left (the failed run's outcome then stands, done still to be sent). */
-static int run_again_cold(struct run_ctx *rc, struct prov_plan *plan, struct sbx_run_options *opt,
-			  uint64_t deadline_ms)
+ * the same run again, cold, within what is left of the deadline (opt->deadline_ms). 0, or
+ * -1 when no time is left (the failed run's outcome then stands, done still to be sent). */
+static int run_again_cold(struct run_ctx *rc, struct sbx_run_options *opt)
 {
 	const struct prov_provider *pv = rc->req->model->provider;
 	struct prov_outcome *out = rc->out;
-	uint64_t now = mono_ms();
+	uint64_t now = mono_ms(), deadline_ms = opt->deadline_ms;
 
 	log_info(rc->req->request_id,
 		 "provider %s: the pre-started process failed before any output (%s, upstream "
@@ -615,12 +621,36 @@ static int run_again_cold(struct run_ctx *rc, struct prov_plan *plan, struct sbx
 	rc->out_bytes = 0;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
-	sbx_policy_set_timeout_ms(plan->policy, deadline_ms - now);
 	opt->prestart = 0; /* cold: neither take one nor start more for now */
 	if ((pv->net.mode == PROV_NET_UPSTREAM || pv->net.mode == PROV_NET_CONNECT) &&
 	    net_prepare(pv, rc->req, deadline_ms, &rc->net, out))
 		return -1;
 	return 0;
+}
+
+/* Fail closed where the sandbox cannot give the run what it needs: true after failing
+ * out. */
+static bool sandbox_refused(const struct prov_provider *pv, bool own_net, struct prov_outcome *out)
+{
+	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
+		/* Never fall back to running unsandboxed. */
+		fail(out, PROV_ERR_SANDBOX,
+		     "The sandbox is not available on this host (%s); "
+		     "the request was not run",
+		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+		return true;
+	}
+	if (own_net && sbx_global_mode() == SBX_MODE_OFF) {
+		/* With the sandbox off there is no namespace of the run's own, and its only
+		 * network would be the host's. */
+		fail(out, PROV_ERR_SANDBOX,
+		     "Provider %s has network \"%s\", which needs the sandbox (sandbox.mode is "
+		     "\"off\"); the request was not run. Set its network to \"host\" to give "
+		     "it the host's network",
+		     pv->name, prov_net_mode_name(pv->net.mode));
+		return true;
+	}
+	return false;
 }
 
 void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
@@ -634,31 +664,17 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 				    .on_result = on_result,
 				    .on_listener = on_listener,
 				    .on_start = on_start,
+				    .on_tick = sink->tick ? on_tick : NULL,
 				    .ctx = &rc };
 	struct sbx_result *res = NULL;
-	uint64_t deadline_ms = mono_ms() + pv->timeout_ms;
+	/* The one deadline of the run: the caller's, else the provider's timeout from now. */
+	uint64_t deadline_ms = req->deadline_ms ? req->deadline_ms : mono_ms() + pv->timeout_ms;
 	bool own_net = pv->net.mode == PROV_NET_UPSTREAM || pv->net.mode == PROV_NET_CONNECT;
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
-	if (sbx_global_mode() == SBX_MODE_BWRAP && !sbx_status_get()->available) {
-		/* Fail closed: never fall back to running unsandboxed. */
-		fail(out, PROV_ERR_SANDBOX,
-		     "The sandbox is not available on this host (%s); "
-		     "the request was not run",
-		     sbx_status_get()->message ? sbx_status_get()->message : "unknown reason");
+	if (sandbox_refused(pv, own_net, out))
 		goto out_run;
-	}
-	if (own_net && sbx_global_mode() == SBX_MODE_OFF) {
-		/* Fail closed: with the sandbox off there is no namespace of the run's own,
-		 * and its only network would be the host's. */
-		fail(out, PROV_ERR_SANDBOX,
-		     "Provider %s has network \"%s\", which needs the sandbox (sandbox.mode is "
-		     "\"off\"); the request was not run. Set its network to \"host\" to give "
-		     "it the host's network",
-		     pv->name, prov_net_mode_name(pv->net.mode));
-		goto out_run;
-	}
 	rc.slot = prov_slot_acquire(pv);
 	if (rc.slot == -EBUSY) {
 		fail(out, PROV_ERR_CONCURRENCY_LIMIT,
@@ -686,10 +702,11 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 	opt.prestart = pv->ops->prompt_in_argv ? 0 : pv->prestart;
 	opt.owner_tag = req->owner;
 	opt.owner_prestart_max = req->owner_prestart_max;
+	opt.deadline_ms = deadline_ms;
 	sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 	/* Spawn failures never reach on_result. */
 	conclude(&rc, res);
-	if (rc.retry && run_again_cold(&rc, &plan, &opt, deadline_ms) == 0) {
+	if (rc.retry && run_again_cold(&rc, &opt) == 0) {
 		out->retried_cold = true; /* before on_result hands the outcome on */
 		sbx_run(plan.policy, (const char *const *)plan.argv.v, &opt, &cb, res);
 		conclude(&rc, res);

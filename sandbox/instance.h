@@ -23,6 +23,10 @@ struct run {
 	bool exit_known; /* bwrap reported the command's exit code */
 	int exit_code;
 	struct sbx_cgroup cg; /* the run's cgroup (dir_fd -1 without one) */
+	/* The caller's periodic work (sbx_callbacks.on_tick), set by sbx_run once the run's
+	 * sandbox is acquired, and when it is due (0: never). */
+	const struct sbx_callbacks *tick;
+	uint64_t tick_due;
 };
 
 /* A writable file bind: the run works on a copy in its scratch dir, written back. */
@@ -111,8 +115,12 @@ void sbx_supervise(struct run *r, const struct sbx_policy *p, const struct sbx_r
 void sbx_run_kill_tree(struct run *r);
 /* Wait for the run's first process (bwrap, or the command), once. */
 void sbx_run_reap(struct run *r);
-/* Wait (bounded) until the sandbox's pid namespace is gone. */
+/* Wait (bounded) until the sandbox's pid namespace is gone; the caller's tick meanwhile. */
 void sbx_run_wait_ns_gone(struct run *r);
+/* The caller's tick (sbx_callbacks.on_tick), if its time has come by now. */
+void sbx_run_tick(struct run *r, uint64_t now);
+/* A poll timeout (ms, -1: none) shortened to end when the caller's tick is due. */
+int sbx_run_tick_timeout(const struct run *r, uint64_t now, int timeout);
 /* Close the parent's ends and release what was read of the status. */
 void sbx_run_close(struct run *r);
 

@@ -244,6 +244,15 @@ struct sbx_callbacks {
 	/* Optional: called once, before any output, with how the run's command came to be
 	 * (cold, warm or pre-started), as soon as that is decided. */
 	void (*on_start)(void *ctx, enum sbx_start start);
+	/* Optional: the caller's periodic work (a keep-alive to a client that has heard
+	 * nothing for a while) on the run's own thread, so that it needs no thread of its
+	 * own. Called with the time (mono_ms) once as the run's supervision starts, then
+	 * whenever the time it returned last has come: from the supervisor's loop (its poll
+	 * waits no longer than that) until the run is over, and from the waits of the
+	 * sandbox's teardown after on_result. Returns the next time it wants, 0 for never.
+	 * Late by at most 100 ms (the teardown's waits); never called when nothing could be
+	 * spawned. */
+	uint64_t (*on_tick)(void *ctx, uint64_t now_ms);
 	void *ctx;
 };
 
@@ -326,6 +335,10 @@ struct sbx_run_options {
 	/* > 0: this tag's share of pre-started commands is at most this (e.g. its own cap on
 	 * runs at once), below sbx_global_config.prestart_per_owner. 0: that one. */
 	unsigned owner_prestart_max;
+	/* > 0: the run ends (SBX_END_TIMEOUT) at this time (mono_ms), the caller's deadline
+	 * computed once before the run, instead of the policy's timeout counted from the
+	 * command's start. 0: the policy's timeout. */
+	uint64_t deadline_ms;
 };
 #define SBX_OWNER_TAG_MAX 100
 

@@ -193,10 +193,14 @@ int sbx_run(const struct sbx_policy *p, const char *const argv[], const struct s
 		acquisition_init(&a, p, argv, opt);
 		ret = acquire(p, argv, opt, cb, &a, &in, res);
 	}
-	if (!ret)
+	if (!ret) {
+		/* The caller's tick: from the supervision's start to the teardown's end. */
+		in.r.tick = cb;
+		in.r.tick_due = 1;
 		sbx_supervise(&in.r, p, a.opt, cb, res, a.bwrap);
-	else
+	} else {
 		spawn_failed(res, ret);
+	}
 	refill_and_release(p, argv, opt, &a, &in, !ret);
 	sbx_lease_put(&a.lease);
 	buf_release(&a.launch);

@@ -105,8 +105,27 @@ void sbx_run_reap(struct run *r)
 	r->reaped = true;
 }
 
+void sbx_run_tick(struct run *r, uint64_t now)
+{
+	if (r->tick && r->tick->on_tick && r->tick_due && now >= r->tick_due)
+		r->tick_due = r->tick->on_tick(r->tick->ctx, now);
+}
+
+int sbx_run_tick_timeout(const struct run *r, uint64_t now, int timeout)
+{
+	uint64_t left;
+
+	if (!r->tick || !r->tick->on_tick || !r->tick_due)
+		return timeout;
+	left = r->tick_due > now ? r->tick_due - now : 0;
+	if (left > INT_MAX)
+		left = INT_MAX;
+	return timeout < 0 || (int)left < timeout ? (int)left : timeout;
+}
+
 /* Wait until the sandbox's pid namespace is gone: its init exits only after every other
- * process in it has been killed and reaped by the kernel. */
+ * process in it has been killed and reaped by the kernel. The caller's tick goes on
+ * meanwhile: a chain's next hop waits for this teardown, its client for a keep-alive. */
 void sbx_run_wait_ns_gone(struct run *r)
 {
 	struct pollfd pfd;
@@ -118,6 +137,7 @@ void sbx_run_wait_ns_gone(struct run *r)
 	/* A fork bomb of a few hundred processes takes seconds to die on a slow VM; the
 	 * scratch dir must outlive all of them, so wait up to 60 s (SIGKILL was sent). */
 	for (int i = 0; i < 600; i++) {
+		sbx_run_tick(r, mono_ms());
 		if (poll(&pfd, 1, 100) != 0)
 			break;
 		pidfd_send_signal(r->ns_pidfd, SIGKILL, NULL, 0);
@@ -311,6 +331,8 @@ static void sv_check(struct supervisor *s, uint64_t now)
 		sv_end(s, SBX_END_TIMEOUT);
 }
 
+/* How long the poll may wait: until the drain's end or the deadline, and no later than
+ * the caller's next tick. */
 static int sv_timeout(const struct supervisor *s, uint64_t now)
 {
 	uint64_t until = s->drain_until;
@@ -318,9 +340,10 @@ static int sv_timeout(const struct supervisor *s, uint64_t now)
 	if (!until && s->state == SV_RUNNING)
 		until = s->deadline;
 	if (!until)
-		return -1;
+		return sbx_run_tick_timeout(s->r, now, -1);
 	/* sv_check ended the run at either time: both lie ahead. */
-	return until - now > INT_MAX ? INT_MAX : (int)(until - now);
+	return sbx_run_tick_timeout(s->r, now,
+				    until - now > INT_MAX ? INT_MAX : (int)(until - now));
 }
 
 static void sv_poll(struct supervisor *s, uint64_t now)
@@ -436,8 +459,6 @@ static void sv_finish(struct supervisor *s, bool bwrap)
 
 /* Supervise the started run r until it is over and its result known (see above). The
  * namespace's teardown is waited for later (sbx_instance_release), off the client's path. */
-/* Supervise the started run r until it is over and its result known (see above). The
- * namespace's teardown is waited for later (sbx_instance_release), off the client's path. */
 void sbx_supervise(struct run *r, const struct sbx_policy *p, const struct sbx_run_options *opt,
 		   const struct sbx_callbacks *cb, struct sbx_result *res, bool bwrap)
 {
@@ -455,17 +476,24 @@ void sbx_supervise(struct run *r, const struct sbx_policy *p, const struct sbx_r
 	};
 
 	s.in_left = s.in_data ? opt->stdin_len : 0;
-	s.deadline = p->timeout_ms ? s.start + p->timeout_ms : 0;
+	if (opt && opt->deadline_ms)
+		s.deadline = opt->deadline_ms;
+	else if (p->timeout_ms)
+		s.deadline = s.start + p->timeout_ms;
 	if (!s.in_left)
 		sbx_close_fd(&r->in_fd);
 	while (s.state != SV_DONE) {
 		uint64_t now = mono_ms();
 
 		sv_check(&s, now);
-		if (s.state == SV_COLLECTING)
+		if (s.state == SV_COLLECTING) {
 			sv_collect(&s);
-		else if (s.state != SV_DONE)
-			sv_poll(&s, now);
+			continue;
+		}
+		if (s.state == SV_DONE)
+			break;
+		sbx_run_tick(r, now);
+		sv_poll(&s, now);
 	}
 	sv_finish(&s, bwrap);
 	buf_release(&s.chunk);

@@ -34,6 +34,9 @@
 //   LOAD_SETTLE_MS        pause before the last sample (2000)
 //   LOAD_KEEPALIVE        1: each streaming client keeps its connection (0: a new one
 //                         per request; runStreams says why)
+//   LOAD_HEARTBEAT_MS     streaming.heartbeat_interval_ms (unset: the default, 15 s,
+//                         which these answers never wait for); below LOAD_TICK_MS,
+//                         keep-alives go out between the lines (the clients skip them)
 //   LOAD_JSON             also write the figures to this file
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -58,6 +61,7 @@ const o = {
   rssSlackKb: num('LOAD_RSS_SLACK_KB', 16384),
   settleMs: num('LOAD_SETTLE_MS', 2000),
   keepAlive: num('LOAD_KEEPALIVE', 0) !== 0,
+  heartbeatMs: num('LOAD_HEARTBEAT_MS', -1),
 };
 const emitter = env.LOAD_EMITTER;
 if (!emitter || !env.OLP_BIN) {
@@ -367,6 +371,7 @@ function config() {
     sandbox: { mode: 'bwrap', warm: o.warm },
     // Every client may stream at once (the default cap is 4).
     providers: { ticker: { max_concurrent: o.conns } },
+    ...(o.heartbeatMs >= 0 ? { streaming: { heartbeat_interval_ms: o.heartbeatMs } } : {}),
   };
 }
 
@@ -451,7 +456,7 @@ async function main() {
       `GET /health: ${health.cmd}`,
       `  requests ${health.requests}, ${f(health.rps)} req/s, latency p50 ${f(health.p50, 2)} ms p99 ${f(health.p99, 2)} ms, ` +
         `errors ${health.errors} (non-2xx ${health.non2xx}; socket ${health.socketDetail})`,
-      `streaming completions: ${o.conns} clients x ${o.streamSecs} s, each answer ${o.ticks} lines ${o.tickMs} ms apart`,
+      `streaming completions: ${o.conns} clients x ${o.streamSecs} s, each answer ${o.ticks} lines ${o.tickMs} ms apart${o.heartbeatMs >= 0 ? `, heartbeat_interval_ms ${o.heartbeatMs}` : ''}`,
       `  requests ${streams.requests}, ${f(streams.rps)} req/s, latency p50 ${f(streams.p50, 0)} ms p99 ${f(streams.p99, 0)} ms, ` +
         `first byte p50 ${f(streams.ttfbP50, 0)} ms p99 ${f(streams.ttfbP99, 0)} ms, errors ${streams.errors} (non-200 ${streams.non200})`,
       `  ${o.keepAlive ? 'one kept-alive connection per client' : 'a new connection per request'}; ` +

@@ -19,8 +19,8 @@
 # env:   LOAD_HEALTH_SECONDS, LOAD_STREAM_SECONDS (default 60 each), LOAD_CONNS (64),
 #        LOAD_WARMUP_SECONDS (5), LOAD_TICKS, LOAD_TICK_MS (20 lines 50 ms apart),
 #        LOAD_PROCS, LOAD_THREADS (2 workers x 40), LOAD_WARM (1), LOAD_RSS_SLACK_KB,
-#        LOAD_KEEPALIVE (0: a new connection per streaming request), LOAD_JSON (write
-#        the figures there too)
+#        LOAD_KEEPALIVE (0: a new connection per streaming request), LOAD_HEARTBEAT_MS
+#        (streaming.heartbeat_interval_ms), LOAD_JSON (write the figures there too)
 # The CTest entry load_short (label "load") runs it for 10 s each.
 set -euo pipefail
 

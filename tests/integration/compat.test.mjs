@@ -254,6 +254,48 @@ describe('heartbeats', () => {
     assert.deepEqual(finishOf(chunks(res)), ['error']);
   });
 
+  // The beats come from the run's own thread (the sandbox supervisor's tick), hop after
+  // hop: under the headers of the hop that answers, and a first hop silent past a beat has
+  // committed the stream, so its failure is the answer (docs/openai-compat.md).
+  it('a chain: beats through the next hop, and a beat before a failure ends the chain', async () => {
+    const registry = testRegistry();
+    const silent = (name, script) => ({ ...fixed(name, ''), argv: ['/bin/sh', '-c', `cat >/dev/null; ${script}`] });
+    registry.providers.failer = silent('failer', 'exit 1');
+    registry.providers['slow-failer'] = silent('slow-failer', 'sleep 2.5; exit 1');
+    registry.providers['slow-thinker'] = silent('slow-thinker', 'sleep 3; printf late');
+    registry.providers.answerer = fixed('answerer', 'direct');
+    const hop = (name) => ({ provider: name, model: name });
+    const chained = await startServer({ registry, config: {
+      ...testConfig(),
+      streaming: { heartbeat_interval_ms: 1000 },
+      routing: { chains: {
+        'fail-think': [hop('failer'), hop('slow-thinker')],
+        'slow-fail-answer': [hop('slow-failer'), hop('answerer')],
+      } },
+    } });
+    try {
+      const req = (model) => curlStream(chained, { method: 'POST', path: PATH, auth: true,
+        body: chatBody(model, 'x', { stream: true }) });
+      const a = await req('fail-think');
+      assert.equal(a.status, 200, a.text);
+      assert.equal(a.headers['x-olp-model-used'], 'slow-thinker', a.text);
+      assert.equal(a.headers['x-olp-fallback-hops'], '1');
+      assert.ok(beats(a) >= 1, a.text);
+      assert.equal(streamedText(chunks(a)), 'late');
+      assert.deepEqual(finishOf(chunks(a)), ['stop']);
+
+      const b = await req('slow-fail-answer');
+      assert.equal(b.status, 200, b.text);
+      assert.equal(b.headers['x-olp-model-used'], 'slow-failer', b.text);
+      assert.equal(b.headers['x-olp-fallback-hops'], '0');
+      assert.ok(beats(b) >= 1, b.text);
+      assert.equal(streamedText(chunks(b)), '');
+      assert.deepEqual(finishOf(chunks(b)), ['error']);
+    } finally {
+      await chained.stop();
+    }
+  });
+
   it('not streamed: no heartbeat, plain JSON', async () => {
     const r = await post(chatBody('thinker', 'x'));
     assert.equal(r.status, 200, r.text);

@@ -519,6 +519,68 @@ static void test_run_upstream_usage(void)
 	buf_release(&script);
 }
 
+/* The sink's tick (prov_sink.tick) while the command is silent, and the caller's
+ * deadline (prov_request.deadline_ms), which beats the provider's longer timeout_s. */
+struct tick_count {
+	unsigned n;
+	uint64_t every;
+};
+
+static uint64_t count_tick(void *ctx, uint64_t now)
+{
+	struct tick_count *t = ctx;
+
+	t->n++;
+	return now + t->every;
+}
+
+static int no_emit(void *ctx, const struct prov_event *ev)
+{
+	(void)ctx;
+	(void)ev;
+	CU_FAIL("the silent command emitted an event");
+	return 0;
+}
+
+static void test_run_deadline_and_tick(void)
+{
+	struct buf err = BUF_INIT, path = BUF_INIT;
+	json_t *regj, *msgs;
+	struct prov_registry *r;
+	struct prov_outcome o;
+	struct tick_count ticks = { .every = 100 };
+	struct prov_sink sink = { .emit = no_emit, .tick = count_tick, .ctx = &ticks };
+	struct prov_request req = { .model_name = "slow-model", .request_id = "test-slow" };
+	uint64_t t0;
+
+	buf_addf(&path, "%s/registry-slow.json", tmpdir);
+	regj = json_pack("{s:{s:{s:s,s:[s,s,s],s:i,s:[{s:s}]}}}", "providers", "local", "type",
+			 "command", "argv", "/bin/sh", "-c", "cat >/dev/null; exec sleep 20",
+			 "timeout_s", 20, "models", "id", "slow-model");
+	CU_ASSERT_FATAL(regj != NULL);
+	CU_ASSERT_FATAL(json_dump_file(regj, path.data, 0) == 0);
+	json_decref(regj);
+	r = prov_registry_load(path.data, NULL, &err);
+	CU_ASSERT_FATAL(r != NULL);
+	msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hello");
+	req.model = prov_registry_find(r, "slow-model");
+	req.messages = msgs;
+	CU_ASSERT_FATAL(req.model != NULL);
+	t0 = mono_ms();
+	req.deadline_ms = t0 + 1500;
+	prov_run(&req, &sink, -1, &o);
+	CU_ASSERT_EQUAL(o.err, PROV_ERR_SPAWN_TIMEOUT);
+	CU_ASSERT(mono_ms() - t0 >= 1500);
+	CU_ASSERT(mono_ms() - t0 < 10000);
+	/* 1.5 s of silence at 100 ms: 15 ticks, less what a loaded host delays. */
+	CU_ASSERT(ticks.n >= 5);
+	json_decref(msgs);
+	prov_registry_free(r);
+	unlink(path.data);
+	buf_release(&err);
+	buf_release(&path);
+}
+
 /* The sandbox is not there on every host: then the run is not tried. */
 static void test_run_sse_if_possible(void)
 {
@@ -530,6 +592,7 @@ static void test_run_sse_if_possible(void)
 	test_run_sse();
 	test_run_upstream();
 	test_run_upstream_usage();
+	test_run_deadline_and_tick();
 }
 
 int main(void)

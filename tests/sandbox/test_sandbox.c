@@ -385,6 +385,72 @@ static void test_hangup_fd_aborts(void)
 	sbx_policy_free(p);
 }
 
+/* The caller's tick (sbx_callbacks.on_tick): on the run's own thread, as the run starts
+ * and then at the times it asks for, while the command is silent; 0 stops it. */
+struct ticks {
+	pthread_t thread;
+	unsigned n, other_thread;
+	uint64_t every, first, last;
+};
+
+static uint64_t count_tick(void *ctx, uint64_t now)
+{
+	struct ticks *t = ctx;
+
+	if (!pthread_equal(pthread_self(), t->thread))
+		t->other_thread++;
+	if (!t->n++)
+		t->first = now;
+	t->last = now;
+	return t->every ? now + t->every : 0;
+}
+
+static void test_ticks_while_silent(void)
+{
+	struct sbx_policy *p = probe_policy();
+	struct ticks t = { .thread = pthread_self(), .every = 100 };
+	struct sbx_callbacks cb = { .on_tick = count_tick, .ctx = &t };
+	struct sbx_result res;
+	uint64_t t0 = mono_ms();
+
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "1", NULL }, NULL, &cb, &res),
+		0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_EXITED);
+	CU_ASSERT_EQUAL(t.other_thread, 0);
+	/* A second of silence at 100 ms: ten, less what a loaded host delays. */
+	CU_ASSERT(t.n >= 4);
+	CU_ASSERT(t.first - t0 < 1000);
+	CU_ASSERT(t.last - t.first >= 500);
+	/* 0: never again. */
+	t = (struct ticks){ .thread = pthread_self() };
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "0.5", NULL }, NULL, &cb, &res),
+		0);
+	CU_ASSERT_EQUAL(t.n, 1);
+	sbx_policy_free(p);
+}
+
+/* The caller's deadline (sbx_run_options.deadline_ms) ends the run, not the policy's
+ * longer timeout. */
+static void test_caller_deadline(void)
+{
+	struct sbx_policy *p = probe_policy(); /* timeout 20 s */
+	struct sbx_result res;
+	struct sbx_run_options opt = { .hangup_fd = -1 };
+	struct sbx_callbacks cb = { 0 };
+	uint64_t t0 = mono_ms();
+
+	opt.deadline_ms = t0 + 1500;
+	CU_ASSERT_EQUAL(
+		sbx_run(p, (const char *const[]){ "/usr/bin/sleep", "20", NULL }, &opt, &cb, &res),
+		0);
+	CU_ASSERT_EQUAL(res.end, SBX_END_TIMEOUT);
+	CU_ASSERT(mono_ms() - t0 >= 1500);
+	CU_ASSERT(mono_ms() - t0 < 10000);
+	sbx_policy_free(p);
+}
+
 /* fd 0 of a FastCGI worker is its listen socket; a key file or another tenant's
  * connection may be open in another thread. None of it may reach the child. */
 static void check_only_stdio(void)
@@ -1174,6 +1240,8 @@ int main(void)
 		{ "callback stop and abort", test_callback_stop_and_abort },
 		{ "the run ends with the command", test_ends_with_the_command },
 		{ "hangup fd aborts", test_hangup_fd_aborts },
+		{ "the caller's tick while the command is silent", test_ticks_while_silent },
+		{ "the caller's deadline ends the run", test_caller_deadline },
 		{ "no process left behind", test_no_process_left },
 		{ "only fds 0-2 inherited", test_only_stdio_inherited },
 		{ "environment allowlisted", test_environment_is_allowlisted },
