@@ -193,7 +193,7 @@ void fcgi_usage_json(struct buf *out, const struct prov_usage *u);
 /* ---- the OpenAI Responses API (POST /v1/responses; resp_parse.c, resp_encode.c) -------
  * A front-end over the chat completions path (ADR 0030): a Responses body is translated
  * into a chat completions body, which fcgi_chat_parse_json then checks as any other, and
- * the answer is encoded as Responses events or a response object. docs/api-responses.md
+ * the answer is encoded as Responses events or a response object. docs/openai-compat.md
  * lists what is honoured, ignored on purpose and refused. */
 struct fcgi_resp_request {
 	json_t *chat;	/* the chat completions body it translates into (owned; NULL after
@@ -249,7 +249,7 @@ void fcgi_resp_beat(struct buf *out);
 /* ---- the Anthropic Messages API (messages_parse.c, messages_encode.c) -------------------
  * POST /v1/messages is a front-end over the chat request path (ADR 0030): its body is
  * translated into a chat completion body, and its answers are encoded from the same
- * events. docs/api-messages.md lists what is honoured, ignored on purpose and refused. */
+ * events. docs/openai-compat.md lists what is honoured, ignored on purpose and refused. */
 
 /* Translate a Messages request body (root, parsed; the caller keeps it) into a new chat
  * completion body: system (a string or text blocks) and "system" messages as system

@@ -5,7 +5,7 @@
  * Every refusal names the field by its path as Anthropic's own errors do
  * ("messages.2.content.0.source.data: …"), since the client knows its request, not the
  * translation. A field OLP would not honour is refused, never dropped in silence; the few
- * accepted and ignored on purpose are listed below and in docs/api-messages.md. No I/O. */
+ * accepted and ignored on purpose are listed below and in docs/openai-compat.md. No I/O. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -136,7 +136,7 @@ static int check_fields(const json_t *root, struct fcgi_error *err)
 		if (i == ARRAY_SIZE(fields))
 			return bad(err, key,
 				   "unknown field (OLP refuses what it would not honour; "
-				   "docs/api-messages.md lists every field)");
+				   "docs/openai-compat.md lists every field)");
 		if (fields[i].use == FIELD_REFUSED && !json_is_null(v))
 			return bad(err, key, "not supported: %s", fields[i].why);
 	}

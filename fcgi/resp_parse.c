@@ -1,7 +1,7 @@
 /* POST /v1/responses, the request: a Responses body (what codex sends, issue 24 item 2)
  * translated into a chat completions body, so that the one request path (fcgi_chat_serve)
  * serves it. Every field is honoured, ignored on purpose, or refused by name, as the chat
- * parser does (docs/api-responses.md is the same list for people); every input item and
+ * parser does (docs/openai-compat.md is the same list for people); every input item and
  * tool type too. The translation only moves things: fcgi_chat_parse_json checks the
  * result again (content, images, tool names, tool_choice), so an error found there names
  * the chat field, which is the Responses one's translation ("messages[2].content"). No
@@ -87,7 +87,7 @@ static int check_fields(const json_t *root, struct fcgi_error *err)
 		if (i == ARRAY_SIZE(fields))
 			return bad(err, key,
 				   "Unrecognized request argument supplied: %.48s (OLP refuses "
-				   "what it would not honour; docs/api-responses.md lists every "
+				   "what it would not honour; docs/openai-compat.md lists every "
 				   "field)",
 				   key);
 		if (fields[i].use == REFUSED && !json_is_null(v))
@@ -144,7 +144,7 @@ static json_t *function_as_chat(const json_t *t)
 	return json_pack("{s:s,s:o}", "type", "function", "function", fn);
 }
 
-/* The tool types codex declares that OLP passes over, and why (docs/api-responses.md). */
+/* The tool types codex declares that OLP passes over, and why (docs/openai-compat.md). */
 static const char *const passed_over[] = {
 	"web_search",	      /* the provider CLIs run with their own tools off */
 	"web_search_preview", /* ditto */
