@@ -4,7 +4,7 @@
  * to one write(2) on an O_APPEND descriptor, so lines never interleave. Nothing here ever
  * fails a request: failures are counted for the owner's /health.
  *
- * Growth is bounded (issue 22 item 4, ADR 0026): without this, anyone who can reach the
+ * Growth is bounded (ADR 0026): without this, anyone who can reach the
  * server, holding no key, filled the disk at ~720 bytes a request (~2,100 a second on one
  * connection), and then the usage ledger failed too.
  *  - Rotation: the file is renamed when the UTC day changes (audit-YYYY-MM-DD.ndjson, the

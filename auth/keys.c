@@ -513,7 +513,7 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 	return res;
 }
 
-/* ---- login access (issue 22) ---------------------------------------------------------- */
+/* ---- login access (ADR 0025) ---------------------------------------------------------- */
 
 struct login_arg {
 	const char *const *providers;

@@ -99,7 +99,7 @@ static int parse_providers(json_t *v, struct auth_key_record *rec, const char **
 	return 0;
 }
 
-/* "login_access" (this edition's, issue 22): absent or null (none), or an array of
+/* "login_access" (this edition's, ADR 0025): absent or null (none), or an array of
  * provider names. Strict: a value that does not parse makes the manifest invalid, so the
  * key is refused rather than given a login nobody meant it to have. The Node OLP keeps
  * fields it does not know, so such a manifest still works there. */

@@ -750,7 +750,7 @@ uint64_t auth_audit_failures(const struct auth_store *st)
 	return st ? atomic_load(&st->audit.failures) : 0;
 }
 
-/* ---- readers of every key: login grants (issue 22), /v1/usage's keys -------------------- */
+/* ---- readers of every key: login grants (ADR 0025), /v1/usage's keys -------------------- */
 
 /* Whether a manifest of the index is no longer the file it was read from (a key revoked,
  * its quota or logins set: each write replaces the file). Caller holds scan_lock. */

@@ -2,7 +2,7 @@
  * upstream: a refusal is decided before the body's last byte is handed on, so that the
  * upstream sees a cut request and acts on nothing.
  *
- * What it stops (issue 22): a secretless run that talks to the model API itself, past its
+ * What it stops (ADR 0027): a secretless run that talks to the model API itself, past its
  * CLI, spending the worker's credential on another model than the run's, on a background
  * response that outlives the run (and its count), or on objects stored on the owner's
  * account (store, previous_response_id, conversation, a stored prompt). The CLIs send

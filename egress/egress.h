@@ -1,4 +1,4 @@
-/* egress: the forwarder between a sandboxed run and the one API it may reach (issue 12,
+/* egress: the forwarder between a sandboxed run and the one API it may reach (ADR 0015,
  * ADR 0015).
  *
  * A run lives in a network namespace of its own with only loopback (sbx_netns_init); the

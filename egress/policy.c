@@ -1,7 +1,7 @@
 /* The route's rules for one request: which method and path it may have, which of the
  * client's headers never leave, which models a body may name.
  *
- * What it stops (issue 22): a run holding no credential spending the one the worker adds
+ * What it stops (ADR 0027): a run holding no credential spending the one the worker adds
  * on anything but the calls its CLI makes. Paths are matched exactly, with the method,
  * because a prefix lets a sibling API through ("/v1/messages" let
  * "GET /v1/messages/batches" and their results out, workspace-wide), and any method let

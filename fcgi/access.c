@@ -1,4 +1,4 @@
-/* Who may use which provider: a key's providers_enabled, and logins (issue 22, ADR 0025).
+/* Who may use which provider: a key's providers_enabled, and logins (ADR 0025).
  *
  * A provider whose CLI runs commands itself (codex, vibe, claude with its own tools on)
  * and whose runs are given its login (credential files) hands that login to whoever

@@ -651,7 +651,7 @@ static int check_hop_caps(struct fcgi_req *rc, const struct fcgi_chat_request *r
 	return -1;
 }
 
-/* The key's quota (issue 14), once the request is known to be valid and servable and
+/* The key's quota (ADR 0020), once the request is known to be valid and servable and
  * before any provider starts: a malformed request costs the key nothing. Shared by the
  * workers of the host through the usage store. The request reserves what it may spend of
  * tokens_per_day until its row settles it (record_usage), or until its hops' timeouts
@@ -795,7 +795,7 @@ static void chat_run_hops(struct fcgi_req *rc, struct fcgi_answer *a, json_t *me
 		ran |= o.ran;
 	} while (a->next_hop);
 	/* Every provider it could go to was at its own max_concurrent: nothing ran, so the
-	 * request does not use up one of the key's (issue 22 item 7). */
+	 * request does not use up one of the key's (ADR 0026). */
 	if (!ran && o.err == PROV_ERR_CONCURRENCY_LIMIT)
 		fcgi_quota_refund(rc->app->usage, rc->id.key_id, &rc->claim, rc->rid);
 }

@@ -410,7 +410,7 @@ static int read_sandbox(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
-/* usage: the ledger and the quotas (issue 14). On unless turned off: a quota in a key's
+/* usage: the ledger and the quotas (ADR 0020). On unless turned off: a quota in a key's
  * manifest must not go unenforced because a setting was forgotten. */
 static int read_usage(struct fcgi_config *c, struct buf *err)
 {
@@ -429,7 +429,7 @@ static int read_usage(struct fcgi_config *c, struct buf *err)
 }
 
 /* audit: how large logs/audit.ndjson grows before it is rotated, and how many rotated files
- * are kept (issue 22: the log's disk use is bounded, about max_bytes * (keep + 1)). Strict:
+ * are kept (ADR 0026: the log's disk use is bounded, about max_bytes * (keep + 1)). Strict:
  * a typo must not leave the log unbounded. */
 static int read_audit(struct fcgi_config *c, struct buf *err)
 {

@@ -199,7 +199,7 @@ static const char codex_instructions[] =
 	"only when you cannot go on without an answer, and finish the task before you stop "
 	"with a short summary of what you did.";
 
-/* One model in codex's own catalog shape (what `model_catalog_url` asks for, issue 24):
+/* One model in codex's own catalog shape (what `model_catalog_url` asks for, ADR 0030):
  * the fields codex 0.171 requires, so that it takes the list without a warning. priority
  * keeps the registry's order; codex's default model is the first. */
 static void codex_model(struct buf *b, const struct prov_model *m, size_t priority)
@@ -243,7 +243,7 @@ void fcgi_handle_models(struct fcgi_req *rc)
 		const struct prov_model *m = prov_registry_model_at(reg, i);
 		const char *owner = prov_provider_name(m->provider);
 
-		/* Only what this caller may use (issue 22): no model it would be refused. */
+		/* Only what this caller may use (ADR 0025): no model it would be refused. */
 		if (fcgi_access_check(&rc->id, m->provider))
 			continue;
 		if (n++) {

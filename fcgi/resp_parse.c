@@ -1,4 +1,4 @@
-/* POST /v1/responses, the request: a Responses body (what codex sends, issue 24 item 2)
+/* POST /v1/responses, the request: a Responses body (what codex sends, ADR 0030)
  * translated into a chat completions body, so that the one request path (fcgi_chat_serve)
  * serves it. Every field is honoured, ignored on purpose, or refused by name, as the chat
  * parser does (docs/openai-compat.md is the same list for people); every input item and

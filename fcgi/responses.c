@@ -1,5 +1,5 @@
-/* POST /v1/responses: the OpenAI Responses API (what codex speaks to a custom provider,
- * issue 24) as a front-end over the one request path (ADR 0030). The body is translated
+/* POST /v1/responses: the OpenAI Responses API (what codex speaks to a custom provider)
+ * as a front-end over the one request path (ADR 0030). The body is translated
  * into a chat completions request (resp_parse.c) and served by fcgi_chat_serve, so keys,
  * quotas, chains, heartbeats and the ledger are those of /v1/chat/completions; only the
  * answer's encoding is this API's (resp_encode.c), through the wire below. Errors are

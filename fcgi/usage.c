@@ -9,7 +9,7 @@
 #include "fcgi/worker.h"
 #include "common/banned.h"
 
-/* ---- GET /v1/usage, /dashboard, /metrics (issue 14) --------------------------------------- */
+/* ---- GET /v1/usage, /dashboard, /metrics (ADR 0020) --------------------------------------- */
 
 #define USAGE_RECENT_DEFAULT 20
 #define USAGE_RECENT_MAX 200

@@ -34,7 +34,7 @@ struct fcgi_config {
 	char *route_prefix;
 	uint64_t heartbeat_ms; /* streaming.heartbeat_interval_ms (default 15000; 0: off) */
 	bool allow_anonymous;
-	/* auth.anonymous: what anonymous callers may use (issue 22). providers_set: its
+	/* auth.anonymous: what anonymous callers may use (ADR 0025). providers_set: its
 	 * "providers" was given ("*": anon_all), else the default, bound to the registry by
 	 * fcgi_config_bind: the providers that use no account of the owner's (commands). */
 	bool anon_providers_set, anon_all;
@@ -76,7 +76,7 @@ const struct fcgi_chain *fcgi_config_chain(const struct fcgi_config *c, const ch
 /* Whether path (after the route prefix) is in auth.owner_only_endpoints. */
 bool fcgi_config_owner_only(const struct fcgi_config *c, const char *path);
 
-/* ---- access.c: who may use which provider (providers_enabled, logins; issue 22) ---- */
+/* ---- access.c: who may use which provider (providers_enabled, logins; ADR 0025) ---- */
 enum fcgi_access {
 	FCGI_ACCESS_OK = 0,
 	FCGI_ACCESS_PROVIDER, /* not in the caller's providers_enabled */
@@ -183,7 +183,7 @@ struct fcgi_req {
 	struct auth_identity id;
 	bool have_id;
 	const struct fcgi_answer *answer; /* a chat answer under way: adds the X-OLP-* headers */
-	/* The usage ledger (issue 14): a chat completion that passed auth gets one row, with
+	/* The usage ledger (ADR 0020): a chat completion that passed auth gets one row, with
 	 * the tokens and start of the run that answered (answer_done). */
 	bool chat;
 	struct prov_usage usage;

@@ -262,7 +262,7 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_
 	const char *const *dflt = pv->ops->credentials;
 	/* A login is replaced only by its owner's runs, and only with a file of its own
 	 * format: a guest's run must not swap in a login of its choosing (or garbage) that
-	 * every later run, the owner's included, would use (issue 22). */
+	 * every later run, the owner's included, would use (ADR 0025). */
 	sbx_writeback_check check =
 		pv->credentials_writable && req->login_owner ? pv->ops->credentials_ok : NULL;
 	size_t i;

@@ -1,4 +1,4 @@
-/* codex's own config.toml, read once at load for the one thing OLP must know (issue 22,
+/* codex's own config.toml, read once at load for the one thing OLP must know (ADR 0025,
  * item 14): which base URL its model provider talks to. In upstream mode every run's
  * provider base_url is replaced by the forwarder's, and the forwarder goes to the
  * provider's network.upstream; without this, a config.toml that sends codex to a provider

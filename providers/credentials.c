@@ -1,4 +1,4 @@
-/* Logins (issue 22, ADR 0025): which providers' runs hold a login a prompt can read, and
+/* Logins (ADR 0025): which providers' runs hold a login a prompt can read, and
  * what a credentials file a run wrote must look like before it replaces the host's.
  *
  * A login is the credential files of a CLI (claude's ~/.claude/.credentials.json, codex's

@@ -73,7 +73,7 @@ struct provider_ops {
 	bool prompt_in_argv;
 	/* Its CLI runs commands itself, as the model asks (codex's shell, vibe's bash tool):
 	 * whatever a run holds, a prompt can have it read and printed. With a login bound
-	 * into the run, only keys allowed the login may use it (issue 22, ADR 0025). claude
+	 * into the run, only keys allowed the login may use it (ADR 0025). claude
 	 * runs none unless its "tools" setting turns its own tools on (prov_provider). */
 	bool runs_commands;
 	/* Whether a run's changed credentials file (credentials_writable) may replace the
@@ -107,7 +107,7 @@ extern const struct provider_ops prov_claude_ops, prov_codex_ops, prov_vibe_ops;
 const struct provider_ops *prov_ops_at(size_t i);
 const struct provider_ops *prov_ops_for_type(const char *type);
 
-/* How a provider's runs reach the network ("network"; issue 12, ADR 0015, ADR 0018). */
+/* How a provider's runs reach the network ("network"; ADR 0015, ADR 0018). */
 enum prov_net {
 	PROV_NET_NONE = 0, /* no network at all: false, "none"; a command's default */
 	PROV_NET_HOST,	   /* the host's network: "host", an explicit and loud opt-in */

@@ -1,4 +1,4 @@
-/* A provider's "network" setting (issue 12, ADR 0015, ADR 0018): read and checked once,
+/* A provider's "network" setting (ADR 0015, ADR 0018): read and checked once,
  * at load, into struct prov_network; and the credential sources of upstream mode, read
  * again by the worker for every run (a rotated key is picked up without a restart).
  *
@@ -264,7 +264,7 @@ static int read_strings(struct net_reader *r, const char *key, const json_t *v, 
 	return 0;
 }
 
-/* "METHOD /path" entries. A plain "/path" (the form before issue 22, matched as a prefix
+/* "METHOD /path" entries. A plain "/path" (the form before ADR 0027, matched as a prefix
  * with any method) is taken as "POST /path", exact, and said at start: the narrowest
  * reading that keeps a model API working, never a wider one. */
 static int read_allow_paths(struct net_reader *r, const json_t *v)

@@ -91,7 +91,7 @@ bool prov_provider_uses_account(const struct prov_provider *pv);
 /* Whether its runs hold its login where a prompt can read it: its CLI runs commands (codex,
  * vibe, claude with its own "tools" on) and credential files are bound into the run (not
  * secretless, not "credentials": []). Such a provider serves only callers that may hold
- * its login (auth_identity_may_hold_login; issue 22, ADR 0025). From its settings alone. */
+ * its login (auth_identity_may_hold_login; ADR 0025). From its settings alone. */
 bool prov_provider_login_exposed(const struct prov_provider *pv);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);

@@ -349,7 +349,7 @@ static void estimate_usage(struct run_ctx *rc, const struct sbx_result *res, boo
 }
 
 /* What the upstream itself reported through the forwarder beats a smaller report of the
- * CLI's (issue 22): a run that called the API past its CLI, or a CLI that under-reports,
+ * CLI's (ADR 0027): a run that called the API past its CLI, or a CLI that under-reports,
  * is billed for what the upstream counted. Read before the outcome is handed on, while the
  * forwarder still runs: every answer the CLI read had gone through its count first. */
 static void net_usage(struct run_ctx *rc)

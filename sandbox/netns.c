@@ -1,5 +1,5 @@
 /* A run's own network namespace: only loopback, and OLP's forwarder listening in it
- * (issue 12, ADR 0015).
+ * (ADR 0015).
  *
  * What it stops: a sandboxed command that shares the host's network namespace reaches the
  * host's loopback services (OLP itself among them), cloud metadata at 169.254.169.254 and

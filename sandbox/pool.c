@@ -23,7 +23,7 @@
  * holds a uid slot, a scratch dir and its namespaces like a warm sandbox, but no provider
  * concurrency slot: that is the caller's, taken per run.
  *
- * Owner tags (issue 22). Every entry is filed under the tag of the run that made it (the
+ * Owner tags (ADR 0022). Every entry is filed under the tag of the run that made it (the
  * caller's key id: opaque here) and is given only to a run of the same tag. A tag has a
  * share of each pool: at most WARM_PER_TAG of this process's warm sandboxes, and at most
  * its share of the host's pre-start slots (flock'd tag slots, prestart.c). A tag that needs

@@ -10,7 +10,7 @@
  * Each owner tag (the caller's key id, opaque here) has a share of them, held the same way:
  * t<hex of the tag>.<i>.slot in the same directory, i below the tag's share. A command
  * holds one of each, so that no tag, whichever workers its runs land on, holds more than
- * its share of the host's slots (issue 22: a guest's churn took all four). */
+ * its share of the host's slots (ADR 0022: a guest's churn took all four). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -133,7 +133,7 @@ struct sbx_policy;
  * failure aborts, as everywhere (common.h). Free it with sbx_policy_free. */
 struct sbx_policy *sbx_policy_new(void);
 void sbx_policy_free(struct sbx_policy *p);
-/* How a run reaches the network (issue 12, ADR 0015). */
+/* How a run reaches the network (ADR 0015). */
 enum sbx_net {
 	SBX_NET_NONE = 0, /* a network namespace of its own with nothing in it, not even lo
 			     up (bwrap --unshare-net): the default */
@@ -178,7 +178,7 @@ typedef bool (*sbx_writeback_check)(const char *inside, const char *data, size_t
 				    const char **why);
 /* sbx_policy_add_bind(p, host_path, inside, true), whose write-back happens only when check
  * (required) accepts the new content: the caller, who knows what the file is, decides
- * (a credentials file must still parse as one; issue 22). 0 or -EINVAL as there. */
+ * (a credentials file must still parse as one; ADR 0025). 0 or -EINVAL as there. */
 int sbx_policy_add_bind_checked(struct sbx_policy *p, const char *host_path, const char *inside,
 				sbx_writeback_check check);
 /* Set one variable of the child's (otherwise empty) environment. Copies both. 0, or
@@ -363,7 +363,7 @@ int sbx_exec_in_place(const struct sbx_policy *p, const char *const argv[]);
 const char *sbx_end_name(enum sbx_end e);
 const char *sbx_failure_str(enum sbx_failure f);
 
-/* ---- a run's own network namespace (netns.c; issue 12, ADR 0015) -----------------------
+/* ---- a run's own network namespace (netns.c; ADR 0015) -----------------------
  * A network namespace with only `lo` (up: 127.0.0.1 and ::1), and a TCP socket listening
  * on 127.0.0.1:port inside it. The worker's forwarder (egress/) accepts on that socket;
  * the run is put in the namespace, so the one thing it can reach is the forwarder: no

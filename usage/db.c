@@ -119,7 +119,7 @@ static const char schema_v1[] = "CREATE TABLE requests ("
 				" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
 				"PRAGMA user_version = 1;";
 
-/* Version 2 (issue 22): refusals counted in a row a minute (count), and the tokens
+/* Version 2 (ADR 0026): refusals counted in a row a minute (count), and the tokens
  * reserved by requests under way. AUTOINCREMENT: a hold's id is never reused, so a late
  * settlement of an expired hold cannot drop another request's. */
 static const char schema_v2[] = "ALTER TABLE requests ADD COLUMN count INTEGER NOT NULL DEFAULT 1;"
@@ -322,7 +322,7 @@ static int db_setup(struct usage_store *st, sqlite3 *db, const char **detail)
  * SQLite does not wait (call the busy handler) where waiting could deadlock: a connection
  * that holds a read lock and needs the write lock while another process holds it gets
  * SQLITE_BUSY at once. Workers started together on one database meet exactly that when
- * they switch it to WAL and make its schema (issue 22 item 15: "database is locked" in
+ * they switch it to WAL and make its schema (ADR 0026: "database is locked" in
  * the log of a normal start). So setting up is tried again, after short pauses, for up to
  * USAGE_SETUP_PATIENCE_MS; only then is it a failure (counted and logged). */
 static int db_open(struct usage_store *st)

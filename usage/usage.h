@@ -8,7 +8,7 @@
  * token or a key hash. usage knows nothing of HTTP, providers or keys beyond their names:
  * the caller hands it ids and counts.
  *
- * Failure policy (issue 22, docs/adr/0026-ledger-fails-closed.md): every function that
+ * Failure policy (ADR 0026): every function that
  * touches the database returns 0 or -errno; a failure is counted (usage_failures()) and
  * logged with the reason, once per minute at most, never with a key id. A quota check
  * that cannot write its count refuses (the caller answers 503: a quota that cannot be
@@ -53,7 +53,7 @@ struct usage_options {
  * that fails later (I/O error, disk full, corrupt) is closed and reopened the same way.
  * Workers that open one database together (the file, its schema, the switch to WAL) wait
  * for each other: a database another process is setting up is retried for up to 10 s,
- * and not counted or logged as a failure unless that runs out (issue 22 item 15).
+ * and not counted or logged as a failure unless that runs out (ADR 0026).
  * NULL (errno EINVAL) only when olp_home is NULL or empty. Copies what it keeps of
  * olp_home and opt (opt may be NULL). Free with usage_store_free (NULL is fine). */
 struct usage_store *usage_store_open(const char *olp_home, const struct usage_options *opt);
@@ -79,7 +79,7 @@ enum usage_start {
 	USAGE_START_NONE = 0, /* no provider ran (refused before, or an error) */
 	USAGE_START_COLD,     /* a sandbox built for it */
 	USAGE_START_WARM,     /* a sandbox started ahead of time (ADR 0008) */
-	USAGE_START_PRESTART, /* the provider's client itself started ahead (issue 15) */
+	USAGE_START_PRESTART, /* the provider's client itself started ahead (ADR 0022) */
 };
 const char *usage_start_name(enum usage_start s); /* "none", "cold", "warm", "prestart" */
 
@@ -165,7 +165,7 @@ int usage_quota_take(struct usage_store *st, const char *key_id, const struct us
 
 /* A request's claim on its key's quota: usage_quota_take, plus a reservation of the tokens
  * it may spend, so that requests running at once cannot take a key past tokens_per_day by
- * more than one request's reservation (issue 22 item 7). In: tokens (what the caller
+ * more than one request's reservation (ADR 0026). In: tokens (what the caller
  * expects the request to cost; 0: reserve nothing) and ttl_ms (how long the reservation
  * lives when nothing settles it: a worker killed mid-run leaves one that lapses). Out: the
  * reservation (hold_id, 0 when none was made: no tokens_per_day, tokens 0, or refused)
