@@ -65,7 +65,7 @@ file -b "$bdir/sandbox/olp-sandbox-exec" | grep -q 'statically linked' || {
 }
 
 say "the CUnit suites under qemu user emulation"
-(cd "$bdir" && ctest --output-on-failure --no-tests=error -R "$USER_SUITES")
+(cd "$bdir" && ctest --output-on-failure --no-tests=error -j 2 -R "$USER_SUITES")
 
 [ $vm = 1 ] || {
 	say "done (no VM)"
