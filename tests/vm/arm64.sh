@@ -46,8 +46,9 @@ done
 [ -f /usr/lib/aarch64-linux-gnu/pkgconfig/jansson.pc ] ||
 	skip "no :arm64 libraries on this host (deploy/olp-local build --arch arm64 installs them)"
 
-say "cross build in $bdir"
 mkdir -p "$bdir"
+bdir=$(cd -- "$bdir" && pwd) # the guest sees it at the same, absolute, path
+say "cross build in $bdir"
 cmake -S "$SRC" -B "$bdir" -DCMAKE_TOOLCHAIN_FILE="$SRC/deploy/cross/aarch64-linux-gnu.cmake" \
 	-DENABLE_WERROR=ON -DBUILD_TESTING=ON >"$bdir/arm64-configure.log" ||
 	{ cat "$bdir/arm64-configure.log" >&2; exit 1; }
