@@ -74,7 +74,7 @@ chmod 700 "$work/home"
 token=olp_arm64_vm_owner
 port=8089
 setpriv --reuid=www-data --regid=www-data --clear-groups --reset-env \
-	env PATH=/usr/bin:/bin OLP_BIN="$work/bin/olp-fcgi" OLP_HOME="$work/home" \
+	env PATH=/usr/bin:/bin SHELL=/bin/sh OLP_BIN="$work/bin/olp-fcgi" OLP_HOME="$work/home" \
 	OLP_RUN_DIR="$work/run" OLP_PORT=$port OLP_MAX_PROCS=1 OLP_THREADS=4 \
 	OLP_OWNER_TOKEN=$token OLP_SANDBOX_EXEC="$work/bin/olp-sandbox-exec" \
 	OLP_ERROR_LOG=- OLP_WORKER_LOG=- \
