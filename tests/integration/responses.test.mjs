@@ -25,13 +25,14 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const pcliDir = process.env.OLP_PCLI_DIR ?? path.join(here, '..', 'provider-clis');
 const claudeBin = path.join(pcliDir, 'node_modules/@anthropic-ai/claude-code/bin/claude.exe');
 const codexBin = process.env.OLP_CODEX ?? path.join(pcliDir, 'node_modules/.bin/codex');
+const codexJs = path.join(pcliDir, 'node_modules/@openai/codex/bin/codex.js');
 const haveClaude = fs.existsSync(claudeBin);
 const haveCodex = fs.existsSync(codexBin);
 const noClaude = haveClaude ? false : `the real claude CLI is not installed (${claudeBin}): npm ci in tests/provider-clis`;
 const noCodex = haveCodex && haveClaude ? false
   : `the real codex and claude CLIs are not both installed (${codexBin}, ${claudeBin}): npm ci in tests/provider-clis`;
 
-let server, client, anthropic, quotaKey;
+let server, client, anthropic, quotaKey, openaiUp, codexWork;
 const children = new Set();
 
 before(async () => {
@@ -42,10 +43,24 @@ before(async () => {
     registry.providers.anthropic = { type: 'claude', displayName: 'Claude (fake upstream)',
       models: [{ id: 'claude-fake', created: 1700000000 }, { id: 'claude-fake-maxtok', created: 1700000000 },
         { id: 'claude-sonnet-4-6', created: 1700000000 }],
-      // codex's own default ids, as the shipped registry maps them to its codex provider.
-      aliases: { 'gpt-*': 'claude-fake' } };
+    };
     config.providers = { anthropic: { bin: claudeBin, timeout_s: 60, credentials: [],
       env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key' } } };
+  }
+  if (haveCodex) {
+    // OLP's codex provider (the real codex CLI, a fake OpenAI upstream), which codex's own
+    // default ids reach through the alias pattern the shipped registry has ('gpt-*').
+    openaiUp = await startUpstreamIn('fake-openai.mjs', {}, children);
+    codexWork = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-codex-prov-'));
+    const toml = path.join(codexWork, 'codex-config.toml');
+    fs.writeFileSync(toml, ['model_provider = "fake"', '', '[model_providers.fake]', 'name = "fake"',
+      `base_url = "${openaiUp.url}/v1"`, 'wire_api = "responses"', 'env_key = "OPENAI_API_KEY"', '',
+      '[analytics]', 'enabled = false', ''].join('\n'));
+    registry.providers.openai = { type: 'codex', displayName: 'Codex (fake upstream)',
+      models: [{ id: 'gpt-5-codex', created: 1700000000 }], aliases: { 'gpt-*': 'gpt-5-codex' } };
+    config.providers = { ...(config.providers ?? {}),
+      openai: { bin: codexJs, timeout_s: 90, credentials: [], config_toml: toml, model_provider: 'fake',
+        network: { upstream: `${openaiUp.url}/v1` }, env: { OPENAI_API_KEY: 'sk-fake-key' } } };
   }
   server = await startServer({ registry, config });
   client = new OpenAI({ baseURL: server.url('/v1'), apiKey: server.token, maxRetries: 0, timeout: 60000 });
@@ -55,6 +70,7 @@ before(async () => {
 after(async () => {
   await server?.stop();
   for (const c of children) c.kill('SIGTERM');
+  if (codexWork) fs.rmSync(codexWork, { recursive: true, force: true });
 });
 
 const post = (body, auth = true) => curl(server, { method: 'POST', path: '/v1/responses', auth,
@@ -373,15 +389,41 @@ describe('the real codex as the client', { skip: noCodex }, () => {
     assert.equal(posts[0].body.stream, true);
   });
 
-  test("codex's default model and request (tools in an additional_tools item) are taken", async () => {
+  test("codex's default model and request (tools in an additional_tools item) are taken, by OLP's codex provider", async () => {
     proxy.seen.length = 0;
     const r = await codexExec(proxy.port, cwd, 'say hello', { model: null });
     assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /Hello from the fake Anthropic server!/);
+    assert.match(r.stdout, /Hello from the fake OpenAI server!/);
     const posts = proxy.seen.filter((s) => s.method === 'POST');
     assert.equal(posts.length, 1);
     assert.match(posts[0].body.model, /^gpt-/);
     assert.ok(posts[0].body.input.some((i) => i.type === 'additional_tools'), 'codex changed its request');
+  });
+
+  // codex's default model declares one custom tool, exec (JavaScript that calls its other
+  // tools: tools.exec_command…), in an additional_tools item: OLP's codex provider gets it
+  // as a function taking one string, its model's call comes back as a custom_tool_call,
+  // and codex (the client) runs it on its side.
+  test("codex's default model: OLP's codex provider asks for a shell command, which codex runs on its side", async () => {
+    proxy.seen.length = 0;
+    const file = path.join(cwd, 'made-for-default-codex.txt');
+    const js = "await tools.exec_command({ cmd: 'echo from-the-codex-provider > made-for-default-codex.txt' });";
+    const args = Buffer.from(JSON.stringify({ input: js })).toString('base64url');
+    const r = await codexExec(proxy.port, cwd, `please call:exec=${args}`,
+      { model: null, extra: ['--dangerously-bypass-approvals-and-sandbox'] });
+    assert.equal(r.code, 0, r.stderr);
+    const posts = proxy.seen.filter((s) => s.method === 'POST');
+    // Made on the client's side by codex (the client); OLP's codex provider only asked.
+    assert.ok(fs.existsSync(file), `${r.stdout}\n${r.stderr.slice(-2000)}\n${posts.length} requests`);
+    assert.equal(fs.readFileSync(file, 'utf8'), 'from-the-codex-provider\n');
+    assert.equal(posts.length, 2, JSON.stringify(posts.map((p) => p.url)));
+    assert.match(posts[0].body.model, /^gpt-/);
+    const call = posts[1].body.input.find((i) => i.type === 'custom_tool_call');
+    const output = posts[1].body.input.find((i) => i.type === 'custom_tool_call_output');
+    assert.equal(call.name, 'exec');
+    assert.equal(call.input, js);
+    assert.equal(output.call_id, call.call_id);
+    assert.match(r.stdout, /Tool said: /);
   });
 
   test('codex runs on its side the shell command the model asked for', async () => {
