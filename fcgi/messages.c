@@ -131,6 +131,23 @@ void fcgi_handle_messages(struct fcgi_req *rc)
 	buf_release(&body);
 }
 
+/* Whether the caller may use model (a chain: one of its hops), as fcgi_chat_serve checks
+ * before a run. */
+static bool model_open_to(struct fcgi_req *rc, const char *model)
+{
+	const struct fcgi_chain *chain = fcgi_config_chain(&rc->app->cfg, model);
+	const struct prov_model *m;
+
+	if (chain) {
+		for (size_t i = 0; i < chain->nhops; i++)
+			if (fcgi_access_check(&rc->id, chain->hops[i]->provider) == FCGI_ACCESS_OK)
+				return true;
+		return false;
+	}
+	m = prov_registry_find(rc->app->reg, model);
+	return m && fcgi_access_check(&rc->id, m->provider) == FCGI_ACCESS_OK;
+}
+
 /* count_tokens starts no run and counts against no quota: it needs a key and a model
  * this server has (404 otherwise, as /v1/messages would answer). */
 void fcgi_handle_count_tokens(struct fcgi_req *rc)
@@ -144,6 +161,12 @@ void fcgi_handle_count_tokens(struct fcgi_req *rc)
 	    !prov_registry_find(rc->app->reg, req.model)) {
 		fcgi_fail(rc, 404, "model_not_found", "model_not_found",
 			  "model: the model '%.200s' does not exist", req.model);
+		goto out;
+	}
+	/* A key counts only for what it could send: the same 403 as /v1/messages. */
+	if (!model_open_to(rc, req.model)) {
+		fcgi_fail(rc, 403, "permission_error", "key_no_provider_access",
+			  "model: this OLP API key may not use model '%.200s'", req.model);
 		goto out;
 	}
 	buf_addf(&out, "{\"input_tokens\":%lld}",

@@ -412,6 +412,17 @@ test('count_tokens: {"input_tokens": N}, 4 bytes a token of the flattened prompt
   isAnthropicError(b, 400, 'invalid_request_error');
 });
 
+test('count_tokens: a key counts only for the models it may use (403 permission_error, as /v1/messages)', async () => {
+  const k = olpKeys(server.home, 'keygen', '--name=ticker only', '--providers=ticker');
+  const auth = `Bearer ${k.token}`;
+  const ok = await post({ model: 'ticker', messages: [{ role: 'user', content: 'x'.repeat(8) }] }, { p: '/v1/messages/count_tokens', auth });
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(ok.json.input_tokens, 2);
+  const no = await post({ model: 'echo', messages: [{ role: 'user', content: 'x' }] }, { p: '/v1/messages/count_tokens', auth });
+  isAnthropicError(no, 403, 'permission_error');
+  isAnthropicError(await post(msg('echo', 'x'), { auth }), 403, 'permission_error');
+});
+
 // ---- the real Claude Code as the client ----------------------------------------------------------
 
 // claude -p … with ANTHROPIC_BASE_URL at OLP, an empty HOME and its own cwd: {code, stdout,
