@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fcgi/sizing.h"
 #include "fcgi/worker.h"
 #include "common/banned.h"
 
@@ -161,7 +162,8 @@ static int read_server(struct fcgi_config *c, struct buf *err)
 	const char *s;
 	uint64_t u;
 
-	if (conf_count(c, "threads", 16, &threads, err) ||
+	/* 0: not set, sized to the machine by size_defaults. */
+	if (conf_count(c, "threads", 0, &threads, err) ||
 	    conf_count(c, "max_body_bytes", (int64_t)5 * 1024 * 1024, &max_body, err))
 		return -1;
 	/* Capped before it narrows: OLP_THREADS=4294967296 must not become 0 threads. */
@@ -336,6 +338,51 @@ static bool one_of(const char *s, const char *const choices[])
 	return !s;
 }
 
+/* Pre-started provider processes (ADR 0022): how many may wait idle on the host, and for
+ * how long; and how many warm sandboxes wait per policy. Left out, the counts are sized to
+ * the machine (size_defaults). */
+static int read_prestart(struct fcgi_config *c, const json_t *sbx, struct buf *err)
+{
+	const json_t *v = json_object_get(sbx, "prestart_max");
+	int64_t n = 0;
+
+	if (v && parse_json_int(v, 0, 64, &n))
+		return conf_err(c, err,
+				"sandbox.prestart_max: must be an integer from 0 (none) to 64");
+	c->sandbox_prestart_set = v != NULL;
+	c->sandbox_prestart_max = (unsigned)n;
+	v = json_object_get(sbx, "prestart_idle_s");
+	n = 300;
+	if (v && parse_json_int(v, 1, 86400, &n))
+		return conf_err(c, err,
+				"sandbox.prestart_idle_s: must be an integer of seconds from 1 to "
+				"86400");
+	c->sandbox_prestart_idle_ms = (uint64_t)n * 1000;
+	/* One key's share of them (sandbox/pool.c): a guest's churn cannot take them all. 0:
+	 * half of prestart_max, rounded up. When prestart_max is sized, the sandbox caps the
+	 * share at it. */
+	v = json_object_get(sbx, "prestart_per_key");
+	n = 0;
+	if (v && (parse_json_int(v, 1, 64, &n) ||
+		  (c->sandbox_prestart_set && n > c->sandbox_prestart_max)))
+		return conf_err(c, err,
+				"sandbox.prestart_per_key: must be an integer from 1 to "
+				"sandbox.prestart_max (%u)",
+				c->sandbox_prestart_set ? c->sandbox_prestart_max : 64);
+	c->sandbox_prestart_per_key = (unsigned)n;
+	/* A policy's warm sandboxes: 1 to SBX_WARM_PER_POLICY_MAX, or 0 (not set): sized. */
+	v = json_object_get(sbx, "warm_per_policy");
+	n = 0;
+	if (v && parse_json_int(v, 1, SBX_WARM_PER_POLICY_MAX, &n))
+		return conf_err(
+			c, err,
+			"sandbox.warm_per_policy: must be an integer from 1 to %d (sandbox.warm "
+			"false turns them off)",
+			SBX_WARM_PER_POLICY_MAX);
+	c->sandbox_warm_per_policy = (unsigned)n;
+	return 0;
+}
+
 static int read_sandbox(struct fcgi_config *c, struct buf *err)
 {
 	const json_t *sbx = json_object_get(c->json, "sandbox");
@@ -374,35 +421,8 @@ static int read_sandbox(struct fcgi_config *c, struct buf *err)
 	c->bwrap = xstrdup(s ? s : "/usr/bin/bwrap");
 	/* Warm sandboxes (started ahead of the request that needs them) unless turned off. */
 	c->sandbox_warm = !json_is_false(json_object_get(sbx, "warm"));
-	/* Pre-started provider processes (ADR 0022): how many may wait idle on the host, and
-	 * for how long. */
-	{
-		const json_t *v = json_object_get(sbx, "prestart_max");
-		int64_t n = 4;
-
-		if (v && parse_json_int(v, 0, 64, &n))
-			return conf_err(c, err,
-					"sandbox.prestart_max: must be an integer from 0 "
-					"(none) to 64");
-		c->sandbox_prestart_max = (unsigned)n;
-		v = json_object_get(sbx, "prestart_idle_s");
-		n = 300;
-		if (v && parse_json_int(v, 1, 86400, &n))
-			return conf_err(c, err,
-					"sandbox.prestart_idle_s: must be an integer of "
-					"seconds from 1 to 86400");
-		c->sandbox_prestart_idle_ms = (uint64_t)n * 1000;
-		/* One key's share of them (sandbox/pool.c): a guest's churn cannot take them
-		 * all. 0: half of prestart_max, rounded up. */
-		v = json_object_get(sbx, "prestart_per_key");
-		n = 0;
-		if (v && (parse_json_int(v, 1, 64, &n) || n > c->sandbox_prestart_max))
-			return conf_err(c, err,
-					"sandbox.prestart_per_key: must be an integer from 1 to "
-					"sandbox.prestart_max (%u)",
-					c->sandbox_prestart_max);
-		c->sandbox_prestart_per_key = (unsigned)n;
-	}
+	if (read_prestart(c, sbx, err))
+		return -1;
 	s = getenv("OLP_SANDBOX_EXEC");
 	c->sandbox_exec = xstrdup(s && *s ? s : OLP_DEFAULT_SANDBOX_EXEC);
 	s = conf_str(c->json, "sandbox", "uid_range");
@@ -485,6 +505,26 @@ static int read_metrics(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* What was left out of threads, warm sandboxes and pre-started clients, sized to the machine;
+ * what was chosen and why goes into c->sizing, for the start-up log. */
+static void size_defaults(struct fcgi_config *c)
+{
+	struct fcgi_sizing set = { .threads = c->threads,
+				   .warm_per_policy = c->sandbox_warm_per_policy,
+				   .prestart_max = c->sandbox_prestart_max,
+				   .prestart_set = c->sandbox_prestart_set },
+			   out;
+	struct fcgi_machine m;
+	struct buf why = BUF_INIT;
+
+	fcgi_machine_probe("/proc", "/sys/fs/cgroup", &m);
+	fcgi_size(&m, &set, &out, &why);
+	c->threads = out.threads;
+	c->sandbox_warm_per_policy = out.warm_per_policy;
+	c->sandbox_prestart_max = out.prestart_max;
+	c->sizing = buf_detach(&why, NULL);
+}
+
 int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 {
 	struct buf why = BUF_INIT;
@@ -505,6 +545,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 	    read_anonymous(c, err) || read_sandbox(c, err) || read_usage(c, err) ||
 	    read_audit(c, err) || read_metrics(c, err))
 		return -1;
+	size_defaults(c);
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
 	c->registry_path = path_join(c->home, "models-registry.json");
 	if (!file_exists(c->registry_path)) {
@@ -614,6 +655,7 @@ void fcgi_config_release(struct fcgi_config *c)
 	free(c->sandbox_uid_range);
 	free(c->sandbox_cgroup);
 	free(c->registry_path);
+	free(c->sizing);
 	if (c->metrics_token)
 		explicit_bzero(c->metrics_token, strlen(c->metrics_token));
 	free(c->metrics_token);

@@ -191,8 +191,8 @@ static int check_config(void)
 			 keys, strerror(errno));
 		goto out;
 	}
-	printf("olp-fcgi: configuration ready: %zu models from %s\n",
-	       prov_registry_model_count(app.reg), app.cfg.registry_path);
+	printf("olp-fcgi: configuration ready: %zu models from %s\nolp-fcgi: %s\n",
+	       prov_registry_model_count(app.reg), app.cfg.registry_path, app.cfg.sizing);
 	ret = 0;
 out:
 	if (ret)
@@ -280,6 +280,7 @@ static int init_sandbox(bool cgi)
 					  * a one-request process would only strand it
 					  * half-built at exit (ADR 0008). */
 					 .warm = app.cfg.sandbox_warm && !cgi,
+					 .warm_per_policy = app.cfg.sandbox_warm_per_policy,
 					 /* Likewise a pre-started process (ADR 0022). */
 					 .prestart_max = cgi ? 0 : app.cfg.sandbox_prestart_max,
 					 .prestart_idle_ms = app.cfg.sandbox_prestart_idle_ms,
@@ -351,6 +352,9 @@ static int app_init(bool cgi)
 	buf_release(&err);
 	if (ret)
 		return -1;
+	/* Once per worker: what the defaults were sized to (not once per CGI request). */
+	if (!cgi)
+		log_info(NULL, "%s", app.cfg.sizing);
 	if (init_sandbox(cgi))
 		return -1;
 	/* The pool's shared metrics, in the same place. */

@@ -25,11 +25,11 @@ struct fcgi_chain {
 /* The worker's configuration: OLP_HOME, config.json and a few environment variables,
  * checked once at start, every field typed. Requests read these fields, never JSON. */
 struct fcgi_config {
-	char *home;   /* OLP_HOME */
-	char *path;   /* config.json's, named in every message about it */
-	json_t *json; /* config.json, or an empty object: for start-up only (the registry
+	char *home;	  /* OLP_HOME */
+	char *path;	  /* config.json's, named in every message about it */
+	json_t *json;	  /* config.json, or an empty object: for start-up only (the registry
 			 load, fcgi_config_bind), released by fcgi_config_bind */
-	unsigned threads;
+	unsigned threads; /* server.threads or OLP_THREADS (default: sized) */
 	size_t max_body;
 	char *route_prefix;
 	uint64_t heartbeat_ms; /* streaming.heartbeat_interval_ms (default 15000; 0: off) */
@@ -46,9 +46,11 @@ struct fcgi_config {
 	enum sbx_mode sandbox_mode;
 	char *runtime_dir;
 	char *bwrap;
-	char *sandbox_exec;	       /* olp-sandbox-exec, the first program of every sandbox */
-	bool sandbox_warm;	       /* sandbox.warm (default true) */
-	unsigned sandbox_prestart_max; /* sandbox.prestart_max (default 4; 0: none) */
+	char *sandbox_exec;		  /* olp-sandbox-exec, the first program of every sandbox */
+	bool sandbox_warm;		  /* sandbox.warm (default true) */
+	unsigned sandbox_warm_per_policy; /* sandbox.warm_per_policy (default: sized) */
+	unsigned sandbox_prestart_max;	  /* sandbox.prestart_max (default: sized; 0: none) */
+	bool sandbox_prestart_set;	  /* ... was given in config.json */
 	uint64_t sandbox_prestart_idle_ms;  /* sandbox.prestart_idle_s (default 300) */
 	unsigned sandbox_prestart_per_key;  /* sandbox.prestart_per_key (0: half the max) */
 	enum sbx_identity sandbox_identity; /* sandbox.identity */
@@ -60,6 +62,7 @@ struct fcgi_config {
 	uint64_t audit_max_bytes;	    /* audit.max_bytes (0: auth's default, 64 MiB) */
 	unsigned audit_keep;		    /* audit.keep (0: auth's default, 7) */
 	char *metrics_token; /* metrics_token: a bearer token for GET /metrics alone, or NULL */
+	char *sizing;	     /* what the machine-sized defaults chose and why (fcgi/sizing.h) */
 };
 
 /* Read OLP_HOME, config.json and the environment, checking every setting: 0, or -1 with

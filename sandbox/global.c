@@ -79,6 +79,9 @@ int sbx_global_init(const struct sbx_global_config *cfg)
 	stub = cfg->exec_stub ? cfg->exec_stub : getenv("OLP_SANDBOX_EXEC");
 	sbx_g.exec_stub = xstrdup(stub && *stub ? stub : SBX_DEFAULT_EXEC_STUB);
 	sbx_g.warm = cfg->warm;
+	sbx_g.warm_per_key = cfg->warm_per_policy ? cfg->warm_per_policy : 2;
+	if (sbx_g.warm_per_key > SBX_WARM_PER_POLICY_MAX)
+		sbx_g.warm_per_key = SBX_WARM_PER_POLICY_MAX;
 	sbx_g.prestart_max = cfg->prestart_max;
 	sbx_g.prestart_idle_ms = cfg->prestart_idle_ms ? cfg->prestart_idle_ms : 300000;
 	sbx_g.prestart_per_owner =

@@ -30,6 +30,7 @@ struct sbx_global {
 	char *bwrap_path;
 	char *runtime_dir;
 	int runtime_fd;	       /* O_PATH|O_DIRECTORY on runtime_dir */
+	unsigned warm_per_key; /* warm sandboxes kept per policy (1..SBX_WARM_PER_POLICY_MAX) */
 	char *exec_stub;       /* olp-sandbox-exec: the first program of every sandbox */
 	bool warm;	       /* keep warm sandboxes (pool.c) */
 	unsigned prestart_max; /* idle pre-started commands on the host, at most */

@@ -259,9 +259,10 @@ static uint64_t pool_release_all(struct pool *pl)
 /* ---- warm sandboxes --------------------------------------------------------------------- */
 
 #define WARM_PER_TAG (POOL_MAX / 2) /* one tag's share: its churn leaves half to the others */
-#define WARM_PER_KEY 2		    /* one in use by the next request while the other gets ready */
+_Static_assert(SBX_WARM_PER_POLICY_MAX <= WARM_PER_TAG,
+	       "a policy's warm sandboxes fit a tag's share");
 
-/* Threads finishing runs of one policy at once start WARM_PER_KEY between them, not each
+/* Threads finishing runs of one policy at once start sbx_g.warm_per_key between them, not each
  * their own, and a tag's share counts the starts under way. */
 static struct pool warm = { .lock = PTHREAD_MUTEX_INITIALIZER,
 			    .count_pending = true,
@@ -288,7 +289,7 @@ static bool warm_room_locked(const char *key, const char *tag, struct instance *
 	return *evict;
 }
 
-/* Start one warm instance of key for tag, unless WARM_PER_KEY wait or are being started
+/* Start one warm instance of key for tag, unless sbx_g.warm_per_key wait or are being started
  * already, or the tag has no room (false then). Off the client's critical path: called
  * after the run that needed it has answered. The check and the reservation are one step
  * under the lock. */
@@ -301,7 +302,7 @@ static bool warm_fill_one(const struct sbx_policy *p, const char *key, const cha
 
 	pthread_mutex_lock(&warm.lock);
 	go = !warm.closed && warm.filling < POOL_PENDING_MAX &&
-	     pool_have_locked(&warm, key, tag) < WARM_PER_KEY &&
+	     pool_have_locked(&warm, key, tag) < sbx_g.warm_per_key &&
 	     warm_room_locked(key, tag, &old, &evict) && pool_reserve_locked(&warm, key, tag);
 	pthread_mutex_unlock(&warm.lock);
 	if (!go)
@@ -320,7 +321,7 @@ static bool warm_fill_one(const struct sbx_policy *p, const char *key, const cha
  * on. */
 void sbx_warm_fill(const struct sbx_policy *p, const char *key, const char *tag)
 {
-	for (int i = 0; i < WARM_PER_KEY && warm_fill_one(p, key, tag); i++)
+	for (unsigned i = 0; i < sbx_g.warm_per_key && warm_fill_one(p, key, tag); i++)
 		;
 }
 

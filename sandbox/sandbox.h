@@ -43,6 +43,10 @@ enum sbx_prestart_event {
 };
 const char *sbx_prestart_event_name(enum sbx_prestart_event ev); /* "ready", "hit", … */
 
+/* The most warm sandboxes one policy keeps (sbx_global_config.warm_per_policy): half of a
+ * process's warm pool, one owner tag's share. */
+#define SBX_WARM_PER_POLICY_MAX 8
+
 /* Process-wide settings, fixed at start (sbx_global_init). */
 struct sbx_global_config {
 	enum sbx_mode mode;
@@ -54,6 +58,9 @@ struct sbx_global_config {
 	/* A policy run once gets a sandbox started ahead of time for its next run (a "warm"
 	 * sandbox; see pool.c). false: every run starts cold. */
 	bool warm;
+	/* How many wait per policy (one in use by the next request while the other gets
+	 * ready): 1 to SBX_WARM_PER_POLICY_MAX; 0 = 2. */
+	unsigned warm_per_policy;
 	enum sbx_identity identity;
 	/* "BASE:COUNT": the host uids (and gids) runs take; NULL = the worker user's ranges
 	 * in /etc/subuid and /etc/subgid (root without one: 1879048192:65536). */

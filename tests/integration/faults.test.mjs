@@ -544,6 +544,10 @@ const BAD_STARTS = [
   ['config.json, sandbox.mode unknown', 'config.json', '{"sandbox": {"mode": "chroot"}}', (h) => [`${h}/config.json`, 'sandbox.mode']],
   ['config.json, sandbox.prestart_per_key above prestart_max', 'config.json', '{"sandbox": {"prestart_max": 2, "prestart_per_key": 3}}',
     (h) => [`${h}/config.json: sandbox.prestart_per_key:`]],
+  ['config.json, sandbox.warm_per_policy 0', 'config.json', '{"sandbox": {"warm_per_policy": 0}}',
+    (h) => [`${h}/config.json: sandbox.warm_per_policy:`, 'sandbox.warm false']],
+  ['config.json, sandbox.warm_per_policy above 8', 'config.json', '{"sandbox": {"warm_per_policy": 9}}',
+    (h) => [`${h}/config.json: sandbox.warm_per_policy:`]],
   ['config.json, providers a string', 'config.json', '{"providers": "all"}', (h) => [`${h}/config.json`, 'providers']],
   ['config.json, auth.owner_only_endpoints[1] not a path', 'config.json', '{"auth": {"owner_only_endpoints": ["/health", 7]}}',
     (h) => [`${h}/config.json: auth.owner_only_endpoints[1]:`]],
@@ -567,6 +571,39 @@ const BAD_STARTS = [
   ['registry, not JSON', 'models-registry.json', '{"providers": {', (h) => [`${h}/models-registry.json:1`]],
   ['registry, providers an array', 'models-registry.json', '{"providers": []}', (h) => [`${h}/models-registry.json`, 'providers']],
 ];
+
+// The defaults sized to the machine (fcgi/sizing.c, docs/deploy.md "Small hosts"): what the
+// worker chose and why, as --check-config prints it; an explicit setting always wins.
+describe('defaults sized to the machine', () => {
+  const check = (config, env = {}) => {
+    const dirs = makeHome({ registry: testRegistry(), config });
+    try {
+      const r = spawnSync(cfg.bin, ['--check-config'], {
+        encoding: 'utf8',
+        timeout: 30000,
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', OLP_HOME: dirs.home, ...env },
+      });
+      assert.equal(r.status, 0, r.stderr);
+      return r.stdout;
+    } finally {
+      fs.rmSync(dirs.root, { recursive: true, force: true });
+    }
+  };
+
+  it('nothing set: all three sized, from MemTotal or a cgroup limit', () => {
+    const out = check(testConfig());
+    assert.match(out, /machine: \d+ CPUs, \d+ MiB \((MemTotal|the cgroup's memory\.max)\)/);
+    assert.match(out, /\d+ threads \(sized\), \d+ warm sandboxes per policy \(sized\), \d+ pre-started clients on the host \(sized\)/);
+  });
+
+  it('config.json and OLP_THREADS win', () => {
+    const config = { ...testConfig(), server: { threads: 3 }, sandbox: { ...testConfig().sandbox, warm_per_policy: 1, prestart_max: 0 } };
+    let out = check(config);
+    assert.match(out, /: 3 threads \(set\), 1 warm sandboxes per policy \(set\), 0 pre-started clients on the host \(set\)/);
+    out = check(config, { OLP_THREADS: '5' });
+    assert.match(out, /: 5 threads \(set\)/);
+  });
+});
 
 describe('a corrupt config.json or registry at start', () => {
   for (const [what, file, content, names] of BAD_STARTS) {
