@@ -11,8 +11,8 @@
  * OLP_PCLI_TOOL_CHOICE "required" or a tool's name as its tool_choice (else "auto").
  *
  * With OLP_PCLI_PRESTART=1 in the environment, run runs the request twice in one process:
- * once silently (which leaves a pre-started process of the provider, when its "prestart"
- * is above 0: ADR 0022), then, once that process waits, again, printed; the outcome says
+ * once silently but for a {"ev":"warmup_delta"} line per text delta (which leaves a
+ * pre-started process of the provider, when its "prestart" is above 0: ADR 0022), then, once that process waits, again, printed; the outcome says
  * how its process came to be ("start").
  *
  * Every event is one JSON line: {"ev":"delta","text":…,"t_ms":…}, {"ev":"usage",…},
@@ -113,14 +113,22 @@ static int parse_main(const char *type)
 	return 0;
 }
 
+/* The warm-up's sink: only a line per text delta, {"ev":"warmup_delta","t_ms":…}, for a
+ * test whose upstream streams in lockstep with what the client saw (x-fake-delta-gate). */
 static int quiet_event(void *ctx, const struct prov_event *ev)
 {
+	struct buf b = BUF_INIT;
+
 	(void)ctx;
-	(void)ev;
+	if (ev->kind != PROV_EV_DELTA)
+		return 0;
+	buf_addf(&b, "{\"ev\":\"warmup_delta\",\"t_ms\":%llu}",
+		 (unsigned long long)(mono_ms() - t0));
+	print_line(&b);
 	return 0;
 }
 
-/* Run req once, quietly, then wait (generously: the machine is shared) until a process
+/* Run req once, quietly (but for warmup_delta lines), then wait (generously: the machine is shared) until a process
  * started ahead waits for the next one, and a little more for the CLI to be ready. */
 static void prestart_first(const struct prov_request *req)
 {

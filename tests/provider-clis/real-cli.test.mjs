@@ -35,15 +35,26 @@ async function requests(server) {
   return (await fetch(`${server.url}/_requests`)).json();
 }
 
+// Tell a fake upstream that the client saw one more delta (deltaGate, upstream/common.mjs).
+async function seen(server) {
+  const res = await fetch(`${server.url}/_seen`, { method: 'POST' });
+  await res.arrayBuffer();
+}
+
 // Run argv with stdin, collect stdout lines as JSON; resolves with {events, ms, code}.
-function runJson(argv, input, { env = process.env, timeoutMs = 90000 } = {}) {
+// onLine, if given, is called with each stdout line as it arrives.
+function runJson(argv, input, { env = process.env, timeoutMs = 90000, onLine } = {}) {
   return new Promise((resolve, reject) => {
     const t0 = Date.now();
     const child = spawn(argv[0], argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env });
     children.add(child);
     let out = '', err = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.stdout.on('data', (d) => { out += d; });
+    child.stdout.on('data', (d) => {
+      const from = out.lastIndexOf('\n') + 1;
+      out += d;
+      if (onLine) out.slice(from, out.lastIndexOf('\n') + 1).split('\n').filter(Boolean).forEach(onLine);
+    });
     child.stderr.on('data', (d) => { err += d; });
     child.on('error', reject);
     child.on('close', (code) => {
@@ -100,9 +111,9 @@ const checked = (r, reqs) => {
   const w = r.events.find((e) => e.ev === 'warmup');
   return w ? reqs.filter((q) => q.t >= w.wall_ms) : reqs;
 };
-const run = async (registry, model, prompt = 'Say hello', env = {}) => {
+const run = async (registry, model, prompt = 'Say hello', env = {}, onLine = undefined) => {
   const r = await runJson([driver, 'run', registry, model, prestartConf, sandbox], prompt,
-                          { env: { ...process.env, ...env } });
+                          { env: { ...process.env, ...env }, onLine });
   const o = outcome(r);
   if (prestart && o?.code === 'OK') assert.equal(o.start, 'prestart', `answered by a pre-started process: ${JSON.stringify(o)}`);
   return r;
@@ -123,20 +134,35 @@ after(() => {
 });
 
 test('claude: text streamed as ordered deltas, usage, finish, answered at the result line', async () => {
-  const r = await run(claudeRegistry(), 'claude-fake');
+  // Lockstep (x-fake-delta-gate, sent by claude as a custom header): the upstream writes
+  // each delta only once prov-driver has printed the one before (this test reports each
+  // delta line, the warm-up's too, with POST /_seen). Anything that holds a delta back
+  // (the forwarder, the sandbox's pipe, the parser) makes the upstream's waits run out.
+  // (Timing the deltas instead failed on a loaded machine: claude, starved of CPU, printed
+  // six deltas sent 20 ms apart at once, 10.5 s after the start.)
+  const gated = claudeRegistry({ env: { ANTHROPIC_BASE_URL: anthropic.url, ANTHROPIC_API_KEY: 'sk-ant-fake-key',
+                                        ANTHROPIC_CUSTOM_HEADERS: 'X-Fake-Delta-Gate: 1' } });
+  const seenPosts = [];
+  const r = await run(gated, 'claude-fake', 'Say hello', {}, (line) => {
+    if (/^\{"ev":"(warmup_)?delta"/.test(line)) seenPosts.push(seen(anthropic));
+  });
+  await Promise.all(seenPosts);
   const o = outcome(r);
-  assert.equal(o.code, 'OK', JSON.stringify(o));
   const ds = deltas(r);
-  assert.equal(ds.map((d) => d.text).join(''), CLAUDE_TEXT);
-  assert.deepEqual(ds.map((d) => d.text), ['Hello', ' from', ' the', ' fake', ' Anthropic', ' server!']);
-  // In order and actually streamed: the server spaces them 20 ms apart.
-  for (let i = 1; i < ds.length; i++) assert.ok(ds[i].t_ms >= ds[i - 1].t_ms);
-  assert.ok(ds.at(-1).t_ms - ds[0].t_ms >= 40, `deltas arrived together: ${ds.map((d) => d.t_ms)}`);
-  assert.equal(o.finish_reason, 'stop');
-  assert.equal(o.usage_present, true);
   const reqs = checked(r, await requests(anthropic));
   const mine = reqs.filter((q) => q.model === 'claude-fake');
-  assert.equal(mine.length, 1);
+  assert.equal(mine.length, 1, JSON.stringify(o));
+  // First: a delta held back also makes the run time out, which would say less.
+  assert.equal(mine[0].gate_timeouts, 0,
+               `the upstream waited in vain for a delta to be printed (${mine[0].gate_timeouts} of 5 times): ` +
+               `something held it back; printed at ${ds.map((d) => d.t_ms)} ms`);
+  assert.equal(mine[0].delta_t.length, 6);
+  assert.equal(o.code, 'OK', JSON.stringify(o));
+  assert.equal(ds.map((d) => d.text).join(''), CLAUDE_TEXT);
+  assert.deepEqual(ds.map((d) => d.text), ['Hello', ' from', ' the', ' fake', ' Anthropic', ' server!']);
+  for (let i = 1; i < ds.length; i++) assert.ok(ds[i].t_ms >= ds[i - 1].t_ms);
+  assert.equal(o.finish_reason, 'stop');
+  assert.equal(o.usage_present, true);
   assert.equal(mine[0].auth, 'x-api-key');
   // Only the Messages API was called on the configured base URL.
   assert.ok(reqs.every((q) => q.path.startsWith('/v1/messages')), JSON.stringify(reqs.map((q) => q.path)));
