@@ -54,9 +54,9 @@ void store_url_public(const char *url, char *out, size_t n);
 /* ---- a process's connections ------------------------------------------------------------ */
 
 struct store_options {
-	const char *passfile;	 /* libpq passfile, or NULL (libpq's defaults); copied */
-	unsigned max_conns;	 /* connections of this process at most (0: 4) */
-	unsigned connect_timeout_s; /* libpq connect_timeout (0: 3) */
+	const char *passfile;	      /* libpq passfile, or NULL (libpq's defaults); copied */
+	unsigned max_conns;	      /* connections of this process at most (0: 4) */
+	unsigned connect_timeout_s;   /* libpq connect_timeout (0: 3) */
 	const char *application_name; /* e.g. "olp-fcgi" (NULL: "olp"); copied */
 };
 
@@ -119,18 +119,22 @@ typedef void (*store_notify_fn)(void *arg, const char *payload);
  * missed changes and must be dropped. */
 typedef void (*store_resync_fn)(void *arg);
 
-/* LISTEN on channel (an SQL identifier: [a-z_][a-z0-9_]*) from one dedicated connection of
- * db, with a thread started on the first call. The thread also runs a round trip at least
- * every 500 ms so that a silent connection is noticed; see store_listen_fresh_ms. 0 or
- * -errno (EINVAL: a bad channel; at most 8 channels). */
+/* LISTEN on channel (an SQL identifier: [a-z_][a-z0-9_]*) from the one dedicated
+ * connection of db, once store_listen_start has started its thread. Register every
+ * channel first: 0, -EINVAL (a bad channel, more than 8), -EBUSY (the thread runs). */
 int store_listen(struct store_db *db, const char *channel, store_notify_fn on_notify,
 		 store_resync_fn on_resync, void *arg);
+/* Start the listener thread (once; later calls do nothing): it connects, LISTENs, and
+ * makes a round trip at least every 500 ms so that a silent connection is noticed and
+ * store_listen_fresh_ms moves; when the connection fails it tries again every second.
+ * Its descriptors are close-on-exec. 0 or -errno. */
+int store_listen_start(struct store_db *db);
 
-/* The monotonic time (ms, CLOCK_MONOTONIC) of the listener's last completed round trip
- * on its current connection, and that connection's epoch (bumped at each reconnect).
- * Every change committed before that time has been handed to on_notify: a cache entry
- * loaded in the same epoch and checked against this time is exactly as fresh. 0 when the
- * listener is not connected. */
+/* A time (ms, mono_ms's clock) before which every committed change has been handed to
+ * on_notify: the listener's last completed round trip, less a 250 ms margin. *epoch (may
+ * be NULL) gets the connection's epoch, bumped at each reconnect (after on_resync). An
+ * entry cached in the same epoch, with no notification for it since, is as fresh as the
+ * database was at that time. 0 when the listener is not connected. */
 int64_t store_listen_fresh_ms(struct store_db *db, uint64_t *epoch);
 
 /* ---- schemas ---------------------------------------------------------------------------- */
@@ -147,10 +151,13 @@ struct store_schema {
  * (two operators running it at once do it once). The table olp_schema (module, version)
  * is created first. For each module msg gets a line "keys: version 1 -> 2" or "keys:
  * version 2, current". A database at a newer version than a module's n is refused and
- * left as it is. 0, or -1 with the reason in msg. Needs a role that may create tables
- * (the operator's, not the workers'). */
-int store_schema_apply(struct store_db *db, const struct store_schema *const *schemas,
-		       size_t n, struct buf *msg);
+ * left as it is. worker_role (may be NULL: none) is then granted SELECT, INSERT, UPDATE
+ * and DELETE on every table of the schema and the use of its sequences, and SELECT only
+ * on olp_schema: the workers' role needs data rights, never the right to change the
+ * schema. 0, or -1 with the reason in msg. Needs a role that may create tables (the
+ * operator's, not the workers'). */
+int store_schema_apply(struct store_db *db, const struct store_schema *const *schemas, size_t n,
+		       const char *worker_role, struct buf *msg);
 
 /* Whether the database holds exactly version s->n of s->module: 0; -ENOENT (none yet:
  * "run olp-keys store init"), -EPROTO (older or newer, the version in *found), or the
