@@ -302,12 +302,13 @@ static int init_sandbox(bool cgi)
 	prov_registry_notes(app.reg, app.cfg.runtime_dir);
 	/* The keys' concurrency slots too, in a dir of their own: a key's file names can
 	 * never meet a provider's. */
-	app.keyslot_dir = path_join(app.cfg.runtime_dir, "keyslots");
-	if (mkdir(app.keyslot_dir, 0700) < 0 && errno != EEXIST) {
-		log_warn(NULL, "key concurrency slots in %s; keys with max_concurrent are refused",
-			 app.keyslot_dir);
-		free(app.keyslot_dir);
-		app.keyslot_dir = NULL;
+	app.leases = usage_leases_open(
+		&(struct usage_lease_options){ .runtime_dir = app.cfg.runtime_dir });
+	if (!app.leases) {
+		log_warn(NULL,
+			 "key concurrency slots in %s/keyslots; keys with max_concurrent are "
+			 "refused",
+			 app.cfg.runtime_dir);
 	}
 	return 0;
 }
@@ -483,6 +484,7 @@ int main(int argc, char **argv)
 		fcgi_handle(&app, &io);
 		cgi_drain_stdin();
 		usage_store_free(app.usage);
+		usage_leases_free(app.leases);
 		return 0;
 	}
 	return serve(&stop);

@@ -96,10 +96,10 @@ struct fcgi_app {
 	struct prov_registry *reg;
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
-	/* <runtime_dir>/keyslots: the keys' concurrency slots (quota max_concurrent), shared
-	 * by every process of the host; NULL when it could not be made (such keys are then
-	 * refused: fail closed). */
-	char *keyslot_dir;
+	/* The keys' concurrency slots (quota max_concurrent): files in <runtime_dir>/keyslots
+	 * shared by every process of the host, or leases in the shared store (usage.h); NULL
+	 * when they could not be set up (such keys are then refused: fail closed). */
+	struct usage_leases *leases;
 };
 
 /* ---- quota.c: a key's quota against the usage store (ADR 0026) ---------------------- */
@@ -191,8 +191,8 @@ struct fcgi_req {
 	bool chat;
 	struct prov_usage usage;
 	enum usage_start start;
-	int key_slot;		  /* the key's concurrency slot (check_concurrency), or -1 */
-	struct usage_claim claim; /* the request's count and token reservation (check_quota) */
+	struct usage_lease key_lease; /* the key's concurrency slot (check_concurrency) */
+	struct usage_claim claim;     /* the request's count and token reservation (check_quota) */
 };
 
 /* One response header; a list of them ends with a NULL name. */
