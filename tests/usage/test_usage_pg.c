@@ -343,8 +343,8 @@ static void test_quota_tokens(void)
 
 /* n children, each with its own store_db and usage store, each makes takes claims at once
  * (released together by a pipe): the number of allowed ones, or -1. */
-static int takes_in_children(const char *key, const struct usage_quota *q, int64_t tokens,
-			     int n, int takes)
+static int takes_in_children(const char *key, const struct usage_quota *q, int64_t tokens, int n,
+			     int takes)
 {
 	int go[2], allowed = 0;
 	pid_t pids[16];
