@@ -51,6 +51,7 @@ struct usage_pg {
 	uint64_t last_drop_log_ms; /* under lock */
 	uint64_t drops_unlogged;   /* under lock */
 	uint64_t last_prune_ms;	   /* the writer's own */
+	bool pruned;		   /* the writer's own: once since the start */
 };
 
 /* The "usage" schema is this build's version, or -errno (counted and logged). */

@@ -101,7 +101,7 @@ static bool ring_room(struct usage_pg *p)
 	if (size > p->cap)
 		size = p->cap;
 	n = xreallocarray(NULL, size, sizeof(*n));
-	for (size_t i = 0; i < p->len; i++)
+	for (size_t i = 0; p->ring_size && i < p->len; i++)
 		n[i] = p->ring[(p->head + i) % p->ring_size];
 	free(p->ring);
 	p->ring = n;
@@ -333,8 +333,8 @@ static int batch_write(struct usage_store *st, const struct usage_pg_row *rows, 
 
 /* ---- retention ------------------------------------------------------------------------ */
 
-/* What the retention no longer keeps, every host's (each host's writer does it, at most
- * hourly; the statements are idempotent). A failure is counted and tried next hour. */
+/* What the retention no longer keeps, every host's (each host's writer does it at its
+ * start, as SQLite's first write does, then hourly; the statements are idempotent). A failure is counted and tried next hour. */
 static void prune(struct usage_store *st)
 {
 	char rows[24], wins[24], now[24];
@@ -354,9 +354,12 @@ static void prune(struct usage_store *st)
 		" b AS (DELETE FROM olp_quota_windows WHERE start_ms < $2::bigint"
 		" RETURNING 1),"
 		" c AS (DELETE FROM olp_quota_holds WHERE expires_ms < $3::bigint"
+		" RETURNING 1),"
+		/* A dead host's leases of keys no one asked for since. */
+		" d AS (DELETE FROM olp_leases WHERE expires_at < now() - interval '1 hour'"
 		" RETURNING 1)"
 		" SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b),"
-		" (SELECT count(*) FROM c)",
+		" (SELECT count(*) FROM c), (SELECT count(*) FROM d)",
 		3, p, &err);
 	PQclear(r);
 }
@@ -420,7 +423,8 @@ static void *writer_main(void *arg)
 			break;
 		if (p->len)
 			writer_round(st, batch);
-		if (!p->stop && mono_ms() - p->last_prune_ms >= PRUNE_EVERY_MS) {
+		if (!p->stop && (!p->pruned || mono_ms() - p->last_prune_ms >= PRUNE_EVERY_MS)) {
+			p->pruned = true;
 			p->last_prune_ms = mono_ms();
 			pthread_mutex_unlock(&p->lock);
 			prune(st);
@@ -440,9 +444,6 @@ int usage_pg_writer_start(struct usage_store *st)
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->more, NULL);
 	pthread_cond_init(&p->done, NULL);
-	/* The first prune an hour after start: a worker pool restarting does not prune at
-	 * once on every worker. */
-	p->last_prune_ms = mono_ms();
 	err = pthread_create(&p->writer, NULL, writer_main, st);
 	if (err) {
 		log_errx(NULL, "usage: cannot start the ledger's writer thread: %s", strerror(err));
