@@ -1,9 +1,11 @@
 /* usage: who used what. The per-key usage ledger and the quota counters of a host, behind
  * one store interface (docs/adr/0020-usage-store.md).
  *
- * One store is shared by every worker process of a host (and by olp-keys): today an
- * embedded SQLite database in WAL mode at $OLP_HOME/usage.db (mode 0600); the interface is
- * written so that a PostgreSQL backend, shared by several OLP hosts, can slot in later.
+ * One store is shared by every worker process of a host (and by olp-keys): by default an
+ * embedded SQLite database in WAL mode at $OLP_HOME/usage.db (mode 0600); with
+ * usage_options.store, the shared PostgreSQL store of several OLP hosts (ADR 0034: the
+ * same functions, exact across hosts; the ledger's rows written by a thread of the
+ * process from a bounded queue; see "the PostgreSQL store" below).
  * A ledger row holds what a request cost and how it went — never a prompt, an answer, a
  * token or a key hash. usage knows nothing of HTTP, providers or keys beyond their names:
  * the caller hands it ids and counts.
@@ -22,9 +24,10 @@
  * interleaved with another thread's) and the readers' (read-only, under a lock of its
  * own: /v1/usage, the dashboard and olp-keys usage never hold up a quota check, and a
  * failed read never closes the writer). Cross-process safety is SQLite's locking (WAL),
- * with a 2 s busy timeout. A process that forks opens its own store in
- * the child: a connection must not cross fork(2). The database's descriptors are
- * close-on-exec. */
+ * with a 2 s busy timeout. With a PostgreSQL store, the store_db's pool (store.h) and the
+ * database's row locks instead. A process that forks opens its own store in
+ * the child: a connection (or a thread) must not cross fork(2). The database's descriptors
+ * are close-on-exec. */
 #ifndef OLP_USAGE_H
 #define OLP_USAGE_H
 
