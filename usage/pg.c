@@ -5,13 +5,15 @@
  * are in pg_ledger.c, the leases in lease.c.
  *
  * Exact across hosts: a quota check is one statement, the function olp_quota_claim, so
- * one round trip and its own transaction. It first upserts the key's day window
- * (INSERT ... ON CONFLICT DO UPDATE), which takes that row's lock: every check of the key,
- * from any host, waits there for the one before to commit, then reads the minute, the
- * day and the reservations as they are now (READ COMMITTED: each statement of the
- * function sees what committed before it), judges, and counts only when allowed. The
- * windows are the database's clock's (now_ms 0), so hosts whose clocks differ still share
- * one minute. A refusal writes nothing but the day's row it locked.
+ * one round trip and its own transaction. It upserts the key's day window (INSERT ... ON
+ * CONFLICT DO UPDATE), which takes that row's lock: every check of the key, from any
+ * host, waits there for the one before to commit; then it reads the minute, the day and
+ * the reservations as they are now (READ COMMITTED: each statement of the function sees
+ * what committed before it), judges, and counts only when allowed. Before the lock, the
+ * same reading without it: a key already over its limit is refused there, writing
+ * nothing (a refusal seen in committed counts is a true one: counts only grow within a
+ * window but for a refund, and a refund committed later is later). The windows are the
+ * database's clock's (now_ms 0), so hosts whose clocks differ still share one minute.
  *
  * The database away: every check fails with -ECONNREFUSED at once (store_conn_get does
  * not wait on a dead database) and the caller refuses the request (ADR 0026); the store
@@ -76,39 +78,46 @@ static const char schema_v1[] =
 	" expires_at timestamptz NOT NULL,"
 	" PRIMARY KEY (key_id, slot));"
 	"CREATE INDEX olp_leases_holder ON olp_leases (holder);"
-	/* The quota check (see the file's comment). p_now 0: the database's clock. */
+	/* The quota check (see the file's comment). p_now 0: the database's clock. Pass 1
+	 * reads without a lock and returns a refusal it finds (nothing written, no commit to
+	 * flush); pass 2 locks the day's row and decides for real. Each pass reads the
+	 * windows and the holds in one statement (one snapshot). */
 	"CREATE FUNCTION olp_quota_claim(p_key text, p_now bigint, p_rpm bigint, p_rpd bigint,"
 	" p_tpd bigint, p_tokens bigint, p_ttl bigint, OUT o_allowed boolean, OUT o_limit text,"
 	" OUT o_value bigint, OUT o_used bigint, OUT o_now bigint, OUT o_minute bigint,"
 	" OUT o_day bigint, OUT o_hold bigint) LANGUAGE plpgsql AS $f$\n"
-	"DECLARE v_dreq bigint; v_dtok bigint; v_mreq bigint; v_held bigint := 0;\n"
+	"DECLARE v_dreq bigint; v_dtok bigint; v_mreq bigint; v_held bigint;\n"
 	"BEGIN\n"
 	" o_now := CASE WHEN p_now <> 0 THEN p_now"
 	"  ELSE (extract(epoch FROM clock_timestamp()) * 1000)::bigint END;\n"
 	" o_minute := o_now - ((o_now % 60000) + 60000) % 60000;\n"
 	" o_day := o_now - ((o_now % 86400000) + 86400000) % 86400000;\n"
 	" o_allowed := true; o_hold := 0;\n"
-	" INSERT INTO olp_quota_windows AS w (key_id, kind, start_ms, requests, tokens)"
-	"  VALUES (p_key, 1, o_day, 0, 0) ON CONFLICT (key_id, kind, start_ms)"
-	"  DO UPDATE SET requests = w.requests RETURNING w.requests, w.tokens INTO v_dreq, "
-	"v_dtok;\n"
-	" SELECT w.requests INTO v_mreq FROM olp_quota_windows w"
-	"  WHERE w.key_id = p_key AND w.kind = 0 AND w.start_ms = o_minute;\n"
-	" v_mreq := coalesce(v_mreq, 0);\n"
-	" IF p_tpd > 0 THEN\n"
-	"  SELECT coalesce(sum(h.tokens), 0) INTO v_held FROM olp_quota_holds h"
-	"   WHERE h.key_id = p_key AND h.day_ms = o_day AND h.expires_ms > o_now;\n"
-	" END IF;\n"
-	" IF p_rpd > 0 AND v_dreq >= p_rpd THEN\n"
-	"  o_allowed := false; o_limit := 'requests_per_day'; o_value := p_rpd; o_used := v_dreq;\n"
-	" ELSIF p_tpd > 0 AND v_dtok + v_held >= p_tpd THEN\n"
-	"  o_allowed := false; o_limit := 'tokens_per_day'; o_value := p_tpd;"
-	"  o_used := v_dtok + v_held;\n"
-	" ELSIF p_rpm > 0 AND v_mreq >= p_rpm THEN\n"
-	"  o_allowed := false; o_limit := 'requests_per_minute'; o_value := p_rpm;"
-	"  o_used := v_mreq;\n"
-	" END IF;\n"
-	" IF NOT o_allowed THEN RETURN; END IF;\n"
+	" FOR pass IN 1..2 LOOP\n"
+	"  IF pass = 2 THEN\n"
+	"   INSERT INTO olp_quota_windows AS w (key_id, kind, start_ms, requests, tokens)"
+	"    VALUES (p_key, 1, o_day, 0, 0) ON CONFLICT (key_id, kind, start_ms)"
+	"    DO UPDATE SET requests = w.requests;\n"
+	"  END IF;\n"
+	"  SELECT coalesce(max(w.requests) FILTER (WHERE w.kind = 1), 0),"
+	"   coalesce(max(w.tokens) FILTER (WHERE w.kind = 1), 0),"
+	"   coalesce(max(w.requests) FILTER (WHERE w.kind = 0), 0),"
+	"   CASE WHEN p_tpd > 0 THEN (SELECT coalesce(sum(h.tokens), 0) FROM olp_quota_holds h"
+	"    WHERE h.key_id = p_key AND h.day_ms = o_day AND h.expires_ms > o_now) ELSE 0 END"
+	"   INTO v_dreq, v_dtok, v_mreq, v_held FROM olp_quota_windows w WHERE w.key_id = p_key"
+	"   AND ((w.kind = 0 AND w.start_ms = o_minute) OR (w.kind = 1 AND w.start_ms = o_day));\n"
+	"  IF p_rpd > 0 AND v_dreq >= p_rpd THEN\n"
+	"   o_allowed := false; o_limit := 'requests_per_day'; o_value := p_rpd;"
+	"   o_used := v_dreq;\n"
+	"  ELSIF p_tpd > 0 AND v_dtok + v_held >= p_tpd THEN\n"
+	"   o_allowed := false; o_limit := 'tokens_per_day'; o_value := p_tpd;"
+	"   o_used := v_dtok + v_held;\n"
+	"  ELSIF p_rpm > 0 AND v_mreq >= p_rpm THEN\n"
+	"   o_allowed := false; o_limit := 'requests_per_minute'; o_value := p_rpm;"
+	"   o_used := v_mreq;\n"
+	"  END IF;\n"
+	"  IF NOT o_allowed THEN RETURN; END IF;\n"
+	" END LOOP;\n"
 	" UPDATE olp_quota_windows w SET requests = w.requests + 1"
 	"  WHERE w.key_id = p_key AND w.kind = 1 AND w.start_ms = o_day;\n"
 	" INSERT INTO olp_quota_windows AS w (key_id, kind, start_ms, requests, tokens)"
