@@ -77,6 +77,11 @@ void store_health(struct store_db *db, struct store_health *out)
 	pthread_mutex_unlock(&db->lock);
 }
 
+bool store_available(struct store_db *db)
+{
+	return db && atomic_load(&db->ok);
+}
+
 static void ignore_notice(void *arg, const char *message)
 {
 	(void)arg;
