@@ -116,8 +116,8 @@ void egr_rl_init(struct egr_ratelimit *rl, int http_status);
 /* Read one response header (name and value, not NUL-terminated, value trimmed) into rl
  * when it is one of the names above; now_s (epoch seconds) turns a relative reset into a
  * time. Whether it was read. */
-bool egr_rl_header(struct egr_ratelimit *rl, const char *name, size_t name_len,
-		   const char *value, size_t value_len, int64_t now_s);
+bool egr_rl_header(struct egr_ratelimit *rl, const char *name, size_t name_len, const char *value,
+		   size_t value_len, int64_t now_s);
 /* Read a 429 answer's JSON body: {"error":{"type":"usage_limit_reached", "resets_at":
  * epoch seconds, "resets_in_seconds": n}} (or those members at the top), making the
  * account rejected until then. Whether it was such a body. */

@@ -339,9 +339,10 @@ void prov_registry_notes(const struct prov_registry *reg, const char *dir);
  * each answer that announced something, so that a reader sees one answer's state or the
  * one before, never a mix. */
 struct prov_limits {
-	struct egr_ratelimit rl; /* windows the last answer did not name keep the earlier
-				    answer's values (their own seen_ms says when) */
-	int64_t seen_ms;	 /* when the last answer was read, wall clock ms */
+	/* What the last answer said; a window it did not name keeps an earlier answer's
+	 * values (win_seen_ms says when each was named). */
+	struct egr_ratelimit rl;
+	int64_t seen_ms;		  /* when the last answer was read, wall clock ms */
 	int64_t win_seen_ms[EGR_RL_NWIN]; /* when each window was last named (0: never) */
 };
 

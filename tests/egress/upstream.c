@@ -337,19 +337,21 @@ static int respond(struct tu_conn *c, const char *method, const char *path, cons
 				 "anthropic-ratelimit-unified-7d-reset: 4102999999\r\n"
 				 "Content-Length: %zu\r\n\r\n%s",
 				 rej ? 429 : 200, rej ? "rejected" : "allowed",
-				 rej ? "rejected" : "allowed", rej ? "1.0" : "0.42", strlen(json), json);
+				 rej ? "rejected" : "allowed", rej ? "1.0" : "0.42", strlen(json),
+				 json);
 	}
 	if (!strncmp(path, "/limits/codex429", 16)) {
 		const char *json = "{\"error\":{\"type\":\"usage_limit_reached\",\"message\":\"x\","
 				   "\"resets_in_seconds\":3600}}";
 
-		return io_printf(c,
-				 "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
-				 "x-codex-primary-used-percent: 100\r\n"
-				 "x-codex-primary-window-minutes: 300\r\n"
-				 "x-codex-secondary-used-percent: 12.5\r\n"
-				 "Content-Length: %zu\r\n\r\n%s",
-				 strlen(json), json);
+		return io_printf(
+			c,
+			"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+			"x-codex-primary-used-percent: 100\r\n"
+			"x-codex-primary-window-minutes: 300\r\n"
+			"x-codex-secondary-used-percent: 12.5\r\n"
+			"Content-Length: %zu\r\n\r\n%s",
+			strlen(json), json);
 	}
 	if (!strncmp(path, "/hang", 5)) {
 		while (!c->s->stopping)
