@@ -80,6 +80,7 @@ struct up {
 	bool close_after; /* close the client connection after this response */
 	bool watch_client;
 	bool stopped;
+	bool hold_body; /* a 429's body, held until it is read (rl below) */
 	uint64_t down;
 	struct egr_answer ans; /* the answer's usage and echoed secrets (answer.c) */
 	struct buf masked;     /* a piece of the answer with its secrets masked */
@@ -87,7 +88,6 @@ struct up {
 	 * held (up to LIMIT_BODY_MAX) until it is read, so that the state is kept before the
 	 * run can see the refusal and end. */
 	struct egr_ratelimit rl;
-	bool hold_body;
 	struct buf held_body;
 };
 

@@ -110,8 +110,8 @@ static void test_bad_file(void)
 	snprintf(path, sizeof(path), "%s/limits/vibe@default.v1", dir);
 	f = fopen(path, "w");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fputs("not a state", f);
-	fclose(f);
+	(void)fputs("not a state", f);
+	(void)fclose(f);
 	CU_ASSERT_EQUAL(prov_limits_get("vibe", PROV_ACCOUNT_DEFAULT, &st), -ENOENT);
 	CU_ASSERT_EQUAL(st.rl.status, EGR_RL_UNKNOWN);
 }
