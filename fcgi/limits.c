@@ -125,6 +125,8 @@ void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b)
 
 /* ---- /metrics ------------------------------------------------------------------------ */
 
+enum family { FAM_UTILIZATION = 0, FAM_LIMITED, FAM_RESET };
+
 static const char *const families[][2] = {
 	{ "olp_account_utilization",
 	  "Share of a subscription window used, as the upstream last said (0 to 1)" },
@@ -135,7 +137,7 @@ static const char *const families[][2] = {
 };
 
 /* One family's samples for every provider's accounts that have a state. */
-static void metrics_family(const struct prov_registry *reg, size_t fam, int64_t now_s,
+static void metrics_family(const struct prov_registry *reg, enum family fam, int64_t now_s,
 			   struct buf *b)
 {
 	buf_addf(b, "# HELP %s %s\n# TYPE %s gauge\n", families[fam][0], families[fam][1],
@@ -148,13 +150,13 @@ static void metrics_family(const struct prov_registry *reg, size_t fam, int64_t 
 		/* Names of the state files are plain ([A-Za-z0-9_.-]): no label escaping. */
 		if (prov_limits_get(name, PROV_ACCOUNT_DEFAULT, &st))
 			continue;
-		if (fam == 1) {
+		if (fam == FAM_LIMITED) {
 			buf_addf(b, "%s{provider=\"%s\",account=\"%s\"} %d\n", families[fam][0],
 				 name, PROV_ACCOUNT_DEFAULT,
 				 prov_limits_blocked(&st, now_s, &retry) ? 1 : 0);
 			continue;
 		}
-		if (fam == 2 && st.rl.reset_s > now_s)
+		if (fam == FAM_RESET && st.rl.reset_s > now_s)
 			buf_addf(b, "%s{provider=\"%s\",account=\"%s\",window=\"overall\"} %lld\n",
 				 families[fam][0], name, PROV_ACCOUNT_DEFAULT,
 				 (long long)(st.rl.reset_s - now_s));
@@ -162,12 +164,12 @@ static void metrics_family(const struct prov_registry *reg, size_t fam, int64_t 
 			const struct egr_rl_win *win = &st.rl.win[w];
 			const char *wn = egr_rl_window_name((enum egr_rl_window)w);
 
-			if (fam == 0 && st.win_seen_ms[w] && win->utilization >= 0)
+			if (fam == FAM_UTILIZATION && st.win_seen_ms[w] && win->utilization >= 0)
 				buf_addf(b,
 					 "%s{provider=\"%s\",account=\"%s\",window=\"%s\"} %.4f\n",
 					 families[fam][0], name, PROV_ACCOUNT_DEFAULT, wn,
 					 win->utilization);
-			else if (fam == 2 && st.win_seen_ms[w] && win->reset_s)
+			else if (fam == FAM_RESET && st.win_seen_ms[w] && win->reset_s)
 				buf_addf(b,
 					 "%s{provider=\"%s\",account=\"%s\",window=\"%s\"} %lld\n",
 					 families[fam][0], name, PROV_ACCOUNT_DEFAULT, wn,
@@ -182,7 +184,7 @@ void fcgi_limits_metrics(const struct prov_registry *reg, struct buf *b)
 	int64_t now_s = wall_ms() / 1000;
 
 	for (size_t f = 0; f < ARRAY_SIZE(families); f++)
-		metrics_family(reg, f, now_s, b);
+		metrics_family(reg, (enum family)f, now_s, b);
 }
 
 /* ---- before a run -------------------------------------------------------------------- */
