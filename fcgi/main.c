@@ -174,6 +174,32 @@ out_why:
  * the workers' user before it starts the web server: a worker that would exit at start
  * (and be respawned by lighttpd, behind nothing but 503s) is named with its reason instead.
  * Exit status 0 (ready) or 1 (the reason on stderr). */
+/* --check-config with a shared store: the passfile as the workers' user reads it, and
+ * whether the database answers now (it need not: the workers start either way). */
+static int check_store(struct buf *err)
+{
+	struct store_options so = { .passfile = app.cfg.store_passfile,
+				    .max_conns = 1,
+				    .application_name = "olp-fcgi" };
+	struct store_health h;
+	struct store_db *db;
+
+	if (!app.cfg.store_url)
+		return 0;
+	db = store_open(app.cfg.store_url, &so, err);
+	if (!db)
+		return -1;
+	store_health(db, &h);
+	if (h.ok)
+		printf("olp-fcgi: the shared store %s answers\n", h.where);
+	else
+		printf("olp-fcgi: the shared store %s does not answer now (%s): the workers "
+		       "start anyway and reach it once it does\n",
+		       h.where, h.last_error);
+	store_free(db);
+	return 0;
+}
+
 static int check_config(void)
 {
 	struct buf err = BUF_INIT;
@@ -191,6 +217,8 @@ static int check_config(void)
 			 keys, strerror(errno));
 		goto out;
 	}
+	if (check_store(&err))
+		goto out;
 	printf("olp-fcgi: configuration ready: %zu models from %s\nolp-fcgi: %s\n",
 	       prov_registry_model_count(app.reg), app.cfg.registry_path, app.cfg.sizing);
 	ret = 0;
@@ -300,16 +328,54 @@ static int init_sandbox(bool cgi)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
 	prov_registry_notes(app.reg, app.cfg.runtime_dir);
-	/* The keys' concurrency slots too, in a dir of their own: a key's file names can
-	 * never meet a provider's. */
-	app.leases = usage_leases_open(
-		&(struct usage_lease_options){ .runtime_dir = app.cfg.runtime_dir });
-	if (!app.leases) {
+	return 0;
+}
+
+/* The keys' concurrency slots (quota max_concurrent, usage.h): with the shared store,
+ * leases in it, held across hosts; else slot files beside the scratch dirs, in a dir of
+ * their own (a key's file names can never meet a provider's). None: such keys are
+ * refused (fail closed). */
+static void open_leases(void)
+{
+	app.leases = usage_leases_open(&(struct usage_lease_options){
+		.runtime_dir = app.cfg.runtime_dir, .store = app.store });
+	if (!app.leases)
 		log_warn(NULL,
 			 "key concurrency slots in %s/keyslots; keys with max_concurrent are "
 			 "refused",
 			 app.cfg.runtime_dir);
+}
+
+/* The shared store of several hosts, when config.json names one (ADR 0034): 0, or -1
+ * (logged) for a URL or passfile it refuses. A database that cannot be reached now is not
+ * an error: the worker starts, says so in /health, and reaches it once it answers. */
+static int open_store(void)
+{
+	struct store_options so;
+	struct store_health h;
+	struct buf err = BUF_INIT;
+
+	if (!app.cfg.store_url)
+		return 0;
+	so = (struct store_options){ .passfile = app.cfg.store_passfile,
+				     .max_conns = app.cfg.threads < 8 ? app.cfg.threads + 1 : 8,
+				     .application_name = "olp-fcgi" };
+	app.store = store_open(app.cfg.store_url, &so, &err);
+	if (!app.store) {
+		log_errx(NULL, "store: %s", err.data);
+		buf_release(&err);
+		return -1;
 	}
+	store_health(app.store, &h);
+	if (h.ok)
+		log_info(NULL, "keys and usage in the shared store %s", h.where);
+	else
+		log_warnx(NULL,
+			  "the shared store %s cannot be reached now (%s): keys checked "
+			  "before are served for %u s, keys with a quota are refused until it "
+			  "answers",
+			  h.where, h.last_error, app.cfg.store_offline_keys_s);
+	fcgi_store_sync(app.store);
 	return 0;
 }
 
@@ -360,15 +426,18 @@ static int app_init(bool cgi)
 		return -1;
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
-	if (open_auth())
+	if (open_store() || open_auth())
 		return -1;
+	open_leases();
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the
 	 * worker was started; the cost is one open per CGI request. A database that cannot
 	 * be opened still gives a store (it retries): keys without a quota are served, keys
 	 * with one refused until it works (ADR 0026). */
 	if (app.cfg.usage_enabled) {
-		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days };
+		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days,
+					    .store = app.store,
+					    .store_buffer_rows = app.cfg.store_buffer_rows };
 
 		app.usage = usage_store_open(app.cfg.home, &uo);
 		if (!app.usage) {
@@ -485,6 +554,7 @@ int main(int argc, char **argv)
 		cgi_drain_stdin();
 		usage_store_free(app.usage);
 		usage_leases_free(app.leases);
+		store_free(app.store);
 		return 0;
 	}
 	return serve(&stop);
