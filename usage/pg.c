@@ -128,6 +128,19 @@ static const char schema_v1[] =
 	"   VALUES (p_key, o_day, p_tokens, o_now + p_ttl) RETURNING id INTO o_hold;\n"
 	" END IF;\n"
 	"END\n$f$;"
+	/* A claim given back: the day's row first, as olp_quota_claim locks it, then the
+	 * minute's (the other order could deadlock with a check of the same key). */
+	"CREATE FUNCTION olp_quota_refund(p_key text, p_minute bigint, p_day bigint,"
+	" p_counted boolean, p_hold bigint) RETURNS void LANGUAGE plpgsql AS $f$\n"
+	"BEGIN\n"
+	" IF p_counted THEN\n"
+	"  UPDATE olp_quota_windows w SET requests = greatest(w.requests - 1, 0)"
+	"   WHERE w.key_id = p_key AND w.kind = 1 AND w.start_ms = p_day;\n"
+	"  UPDATE olp_quota_windows w SET requests = greatest(w.requests - 1, 0)"
+	"   WHERE w.key_id = p_key AND w.kind = 0 AND w.start_ms = p_minute;\n"
+	" END IF;\n"
+	" DELETE FROM olp_quota_holds h WHERE h.id = p_hold;\n"
+	"END\n$f$;"
 	/* A lease (lease.c): under the key's advisory lock, the expired ones go, and the
 	 * lowest free slot is taken when fewer than p_max are held. -1: all are. */
 	"CREATE FUNCTION olp_lease_take(p_key text, p_holder text, p_max integer, p_ttl bigint)"
@@ -365,12 +378,8 @@ int usage_pg_refund(struct usage_store *st, const char *key_id, struct usage_cla
 	 * neither. */
 	r = usage_pg_exec(
 		st, "giving a quota back",
-		"WITH w AS (UPDATE olp_quota_windows SET requests = greatest(requests - 1, 0)"
-		" WHERE $4::boolean AND key_id = $1 AND ((kind = 0 AND start_ms = $2::bigint)"
-		" OR (kind = 1 AND start_ms = $3::bigint)) RETURNING 1),"
-		" h AS (DELETE FROM olp_quota_holds WHERE id = $5::bigint RETURNING 1)"
-		" SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM h)",
-		5, p, &err);
+		"SELECT olp_quota_refund($1, $2::bigint, $3::bigint, $4::boolean, $5::bigint)", 5,
+		p, &err);
 	if (!r)
 		return err;
 	PQclear(r);

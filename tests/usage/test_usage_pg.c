@@ -404,6 +404,81 @@ static void test_exact_processes(void)
 	CU_ASSERT_EQUAL(takes_in_children(new_key("exacttok"), &t, 100, 8, 5), 10);
 }
 
+/* Checks, refunds and ledger rows (settling holds) of one key from several processes at
+ * once: no call fails (no deadlock between a check, a refund and the writer), and the
+ * counts add up. */
+static void test_mixed_processes(void)
+{
+	const char *key = new_key("mixed");
+	struct usage_quota q = { .requests_per_day = 1000000, .tokens_per_day = 1000000000 };
+	struct store_db *db;
+	struct usage_store *st;
+	struct usage_quota_state s;
+	int go[2], bad = 0;
+	pid_t pids[6];
+
+	CU_ASSERT_FATAL(pipe(go) == 0);
+	for (int i = 0; i < 6; i++) {
+		pids[i] = fork();
+		CU_ASSERT_FATAL(pids[i] >= 0);
+		if (pids[i] == 0) {
+			struct buf err = BUF_INIT;
+			struct store_db *cdb = store_open(worker_url, NULL, &err);
+			struct usage_options o = { .store = cdb };
+			struct usage_store *cst = usage_store_open("/nonexistent", &o);
+			int fails = 0;
+			char b;
+
+			close(go[1]);
+			if (read(go[0], &b, 1) < 0)
+				_exit(255);
+			for (int k = 0; k < 30; k++) {
+				struct usage_claim c = { .tokens = 10, .ttl_ms = 600000 };
+				struct usage_verdict v;
+				struct usage_record r = { .key_id = key,
+							  .provider = "p",
+							  .status = 200,
+							  .prompt_tokens = 1,
+							  .completion_tokens = 1,
+							  .start = USAGE_START_COLD };
+
+				if (usage_quota_claim(cst, key, &q, 0, &c, &v) || !v.allowed) {
+					fails++;
+					continue;
+				}
+				r.hold_id = c.hold_id;
+				if (k % 2 ? usage_quota_refund(cst, key, &c)
+					  : usage_record_add(cst, &r))
+					fails++;
+			}
+			fails += (int)usage_failures(cst);
+			usage_store_free(cst);
+			store_free(cdb);
+			_exit(fails);
+		}
+	}
+	close(go[0]);
+	usleep(300000);
+	close(go[1]);
+	for (int i = 0; i < 6; i++) {
+		int status;
+
+		CU_ASSERT_FATAL(waitpid(pids[i], &status, 0) == pids[i]);
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			bad++;
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	/* 6 x 30 counted, half given back; 6 x 15 rows of 2 tokens; no hold left. */
+	db = db_open();
+	st = pg_store(db, 0);
+	CU_ASSERT_EQUAL(usage_quota_state(st, key, 0, &s), 0);
+	CU_ASSERT_EQUAL(s.requests_today, 90);
+	CU_ASSERT_EQUAL(s.tokens_today, 180);
+	CU_ASSERT_EQUAL(s.tokens_reserved, 0);
+	usage_store_free(st);
+	store_free(db);
+}
+
 /* ---- leases ----------------------------------------------------------------------------- */
 
 static struct usage_leases *leases(struct store_db *db, unsigned ttl_ms, const char *host)
@@ -711,6 +786,7 @@ int main(void)
 		{ "quota minute and day", test_quota_minute_day },
 		{ "quota tokens", test_quota_tokens },
 		{ "exact across processes", test_exact_processes },
+		{ "checks, refunds, rows at once", test_mixed_processes },
 		{ "leases across hosts", test_leases_two_hosts },
 		{ "lease reclaimed", test_lease_reclaim },
 		{ "leases embedded", test_leases_embedded },
