@@ -210,14 +210,16 @@ static const char sql_tokens[] =
 	" DO UPDATE SET tokens = olp_quota_windows.tokens + excluded.tokens";
 static const char sql_holds[] = "DELETE FROM olp_quota_holds WHERE id = ANY($1::bigint[])";
 /* A refusal into this host's row of its key, minute, status, provider and model, or a new
- * one. */
+ * one. One row only: the worker processes of a host (one host name) write at once, so two
+ * of them may both have inserted the minute's row; counting into each would count twice
+ * (SQLite never sees that: its writers take turns). */
 static const char sql_refusal[] =
 	"WITH u AS (UPDATE olp_requests SET count = count + 1, duration_ms = duration_ms + "
-	"$7::bigint"
+	"$7::bigint WHERE id = (SELECT id FROM olp_requests"
 	" WHERE host = $1 AND key_id = $3 AND ts_ms = $2::bigint AND status = $6::integer"
 	" AND start = 0 AND provider IS NOT DISTINCT FROM $4::text"
 	" AND model IS NOT DISTINCT FROM $5::text AND prompt_tokens = 0 AND completion_tokens = 0"
-	" AND cached_tokens = 0 RETURNING 1)"
+	" AND cached_tokens = 0 ORDER BY id LIMIT 1) RETURNING 1)"
 	" INSERT INTO olp_requests (host, ts_ms, key_id, provider, model, status, prompt_tokens,"
 	" completion_tokens, cached_tokens, duration_ms, ttfb_ms, start)"
 	" SELECT $1, $2::bigint, $3, $4::text, $5::text, $6::integer, 0, 0, 0, $7::bigint, 0, 0"

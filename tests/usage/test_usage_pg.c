@@ -479,6 +479,71 @@ static void test_mixed_processes(void)
 	store_free(db);
 }
 
+/* The worker processes of one host (one host name) write refusals of one key and minute
+ * at once: each is counted once, whichever rows hold them. */
+static void test_refusals_processes(void)
+{
+	const char *key = new_key("refusals");
+	int64_t t = today_ms() + 7 * MINUTE_MS;
+	struct usage_filter f = { .key_id = key };
+	struct usage_day *days = NULL;
+	struct store_db *db;
+	struct usage_store *st;
+	int go[2], bad = 0;
+	pid_t pids[4];
+	size_t n = 0;
+
+	CU_ASSERT_FATAL(pipe(go) == 0);
+	for (int i = 0; i < 4; i++) {
+		pids[i] = fork();
+		CU_ASSERT_FATAL(pids[i] >= 0);
+		if (pids[i] == 0) {
+			struct buf err = BUF_INIT;
+			struct store_db *cdb = store_open(worker_url, NULL, &err);
+			struct usage_options o = { .store = cdb, .host = "one-host" };
+			struct usage_store *cst = usage_store_open("/nonexistent", &o);
+			int fails = 0;
+			char b;
+
+			close(go[1]);
+			if (read(go[0], &b, 1) < 0)
+				_exit(255);
+			for (int k = 0; k < 25; k++) {
+				struct usage_record r = { .ts_ms = t + k,
+							  .key_id = key,
+							  .status = 429 };
+
+				fails += usage_record_add(cst, &r) != 0;
+				if (k % 5 == 0)
+					usleep(2000); /* several batches each */
+			}
+			usage_store_free(cst);
+			store_free(cdb);
+			_exit(fails);
+		}
+	}
+	close(go[0]);
+	usleep(300000);
+	close(go[1]);
+	for (int i = 0; i < 4; i++) {
+		int status;
+
+		CU_ASSERT_FATAL(waitpid(pids[i], &status, 0) == pids[i]);
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			bad++;
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	db = db_open();
+	st = pg_store(db, 0);
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(days[0].requests, 100);
+	CU_ASSERT_EQUAL(days[0].errors, 100);
+	free(days);
+	usage_store_free(st);
+	store_free(db);
+}
+
 /* ---- leases ----------------------------------------------------------------------------- */
 
 static struct usage_leases *leases(struct store_db *db, unsigned ttl_ms, const char *host)
@@ -787,6 +852,7 @@ int main(void)
 		{ "quota tokens", test_quota_tokens },
 		{ "exact across processes", test_exact_processes },
 		{ "checks, refunds, rows at once", test_mixed_processes },
+		{ "refusals of one host's processes", test_refusals_processes },
 		{ "leases across hosts", test_leases_two_hosts },
 		{ "lease reclaimed", test_lease_reclaim },
 		{ "leases embedded", test_leases_embedded },
