@@ -23,12 +23,12 @@
 #include "store/store.h"
 #include "common/banned.h"
 
-#define AUTH_PG_FRESH_MS 2000	     /* ADR 0034: a revocation reaches every host within 2 s */
-#define AUTH_PG_BUCKETS 1024	     /* power of two */
-#define AUTH_PG_CACHE_MAX 65536	     /* entries beyond this are not cached */
-#define AUTH_PG_RECENT 64	     /* notified ids remembered for a query in flight */
-#define AUTH_PG_WAIT_MS 1000	     /* a pool that stays busy longer counts as away */
-#define AUTH_PG_TOUCH_MS (60 * 1000) /* last_used_at at most once a minute per key */
+#define AUTH_PG_FRESH_MS 2000		/* ADR 0034: a revocation reaches every host within 2 s */
+#define AUTH_PG_BUCKETS 1024		/* power of two */
+#define AUTH_PG_CACHE_MAX 65536		/* entries beyond this are not cached */
+#define AUTH_PG_RECENT 64		/* notified ids remembered for a query in flight */
+#define AUTH_PG_WAIT_MS 1000		/* a pool that stays busy longer counts as away */
+#define AUTH_PG_TOUCH_MS INT64_C(60000) /* last_used_at at most once a minute per key */
 
 /* ---- the schema ------------------------------------------------------------------------ */
 
