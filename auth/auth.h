@@ -4,11 +4,15 @@
  *   $OLP_HOME/keys/<id>/manifest.json   (directory 0700, file 0600)
  * Only the SHA-256 hex of a token is ever stored. auth knows nothing of HTTP, providers
  * or sandboxes: the caller hands it header values and gets back an identity.
+ * Or, with a PostgreSQL store (auth_options.store, ADR 0034), the same manifests are rows
+ * of the table olp_keys shared by several hosts.
  *
  * This header is the whole interface: fcgi/, olp-keys, the CUnit suite and the bench use
  * nothing else. Inside, token.c (tokens, ids, hashes), manifest.c (one key's
  * manifest.json), store.c (the index a worker checks tokens against, last_used_at),
- * audit.c and keys.c (what olp-keys does) share internal.h, where every name is auth_*.
+ * audit.c, keys.c (what olp-keys does), pg.c (the keys schema and a worker's cached check
+ * against PostgreSQL) and pg_keys.c (key management and migration there) share
+ * internal.h, where every name is auth_*.
  *
  * Memory: running out aborts, as everywhere in the tree (common.h); nothing here returns
  * ENOMEM for an allocation of its own. The one exception is jansson, which reports a
@@ -149,7 +153,10 @@ void auth_store_free(struct auth_store *st);
  * token that is wrong, revoked, or whose manifest is invalid: AUTH_ERR_INVALID (even when
  * anonymous access is on). On AUTH_OK *out is filled (release it); otherwise *out is
  * zeroed and needs no release. Revocation by another process is seen on the very next
- * call: the matched key's manifest is stat(2)ed on every check. Thread-safe. */
+ * call: the matched key's manifest is stat(2)ed on every check. With a PostgreSQL store a
+ * revocation on any host is seen within 2 s (a cached entry is used only while the
+ * store's listener vouches for it, ADR 0034), and while the database is away the result
+ * may be AUTH_ERR_UNAVAILABLE (see there). Thread-safe. */
 enum auth_result auth_check(struct auth_store *st, const char *authorization, const char *x_api_key,
 			    struct auth_identity *out);
 /* Find the presented token: "Bearer <t>" in authorization (scheme case-insensitive, then
@@ -174,8 +181,9 @@ const char *auth_tier_name(enum auth_tier t); /* "owner", "guest", "anonymous", 
 
 /* Record that id was used (manifest last_used_at). Cheap to call after the response is
  * finished: it only queues the write for a background thread, which writes at most once
- * per key per minute, under the key's lock, and never for a key revoked meanwhile. Does
- * nothing for synthetic identities (env owner, anonymous). id is borrowed for the call. */
+ * per key per minute, under the key's lock, and never for a key revoked meanwhile (with a
+ * PostgreSQL store: one UPDATE per batch; dropped, logged, while the database is away).
+ * Does nothing for synthetic identities (env owner, anonymous). id is borrowed. */
 void auth_touch(struct auth_store *st, const struct auth_identity *id);
 
 /* ---- audit log: $OLP_HOME/logs/audit.ndjson, one JSON line per API request ---------- */
