@@ -30,7 +30,7 @@ static const char *worker_url, *admin_url;
 
 static struct store_db *db_open(const char *url)
 {
-	struct store_options so = { .application_name = "test_auth_pg", .connect_timeout_s = 2 };
+	struct store_options so = { .application_name = "test_auth_pg", .connect_timeout_s = 20 };
 	struct buf err = BUF_INIT;
 	struct store_db *db = store_open(url, &so, &err);
 
