@@ -122,6 +122,10 @@ struct auth_options {
 	 * database is away; 0: not at all (every check is AUTH_ERR_UNAVAILABLE meanwhile).
 	 * config.json's default is AUTH_STORE_OFFLINE_KEYS_S_DEFAULT. */
 	unsigned store_offline_keys_s;
+	/* With a store, a process that answers one request (plain CGI): no LISTEN connection
+	 * or thread is started, and every check asks the database (a cache that lives for one
+	 * request would only cost a second connection). */
+	bool store_no_listen;
 };
 #define AUTH_STORE_OFFLINE_KEYS_S_DEFAULT 300
 #define AUTH_AUDIT_MAX_BYTES_DEFAULT (UINT64_C(64) << 20)

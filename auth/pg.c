@@ -93,6 +93,7 @@ struct pg_touched {
 struct auth_pg {
 	struct store_db *db;
 	int64_t offline_ms;
+	bool no_cache; /* auth_options.store_no_listen: every check asks */
 
 	pthread_mutex_t lock; /* everything below */
 	struct pg_entry *buckets[AUTH_PG_BUCKETS];
@@ -361,10 +362,11 @@ enum auth_result auth_pg_check(struct auth_pg *pg, const unsigned char hash[AUTH
 	res = rec.revoked ? AUTH_ERR_INVALID : AUTH_OK;
 	if (res == AUTH_OK)
 		auth_identity_from_record(out, &rec);
-	if (notified_since(pg, seq0, rec.id))
-		cache_remove(pg, hash); /* what we read may predate the change: ask again */
-	else
+	/* What we read may predate a change notified meanwhile: not kept, asked again. */
+	if (!pg->no_cache && !notified_since(pg, seq0, rec.id))
 		cache_put(pg, hash, &rec, epoch, sent);
+	else
+		cache_remove(pg, hash);
 	pthread_mutex_unlock(&pg->lock);
 	auth_key_record_release(&rec);
 	return res;
@@ -614,6 +616,10 @@ struct auth_pg *auth_pg_open(struct store_db *db, const struct auth_options *opt
 	pg->db = db;
 	pg->offline_ms = (int64_t)opt->store_offline_keys_s * 1000;
 	pthread_mutex_init(&pg->lock, NULL);
+	if (opt->store_no_listen) {
+		pg->no_cache = true;
+		return pg;
+	}
 	ret = store_listen(db, "olp_keys", on_notify, on_resync, pg);
 	if (!ret)
 		ret = store_listen_start(db);

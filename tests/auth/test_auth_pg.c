@@ -432,6 +432,34 @@ static void test_database_away(void)
 	store_free(db2);
 }
 
+/* One request per process (CGI): no listener, no cache, a revocation seen on the very
+ * next check. */
+static void test_no_listen(void)
+{
+	struct store_db *db = db_open(worker_url);
+	struct auth_options o = { .store = db,
+				  .store_offline_keys_s = 300,
+				  .store_no_listen = true };
+	struct auth_target t = { .db = db };
+	struct buf msg = BUF_INIT;
+	struct auth_new_key k;
+	struct auth_store *st;
+	char *home = tu_mkhome();
+
+	make_guest(db, "cgi", &k);
+	st = auth_store_open(home, &o);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL(check_once(st, k.token), AUTH_OK);
+	CU_ASSERT_EQUAL(store_listen_fresh_ms(db, NULL), 0); /* no listener */
+	CU_ASSERT_EQUAL(auth_key_revoke_at(&t, k.id, NULL, &msg), AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(check_once(st, k.token), AUTH_ERR_INVALID);
+	auth_store_free(st);
+	auth_new_key_wipe(&k);
+	tu_rmhome(home);
+	buf_release(&msg);
+	store_free(db);
+}
+
 /* ---- SQL injection ------------------------------------------------------------------------ */
 
 static void test_injection_stored_verbatim(void)
@@ -556,6 +584,7 @@ static const struct ts_test pg_tests[] = {
 	{ "quota and login", test_quota_and_login },
 	{ "last_used_at batched", test_touch_batched },
 	{ "a second host sees a revocation within 2 s", test_second_host_revocation },
+	{ "no listener (one request per process)", test_no_listen },
 	{ "SQL injection stored verbatim", test_injection_stored_verbatim },
 	{ "migrate twice", test_migrate_twice },
 	{ "the file target unchanged", test_files_target_unchanged },
