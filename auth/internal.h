@@ -141,6 +141,10 @@ void auth_pg_touch_write(struct auth_pg *pg, const struct auth_touch_req *q, siz
 int auth_pg_login_grants(struct auth_pg *pg, struct auth_login_grant **out, size_t *n);
 int auth_pg_keys(struct auth_pg *pg, struct auth_key_summary **out, size_t *n);
 
+/* Cut a server message (store_exec's err) to its first line: the DETAIL of a unique
+ * violation on token_hash would otherwise carry a key's hash into a log or a reply. */
+void auth_pg_err_line(struct buf *err);
+
 /* Called for each valid row of olp_keys (root and rec are the callee's to keep: it
  * releases what it does not keep). 0 to go on, else stop with that value. */
 typedef int (*auth_pg_row_fn)(void *arg, json_t *root, struct auth_key_record *rec);

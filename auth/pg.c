@@ -73,6 +73,19 @@ const struct store_schema *auth_pg_schema(void)
 	return &keys_schema;
 }
 
+void auth_pg_err_line(struct buf *err)
+{
+	char *nl;
+
+	if (!err || !err->len)
+		return;
+	nl = strchr(err->data, '\n');
+	if (nl) {
+		*nl = '\0';
+		err->len = (size_t)(nl - err->data);
+	}
+}
+
 /* ---- the cache ------------------------------------------------------------------------- */
 
 struct pg_entry {
@@ -254,6 +267,7 @@ static enum fetch pg_fetch(struct auth_pg *pg, const char *hex, struct auth_key_
 	r = store_exec(pg->db, c, "SELECT id, manifest::text FROM olp_keys WHERE token_hash = $1",
 		       1, params, &err, &broken);
 	store_conn_put(pg->db, c, broken);
+	auth_pg_err_line(&err);
 	if (!r) {
 		/* Not the connection: the table is not what we know. Refuse, say why. */
 		if (!broken)
@@ -449,6 +463,7 @@ void auth_pg_touch_write(struct auth_pg *pg, const struct auth_touch_req *q, siz
 		       " = 'null'::jsonb",
 		       2, params, &err, &broken);
 	store_conn_put(pg->db, c, broken);
+	auth_pg_err_line(&err);
 	if (!r)
 		log_warnx(NULL, "auth: cannot record the last use of %zu keys: %s", n, err.data);
 	PQclear(r);
@@ -474,6 +489,7 @@ int auth_pg_each(struct store_db *db, auth_pg_row_fn fn, void *arg, size_t *skip
 	r = store_exec(db, c, "SELECT id, manifest::text FROM olp_keys ORDER BY id", 0, NULL, &err,
 		       &broken);
 	store_conn_put(db, c, broken);
+	auth_pg_err_line(&err);
 	if (!r) {
 		log_warnx(NULL, "auth: cannot read the keys of the store: %s", err.data);
 		buf_release(&err);

@@ -35,6 +35,7 @@ static PGresult *tx_exec(struct pg_tx *tx, const char *sql, int n, const char *c
 		buf_reset(tx->err);
 	r = store_exec(tx->db, tx->c, sql, n, params, tx->err, &broken);
 	tx->broken |= broken;
+	auth_pg_err_line(tx->err);
 	return r;
 }
 
@@ -287,7 +288,14 @@ static int migrate_dir(struct pg_tx *tx, const char *keys_dir, struct auth_migra
 			continue;
 		}
 		r = migrate_one(tx, &rec, root);
-		if (r < 0) {
+		if (r < 0 && strcmp(store_last_sqlstate(), "23505") == 0) {
+			buf_reset(msg); /* unique_violation: only token_hash can (id is upserted) */
+			buf_addf(msg,
+				 "cannot copy key %s: another key in the store has the same "
+				 "token (a copied key directory?); nothing was copied",
+				 rec.id);
+			ret = -EEXIST;
+		} else if (r < 0) {
 			buf_reset(msg);
 			buf_addf(msg, "cannot copy key %s: %s", rec.id,
 				 tx->err && tx->err->len ? tx->err->data : strerror(-r));

@@ -24,6 +24,7 @@
 
 /* Tokens of tests/auth/fixtures/node-home (see TOKENS.txt there). */
 #define FIX_OWNER_TOKEN "olp_9pUCRKOoP2lC7hnaE4q27leV2ReTMEZjxyqADKX0hGM"
+#define FIX_OWNER_HASH "82e67b75166795f8570c12313241b154d0dfb203da4a0ff7d23c053643bcceff"
 #define FIX_REVOKED_TOKEN "olp_U1GKgTrkPh6c9sq5CdhZciwsJ137MUbme75XKanq6gM"
 
 static const char *worker_url, *admin_url;
@@ -534,6 +535,21 @@ static void test_migrate_twice(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(before);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(after);
 	CU_ASSERT_STRING_EQUAL(before, after);
+	/* Another id with the owner's token: refused whole, and the hash never shown. */
+	{
+		char *dup = tu_mkhome();
+		struct auth_migrate_report r2;
+
+		tu_write_manifest(dup, "copy0001",
+				  "{\"schema_version\": 1, \"id\": \"copy0001\", \"name\": \"c\","
+				  " \"token_hash\": \"" FIX_OWNER_HASH "\","
+				  " \"owner_tier\": \"guest\", \"providers_enabled\": \"*\"}");
+		CU_ASSERT_EQUAL(auth_key_migrate(dup, db, &r2, &msg), AUTH_KEY_ERR_SYSTEM);
+		CU_ASSERT_PTR_NOT_NULL(strstr(msg.data, "copy0001"));
+		CU_ASSERT_PTR_NULL(strstr(msg.data, FIX_OWNER_HASH));
+		CU_ASSERT_EQUAL(r2.copied, 0);
+		tu_rmhome(dup);
+	}
 	/* The migrated keys mean what they meant in the files. */
 	st = store_over(db, 300, &shome);
 	CU_ASSERT_EQUAL(check_tok(st, FIX_OWNER_TOKEN, &id), AUTH_OK);
