@@ -29,9 +29,9 @@
 
 static const char *worker_url, *admin_url;
 
-static struct store_db *db_open(const char *url)
+static struct store_db *db_open_as(const char *url, const char *appname)
 {
-	struct store_options so = { .application_name = "test_auth_pg", .connect_timeout_s = 20 };
+	struct store_options so = { .application_name = appname, .connect_timeout_s = 20 };
 	struct buf err = BUF_INIT;
 	struct store_db *db = store_open(url, &so, &err);
 
@@ -40,6 +40,11 @@ static struct store_db *db_open(const char *url)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(db);
 	buf_release(&err);
 	return db;
+}
+
+static struct store_db *db_open(const char *url)
+{
+	return db_open_as(url, "test_auth_pg");
 }
 
 /* Wait (at most 5 s) until db's listener has made a round trip: an entry cached before
@@ -377,6 +382,45 @@ static void test_second_host_revocation(void)
 	store_free(db2);
 }
 
+/* The listener's connection dies and the revocation's notification is lost with it: the
+ * entry, loaded in the old epoch, is still refused within 2 s (the freshness rule, then
+ * the new epoch), not served until the next notification. */
+static void test_lost_notification(void)
+{
+	struct store_db *db1 = db_open(worker_url), *db2 = db_open_as(worker_url, "authpg_h2");
+	struct auth_target t1 = { .db = db1 };
+	struct auth_store *h2;
+	struct buf msg = BUF_INIT;
+	struct auth_new_key k;
+	uint64_t epoch = 0, epoch2 = 0;
+	int64_t ms, created;
+	char *home;
+
+	h2 = store_over(db2, 300, &home);
+	wait_listening(db2);
+	make_guest(db1, "unheard", &k);
+	/* The creation's own notification handed over first (it would drop the entry). */
+	created = (int64_t)mono_ms();
+	while (store_listen_fresh_ms(db2, &epoch) < created + 50)
+		usleep(20 * 1000);
+	CU_ASSERT_EQUAL(check_once(h2, k.token), AUTH_OK);
+	pg_ctl("psql -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+	       "application_name = 'authpg_h2' AND query = 'SELECT 1'\" >/dev/null");
+	CU_ASSERT_EQUAL(auth_key_revoke_at(&t1, k.id, NULL, &msg), AUTH_KEY_OK);
+	ms = ms_until(h2, k.token, AUTH_ERR_INVALID, 3000);
+	fprintf(stderr, "revocation without its notification refused after %lld ms\n",
+		(long long)ms);
+	CU_ASSERT_TRUE(ms >= 0 && ms <= 2000);
+	(void)store_listen_fresh_ms(db2, &epoch2);
+	CU_ASSERT_TRUE(epoch2 > epoch); /* the listener did reconnect */
+	auth_new_key_wipe(&k);
+	auth_store_free(h2);
+	tu_rmhome(home);
+	buf_release(&msg);
+	store_free(db1);
+	store_free(db2);
+}
+
 /* ---- the cache and the database away ------------------------------------------------------ */
 
 /* The key is made, checked once (cached), the database stopped: with no offline window at
@@ -600,6 +644,7 @@ static const struct ts_test pg_tests[] = {
 	{ "quota and login", test_quota_and_login },
 	{ "last_used_at batched", test_touch_batched },
 	{ "a second host sees a revocation within 2 s", test_second_host_revocation },
+	{ "a lost notification: refused within 2 s", test_lost_notification },
 	{ "no listener (one request per process)", test_no_listen },
 	{ "SQL injection stored verbatim", test_injection_stored_verbatim },
 	{ "migrate twice", test_migrate_twice },
