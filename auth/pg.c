@@ -334,9 +334,13 @@ static enum auth_result check_away(struct auth_pg *pg, const unsigned char hash[
 		auth_identity_from_record(out, &e->rec);
 		res = AUTH_OK;
 	}
-	if (!pg->away_logged)
-		log_warnx(NULL, "auth: the key store is away; known keys are served for %llds",
+	if (!pg->away_logged && pg->offline_ms)
+		log_warnx(NULL,
+			  "auth: the key store is away: keys checked in the last %llds are "
+			  "served, others refused with 503",
 			  (long long)(pg->offline_ms / 1000));
+	else if (!pg->away_logged)
+		log_warnx(NULL, "auth: the key store is away: every key is refused with 503");
 	pg->away_logged = true;
 	pthread_mutex_unlock(&pg->lock);
 	return res;
