@@ -8,6 +8,7 @@
  * injection through every stored string; migrate run twice; the workers' role unable to
  * change the schema. The tests share one database and never reuse a key. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,6 +478,61 @@ static void test_database_away(void)
 	store_free(db2);
 }
 
+/* Threads checking keys while their quotas change (a notification each): every check
+ * answers OK, none is refused or told the store is away. */
+#define STRESS_THREADS 4
+#define STRESS_CHECKS 400
+
+struct stress_arg {
+	struct auth_store *st;
+	const char *token;
+	int bad;
+};
+
+static void *stress_main(void *p)
+{
+	struct stress_arg *a = p;
+
+	for (int i = 0; i < STRESS_CHECKS; i++)
+		a->bad += check_once(a->st, a->token) != AUTH_OK;
+	return NULL;
+}
+
+static void test_threads_and_changes(void)
+{
+	struct store_db *db = db_open(worker_url);
+	struct auth_target t = { .db = db };
+	struct stress_arg args[STRESS_THREADS];
+	pthread_t th[STRESS_THREADS];
+	struct auth_new_key k[STRESS_THREADS];
+	struct buf msg = BUF_INIT;
+	struct auth_store *st;
+	char *home;
+
+	st = store_over(db, 300, &home);
+	for (int i = 0; i < STRESS_THREADS; i++) {
+		make_guest(db, "busy", &k[i]);
+		args[i] = (struct stress_arg){ .st = st, .token = k[i].token };
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, stress_main, &args[i]), 0);
+	}
+	for (int r = 1; r <= 20; r++) {
+		struct auth_quota q = { .requests_per_minute = r };
+
+		CU_ASSERT_EQUAL(auth_key_set_quota_at(&t, k[r % STRESS_THREADS].id, &q,
+						      AUTH_QUOTA_RPM, NULL, &msg),
+				AUTH_KEY_OK);
+	}
+	for (int i = 0; i < STRESS_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].bad, 0);
+		auth_new_key_wipe(&k[i]);
+	}
+	auth_store_free(st);
+	tu_rmhome(home);
+	buf_release(&msg);
+	store_free(db);
+}
+
 /* One request per process (CGI): no listener, no cache, a revocation seen on the very
  * next check. */
 static void test_no_listen(void)
@@ -645,6 +701,7 @@ static const struct ts_test pg_tests[] = {
 	{ "last_used_at batched", test_touch_batched },
 	{ "a second host sees a revocation within 2 s", test_second_host_revocation },
 	{ "a lost notification: refused within 2 s", test_lost_notification },
+	{ "threads checking while keys change", test_threads_and_changes },
 	{ "no listener (one request per process)", test_no_listen },
 	{ "SQL injection stored verbatim", test_injection_stored_verbatim },
 	{ "migrate twice", test_migrate_twice },
