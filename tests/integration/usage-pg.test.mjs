@@ -1,6 +1,5 @@
 // Two OLP hosts sharing only a PostgreSQL (ADR 0034): two lighttpd + olp-fcgi stacks, each
-// with its own OLP_HOME holding the same key files (keys in the store are auth/'s part),
-// and one database of a throwaway cluster (tests/pg/with-pg.sh, which CTest runs this
+// with its own OLP_HOME, the keys (made on one, olp-keys) and the usage in one database of a throwaway cluster (tests/pg/with-pg.sh, which CTest runs this
 // under; skipped without a server). A key's requests_per_day of 5 under 20 concurrent
 // requests spread over both hosts gives exactly 5; its max_concurrent of 1 holds across
 // them (a lease row in the store); /v1/usage on either host shows the requests of both;
@@ -8,14 +7,12 @@
 // it is back the quota key is served again within 10 s and the rows served meanwhile are
 // in the ledger.
 //
-// Keys are made with the real olp-keys (OLP_KEYS); the schema by usage-pg-init
-// (USAGE_PG_INIT) as olp-keys store init will.
+// Keys are made with the real olp-keys (OLP_KEYS); the keys' schema by olp-keys store init,
+// the usage tables' by usage-pg-init (USAGE_PG_INIT) until store init makes them too.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import fs from 'node:fs';
 import http from 'node:http';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { chatBody, commandProvider, curl, makeHome, olpKeys, startServer, testConfig, testRegistry, waitFor } from './harness.mjs';
@@ -70,6 +67,12 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
   let a, b, daily, conc, free;
 
   before(async () => {
+    // The schemas, as the operator makes them: the keys' (olp-keys store init), the
+    // usage tables' (usage-pg-init, until store init makes them too).
+    const keysInit = spawnSync(process.env.OLP_KEYS, ['store', 'init', '--worker-role=olp_worker'], {
+      encoding: 'utf8', timeout: 60000, env: { ...process.env, OLP_STORE: process.env.OLP_TEST_PG_ADMIN_URL },
+    });
+    assert.equal(keysInit.status, 0, `olp-keys store init: ${keysInit.stderr}`);
     const init = spawnSync(process.env.USAGE_PG_INIT, { encoding: 'utf8', timeout: 60000 });
     assert.equal(init.status, 0, `usage-pg-init: ${init.stderr}`);
     // config.json names the store (lighttpd passes workers no OLP_STORE); the password
@@ -80,7 +83,7 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
     daily = olpKeys(dirsA.home, 'keygen', '--name=daily', '--quota-rpd=5');
     conc = olpKeys(dirsA.home, 'keygen', '--name=conc', '--quota-concurrent=1');
     free = olpKeys(dirsA.home, 'keygen', '--name=free');
-    fs.cpSync(path.join(dirsA.home, 'keys'), path.join(dirsB.home, 'keys'), { recursive: true });
+    // The keys are in the store (config.json names it): host B knows them too.
     a = await startServer({ dirs: dirsA, maxProcs: 1, threads: 8 });
     b = await startServer({ dirs: dirsB, maxProcs: 1, threads: 8 });
   });
@@ -123,6 +126,12 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
   });
 
   it('the database away: 503 for the quota key, a key without one served; back within 10 s, nothing lost', async () => {
+    // Keys checked lately keep working while the store is away (ADR 0034): check them
+    // on both hosts first.
+    for (const server of [a, b]) {
+      const f = await chat(server, free.token, 'before');
+      assert.equal(f.status, 200, f.text);
+    }
     pgCtl('stop');
     let restarted = false;
     try {
