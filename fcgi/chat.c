@@ -667,7 +667,8 @@ static int check_quota(struct fcgi_req *rc, size_t body_len, const struct fcgi_c
 		ttl += prov_provider_timeout_ms(a->hops[i].m->provider) + FCGI_ANSWER_WRITE_MS;
 	rc->claim = (struct usage_claim){ .tokens = fcgi_quota_estimate(body_len, req->max_tokens),
 					  .ttl_ms = ttl };
-	if (!fcgi_quota_check(rc->app->usage, &rc->id, &rc->claim, &e, &hdr))
+	if (!fcgi_quota_check(rc->app->usage, rc->app->store != NULL, &rc->id, &rc->claim, &e,
+			      &hdr))
 		return 0;
 	fcgi_send_error(rc, &e,
 			(const struct fcgi_hdr[]){ { "Retry-After", hdr.retry_after }, { 0 } });
@@ -699,6 +700,17 @@ static int check_concurrency(struct fcgi_req *rc)
 			      : -ENOENT;
 	if (!ret)
 		return 0;
+	if (ret != -EBUSY && rc->app->store) {
+		/* A lease of the shared store (ADR 0034): the database is away. */
+		fcgi_error_set(&e, 503, "store_unavailable", "store_unavailable", NULL,
+			       "This key's concurrency limit cannot be checked: the shared store "
+			       "is unavailable; the request was not run. Try again in %s s",
+			       STORE_RETRY_AFTER);
+		fcgi_send_error(
+			rc, &e,
+			(const struct fcgi_hdr[]){ { "Retry-After", STORE_RETRY_AFTER }, { 0 } });
+		return -1;
+	}
 	if (ret != -EBUSY) {
 		log_warnx(rc->rid, "key concurrency slot: %s; refused", strerror(-ret));
 		fcgi_fail(rc, 503, "server_error", "concurrency_unavailable",

@@ -144,7 +144,7 @@ struct fcgi_quota_hdr {
  * ttl_ms set by the caller). 0 to go on (also for a key without a quota, or no store);
  * -1 with e and hdr filled: 429 quota_exceeded, or 503 usage_unavailable when the store
  * cannot write (fails closed). */
-int fcgi_quota_check(struct usage_store *st, const struct auth_identity *id,
+int fcgi_quota_check(struct usage_store *st, bool shared, const struct auth_identity *id,
 		     struct usage_claim *claim, struct fcgi_error *e, struct fcgi_quota_hdr *hdr);
 /* Give claim back (a request no provider took): logged when the store fails. */
 void fcgi_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *claim,

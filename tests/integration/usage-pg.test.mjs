@@ -8,7 +8,7 @@
 // in the ledger.
 //
 // Keys are made with the real olp-keys (OLP_KEYS); the keys' schema by olp-keys store init,
-// the usage tables' by usage-pg-init (USAGE_PG_INIT) until store init makes them too.
+// the usage tables' too (olp-keys store init).
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -67,14 +67,11 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
   let a, b, daily, conc, free;
 
   before(async () => {
-    // The schemas, as the operator makes them: the keys' (olp-keys store init), the
-    // usage tables' (usage-pg-init, until store init makes them too).
+    // The schemas, as the operator makes them (olp-keys store init: keys and usage).
     const keysInit = spawnSync(process.env.OLP_KEYS, ['store', 'init', '--worker-role=olp_worker'], {
       encoding: 'utf8', timeout: 60000, env: { ...process.env, OLP_STORE: process.env.OLP_TEST_PG_ADMIN_URL },
     });
     assert.equal(keysInit.status, 0, `olp-keys store init: ${keysInit.stderr}`);
-    const init = spawnSync(process.env.USAGE_PG_INIT, { encoding: 'utf8', timeout: 60000 });
-    assert.equal(init.status, 0, `usage-pg-init: ${init.stderr}`);
     // config.json names the store (lighttpd passes workers no OLP_STORE); the password
     // from with-pg.sh's 0600 passfile.
     const config = { ...testConfig(), store: pgURL, store_passfile: process.env.PGPASSFILE };
@@ -137,8 +134,11 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
     try {
       const q = await chat(a, daily.token, 'away');
       assert.equal(q.status, 503, q.text);
+      assert.equal(JSON.parse(q.text).error.code, 'store_unavailable', q.text);
+      assert.ok(Number(q.headers['retry-after']) > 0, 'a Retry-After');
       const c = await chat(b, conc.token, 'away');
       assert.equal(c.status, 503, c.text);
+      assert.equal(JSON.parse(c.text).error.code, 'store_unavailable', c.text);
       for (let i = 0; i < 3; i++) {
         const f = await chat(i % 2 ? a : b, free.token, `away${i}`);
         assert.equal(f.status, 200, f.text);
@@ -153,13 +153,14 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
       }, { timeoutMs: 10000, stepMs: 200 });
       assert.equal(c2.status, 200, c2.text);
       assert.ok(Date.now() - t0 < 10000);
-      // The free key's rows served while the database was away are written.
+      // The free key's rows served while the database was away are written: the two
+      // before it went and the three meanwhile.
       let u;
       await waitFor(async () => {
         u = await curl(b, { path: '/v1/usage', auth: bearer(free.token) });
-        return u.status === 200 && u.json.keys[0]?.totals.requests === 3;
+        return u.status === 200 && u.json.keys[0]?.totals.requests === 5;
       }, { timeoutMs: 10000 });
-      assert.equal(u.json.keys[0]?.totals.requests, 3, u.text);
+      assert.equal(u.json.keys[0]?.totals.requests, 5, u.text);
     } finally {
       if (!restarted) pgCtl('start');
     }
