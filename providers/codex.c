@@ -459,6 +459,7 @@ const struct provider_ops prov_codex_ops = {
 	 * boundary), so a prompt can read what the run holds. */
 	.runs_commands = true,
 	.credentials_ok = prov_codex_credentials_ok,
+	.held = &prov_held_codex,
 	/* A config.toml's model provider base_url is where the owner sends codex. */
 	.config_upstream = prov_codex_config_upstream,
 	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */
