@@ -172,6 +172,12 @@ static void codex_plan_provider(const struct prov_provider *pv, struct prov_plan
 			push_config(plan, "model_providers.olp.wire_api=\"responses\"");
 		}
 		push_config(plan, "model_providers.%s.base_url=\"%s\"", mp, PROV_NET_URL);
+		/* With a ChatGPT login codex also reaches chatgpt.com itself (its apps' MCP
+		 * server, /backend-api/ps/mcp) and ab.chatgpt.com (analytics), past the base
+		 * URL: a run's namespace has no way there, and the attempts held its first
+		 * request back by some 25 s (docs/accounts.md). */
+		push_config(plan, "features.apps=false");
+		push_config(plan, "analytics.enabled=false");
 		/* Secretless: the key variable holds a placeholder (run.c); passing through, an
 		 * "env" OPENAI_API_KEY, else auth.json (codex login). */
 		if (prov_net_secretless(&pv->net) ||

@@ -105,8 +105,8 @@ static char *jwt_unsigned(json_t *payload)
 	char *body = json_dumps(payload, JSON_COMPACT);
 	size_t hl = sodium_base64_ENCODED_LEN(sizeof(head) - 1,
 					      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-	size_t bl = sodium_base64_ENCODED_LEN(strlen(body),
-					      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+	size_t bl =
+		sodium_base64_ENCODED_LEN(strlen(body), sodium_base64_VARIANT_URLSAFE_NO_PADDING);
 	char *h = xmalloc(hl), *p = xmalloc(bl);
 	struct buf out = BUF_INIT;
 
@@ -158,8 +158,8 @@ static json_t *claude_placeholder(const struct prov_held_login *l, int64_t now_m
 		if (json_object_get(real, keep[i]))
 			json_object_set(o, keep[i], json_object_get(real, keep[i]));
 	if (!json_object_get(o, "scopes"))
-		json_object_set_new(o, "scopes", json_pack("[ss]", "user:inference",
-							   "user:profile"));
+		json_object_set_new(o, "scopes",
+				    json_pack("[ss]", "user:inference", "user:profile"));
 	return json_pack("{s:o}", "claudeAiOauth", o);
 }
 
@@ -176,8 +176,8 @@ static int claude_refreshed(json_t *root, const json_t *answer, int64_t now_ms, 
 	const char *at = str_at(answer, "access_token"), *rt = str_at(answer, "refresh_token");
 	int64_t in = 0;
 
-	if (!at || parse_json_int(json_object_get(answer, "expires_in"), 1, 10 * 365 * 86400,
-				  &in)) {
+	if (!at ||
+	    parse_json_int(json_object_get(answer, "expires_in"), 1, 10 * 365 * 86400, &in)) {
 		*why = "the token endpoint's answer has no access_token and expires_in";
 		return -EINVAL;
 	}
@@ -235,12 +235,12 @@ static void rfc3339(int64_t ms, char *out, size_t n)
 static json_t *codex_chatgpt_placeholder(const json_t *t, int64_t now_ms)
 {
 	json_t *real = jwt_payload(str_at(t, "id_token"));
-	const char *plan = str_at(json_object_get(real, "https://api.openai.com/auth"),
-				  "chatgpt_plan_type");
+	const char *plan =
+		str_at(json_object_get(real, "https://api.openai.com/auth"), "chatgpt_plan_type");
 	json_int_t exp = (json_int_t)((now_ms + PLACEHOLDER_LIFE_MS) / 1000);
 	json_t *auth = json_pack("{s:s, s:s, s:s}", "chatgpt_plan_type", plan ? plan : "plus",
-				 "chatgpt_account_id", "olp-placeholder-account",
-				 "chatgpt_user_id", "olp-placeholder-user");
+				 "chatgpt_account_id", "olp-placeholder-account", "chatgpt_user_id",
+				 "olp-placeholder-user");
 	char *idt = jwt_unsigned(json_pack("{s:s, s:s, s:I, s:I, s:s, s:b, s:O}", "iss",
 					   "https://auth.openai.com", "sub", "olp-placeholder",
 					   "iat", (json_int_t)(now_ms / 1000), "exp", exp, "email",
@@ -268,7 +268,8 @@ static json_t *codex_placeholder(const struct prov_held_login *l, int64_t now_ms
 	const json_t *t = l->root ? json_object_get(l->root, "tokens") : NULL;
 
 	if (!t)
-		return json_pack("{s:s}", "OPENAI_API_KEY", "sk-olp-placeholder-held-by-the-worker");
+		return json_pack("{s:s}", "OPENAI_API_KEY",
+				 "sk-olp-placeholder-held-by-the-worker");
 	return codex_chatgpt_placeholder(t, now_ms);
 }
 
@@ -362,8 +363,10 @@ static int read_login_file(const char *path, json_t **root, struct buf *why)
 	/* The login the worker sends must be its own, as a set_headers file (network.c). */
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (st.st_mode & 077) ||
 	    st.st_uid != geteuid() || (size_t)st.st_size > HELD_MAX_FILE) {
-		buf_addf(why, "login file %s: must be the worker's own regular file, mode 0600, "
-			      "at most 64 KiB", path);
+		buf_addf(why,
+			 "login file %s: must be the worker's own regular file, mode 0600, "
+			 "at most 64 KiB",
+			 path);
 		close(fd);
 		return -EPERM;
 	}
@@ -525,8 +528,9 @@ int prov_login_headers(const struct prov_provider *pv, const char *rid, struct s
 	if (l.root && (ret = prov_login_refresh(pv, rid, &l, why))) {
 		/* An access token still valid serves this run; the next one tries again. */
 		if (l.expires_ms && l.expires_ms > wall_ms() + 30000) {
-			log_warnx(rid, "provider %s: held login: refresh failed (%s); its token "
-				       "is still valid",
+			log_warnx(rid,
+				  "provider %s: held login: refresh failed (%s); its token "
+				  "is still valid",
 				  pv->name, why->data);
 			buf_reset(why);
 			ret = 0;

@@ -137,8 +137,8 @@ static size_t on_data(char *data, size_t size, size_t n, void *ctx)
 }
 
 /* POST the refresh to the token endpoint; its JSON answer into *answer. */
-static int post_refresh(const struct prov_provider *pv, const char *refresh_token,
-			json_t **answer, struct buf *why)
+static int post_refresh(const struct prov_provider *pv, const char *refresh_token, json_t **answer,
+			struct buf *why)
 {
 	const struct prov_held_ops *ho = pv->ops->held;
 	const char *url = pv->login_token_url ? pv->login_token_url : ho->token_url;

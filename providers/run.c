@@ -600,8 +600,8 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 	for (size_t i = 0; i < nr->n_held; i++) {
 		buf_init(&nr->values[nr->n + i]);
 		buf_adds(&nr->values[nr->n + i], nr->held_values.v[i]);
-		nr->hdrs[nr->n + i] = (struct egr_header){ nr->held_names.v[i],
-							   nr->values[nr->n + i].data };
+		nr->hdrs[nr->n + i] =
+			(struct egr_header){ nr->held_names.v[i], nr->values[nr->n + i].data };
 	}
 	held_wipe(nr);
 	for (size_t i = 0; i < nr->n; i++) {

@@ -389,8 +389,9 @@ static int read_login(struct reader *r, const char *key, const json_t *v)
 	const char *s = json_string_value(v);
 
 	if (!s || (strcmp(s, "held") && strcmp(s, "copy")))
-		return bad(r, key, ": must be \"held\" (the worker holds the login, runs get a "
-				   "placeholder) or \"copy\" (runs get a copy of its files)");
+		return bad(r, key,
+			   ": must be \"held\" (the worker holds the login, runs get a "
+			   "placeholder) or \"copy\" (runs get a copy of its files)");
 	r->pv->login = strcmp(s, "held") ? PROV_LOGIN_COPY : PROV_LOGIN_HELD;
 	r->login_set = true;
 	return 0;

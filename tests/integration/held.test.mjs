@@ -88,6 +88,16 @@ before(async () => {
 });
 
 after(async () => {
+  // What the CLIs sent while they held a placeholder (docs/accounts.md): method, path,
+  // when, and each header (a credential's value cut to its first 12 characters).
+  if (process.env.OLP_HELD_DUMP && anthropic) {
+    const cut = (h) => Object.fromEntries(Object.entries(h).map(([k, v]) =>
+      [k, /authorization|account-id|api-key/.test(k) ? `${String(v).slice(0, 12)}…` : v]));
+    const all = {};
+    for (const [name, up] of [['anthropic', anthropic], ['openai', openai], ['token', tokens]])
+      all[name] = (await requests(up)).map((e) => ({ method: e.method, path: e.path, t: e.t, headers: cut(e.headers) }));
+    fs.writeFileSync(process.env.OLP_HELD_DUMP, JSON.stringify(all, null, 1));
+  }
   await server?.stop();
   for (const c of children) c.kill('SIGTERM');
   if (work) fs.rmSync(work, { recursive: true, force: true });

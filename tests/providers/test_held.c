@@ -84,13 +84,13 @@ static struct prov_provider *provider(const char *name, const char *fmt, ...)
 /* A base64url JWT part of JSON text. */
 static void b64url(struct buf *out, const char *json)
 {
-	static const char a[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	const unsigned char *s = (const unsigned char *)json;
 	size_t n = strlen(json);
 
 	for (size_t i = 0; i < n; i += 3) {
-		unsigned v = s[i] << 16 | (i + 1 < n ? s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+		unsigned v =
+			s[i] << 16 | (i + 1 < n ? s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
 
 		buf_addch(out, a[v >> 18 & 63]);
 		buf_addch(out, a[v >> 12 & 63]);
@@ -139,10 +139,11 @@ static void write_codex(const char *path, int64_t expires_ms, bool with_account)
 	idt = jwt(c.data);
 	free(codex_access);
 	codex_access = jwt(c.data);
-	buf_addf(&b,
-		 "{\"OPENAI_API_KEY\":null,\"tokens\":{\"id_token\":\"%s\",\"access_token\":\"%s\","
-		 "\"refresh_token\":\"rt-codex-REAL\"%s},\"last_refresh\":\"2026-01-01T00:00:00Z\"}",
-		 idt, codex_access, with_account ? ",\"account_id\":\"" REAL_ACCOUNT "\"" : "");
+	buf_addf(
+		&b,
+		"{\"OPENAI_API_KEY\":null,\"tokens\":{\"id_token\":\"%s\",\"access_token\":\"%s\","
+		"\"refresh_token\":\"rt-codex-REAL\"%s},\"last_refresh\":\"2026-01-01T00:00:00Z\"}",
+		idt, codex_access, with_account ? ",\"account_id\":\"" REAL_ACCOUNT "\"" : "");
 	write_text(path, b.data);
 	free(idt);
 	buf_release(&b);
@@ -238,7 +239,9 @@ static void test_settings(void)
 	path_in(f, "settings.json");
 	write_claude(f, wall_ms() + 3600000, "rt");
 	/* Held by default, where the settings allow it. */
-	pv = provider("c", "{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
+	pv = provider(
+		"c", "{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
+		f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	prov_provider_login_info(pv, &li);
 	CU_ASSERT_STRING_EQUAL(li.mode, "held");
@@ -254,7 +257,9 @@ static void test_settings(void)
 	CU_ASSERT(prov_provider_login_exposed(pv));
 	prov_provider_free(pv);
 	/* CONNECT mode cannot hold a login: by default "copy", given "held" an error. */
-	pv = provider("c", "{\"type\":\"claude\",\"network\":{\"allow_hosts\":[\"api.anthropic.com:443\"]}}");
+	pv = provider(
+		"c",
+		"{\"type\":\"claude\",\"network\":{\"allow_hosts\":[\"api.anthropic.com:443\"]}}");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	prov_provider_login_info(pv, &li);
 	CU_ASSERT_STRING_EQUAL(li.mode, "copy");
@@ -267,8 +272,9 @@ static void test_settings(void)
 	CU_ASSERT_PTR_NULL(provider("c", "{\"type\":\"claude\",\"login\":\"held\",\"credentials\":"
 					 "[\"/a/x.json\",\"/a/y.json\"]}"));
 	/* A key the worker adds (set_headers): no login in the run at all. */
-	pv = provider("c", "{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\","
-			   "\"set_headers\":{\"x-api-key\":\"env:HOME\"}}}");
+	pv = provider(
+		"c", "{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\","
+		     "\"set_headers\":{\"x-api-key\":\"env:HOME\"}}}");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	prov_provider_login_info(pv, &li);
 	CU_ASSERT_PTR_NULL(li.mode);
@@ -292,7 +298,9 @@ static void test_placeholder_claude(void)
 
 	path_in(f, "ph-claude.json");
 	write_claude(f, wall_ms() + 3600000, "rt-claude-REAL");
-	pv = provider("phc", "{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
+	pv = provider(
+		"phc",
+		"{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL_FATAL(prov_provider_held_placeholder(pv, ph, &why), 0);
 	text = read_text(ph);
@@ -303,7 +311,8 @@ static void test_placeholder_claude(void)
 	o = json_object_get(j, "claudeAiOauth");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(o);
 	CU_ASSERT(holds(json_string_value(json_object_get(o, "accessToken")), "olp-placeholder"));
-	CU_ASSERT(json_integer_value(json_object_get(o, "expiresAt")) > wall_ms() + 300LL * 86400000);
+	CU_ASSERT(json_integer_value(json_object_get(o, "expiresAt")) >
+		  wall_ms() + 300LL * 86400000);
 	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(o, "subscriptionType")), "max");
 	json_decref(j);
 	free(text);
@@ -348,7 +357,8 @@ static void test_placeholder_codex(void)
 
 	path_in(f, "ph-codex.json");
 	write_codex(f, wall_ms() + 3600000, true);
-	pv = provider("phx", "{\"type\":\"codex\",\"credentials\":{\"%s\":\".codex/auth.json\"}}", f);
+	pv = provider("phx", "{\"type\":\"codex\",\"credentials\":{\"%s\":\".codex/auth.json\"}}",
+		      f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL_FATAL(prov_provider_held_placeholder(pv, ph, &why), 0);
 	text = read_text(ph);
@@ -396,7 +406,9 @@ static void test_headers(void)
 
 	path_in(f, "h-claude.json");
 	write_claude(f, wall_ms() + 3600000, "rt");
-	pv = provider("hc", "{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
+	pv = provider(
+		"hc",
+		"{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), 0);
 	expect_header(&names, &values, "authorization", "Bearer " REAL_CLAUDE);
@@ -407,7 +419,8 @@ static void test_headers(void)
 	/* codex: the account from the id token's claim when auth.json names none. */
 	path_in(g, "h-codex.json");
 	write_codex(g, wall_ms() + 3600000, false);
-	pv = provider("hx", "{\"type\":\"codex\",\"credentials\":{\"%s\":\".codex/auth.json\"}}", g);
+	pv = provider("hx", "{\"type\":\"codex\",\"credentials\":{\"%s\":\".codex/auth.json\"}}",
+		      g);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), 0);
 	buf_addf(&bearer, "Bearer %s", codex_access);
@@ -418,7 +431,9 @@ static void test_headers(void)
 	strv_release(&values);
 	/* A login file anyone else may read is not one the worker sends. */
 	chmod(f, 0644);
-	pv = provider("hc2", "{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
+	pv = provider(
+		"hc2",
+		"{\"type\":\"claude\",\"credentials\":{\"%s\":\".claude/.credentials.json\"}}", f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), -EPERM);
 	CU_ASSERT(!holds(why.data, REAL_CLAUDE));
@@ -432,7 +447,8 @@ static void test_headers(void)
 static struct prov_provider *near_claude(const char *file, const char *refresh)
 {
 	write_claude(file, wall_ms() + 60000, refresh);
-	return provider("near", "{\"type\":\"claude\",\"login_token_url\":\"%s/v1/oauth/token\","
+	return provider("near",
+			"{\"type\":\"claude\",\"login_token_url\":\"%s/v1/oauth/token\","
 			"\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
 			token_url, file);
 }
@@ -507,8 +523,9 @@ static void test_refresh_once(void)
 	path_in(f, "once-claude.json");
 	pv = near_claude(f, "rt-ONCE");
 	/* Another provider object on the same login, as another worker would hold. */
-	pv2 = provider("near", "{\"type\":\"claude\",\"login_token_url\":\"%s/v1/oauth/token\","
-			       "\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
+	pv2 = provider("near",
+		       "{\"type\":\"claude\",\"login_token_url\":\"%s/v1/oauth/token\","
+		       "\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
 		       token_url, f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv2);
@@ -534,8 +551,9 @@ static void test_refresh_fails(void)
 	path_in(f, "fail-claude.json");
 	write_claude(f, wall_ms() + 120000, "rt-FAIL");
 	/* Nothing listens on port 9 of loopback. */
-	pv = provider("fail", "{\"type\":\"claude\",\"login_token_url\":\"http://127.0.0.1:9/t\","
-			      "\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
+	pv = provider("fail",
+		      "{\"type\":\"claude\",\"login_token_url\":\"http://127.0.0.1:9/t\","
+		      "\"credentials\":{\"%s\":\".claude/.credentials.json\"}}",
 		      f);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	/* Still valid for two minutes: this run goes with it. */
