@@ -32,6 +32,7 @@ const codexJs = path.join(pcliDir, 'node_modules/@openai/codex/bin/codex.js');
 // The real logins: long enough (16 bytes and more) to be masked in what comes back.
 const REAL_CLAUDE = `sk-ant-oat01-REAL-claude-access-${'x'.repeat(24)}`;
 const REAL_ACCOUNT = 'acct-REAL-0123456789abcdef';
+const REAL_SETUP = `sk-ant-oat01-REAL-setup-token-${'y'.repeat(24)}`;
 const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
 const jwt = (claims) => `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64(claims)}.c2lnbmF0dXJl`;
 const HOUR = 3600 * 1000;
@@ -70,6 +71,7 @@ before(async () => {
   const models = (...ids) => ids.map((id) => ({ id, created: 1700000000 }));
   registry.providers.claude = { type: 'claude', displayName: 'Claude (held login)', models: models('claude-held') };
   registry.providers.codex = { type: 'codex', displayName: 'Codex (held login)', models: models('gpt-held') };
+  registry.providers.claudetok = { type: 'claude', displayName: 'Claude (setup-token)', models: models('claude-tok') };
   const config = {
     auth: { allow_anonymous: false },
     sandbox: { mode: 'bwrap' },
@@ -78,6 +80,9 @@ before(async () => {
       claude: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 0, login: 'held',
         credentials: { [claudeCred]: '.claude/.credentials.json' },
         login_token_url: `${tokens.url}/v1/oauth/token`, network: { upstream: anthropic.url } },
+      // `claude setup-token`'s long-lived token, given in env: a placeholder variable.
+      claudetok: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 0, credentials: [],
+        env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
       codex: { bin: codexJs, timeout_s: 90, config_toml: false, prestart: 0, login: 'held',
         credentials: { [codexAuth]: '.codex/auth.json' },
         login_token_url: `${tokens.url}/oauth/token`, network: { upstream: `${openai.url}/v1` } },
@@ -130,6 +135,21 @@ test('claude: the run holds a placeholder, the upstream gets the real token', as
   assert.equal(h.providers.claude.login.mode, 'held', JSON.stringify(h.providers.claude.login));
   assert.ok(h.providers.claude.login.expires_in_s > 4 * 3600, JSON.stringify(h.providers.claude.login));
   assert.equal(h.providers.claude.login.refresh_failures, 0);
+});
+
+test('claude setup-token: the run\'s variable is a placeholder, the upstream gets the token', async () => {
+  const before = (await requests(anthropic)).length;
+  const r = await post('claude-tok', 'ownbash:echo "token=$CLAUDE_CODE_OAUTH_TOKEN"');
+  assert.equal(r.status, 200, r.text);
+  const text = answer(r);
+  assert.match(text, /token=sk-ant-oat01-olp-placeholder/, text);
+  assert.ok(!text.includes(REAL_SETUP), 'the real token reached the answer');
+  const seen = (await requests(anthropic)).slice(before).filter((e) => e.path.startsWith('/v1/messages'));
+  assert.ok(seen.length >= 2);
+  for (const e of seen) assert.equal(e.headers.authorization, `Bearer ${REAL_SETUP}`);
+  const h = (await health()).providers.claudetok.login;
+  assert.equal(h.mode, 'held', JSON.stringify(h));
+  assert.equal(h.expires, null, 'a setup-token names no expiry');
 });
 
 test('codex: the run holds a placeholder, the upstream gets the real token and account', async () => {

@@ -402,6 +402,7 @@ static void test_headers(void)
 	char f[PATH_MAX], g[PATH_MAX];
 	struct strv names = STRV_INIT, values = STRV_INIT;
 	struct buf why = BUF_INIT, bearer = BUF_INIT;
+	struct prov_login_info li;
 	struct prov_provider *pv;
 
 	path_in(f, "h-claude.json");
@@ -426,6 +427,20 @@ static void test_headers(void)
 	buf_addf(&bearer, "Bearer %s", codex_access);
 	expect_header(&names, &values, "authorization", bearer.data);
 	expect_header(&names, &values, "chatgpt-account-id", REAL_ACCOUNT);
+	prov_provider_free(pv);
+	strv_release(&names);
+	strv_release(&values);
+	/* claude setup-token's token in "env": held, sent as it is, never expiring. */
+	pv = provider("ht", "{\"type\":\"claude\",\"credentials\":[],\"env\":"
+			    "{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-SETUP-REAL-xxxxxxxxxxxxxxxx\"}}");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), 0);
+	expect_header(&names, &values, "authorization",
+		      "Bearer sk-ant-oat01-SETUP-REAL-xxxxxxxxxxxxxxxx");
+	prov_provider_login_info(pv, &li);
+	CU_ASSERT_STRING_EQUAL(li.mode, "held");
+	CU_ASSERT_EQUAL(li.expires_ms, 0);
+	CU_ASSERT(!prov_provider_login_exposed(pv));
 	prov_provider_free(pv);
 	strv_release(&names);
 	strv_release(&values);
