@@ -474,7 +474,7 @@ int prov_login_bind(const struct prov_provider *pv, const struct prov_request *r
 		    struct prov_plan *plan, struct prov_outcome *out)
 {
 	char host[PATH_MAX], ph[PATH_MAX], inside[PATH_MAX + 64];
-	const char *rel = pv->credentials_set ? pv->cred_inside.v[0] : "";
+	const char *rel = pv->credentials_set && pv->cred_inside.n ? pv->cred_inside.v[0] : "";
 	struct buf why = BUF_INIT;
 	char tmp[PATH_MAX];
 	int ret;
