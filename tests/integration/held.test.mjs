@@ -72,6 +72,11 @@ before(async () => {
   registry.providers.claude = { type: 'claude', displayName: 'Claude (held login)', models: models('claude-held') };
   registry.providers.codex = { type: 'codex', displayName: 'Codex (held login)', models: models('gpt-held') };
   registry.providers.claudetok = { type: 'claude', displayName: 'Claude (setup-token)', models: models('claude-tok') };
+  registry.providers.claudetokenv = { type: 'claude', displayName: 'fake claude', models: models('claude-tokenv') };
+  const fake = path.join(work, 'fake-claude');
+  // Prints the token variable it was given as claude's last output line.
+  fs.writeFileSync(fake, '#!/bin/sh\ncat >/dev/null\nprintf \'{"type":"result","subtype":"success","is_error":false,'
+    + '"result":"TOKEN=%s"}\\n\' "$CLAUDE_CODE_OAUTH_TOKEN"\n', { mode: 0o755 });
   const config = {
     auth: { allow_anonymous: false },
     sandbox: { mode: 'bwrap' },
@@ -81,7 +86,9 @@ before(async () => {
         credentials: { [claudeCred]: '.claude/.credentials.json' },
         login_token_url: `${tokens.url}/v1/oauth/token`, network: { upstream: anthropic.url } },
       // `claude setup-token`'s long-lived token, given in env: a placeholder variable.
-      claudetok: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 0, credentials: [],
+      claudetok: { bin: claudeBin, timeout_s: 90, prestart: 0, credentials: [],
+        env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
+      claudetokenv: { bin: fake, timeout_s: 30, prestart: 0, credentials: [],
         env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
       codex: { bin: codexJs, timeout_s: 90, config_toml: false, prestart: 0, login: 'held',
         credentials: { [codexAuth]: '.codex/auth.json' },
@@ -138,18 +145,22 @@ test('claude: the run holds a placeholder, the upstream gets the real token', as
 });
 
 test('claude setup-token: the run\'s variable is a placeholder, the upstream gets the token', async () => {
+  // The real claude: what it sends. (Its Bash asks for approval before printing the
+  // environment, so the variable the run holds is read by a fake claude below.)
   const before = (await requests(anthropic)).length;
-  const r = await post('claude-tok', 'ownbash:echo "token=$CLAUDE_CODE_OAUTH_TOKEN"');
+  const r = await post('claude-tok', 'hello');
   assert.equal(r.status, 200, r.text);
-  const text = answer(r);
-  assert.match(text, /token=sk-ant-oat01-olp-placeholder/, text);
-  assert.ok(!text.includes(REAL_SETUP), 'the real token reached the answer');
   const seen = (await requests(anthropic)).slice(before).filter((e) => e.path.startsWith('/v1/messages'));
-  assert.ok(seen.length >= 2);
+  assert.ok(seen.length >= 1);
   for (const e of seen) assert.equal(e.headers.authorization, `Bearer ${REAL_SETUP}`);
   const h = (await health()).providers.claudetok.login;
   assert.equal(h.mode, 'held', JSON.stringify(h));
   assert.equal(h.expires, null, 'a setup-token names no expiry');
+  // What the run's environment holds: a placeholder.
+  const f = await post('claude-tokenv', 'hello');
+  assert.equal(f.status, 200, f.text);
+  assert.match(answer(f), /TOKEN=sk-ant-oat01-olp-placeholder/, answer(f));
+  assert.ok(!answer(f).includes(REAL_SETUP));
 });
 
 test('codex: the run holds a placeholder, the upstream gets the real token and account', async () => {
