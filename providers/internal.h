@@ -282,6 +282,9 @@ void prov_login_release(struct prov_held_login *l);
  * when the host has no login file. */
 int prov_login_bind(const struct prov_provider *pv, const struct prov_request *req,
 		    struct prov_plan *plan, struct prov_outcome *out);
+/* Said at load: a held ChatGPT login sent to the API's upstream (where: "<file>:
+ * providers.<name>"). */
+void prov_login_note(const struct prov_provider *pv, const char *where);
 /* The run's token_env placeholder, set after "env" (run.c). 0 or -errno. */
 int prov_login_env(const struct prov_provider *pv, struct sbx_policy *p);
 /* The headers the forwarder sets for a held login (names and values pushed onto the

@@ -536,6 +536,17 @@ int prov_login_headers(const struct prov_provider *pv, const char *rid, struct s
 			ret = 0;
 		}
 	}
+	/* A header value with a line break would be a header of the token's choosing. */
+	for (const char *c = l.access; !ret && *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+			buf_adds(why, "the login's access token holds a control character");
+			ret = -EINVAL;
+		}
+	for (const char *c = l.account; !ret && c && *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+			buf_adds(why, "the login's account id holds a control character");
+			ret = -EINVAL;
+		}
 	if (!ret) {
 		buf_addf(&v, "Bearer %s", l.access);
 		strv_push(names, "authorization");
@@ -562,4 +573,25 @@ int prov_provider_held_headers(const struct prov_provider *pv, const char *rid, 
 	if (pv->login != PROV_LOGIN_HELD)
 		return -EINVAL;
 	return prov_login_headers(pv, rid, names, values, why);
+}
+
+void prov_login_note(const struct prov_provider *pv, const char *where)
+{
+	struct prov_held_login l;
+	struct buf why = BUF_INIT;
+
+	/* A ChatGPT login (an account to name) goes to ChatGPT's backend, not the API. */
+	if (pv->login != PROV_LOGIN_HELD || !pv->ops->held->account_header ||
+	    !pv->net.upstream_host || strcmp(pv->net.upstream_host, "api.openai.com"))
+		return;
+	if (!prov_login_read(pv, &l, &why)) {
+		if (l.account)
+			log_warnx(NULL,
+				  "%s: its login is a ChatGPT login, which the API at %s does not "
+				  "take; set network.upstream to "
+				  "\"https://chatgpt.com/backend-api/codex\" (docs/accounts.md)",
+				  where, pv->net.upstream_host);
+		prov_login_release(&l);
+	}
+	buf_release(&why);
 }

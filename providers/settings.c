@@ -418,6 +418,9 @@ static int check_login(struct reader *r)
 
 	if (pv->login != PROV_LOGIN_HELD || !pv->ops)
 		return 0;
+	if (pv->ops->held && pv->net.mode == PROV_NET_UPSTREAM && !prov_net_secretless(&pv->net) &&
+	    !r->strict)
+		prov_login_note(pv, r->where);
 	if (!pv->ops->held)
 		why = ": \"held\" is for the claude and codex types' logins";
 	else if (pv->net.mode != PROV_NET_UPSTREAM)

@@ -431,8 +431,10 @@ static void test_headers(void)
 	strv_release(&names);
 	strv_release(&values);
 	/* claude setup-token's token in "env": held, sent as it is, never expiring. */
-	pv = provider("ht", "{\"type\":\"claude\",\"credentials\":[],\"env\":"
-			    "{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-SETUP-REAL-xxxxxxxxxxxxxxxx\"}}");
+	pv = provider(
+		"ht",
+		"{\"type\":\"claude\",\"credentials\":[],\"env\":"
+		"{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-SETUP-REAL-xxxxxxxxxxxxxxxx\"}}");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
 	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), 0);
 	expect_header(&names, &values, "authorization",
