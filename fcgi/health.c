@@ -94,7 +94,7 @@ static void add_time(struct buf *b, const char *name, int64_t ms)
 		buf_adds(b, "null");
 		return;
 	}
-	strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	(void)strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	buf_addf(b, "\"%s\"", iso);
 }
 

@@ -30,7 +30,7 @@
 /* A placeholder's expiry: far enough that no CLI refreshes it during a run's life. */
 #define PLACEHOLDER_LIFE_MS ((int64_t)365 * 24 * 3600 * 1000)
 /* Rewrite a placeholder file this often (codex counts its age from last_refresh). */
-#define PLACEHOLDER_MAX_AGE_S (12 * 3600)
+#define PLACEHOLDER_MAX_AGE_S ((time_t)12 * 3600)
 #define HELD_MAX_FILE ((size_t)64 * 1024)
 
 static char *held_dir;
@@ -146,11 +146,12 @@ static int claude_parse(json_t *root, struct prov_held_login *l, const char **wh
 
 static json_t *claude_placeholder(const struct prov_held_login *l, int64_t now_ms)
 {
+	json_int_t expires = now_ms + PLACEHOLDER_LIFE_MS;
 	const json_t *real = l->root ? json_object_get(l->root, "claudeAiOauth") : NULL;
 	json_t *o = json_pack("{s:s, s:s, s:I}", "accessToken",
 			      "sk-ant-oat01-olp-placeholder-the-worker-holds-this-login",
 			      "refreshToken", "sk-ant-ort01-olp-placeholder-never-refreshed",
-			      "expiresAt", (json_int_t)(now_ms + PLACEHOLDER_LIFE_MS));
+			      "expiresAt", expires);
 	/* What the login may do, not a secret: the CLI chooses its features by it. */
 	static const char *const keep[] = { "scopes", "subscriptionType", "rateLimitTier" };
 
@@ -176,8 +177,8 @@ static int claude_refreshed(json_t *root, const json_t *answer, int64_t now_ms, 
 	const char *at = str_at(answer, "access_token"), *rt = str_at(answer, "refresh_token");
 	int64_t in = 0;
 
-	if (!at ||
-	    parse_json_int(json_object_get(answer, "expires_in"), 1, 10 * 365 * 86400, &in)) {
+	if (!at || parse_json_int(json_object_get(answer, "expires_in"), 1,
+				  (int64_t)10 * 365 * 86400, &in)) {
 		*why = "the token endpoint's answer has no access_token and expires_in";
 		return -EINVAL;
 	}
@@ -228,7 +229,7 @@ static void rfc3339(int64_t ms, char *out, size_t n)
 	struct tm tm;
 
 	gmtime_r(&t, &tm);
-	strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	(void)strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* A ChatGPT login's: JWTs codex can read, with only the claims it needs. */
@@ -381,7 +382,7 @@ static int read_login_file(const char *path, json_t **root, struct buf *why)
 		*root = NULL;
 		ret = -EINVAL;
 	}
-	fclose(f);
+	(void)fclose(f); /* read only: nothing to lose */
 	return ret;
 }
 
@@ -429,9 +430,8 @@ static int write_placeholder(const char *path, const char *data)
 		return -ENAMETOOLONG;
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return -errno;
-	if (fchmod(fd, 0600))
-		ret = -errno;
-	else if (!(ret = write_all(fd, data, len)) && fsync(fd))
+	ret = fchmod(fd, 0600) ? -errno : write_all(fd, data, len);
+	if (!ret && fsync(fd))
 		ret = -errno;
 	close(fd);
 	if (!ret && rename(tmp, path))

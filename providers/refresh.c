@@ -60,7 +60,7 @@ static int lock_take(const struct prov_provider *pv)
 			close(fd);
 			return -ETIMEDOUT;
 		}
-		nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+		nanosleep(&(struct timespec){ .tv_nsec = 20L * 1000 * 1000 }, NULL);
 	}
 	return fd;
 }
@@ -78,9 +78,11 @@ static int replace_file(const char *path, const char *data)
 		return -ENAMETOOLONG;
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return -errno;
-	if (fchmod(fd, 0600) || (fchown(fd, st.st_uid, st.st_gid) && st.st_uid != geteuid()))
-		ret = -errno;
-	else if (!(ret = write_all(fd, data, strlen(data))) && fsync(fd))
+	/* The old file's owner: the worker may run as root for a login of another user. */
+	ret = fchmod(fd, 0600) || (fchown(fd, st.st_uid, st.st_gid) && st.st_uid != geteuid())
+		      ? -errno
+		      : write_all(fd, data, strlen(data));
+	if (!ret && fsync(fd))
 		ret = -errno;
 	close(fd);
 	if (!ret && rename(tmp, path))

@@ -54,7 +54,7 @@ static char *read_text(const char *path)
 		return NULL;
 	while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
 		buf_add(&b, tmp, n);
-	fclose(f);
+	(void)fclose(f);
 	return buf_detach(&b, NULL);
 }
 
@@ -333,7 +333,7 @@ static json_t *jwt_claims(const char *token)
 		return NULL;
 	buf_add(&part, a + 1, (size_t)(b - a - 1));
 	for (char *c = part.data; *c; c++)
-		*c = *c == '-' ? '+' : *c == '_' ? '/' : *c;
+		*c = (char)(*c == '-' ? '+' : *c == '_' ? '/' : *c);
 	while (part.len % 4)
 		buf_addch(&part, '=');
 	buf_addf(&cmd, "printf '%%s' '%s' | base64 -d", part.data);
