@@ -144,6 +144,14 @@ test('claude: the run holds a placeholder, the upstream gets the real token', as
   assert.equal(h.providers.claude.login.refresh_failures, 0);
 });
 
+test('an upstream that echoes the real token hands back only a masked one', async () => {
+  const r = await post('claude-held', 'echo-auth');
+  assert.equal(r.status, 200, r.text);
+  const text = answer(r);
+  assert.match(text, /auth=Bearer \*{16,}/, text);
+  assert.ok(!text.includes(REAL_CLAUDE) && !text.includes('REAL'), text);
+});
+
 test('claude setup-token: the run\'s variable is a placeholder, the upstream gets the token', async () => {
   // The real claude: what it sends. (Its Bash asks for approval before printing the
   // environment, so the variable the run holds is read by a fake claude below.)

@@ -25,7 +25,9 @@
 // The CLI's own Bash tool (claude's "tools": "Bash"): a last user text holding
 // "ownbash:COMMAND" calls Bash with {"command": COMMAND}; the request that brings its
 // tool_result back is answered "Tool said: OUTPUT" (what a prompt that makes the CLI
-// print its files gets; it_held).
+// print its files gets; it_held). A last user text holding "echo-auth" is answered with
+// the request's Authorization header (an upstream that echoes its request: the forwarder
+// must mask the credential it set).
 import { serve, failStatus, isCut, limitState, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const HELLO = 'Hello from the fake Anthropic server!';
@@ -141,8 +143,9 @@ serve('anthropic', async (req, res, body, entry) => {
   const images = imagesSeen(body);
   const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);
   const own = toolResult(body);
-  const TEXT = own !== null ? `Tool said: ${own}` : images.length ? `I see ${images.length} image(s): ${images.join(', ')}.`
-    : result ? `Tool said: ${result[1]}` : HELLO;
+  const echoAuth = /echo-auth/.test(lastUserText(body)) ? `auth=${req.headers.authorization ?? ''}` : null;
+  const TEXT = echoAuth ?? (own !== null ? `Tool said: ${own}` : null) ?? (images.length ? `I see ${images.length} image(s): ${images.join(', ')}.`
+    : result ? `Tool said: ${result[1]}` : HELLO);
   const calls = callsWanted(body);
   const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
