@@ -104,10 +104,10 @@ struct fcgi_app {
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
 	struct store_db *store;	   /* the shared store, or NULL (the embedded one) */
-	/* <runtime_dir>/keyslots: the keys' concurrency slots (quota max_concurrent), shared
-	 * by every process of the host; NULL when it could not be made (such keys are then
-	 * refused: fail closed). */
-	char *keyslot_dir;
+	/* The keys' concurrency slots (quota max_concurrent): files in <runtime_dir>/keyslots
+	 * shared by every process of the host, or leases in the shared store (usage.h); NULL
+	 * when they could not be set up (such keys are then refused: fail closed). */
+	struct usage_leases *leases;
 };
 
 /* ---- health.c: the shared store's state (ADR 0034) ----------------------------------- */
@@ -221,8 +221,8 @@ struct fcgi_req {
 	bool chat;
 	struct prov_usage usage;
 	enum usage_start start;
-	int key_slot;		  /* the key's concurrency slot (check_concurrency), or -1 */
-	struct usage_claim claim; /* the request's count and token reservation (check_quota) */
+	struct usage_lease key_lease; /* the key's concurrency slot (check_concurrency) */
+	struct usage_claim claim;     /* the request's count and token reservation (check_quota) */
 };
 
 /* One response header; a list of them ends with a NULL name. */
