@@ -82,7 +82,9 @@ before(async () => {
     sandbox: { mode: 'bwrap' },
     providers: {
       // claude's own Bash on: a prompt can have it print what the run holds.
-      claude: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 0, login: 'held',
+      // Pre-started (the default): the placeholder is in a process started before the
+      // request, the real token set by the forwarder when the request comes.
+      claude: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 1, login: 'held',
         credentials: { [claudeCred]: '.claude/.credentials.json' },
         login_token_url: `${tokens.url}/v1/oauth/token`, network: { upstream: anthropic.url } },
       // `claude setup-token`'s long-lived token, given in env: a placeholder variable.

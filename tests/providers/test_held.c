@@ -446,6 +446,26 @@ static void test_headers(void)
 	prov_provider_free(pv);
 	strv_release(&names);
 	strv_release(&values);
+	/* codex logged in with an API key: the key, no account; a placeholder key. */
+	write_text(g, "{\"OPENAI_API_KEY\":\"sk-REAL-api-key-0123456789abcdef\"}");
+	pv = provider("hk", "{\"type\":\"codex\",\"credentials\":{\"%s\":\".codex/auth.json\"}}",
+		      g);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_held_headers(pv, NULL, &names, &values, &why), 0);
+	expect_header(&names, &values, "authorization", "Bearer sk-REAL-api-key-0123456789abcdef");
+	CU_ASSERT_EQUAL(names.n, 1);
+	strv_release(&names);
+	strv_release(&values);
+	{
+		char ph[PATH_MAX];
+		char *text;
+
+		CU_ASSERT_EQUAL_FATAL(prov_provider_held_placeholder(pv, ph, &why), 0);
+		text = read_text(ph);
+		CU_ASSERT(text && !holds(text, "REAL") && holds(text, "OPENAI_API_KEY"));
+		free(text);
+	}
+	prov_provider_free(pv);
 	/* A login file anyone else may read is not one the worker sends. */
 	chmod(f, 0644);
 	pv = provider(
