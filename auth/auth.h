@@ -50,6 +50,13 @@ enum auth_result {
 #define AUTH_ID_MAX 64
 /* A provider name as a manifest holds it: 1..63 of [A-Za-z0-9._-], plus the NUL. */
 #define AUTH_PROVIDER_MAX 64
+/* A provider's account name (ADR 0037): 1..32 of [a-z0-9_-], plus the NUL. */
+#define AUTH_ACCOUNT_MAX 33
+/* A key's binding as a manifest's "accounts" member holds it: "<provider>=<account>". */
+#define AUTH_BINDING_MAX (AUTH_PROVIDER_MAX + AUTH_ACCOUNT_MAX)
+/* Split "<provider>=<account>" into its names, each checked. 0 or -EINVAL. */
+int auth_binding_split(const char *binding, char provider[AUTH_PROVIDER_MAX],
+		       char account[AUTH_ACCOUNT_MAX]);
 
 /* A key's quota: its manifest's "quota" ({"requests_per_minute": N, "requests_per_day": N,
  * "tokens_per_day": N, "max_concurrent": N}, each optional; null: none, as the Node OLP
@@ -91,7 +98,15 @@ struct auth_identity {
 	 * none. */
 	char **login_access;
 	size_t n_login_access;
+	/* The key's "accounts" (ADR 0037): "<provider>=<account>" bindings, heap strings; a
+	 * provider not named is unbound (the worker picks its account). */
+	char **accounts;
+	size_t n_accounts;
 };
+
+/* The account id's requests to provider must use, or NULL when it is not bound there.
+ * Points into id. */
+const char *auth_identity_account(const struct auth_identity *id, const char *provider);
 
 /* What the anonymous identity may do (config.json auth.anonymous), as a key's manifest
  * says it for a key. */
@@ -300,6 +315,10 @@ struct auth_key_spec {
 	 * owner key reaches every login: giving it one is AUTH_KEY_ERR_INVALID_ARG. */
 	const char *const *login_access;
 	size_t n_login_access;
+	/* "accounts": "<provider>=<account>" bindings, one per provider (none: the field
+	 * is not written). */
+	const char *const *accounts;
+	size_t n_accounts;
 };
 
 /* A created key. token is the only copy of the secret: show it once, then wipe the struct
@@ -368,6 +387,14 @@ enum auth_key_result auth_key_set_login_at(const struct auth_target *t, const ch
 					   const char *const *providers, size_t n, bool allow,
 					   bool clear, char ***result, size_t *n_result,
 					   struct buf *msg);
+/* Bind key id's requests to provider to account (the manifest's "accounts" member; NULL:
+ * unbind them), under the key's lock as set-quota, in either store. The field is removed
+ * when it ends empty. The account is not checked against the configuration here (the
+ * tool has none): a request of a key bound to an account its provider does not have is
+ * refused. AUTH_KEY_ERR_INVALID_ARG for a bad name. */
+enum auth_key_result auth_key_set_account_at(const struct auth_target *t, const char *id,
+					     const char *provider, const char *account,
+					     struct buf *msg);
 /* Free an array of n heap strings (NULL is fine). */
 void auth_strings_free(char **v, size_t n);
 
@@ -388,6 +415,8 @@ struct auth_key_info {
 	struct auth_quota quota;
 	char **login_access; /* "login_access" (n_login_access provider names) */
 	size_t n_login_access;
+	char **accounts; /* "accounts": "<provider>=<account>" bindings */
+	size_t n_accounts;
 };
 
 struct auth_key_list {

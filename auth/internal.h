@@ -53,6 +53,7 @@ struct auth_key_record {
 	struct strv providers;	  /* when !all_providers; zeroed is empty */
 	struct auth_quota quota;  /* all 0: none */
 	struct strv login_access; /* "login_access": provider names; zeroed is empty */
+	struct strv accounts;	  /* "accounts": "<provider>=<account>"; zeroed is empty */
 	char *name;		  /* "name"; NULL when absent or null (for /v1/usage) */
 	char *created_at;	  /* "created_at" when a string, else NULL (the listing's order) */
 };

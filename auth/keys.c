@@ -207,7 +207,42 @@ static json_t *manifest_new(const char *id, const struct auth_key_spec *spec,
 			m = NULL;
 		}
 	}
+	if (m && spec->n_accounts) {
+		json_t *acc = json_object();
+		char p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX];
+
+		for (i = 0; acc && i < spec->n_accounts; i++)
+			if (!auth_binding_split(spec->accounts[i], p, a))
+				json_object_set_new(acc, p, json_string(a));
+		if (!acc || json_object_set_new(m, "accounts", acc) < 0) {
+			json_decref(m);
+			m = NULL;
+		}
+	}
 	return m;
+}
+
+/* The bindings of a spec: PROVIDER=ACCOUNT each, one per provider. */
+static enum auth_key_result spec_accounts_valid(const struct auth_key_spec *spec, struct buf *msg)
+{
+	char p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX], q[AUTH_PROVIDER_MAX], b[AUTH_ACCOUNT_MAX];
+
+	for (size_t i = 0; i < spec->n_accounts; i++) {
+		if (auth_binding_split(spec->accounts[i], p, a)) {
+			msg_set(msg,
+				"\"%s\" is not PROVIDER=ACCOUNT (an account name is 1-32 of "
+				"[a-z0-9_-])",
+				spec->accounts[i]);
+			return AUTH_KEY_ERR_INVALID_ARG;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (!auth_binding_split(spec->accounts[j], q, b) && !strcmp(p, q)) {
+				msg_set(msg, "provider %s is bound twice", p);
+				return AUTH_KEY_ERR_INVALID_ARG;
+			}
+		}
+	}
+	return AUTH_KEY_OK;
 }
 
 /* Write the manifest into a hidden directory, then rename it to keys/<id>: a worker that
@@ -296,7 +331,7 @@ static enum auth_key_result spec_check(const struct auth_key_spec *spec, struct 
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
 	}
-	return AUTH_KEY_OK;
+	return spec_accounts_valid(spec, msg);
 }
 
 /* keys/ under olp_home, made when missing (with keys/'s owner: keys_dir_make), its
@@ -616,6 +651,55 @@ enum auth_key_result auth_key_set_quota_at(const struct auth_target *t, const ch
 	return res;
 }
 
+/* ---- accounts (ADR 0037) ---------------------------------------------------------------- */
+
+struct account_arg {
+	const char *provider, *account; /* account NULL: unbind */
+};
+
+static int account_edit(json_t *root, const struct auth_key_record *rec, void *arg)
+{
+	struct account_arg *aa = arg;
+	json_t *acc = json_object_get(root, "accounts");
+
+	(void)rec;
+	if (!json_is_object(acc)) {
+		if (!aa->account)
+			return 0; /* nothing bound: nothing to change */
+		acc = json_object();
+		if (!acc || json_object_set_new(root, "accounts", acc) < 0)
+			return -ENOMEM;
+	}
+	if (!aa->account) {
+		if (json_object_del(acc, aa->provider))
+			return 0;
+	} else if (json_object_set_new(acc, aa->provider, json_string(aa->account)) < 0) {
+		return -ENOMEM;
+	}
+	if (!json_object_size(acc))
+		json_object_del(root, "accounts");
+	return 1;
+}
+
+enum auth_key_result auth_key_set_account_at(const struct auth_target *t, const char *id,
+					     const char *provider, const char *account,
+					     struct buf *msg)
+{
+	struct account_arg aa = { .provider = provider, .account = account };
+	char pair[AUTH_BINDING_MAX + 1], p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX];
+
+	if ((size_t)snprintf(pair, sizeof(pair), "%s=%s", provider ? provider : "",
+			     account ? account : "default") >= sizeof(pair) ||
+	    auth_binding_split(pair, p, a)) {
+		msg_set(msg,
+			"\"%s=%s\" is not PROVIDER=ACCOUNT (an account name is 1-32 of "
+			"[a-z0-9_-])",
+			provider ? provider : "", account ? account : "");
+		return AUTH_KEY_ERR_INVALID_ARG;
+	}
+	return key_edit(t, id, account_edit, &aa, "cannot set the account of key", msg);
+}
+
 /* ---- login access (ADR 0025) ---------------------------------------------------------- */
 
 struct login_arg {
@@ -727,6 +811,7 @@ static void key_info_release(struct auth_key_info *k)
 	free(k->last_used_at);
 	free(k->notes);
 	auth_strings_free(k->login_access, k->n_login_access);
+	auth_strings_free(k->accounts, k->n_accounts);
 }
 
 void auth_key_list_release(struct auth_key_list *l)
@@ -763,6 +848,7 @@ static void list_add(struct auth_key_list *out, size_t *cap, json_t *root,
 	k->notes = dup_str_or_null(json_object_get(root, "notes"));
 	k->quota = rec->quota;
 	k->login_access = strv_detach(&rec->login_access, &k->n_login_access);
+	k->accounts = strv_detach(&rec->accounts, &k->n_accounts);
 	json_decref(root);
 	auth_key_record_release(rec);
 }

@@ -16,6 +16,7 @@ void auth_key_record_release(struct auth_key_record *r)
 {
 	strv_release(&r->providers);
 	strv_release(&r->login_access);
+	strv_release(&r->accounts);
 	free(r->name);
 	free(r->created_at);
 	r->name = r->created_at = NULL;
@@ -32,6 +33,9 @@ void auth_key_record_copy(struct auth_key_record *dst, const struct auth_key_rec
 		strv_push(&dst->providers, src->providers.v[i]);
 	for (i = 0; i < src->login_access.n; i++)
 		strv_push(&dst->login_access, src->login_access.v[i]);
+	strv_init(&dst->accounts);
+	for (i = 0; i < src->accounts.n; i++)
+		strv_push(&dst->accounts, src->accounts.v[i]);
 	dst->name = src->name ? xstrdup(src->name) : NULL;
 	dst->created_at = src->created_at ? xstrdup(src->created_at) : NULL;
 }
@@ -45,6 +49,31 @@ bool auth_provider_name_valid(const char *s)
 		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-' || s[i] == '.'))
 			return false;
 	return i > 0 && i < AUTH_PROVIDER_MAX;
+}
+
+static bool account_name_valid(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		      s[i] == '-'))
+			return false;
+	return i > 0 && i < AUTH_ACCOUNT_MAX;
+}
+
+int auth_binding_split(const char *binding, char provider[AUTH_PROVIDER_MAX],
+		       char account[AUTH_ACCOUNT_MAX])
+{
+	const char *eq = strchr(binding, '=');
+	size_t pl = eq ? (size_t)(eq - binding) : 0;
+
+	if (!eq || pl >= AUTH_PROVIDER_MAX || strlen(eq + 1) >= AUTH_ACCOUNT_MAX)
+		return -EINVAL;
+	memcpy(provider, binding, pl);
+	provider[pl] = '\0';
+	snprintf(account, AUTH_ACCOUNT_MAX, "%s", eq + 1);
+	return auth_provider_name_valid(provider) && account_name_valid(account) ? 0 : -EINVAL;
 }
 
 void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)
@@ -123,6 +152,36 @@ static int parse_login_access(json_t *v, struct auth_key_record *rec, const char
 	}
 	json_array_foreach(v, i, p) {
 		strv_push(&rec->login_access, json_string_value(p));
+	}
+	return 0;
+}
+
+/* "accounts" (ADR 0037): absent or null (none), or an object of provider names to
+ * account names. Strict, as login_access: a key bound to an account nobody can read is
+ * refused, never given another account. */
+static int parse_accounts(json_t *v, struct auth_key_record *rec, const char **why)
+{
+	char p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX], pair[AUTH_BINDING_MAX + 1];
+	const char *name;
+	json_t *acc;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v)) {
+		*why = "accounts is neither null nor an object";
+		return -EINVAL;
+	}
+	json_object_foreach(v, name, acc) {
+		const char *an = json_string_value(acc);
+
+		if (!an || strlen(an) != json_string_length(acc) ||
+		    (size_t)snprintf(pair, sizeof(pair), "%s=%s", name, an) >= sizeof(pair) ||
+		    auth_binding_split(pair, p, a) || strcmp(p, name)) {
+			*why = "accounts holds something other than provider and account names";
+			strv_release(&rec->accounts);
+			return -EINVAL;
+		}
+		strv_push(&rec->accounts, pair);
 	}
 	return 0;
 }
@@ -277,10 +336,14 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 	ret = parse_login_access(json_object_get(root, "login_access"), &tmp, why);
 	if (ret)
 		goto out_release_tmp;
+	ret = parse_accounts(json_object_get(root, "accounts"), &tmp, why);
+	if (ret)
+		goto out_release_tmp;
 	if (rec) {
 		*rec = tmp;
 		strv_init(&tmp.providers); /* moved to rec */
 		strv_init(&tmp.login_access);
+		strv_init(&tmp.accounts);
 		tmp.name = tmp.created_at = NULL;
 	}
 out_release_tmp:

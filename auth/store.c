@@ -353,6 +353,17 @@ void auth_identity_from_record(struct auth_identity *out, const struct auth_key_
 	/* An owner reaches every login: a list on an owner key means nothing. */
 	if (r->tier == AUTH_TIER_GUEST)
 		strings_copy(&r->login_access, &out->login_access, &out->n_login_access);
+	strings_copy(&r->accounts, &out->accounts, &out->n_accounts);
+}
+
+const char *auth_identity_account(const struct auth_identity *id, const char *provider)
+{
+	size_t pl = strlen(provider);
+
+	for (size_t i = 0; i < id->n_accounts; i++)
+		if (!strncmp(id->accounts[i], provider, pl) && id->accounts[i][pl] == '=')
+			return id->accounts[i] + pl + 1;
+	return NULL;
 }
 
 void auth_strings_free(char **v, size_t n)
@@ -368,8 +379,9 @@ void auth_identity_release(struct auth_identity *id)
 		return;
 	auth_strings_free(id->providers, id->n_providers);
 	auth_strings_free(id->login_access, id->n_login_access);
-	id->providers = id->login_access = NULL;
-	id->n_providers = id->n_login_access = 0;
+	auth_strings_free(id->accounts, id->n_accounts);
+	id->providers = id->login_access = id->accounts = NULL;
+	id->n_providers = id->n_login_access = id->n_accounts = 0;
 }
 
 bool auth_identity_allows(const struct auth_identity *id, const char *provider)

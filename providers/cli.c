@@ -33,14 +33,18 @@ static const char *host_home(char *tmp, size_t tmpsz)
 
 int prov_cli_expand_home(const char *path, char *out)
 {
+	return prov_cli_expand_home_in(NULL, path, out);
+}
+
+int prov_cli_expand_home_in(const char *home, const char *path, char *out)
+{
 	char tmp[1024];
-	const char *home;
 	int n;
 
 	if (path[0] == '/') {
 		n = snprintf(out, PATH_MAX, "%s", path);
 	} else if (path[0] == '~' && path[1] == '/') {
-		if (!(home = host_home(tmp, sizeof(tmp))))
+		if (!home && !(home = host_home(tmp, sizeof(tmp))))
 			return -ENOENT;
 		n = snprintf(out, PATH_MAX, "%s%s", home, path + 1);
 	} else {
@@ -205,15 +209,17 @@ int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *ins
 	return sbx_policy_add_bind(plan->policy, exp, inside, writable);
 }
 
-/* Where a credentials file lands inside: its place relative to the worker's HOME. */
-static int inside_for(const char *host, char *inside)
+/* Where a credentials file lands inside: its place relative to the worker's HOME (an
+ * account's login dir: home). */
+static int inside_for(const char *home, const char *host, char *inside)
 {
 	char exp[PATH_MAX], tmp[1024];
-	const char *home = host_home(tmp, sizeof(tmp));
 	size_t hl;
 	int ret;
 
-	if ((ret = prov_cli_expand_home(host, exp)))
+	if (!home)
+		home = host_home(tmp, sizeof(tmp));
+	if ((ret = prov_cli_expand_home_in(home, host, exp)))
 		return ret;
 	hl = home ? strlen(home) : 0;
 	if (!home || hl < 2 || strncmp(exp, home, hl) || exp[hl] != '/')
@@ -223,27 +229,28 @@ static int inside_for(const char *host, char *inside)
 }
 
 /* check: NULL for a read-only copy, else a writable one whose write-back it decides. */
-static int bind_cred_file(struct prov_plan *plan, const char *host, const char *inside,
-			  sbx_writeback_check check)
+static int bind_cred_file(struct prov_plan *plan, const char *home, const char *host,
+			  const char *inside, sbx_writeback_check check)
 {
 	char exp[PATH_MAX];
 	int ret;
 
-	if (!check)
-		return prov_cli_bind_file(plan, host, inside, false);
-	if ((ret = prov_cli_expand_home(host, exp)))
+	if ((ret = prov_cli_expand_home_in(home, host, exp)))
 		return ret;
+	if (!check)
+		return sbx_policy_add_bind(plan->policy, exp, inside, false);
 	return sbx_policy_add_bind_checked(plan->policy, exp, inside, check);
 }
 
-static int bind_one_credential(struct prov_plan *plan, const char *host, const char *rel,
-			       sbx_writeback_check check)
+static int bind_one_credential(struct prov_plan *plan, const char *home, const char *host,
+			       const char *rel, sbx_writeback_check check)
 {
 	char inside[PATH_MAX];
 	int n;
 
 	if (!rel)
-		return inside_for(host, inside) ?: bind_cred_file(plan, host, inside, check);
+		return inside_for(home, host, inside)
+			       ?: bind_cred_file(plan, home, host, inside, check);
 	if (rel[0] == '/')
 		n = strncmp(rel, SBX_HOME_PATH "/", sizeof(SBX_HOME_PATH))
 			    ? -1
@@ -252,7 +259,7 @@ static int bind_one_credential(struct prov_plan *plan, const char *host, const c
 		n = snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, rel);
 	if (n <= 0 || n >= (int)sizeof(inside))
 		return -EINVAL;
-	return bind_cred_file(plan, host, inside, check);
+	return bind_cred_file(plan, home, host, inside, check);
 }
 
 int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_request *req,
@@ -275,15 +282,15 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_
 		return prov_login_bind(pv, req, plan, out);
 	if (!pv->credentials_set) {
 		for (i = 0; !ret && dflt && dflt[i]; i++)
-			ret = bind_one_credential(plan, dflt[i], NULL, check);
+			ret = bind_one_credential(plan, pv->home, dflt[i], NULL, check);
 		/* A default outside HOME (no HOME at all) is simply not there. */
 		return ret == -EINVAL || ret == -ENOENT ? 0 : ret;
 	}
 	for (i = 0; !ret && i < pv->cred_host.n; i++) {
 		const char *inside = pv->cred_inside.v[i];
 
-		ret = bind_one_credential(plan, pv->cred_host.v[i], inside[0] ? inside : NULL,
-					  check);
+		ret = bind_one_credential(plan, pv->home, pv->cred_host.v[i],
+					  inside[0] ? inside : NULL, check);
 	}
 	if (ret)
 		snprintf(out->message, sizeof(out->message),
@@ -326,13 +333,13 @@ void prov_cli_split_messages(const json_t *messages, struct buf *system, struct 
 	json_decref(rest);
 }
 
-/* A regular file at path ("~/" expands against the worker's home). */
-static bool file_present(const char *path)
+/* A regular file at path ("~/" expands against home, NULL: the worker's). */
+static bool file_present(const char *home, const char *path)
 {
 	char exp[PATH_MAX];
 	struct stat st;
 
-	return !prov_cli_expand_home(path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
+	return !prov_cli_expand_home_in(home, path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
 }
 
 static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state *out)
@@ -353,13 +360,13 @@ static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state
 	 * key from either). */
 	if (pv->credentials_set) {
 		for (i = 0; i < pv->cred_host.n; i++)
-			found += file_present(pv->cred_host.v[i]);
+			found += file_present(pv->home, pv->cred_host.v[i]);
 		out->credentials =
 			pv->cred_host.n && found == pv->cred_host.n ? "present" : "missing";
 		return;
 	}
 	for (i = 0; dflt && dflt[i]; i++)
-		found += file_present(dflt[i]);
+		found += file_present(pv->home, dflt[i]);
 	out->credentials = found ? "present" : "missing";
 }
 

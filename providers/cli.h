@@ -38,6 +38,8 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_
 /* Expand "~/" against the worker's home into out (PATH_MAX); absolute paths as they are.
  * 0, -ENOENT (no home known), -EINVAL (neither form) or -ENAMETOOLONG. */
 int prov_cli_expand_home(const char *path, char *out);
+/* The same against home (an account's login dir; NULL: the worker's home). */
+int prov_cli_expand_home_in(const char *home, const char *path, char *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 

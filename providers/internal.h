@@ -192,6 +192,19 @@ struct prov_provider {
 	/* prov_provider_cli_state's last answer and when (cli.c): read and written with
 	 * __atomic builtins by any thread; 0 until the first. */
 	uint64_t cli_state_cache;
+	/* Accounts ("accounts", "default_account"; accounts.c, ADR 0037). A provider with
+	 * named accounts holds one variant per account: a shallow copy of itself (sharing
+	 * every setting, owning only the fields below and, with set_headers of its own,
+	 * net.hdr_names and net.hdr_srcs), which is what a run of that account uses. A
+	 * provider without "accounts" is its own single account, "default". */
+	char *account;			     /* a variant's account name; NULL: "default" */
+	char *home;			     /* a variant's login dir ("~/" in credential paths,
+						bound read-only for a command), or NULL: HOME */
+	bool own_headers;		     /* a variant's set_headers are its own */
+	const struct prov_provider *parent;  /* a variant's provider, else NULL */
+	struct prov_provider **accounts;     /* the variants, in name order; NULL: none */
+	size_t naccounts;
+	size_t default_account;		     /* index into accounts */
 };
 
 /* Read conf (the entry merged with its override) into pv's settings, whose type (pv->type)
@@ -203,6 +216,18 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 		       struct buf *err);
 /* Free what prov_settings_read allocated in pv. */
 void prov_settings_release(struct prov_provider *pv);
+/* accounts.c: read "accounts" and "default_account" of conf into pv's variants, after every
+ * other setting (a variant copies them). 0, or -EINVAL with err set. */
+int prov_accounts_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
+		       struct buf *err);
+void prov_accounts_release(struct prov_provider *pv);
+/* What a run of pv's account adds to its policy: OLP_ACCOUNT (so the pools never mix
+ * accounts) and, for a command, its login dir read-only (OLP_ACCOUNT_HOME). 0 or -errno. */
+int prov_account_plan(const struct prov_provider *pv, struct sbx_policy *p);
+/* network.c: read a "set_headers" object into n's hdr_names and hdr_srcs (both empty
+ * before). where names it in messages. 0, or -EINVAL with err set. */
+int prov_net_read_headers(struct prov_network *n, const json_t *v, const char *where, bool strict,
+			  struct buf *err);
 
 /* ---- network.c ---- */
 /* Read "network" (v, or NULL when not given) into pv->net, after the rest of pv's settings

@@ -186,15 +186,15 @@ bool prov_limits_blocked(const struct prov_limits *st, int64_t now_s, int64_t *r
 void prov_limits_seen(void *ctx, const struct egr_ratelimit *rl)
 {
 	const struct prov_provider *pv = ctx;
-	int ret = prov_limits_put(pv->name, PROV_ACCOUNT_DEFAULT, rl);
+	int ret = prov_limits_put(pv->name, prov_provider_account(pv), rl);
 
 	if (ret && ret != -ENOENT)
 		log_warnx(NULL, "provider %s: account %s: its limits could not be kept: %s",
-			  pv->name, PROV_ACCOUNT_DEFAULT, strerror(-ret));
+			  pv->name, prov_provider_account(pv), strerror(-ret));
 	if (rl->status == EGR_RL_REJECTED)
 		log_warnx(NULL,
 			  "provider %s: account %s: the upstream says its subscription limit is "
 			  "reached (%s), reset at %lld: its requests get 429 until then",
-			  pv->name, PROV_ACCOUNT_DEFAULT,
+			  pv->name, prov_provider_account(pv),
 			  rl->claim[0] ? rl->claim : "no window named", (long long)rl->reset_s);
 }

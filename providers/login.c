@@ -58,7 +58,11 @@ static int held_file(const struct prov_provider *pv, const char *suffix, char *p
 	if (!held_dir)
 		return -ENOENT;
 	/* Provider names are checked at registry load to be plain file name parts. */
-	n = snprintf(path, PATH_MAX, "%s/%s.%s", held_dir, pv->name, suffix);
+	if (pv->account) /* an account's own (accounts.c): names are plain too */
+		n = snprintf(path, PATH_MAX, "%s/%s@%s.%s", held_dir, pv->name, pv->account,
+			     suffix);
+	else
+		n = snprintf(path, PATH_MAX, "%s/%s.%s", held_dir, pv->name, suffix);
 	return n > 0 && n < PATH_MAX ? 0 : -ENAMETOOLONG;
 }
 
@@ -339,9 +343,10 @@ int prov_login_path(const struct prov_provider *pv, char *path)
 		return -ENOENT;
 	/* One file: settings.c refuses "held" with more than one. */
 	if (pv->credentials_set)
-		return pv->cred_host.n == 1 ? prov_cli_expand_home(pv->cred_host.v[0], path)
-					    : -ENOENT;
-	return prov_cli_expand_home(pv->ops->credentials[0], path);
+		return pv->cred_host.n == 1
+			       ? prov_cli_expand_home_in(pv->home, pv->cred_host.v[0], path)
+			       : -ENOENT;
+	return prov_cli_expand_home_in(pv->home, pv->ops->credentials[0], path);
 }
 
 void prov_login_release(struct prov_held_login *l)
@@ -501,7 +506,7 @@ int prov_login_bind(const struct prov_provider *pv, const struct prov_request *r
 		snprintf(inside, sizeof(inside), "%s", rel);
 	else if (rel[0])
 		snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, rel);
-	else if (!prov_cli_expand_home("~/", tmp) && !strncmp(host, tmp, strlen(tmp)))
+	else if (!prov_cli_expand_home_in(pv->home, "~/", tmp) && !strncmp(host, tmp, strlen(tmp)))
 		snprintf(inside, sizeof(inside), "%s/%s", SBX_HOME_PATH, host + strlen(tmp));
 	else
 		return -EINVAL;

@@ -37,6 +37,7 @@ struct net_reader {
 	const char *where;
 	bool strict;
 	struct buf *err;
+	const char *section; /* what follows where in messages: ".network", or "" */
 };
 
 static int bad(struct net_reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -44,7 +45,7 @@ static int bad(struct net_reader *r, const char *fmt, ...)
 {
 	va_list ap;
 
-	buf_addf(r->err, "%s.network", r->where);
+	buf_addf(r->err, "%s%s", r->where, r->section ? r->section : ".network");
 	va_start(ap, fmt);
 	buf_vaddf(r->err, fmt, ap);
 	va_end(ap);
@@ -59,7 +60,7 @@ static int soft(struct net_reader *r, const char *fmt, ...)
 	struct buf msg = BUF_INIT;
 	va_list ap;
 
-	buf_addf(r->strict ? r->err : &msg, "%s.network", r->where);
+	buf_addf(r->strict ? r->err : &msg, "%s%s", r->where, r->section ? r->section : ".network");
 	va_start(ap, fmt);
 	buf_vaddf(r->strict ? r->err : &msg, fmt, ap);
 	va_end(ap);
@@ -354,6 +355,14 @@ static int read_set_headers(struct net_reader *r, const json_t *v)
 	buf_release(&value);
 	buf_release(&why);
 	return ret;
+}
+
+int prov_net_read_headers(struct prov_network *n, const json_t *v, const char *where, bool strict,
+			  struct buf *err)
+{
+	struct net_reader r = { .n = n, .where = where, .strict = strict, .err = err, .section = "" };
+
+	return read_set_headers(&r, v);
 }
 
 static int read_upstream(struct net_reader *r, const json_t *o)

@@ -151,6 +151,25 @@ struct prov_provider *prov_provider_from_json(const char *name, const json_t *en
  * fine. */
 void prov_provider_free(struct prov_provider *pv);
 
+/* ---- accounts (accounts.c, ADR 0037) ---------------------------------------------------- */
+
+/* An account name: 1..PROV_ACCOUNT_NAME_MAX of [a-z0-9_-]. */
+#define PROV_ACCOUNT_NAME_MAX 32
+bool prov_account_name_ok(const char *s);
+/* A provider's accounts ("accounts"; without it one, "default"): how many (>= 1), the
+ * i-th name (in the order the configuration lists them; NULL past the end), and the one a
+ * request that names none uses ("default_account"). The strings belong to the provider. */
+size_t prov_provider_account_count(const struct prov_provider *pv);
+const char *prov_provider_account_at(const struct prov_provider *pv, size_t i);
+const char *prov_provider_default_account(const struct prov_provider *pv);
+/* The account a provider (as prov_provider_for_account returned it) runs with. */
+const char *prov_provider_account(const struct prov_provider *pv);
+/* The provider as a run of account (NULL: the default) sees it: its own login dir or
+ * credential sources, its held login, its limits state. NULL when pv has no such account.
+ * Belongs to pv's registry. */
+const struct prov_provider *prov_provider_for_account(const struct prov_provider *pv,
+						      const char *account);
+
 /* ---- requests and events ------------------------------------------------------------ */
 
 /* tool_choice, when there are tools ("none" means no tools at all: tools is NULL). */
@@ -167,6 +186,9 @@ struct prov_request {
 	const json_t *messages; /* array of {role, content[, name, tool_call_id, tool_calls]} */
 	int64_t max_tokens;	/* 0 = not set */
 	const char *request_id;
+	/* The provider's account the run uses (prov_provider_account_at's names); NULL: its
+	 * default account. A name the provider does not have fails the run (AUTH_MISSING). */
+	const char *account;
 	/* The client's function tools, checked: a non-empty array of {"type":"function",
 	 * "function":{"name","description"?,"parameters"?}} with distinct names of
 	 * [a-zA-Z0-9_-]{1,64}; NULL for none. Only a provider with PROV_CAP_TOOLS gets any.

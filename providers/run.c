@@ -549,6 +549,8 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 		ret = sbx_policy_setenv(plan->policy, pv->env_names.v[i], pv->env_values.v[i]);
 	if (!ret)
 		ret = net_env(pv, plan->policy);
+	if (!ret)
+		ret = prov_account_plan(pv, plan->policy);
 	if (ret) {
 		/* A copy: fail() formats into out->message, which must not also be its source. */
 		char why[sizeof(out->message)];
@@ -719,9 +721,29 @@ static bool sandbox_refused(const struct prov_provider *pv, bool own_net, struct
 	return false;
 }
 
-void prov_run(const struct prov_request *req, const struct prov_sink *sink, int hangup_fd,
+/* The request as its account's variant runs it (accounts.c): model and request copied
+ * with the provider replaced. NULL when the provider has no such account. */
+static const struct prov_request *for_account(const struct prov_request *req,
+					      struct prov_request *r, struct prov_model *m)
+{
+	const struct prov_provider *pv = prov_provider_for_account(req->model->provider,
+								   req->account);
+
+	if (!pv)
+		return NULL;
+	*m = *req->model;
+	m->provider = pv;
+	*r = *req;
+	r->model = m;
+	return r;
+}
+
+void prov_run(const struct prov_request *oreq, const struct prov_sink *sink, int hangup_fd,
 	      struct prov_outcome *out)
 {
+	struct prov_request areq;
+	struct prov_model amodel;
+	const struct prov_request *req = for_account(oreq, &areq, &amodel) ?: oreq;
 	const struct prov_provider *pv = req->model->provider;
 	struct prov_plan plan = { .argv = STRV_INIT, .stdin_data = BUF_INIT };
 	struct run_ctx rc = { .sink = sink, .out = out, .req = req, .slot = -1 };
@@ -739,6 +761,12 @@ void prov_run(const struct prov_request *req, const struct prov_sink *sink, int 
 
 	memset(out, 0, sizeof(*out));
 	snprintf(out->finish_reason, sizeof(out->finish_reason), "stop");
+	if (req == oreq && oreq->account &&
+	    !prov_provider_for_account(oreq->model->provider, oreq->account)) {
+		fail(out, PROV_ERR_AUTH_MISSING, "Provider %s has no account %.40s", pv->name,
+		     oreq->account);
+		goto out_run;
+	}
 	if (sandbox_refused(pv, own_net, out))
 		goto out_run;
 	rc.slot = prov_slot_acquire(pv);

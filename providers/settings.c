@@ -491,11 +491,15 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 		return bad(&r, "argv", ": must be a non-empty array of strings");
 	if (prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err))
 		return -EINVAL;
-	return check_login(&r);
+	if (check_login(&r))
+		return -EINVAL;
+	/* Last: each account's variant copies every other setting. */
+	return prov_accounts_read(pv, conf, where, strict, err);
 }
 
 void prov_settings_release(struct prov_provider *pv)
 {
+	prov_accounts_release(pv);
 	prov_net_release(&pv->net);
 	strv_release(&pv->env_names);
 	strv_release(&pv->env_values);
