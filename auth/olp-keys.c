@@ -38,6 +38,9 @@ static const char usage_text[] =
 	"                            change a key's quota; workers apply it on the next request\n"
 	"  set-login --id=ID (--allow=a,b | --deny=a,b | --clear)\n"
 	"                            let a guest key reach providers' logins, or take it back\n"
+	"  set-account --id=ID (PROVIDER=ACCOUNT | --clear PROVIDER)\n"
+	"                            bind a key's requests to one of a provider's accounts\n"
+	"                            (keygen: --account=PROVIDER=ACCOUNT[,...]), or unbind\n"
 	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
 	"                            requests and tokens per key, provider and UTC day\n"
 	"  store init [--worker-role=ROLE]\n"
@@ -81,6 +84,7 @@ enum cmd {
 	CMD_SET_LOGIN,
 	CMD_STORE,
 	CMD_MIGRATE,
+	CMD_SET_ACCOUNT,
 };
 
 struct opts {
@@ -109,6 +113,9 @@ struct opts {
 	/* keygen (allow_login), set-login */
 	const char *allow_login;
 	const char *deny_login;
+	/* keygen (--account), set-account (PROVIDER=ACCOUNT, or PROVIDER with --clear) */
+	const char *account;
+	const char *binding;
 	/* usage */
 	const char *since;
 	/* store init|status */
@@ -145,6 +152,7 @@ struct opt_def {
 #define SET_LOGIN (1u << CMD_SET_LOGIN)
 #define STORE (1u << CMD_STORE)
 #define MIGRATE (1u << CMD_MIGRATE)
+#define SET_ACCOUNT (1u << CMD_SET_ACCOUNT)
 
 static const struct opt_def opt_defs[] = {
 	VALUE("olp-home", ALL, olp_home),
@@ -158,14 +166,15 @@ static const struct opt_def opt_defs[] = {
 	FLAG("force", KEYGEN, force),
 	FLAG("owner-only", LIST, owner_only),
 	FLAG("include-revoked", LIST, include_revoked),
-	VALUE("id", REVOKE | SET_QUOTA | USAGE | SET_LOGIN, id),
+	VALUE("id", REVOKE | SET_QUOTA | USAGE | SET_LOGIN | SET_ACCOUNT, id),
 	VALUE("quota-rpm", KEYGEN | SET_QUOTA, quota_rpm),
 	VALUE("quota-rpd", KEYGEN | SET_QUOTA, quota_rpd),
 	VALUE("quota-tpd", KEYGEN | SET_QUOTA, quota_tpd),
 	VALUE("quota-concurrent", KEYGEN | SET_QUOTA, quota_concurrent),
 	/* set-quota's own name for it, beside --clear */
 	VALUE("concurrent", SET_QUOTA, quota_concurrent),
-	FLAG("clear", SET_QUOTA | SET_LOGIN, clear),
+	FLAG("clear", SET_QUOTA | SET_LOGIN | SET_ACCOUNT, clear),
+	VALUE("account", KEYGEN, account),
 	VALUE("since", USAGE, since),
 	VALUE("allow-login", KEYGEN, allow_login),
 	/* set-login's names for them */
@@ -176,7 +185,7 @@ static const struct opt_def opt_defs[] = {
 };
 
 static const char *const cmd_names[] = { "",	  "keygen",    "list",	"revoke", "set-quota",
-					 "usage", "set-login", "store", "migrate" };
+					 "usage", "set-login", "store", "migrate", "set-account" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -252,6 +261,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		if (strncmp(arg, "--", 2) != 0) {
 			if (o->cmd == CMD_STORE && !o->store_sub) {
 				o->store_sub = arg; /* store init | store status */
+				continue;
+			}
+			if (o->cmd == CMD_SET_ACCOUNT && !o->binding) {
+				o->binding = arg; /* PROVIDER=ACCOUNT, or PROVIDER */
 				continue;
 			}
 			if (o->cmd != CMD_NONE)
@@ -478,7 +491,7 @@ static int cmd_keygen(const struct opts *o, const struct auth_target *t)
 	struct auth_new_key key;
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
-	struct strv prov = STRV_INIT, logins = STRV_INIT;
+	struct strv prov = STRV_INIT, logins = STRV_INIT, accounts = STRV_INIT;
 	int rc = EXIT_FAILURE;
 	unsigned fields;
 
@@ -511,6 +524,12 @@ static int cmd_keygen(const struct opts *o, const struct auth_target *t)
 		spec.login_access = (const char *const *)logins.v;
 		spec.n_login_access = logins.n;
 	}
+	if (o->account && split_providers(o->account, &accounts)) {
+		rc = usage_error("--account is PROVIDER=ACCOUNT[,PROVIDER=ACCOUNT...]");
+		goto out_free;
+	}
+	spec.accounts = (const char *const *)accounts.v;
+	spec.n_accounts = accounts.n;
 	r = auth_key_create_at(t, &spec, &key, &msg);
 	if (r) {
 		rc = fail("keygen: %s", msg.len ? msg.data : auth_key_strerror(r));
@@ -528,6 +547,7 @@ static int cmd_keygen(const struct opts *o, const struct auth_target *t)
 out_free:
 	strv_release(&prov);
 	strv_release(&logins);
+	strv_release(&accounts);
 	buf_release(&msg);
 	return rc;
 }
@@ -544,6 +564,18 @@ static json_t *strings_json(char *const *v, size_t n)
 	for (size_t i = 0; a && i < n; i++)
 		json_array_append_new(a, json_string(v[i]));
 	return a;
+}
+
+/* "<provider>=<account>" bindings as the manifest's object. */
+static json_t *accounts_json(char *const *v, size_t n)
+{
+	char p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX];
+	json_t *o = json_object();
+
+	for (size_t i = 0; o && i < n; i++)
+		if (!auth_binding_split(v[i], p, a))
+			json_object_set_new(o, p, json_string(a));
+	return o;
 }
 
 static json_t *key_to_json(const struct auth_key_info *k)
@@ -567,6 +599,8 @@ static json_t *key_to_json(const struct auth_key_info *k)
 	if (o)
 		json_object_set_new(o, "login_access",
 				    strings_json(k->login_access, k->n_login_access));
+	if (o)
+		json_object_set_new(o, "accounts", accounts_json(k->accounts, k->n_accounts));
 	return o;
 }
 
@@ -620,14 +654,15 @@ static int cmd_list(const struct opts *o, const struct auth_target *t)
 		buf_reset(&logins);
 		for (size_t j = 0; j < k->n_login_access; j++)
 			buf_addf(&logins, "%s%s", j ? "," : "", k->login_access[j]);
+		if (k->tier == AUTH_TIER_OWNER || !logins.len)
+			buf_adds(&logins, k->tier == AUTH_TIER_OWNER ? "(all)" : "-");
+		for (size_t j = 0; j < k->n_accounts; j++)
+			buf_addf(&logins, "%s%s", j ? "," : " accounts:", k->accounts[j]);
 		printf("%-10s %-20s %-6s %-20s %-24s %-24s %-7s %-20s %s\n", k->id,
 		       k->name ? k->name : "", auth_tier_name(k->tier), prov.data,
 		       k->created_at ? k->created_at : "-",
 		       k->last_used_at ? k->last_used_at : "never",
-		       k->revoked ? "revoked" : "active", quota.data,
-		       k->tier == AUTH_TIER_OWNER ? "(all)"
-		       : logins.len		  ? logins.data
-						  : "-");
+		       k->revoked ? "revoked" : "active", quota.data, logins.data);
 	}
 	if (arr)
 		print_json(arr);
@@ -733,6 +768,35 @@ out_free:
 	strv_release(&names);
 	buf_release(&msg);
 	buf_release(&text);
+	return rc;
+}
+
+static int cmd_set_account(const struct opts *o, const struct auth_target *t)
+{
+	const char *eq = o->binding ? strchr(o->binding, '=') : NULL;
+	struct buf msg = BUF_INIT;
+	char *provider;
+	enum auth_key_result r;
+	int rc = EXIT_SUCCESS;
+
+	if (!o->id)
+		return usage_error("set-account needs --id=ID");
+	if (!o->binding || (o->clear == !!eq))
+		return usage_error("set-account needs PROVIDER=ACCOUNT, or --clear PROVIDER");
+	provider = eq ? xstrndup(o->binding, (size_t)(eq - o->binding)) : xstrdup(o->binding);
+	r = auth_key_set_account_at(t, o->id, provider, eq ? eq + 1 : NULL, &msg);
+	if (r)
+		rc = fail("set-account: %s", msg.len ? msg.data : auth_key_strerror(r));
+	else if (o->json)
+		print_json(json_pack("{s:s, s:s, s:o}", "id", o->id, "provider", provider,
+				     "account", eq ? json_string(eq + 1) : json_null()));
+	else if (eq)
+		printf("Key %s: provider %s uses account %s only.\n", o->id, provider, eq + 1);
+	else
+		printf("Key %s: provider %s is unbound (the worker picks its account).\n", o->id,
+		       provider);
+	free(provider);
+	buf_release(&msg);
 	return rc;
 }
 
@@ -1063,6 +1127,7 @@ static int run(const struct opts *o, const char *home)
 	case CMD_SET_QUOTA: rc = cmd_set_quota(o, &t); break;
 	case CMD_USAGE: rc = cmd_usage(o, &t); break;
 	case CMD_SET_LOGIN: rc = cmd_set_login(o, &t); break;
+	case CMD_SET_ACCOUNT: rc = cmd_set_account(o, &t); break;
 	case CMD_STORE: rc = cmd_store(o, db); break;
 	case CMD_MIGRATE: rc = cmd_migrate(o, home, passfile); break;
 	case CMD_NONE: rc = EXIT_USAGE; break;
