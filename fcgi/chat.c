@@ -765,6 +765,7 @@ static void chat_run_hop(struct fcgi_req *rc, struct fcgi_answer *a, json_t *mes
 				     .messages = messages,
 				     .max_tokens = req->max_tokens,
 				     .request_id = rc->rid,
+				     .account = a->hops[a->cur].account,
 				     .tools = req->tools,
 				     .tool_choice = req->tool_choice,
 				     .tool_name = req->tool_name,

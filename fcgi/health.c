@@ -244,7 +244,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 			fcgi_access_health(&b, pv, grants, ngrants);
 			/* What the upstream last said of each account's limits (ADR 0035). */
 			buf_adds(&b, ",\"accounts\":");
-			fcgi_limits_accounts_json(&b, pv);
+			fcgi_limits_accounts_json(&b, pv, NULL);
 			buf_adds(&b, ",\"models\":[");
 			for (j = 0; j < prov_registry_model_count(reg); j++) {
 				const struct prov_model *m = prov_registry_model_at(reg, j);

@@ -123,9 +123,10 @@ void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline
 void fcgi_json_since(struct buf *b, int64_t ms);
 
 /* ---- the accounts' subscription limits (limits.c, ADR 0035) ----------------------------- */
-/* {"default":{status, limited, retry_after_s, reset, claim, seen, windows:{...}}}: the
- * provider's accounts as the upstream last described them (docs/accounts.md). */
-void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv);
+/* {"<account>":{status, limited, retry_after_s, reset, claim, seen, credentials, default,
+ * windows:{...}}, ...}: the provider's accounts ("default" without "accounts") as the
+ * upstream last described them (docs/accounts.md); only: that account alone, or NULL. */
+void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, const char *only);
 /* {"<provider>":{accounts}, ...}: every provider's for the owner, for a key those of the
  * providers it may use. */
 void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b);
@@ -270,6 +271,9 @@ void fcgi_handle_count_tokens(struct fcgi_req *rc);
 /* One step of a routing chain: a registry model (and so its provider). */
 struct fcgi_hop {
 	const struct prov_model *m;
+	/* The provider's account the hop's run uses (ADR 0037), chosen by fcgi_limits_check:
+	 * the key's bound one, else its sticky choice. The provider's string; NULL before. */
+	const char *account;
 };
 
 /* How an answer is written in one client API (ADR 0030): OpenAI chat completions (chat.c),

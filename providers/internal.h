@@ -338,6 +338,8 @@ void prov_slot_release(int fd);
 
 void prov_plan_release(struct prov_plan *plan);
 
+/* The unbound callers' account choices (sticky.c): <state_dir>/accounts, 0700. 0 or -errno. */
+int prov_sticky_set_dir(const char *state_dir);
 /* The accounts' limits files (limits.c): <state_dir>/limits, made 0700. 0 or -errno. */
 int prov_limits_set_dir(const char *state_dir);
 /* egr_limits_fn for a run's forwarder: ctx is the run's const struct prov_provider. */

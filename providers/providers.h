@@ -402,6 +402,22 @@ int prov_limits_put(const char *provider, const char *account, const struct egr_
  * rejection without a reset, or whose reset has passed, blocks nothing. */
 bool prov_limits_blocked(const struct prov_limits *st, int64_t now_s, int64_t *retry_s);
 
+/* ---- which account a request uses (sticky.c, ADR 0037) --------------------------------- */
+
+/* How long an unbound caller keeps the account it was given (while that is not rejected). */
+#define PROV_STICKY_S (6 * 3600)
+/* Whether the upstream rejected pv's account until a time after now_s (prov_limits_blocked
+ * of its state): true with *retry_s. */
+bool prov_account_blocked(const struct prov_provider *pv, const char *account, int64_t now_s,
+			  int64_t *retry_s);
+/* The account a request of caller who (a key id; NULL: nobody in particular) that is not
+ * bound to one uses: the one it was given before, kept for every worker of the host
+ * (<state dir>/accounts), while that is not rejected and for PROV_STICKY_S; else the next
+ * of pv's accounts not rejected, which becomes the kept one. 0 with *account (pv's
+ * string), or -EBUSY when every account is rejected, with *retry_s the soonest reset. */
+int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t now_s,
+			const char **account, int64_t *retry_s);
+
 /* ---- running ------------------------------------------------------------------------- */
 
 /* The error code as in the Node OLP ("SPAWN_TIMEOUT", …). */
