@@ -1,0 +1,384 @@
+/* CUnit suite for a provider's accounts (issue 26 item 1, ADR 0037) through providers.h:
+ * the "accounts" and "default_account" settings, the account variants, the sticky choice
+ * of an unbound caller and its move when the account is rejected (the limits state as the
+ * forwarder writes it), and, under the sandbox, runs of a command provider whose two
+ * accounts are two login dirs: a run sees only its own account's files, and a process
+ * pre-started for one account never serves the other. */
+#include "tests/support/cunit.h"
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "providers/providers.h"
+#include "sandbox/sandbox.h"
+#include "tests/support/recorder.h"
+#include "common/banned.h"
+
+static char tmpdir[] = "/tmp/olp-accounts-test-XXXXXX";
+static char statedir[] = "/tmp/olp-accounts-state-XXXXXX";
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	(void)fputs(text, f);
+	CU_ASSERT_EQUAL(fclose(f), 0);
+}
+
+/* A provider from entry's JSON text; NULL (with the reason in err) when refused. */
+static struct prov_provider *provider(const char *name, const char *text, struct buf *err)
+{
+	json_error_t je;
+	json_t *entry = json_loads(text, 0, &je);
+	struct prov_provider *pv;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(entry);
+	buf_reset(err);
+	pv = prov_provider_from_json(name, entry, err);
+	json_decref(entry);
+	return pv;
+}
+
+static void test_settings(void)
+{
+	struct buf err = BUF_INIT, e = BUF_INIT;
+	struct prov_provider *pv;
+	const struct prov_provider *a;
+
+	/* Without "accounts": one account, "default", the provider itself. */
+	pv = provider("c", "{\"type\":\"claude\"}", &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_account_count(pv), 1);
+	CU_ASSERT_STRING_EQUAL(prov_provider_account_at(pv, 0), "default");
+	CU_ASSERT_PTR_NULL(prov_provider_account_at(pv, 1));
+	CU_ASSERT_STRING_EQUAL(prov_provider_default_account(pv), "default");
+	CU_ASSERT_PTR_EQUAL(prov_provider_for_account(pv, NULL), pv);
+	CU_ASSERT_PTR_EQUAL(prov_provider_for_account(pv, "default"), pv);
+	CU_ASSERT_PTR_NULL(prov_provider_for_account(pv, "alice"));
+	prov_provider_free(pv);
+
+	/* Two accounts, bob the default; the variants keep the provider's settings. */
+	pv = provider("c",
+		      "{\"type\":\"claude\",\"timeout_s\":77,\"accounts\":{"
+		      "\"alice\":{\"home\":\"/var/lib/olp/accounts/alice/\"},"
+		      "\"bob\":{\"home\":\"/var/lib/olp/accounts/bob\"}},"
+		      "\"default_account\":\"bob\"}",
+		      &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_provider_account_count(pv), 2);
+	CU_ASSERT_STRING_EQUAL(prov_provider_account_at(pv, 0), "alice");
+	CU_ASSERT_STRING_EQUAL(prov_provider_account_at(pv, 1), "bob");
+	CU_ASSERT_STRING_EQUAL(prov_provider_default_account(pv), "bob");
+	a = prov_provider_for_account(pv, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_STRING_EQUAL(prov_provider_account(a), "bob");
+	a = prov_provider_for_account(pv, "alice");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_STRING_EQUAL(prov_provider_account(a), "alice");
+	CU_ASSERT_STRING_EQUAL(prov_provider_name(a), "c");
+	CU_ASSERT_EQUAL(prov_provider_timeout_ms(a), 77000);
+	CU_ASSERT_PTR_EQUAL(prov_provider_for_account(a, "bob"), prov_provider_for_account(pv, "bob"));
+	CU_ASSERT_PTR_NULL(prov_provider_for_account(pv, "carol"));
+	prov_provider_free(pv);
+
+	/* Without default_account: "default" when named so, else the first. */
+	pv = provider("c", "{\"type\":\"claude\",\"accounts\":{\"x\":{},\"default\":{}}}", &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_STRING_EQUAL(prov_provider_default_account(pv), "default");
+	prov_provider_free(pv);
+	pv = provider("c", "{\"type\":\"claude\",\"accounts\":{\"x\":{},\"y\":{}}}", &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_STRING_EQUAL(prov_provider_default_account(pv), "x");
+	prov_provider_free(pv);
+	buf_release(&err);
+	buf_release(&e);
+}
+
+static void refused(const char *text, const char *says)
+{
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv = provider("c", text, &err);
+
+	CU_ASSERT_PTR_NULL(pv);
+	if (!strstr(err.data ? err.data : "", says))
+		fprintf(stderr, "\n%s: said \"%s\", not \"%s\"\n", text, err.data, says);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data ? err.data : "", says));
+	prov_provider_free(pv);
+	buf_release(&err);
+}
+
+static void test_settings_refused(void)
+{
+	refused("{\"type\":\"claude\",\"accounts\":{\"Alice\":{}}}", "accounts.Alice: an account name");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a.b\":{}}}", "accounts.a.b: an account name");
+	refused("{\"type\":\"claude\",\"accounts\":{\"abcdefghijabcdefghijabcdefghijabc\":{}}}",
+		"an account name is 1-32");
+	refused("{\"type\":\"claude\",\"accounts\":{}}", "accounts: must be an object of 1");
+	refused("{\"type\":\"claude\",\"accounts\":[\"a\"]}", "accounts: must be an object of 1");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":\"/x\"}}", "accounts.a: must be an object");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"rel/dir\"}}}",
+		"accounts.a.home: must be an absolute directory path");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"/x/../y\"}}}",
+		"accounts.a.home: must be an absolute");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"hmoe\":\"/x\"}}}",
+		"accounts.a.hmoe: unknown setting");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"set_headers\":{\"x-api-key\":"
+		"\"env:K\"}}}}",
+		"accounts.a.set_headers: needs the provider's network.set_headers");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{}},\"default_account\":\"b\"}",
+		"default_account: must name one of");
+	refused("{\"type\":\"claude\",\"default_account\":\"b\"}",
+		"default_account: there is no \"accounts\"");
+	refused("{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:K0\"}},"
+		"\"accounts\":{\"a\":{\"set_headers\":{\"x-api-key\":\"nope\"}}}}",
+		"accounts.a.set_headers.x-api-key: must be");
+}
+
+/* Accounts with their own credential sources, for a secretless provider. */
+static void test_set_headers(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv = provider(
+		"c",
+		"{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:OLP_T_K0\"}},"
+		"\"accounts\":{\"a\":{\"set_headers\":{\"x-api-key\":\"env:OLP_T_KA\"}},\"b\":{}}}",
+		&err);
+	struct prov_net_info ni;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	prov_provider_net_info(prov_provider_for_account(pv, "a"), &ni);
+	CU_ASSERT_TRUE(ni.secretless);
+	prov_provider_net_info(prov_provider_for_account(pv, "b"), &ni);
+	CU_ASSERT_TRUE(ni.secretless);
+	prov_provider_free(pv);
+	buf_release(&err);
+}
+
+/* The forwarder's word that an account is rejected until reset (epoch s). */
+static void reject(const char *provider, const char *account, int64_t reset)
+{
+	struct egr_ratelimit rl;
+
+	egr_rl_init(&rl, 429);
+	rl.any = true;
+	rl.status = EGR_RL_REJECTED;
+	rl.reset_s = reset;
+	CU_ASSERT_EQUAL(prov_limits_put(provider, account, &rl), 0);
+}
+
+static void test_sticky(void)
+{
+	struct buf err = BUF_INIT;
+	struct prov_provider *pv =
+		provider("sticky", "{\"type\":\"claude\",\"accounts\":{\"a\":{},\"b\":{},\"c\":{}}}",
+			 &err);
+	int64_t now = wall_ms() / 1000, r = 0;
+	const char *first = NULL, *got = NULL, *moved = NULL;
+	char path[512];
+	struct stat st;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now, &first, &r), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(first);
+	/* Kept for every worker of the host, 0600. */
+	snprintf(path, sizeof(path), "%s/accounts/sticky@key1", statedir);
+	CU_ASSERT_EQUAL_FATAL(stat(path, &st), 0);
+	CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+	/* Ten requests: the same account every time. */
+	for (int i = 0; i < 10; i++) {
+		CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + i * 60, &got, &r), 0);
+		CU_ASSERT_STRING_EQUAL(got, first);
+	}
+	/* Its account rejected until an hour from now: another one, which then sticks. */
+	reject("sticky", first, now + 3600);
+	CU_ASSERT_TRUE(prov_account_blocked(pv, first, now, &r));
+	CU_ASSERT_EQUAL(r, 3600);
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now, &moved, &r), 0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(moved);
+	CU_ASSERT_STRING_NOT_EQUAL(moved, first);
+	for (int i = 0; i < 10; i++) {
+		CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + i, &got, &r), 0);
+		CU_ASSERT_STRING_EQUAL(got, moved);
+	}
+	/* Once the first one's reset has passed, the key stays where it is: no going back
+	 * and forth. */
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + 4000, &got, &r), 0);
+	CU_ASSERT_STRING_EQUAL(got, moved);
+	/* After PROV_STICKY_S the choice is made again (any account not rejected). */
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + PROV_STICKY_S + 10, &got, &r), 0);
+	/* Every account rejected: -EBUSY with the soonest reset. */
+	reject("sticky", "a", now + 900);
+	reject("sticky", "b", now + 300);
+	reject("sticky", "c", now + 600);
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "key2", now, &got, &r), -EBUSY);
+	CU_ASSERT_EQUAL(r, 300);
+	/* A caller name that is no file name part chooses without keeping anything. */
+	CU_ASSERT_EQUAL(prov_account_choose(pv, "../x", now + 1000, &got, &r), 0);
+	prov_provider_free(pv);
+	buf_release(&err);
+}
+
+/* One run of pv's account; its text into out, how it started into *start. */
+static void run_account(const struct prov_provider *pv, const char *account, const char *owner,
+			struct buf *out, enum sbx_start *start)
+{
+	struct prov_model m = { .id = "m", .provider = pv };
+	json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hi");
+	struct prov_request req = { .model = &m,
+				    .model_name = "m",
+				    .messages = msgs,
+				    .request_id = "accounts-test",
+				    .account = account,
+				    .owner = owner };
+	struct ts_rec rec;
+	struct prov_sink sink = ts_rec_sink(&rec);
+	struct prov_outcome o;
+
+	ts_rec_init(&rec);
+	prov_run(&req, &sink, -1, &o);
+	CU_ASSERT_EQUAL(o.err, PROV_OK);
+	if (o.err)
+		fprintf(stderr, "run of %s: %s\n", account ? account : "(default)", o.message);
+	buf_reset(out);
+	buf_add(out, rec.text.data ? rec.text.data : "", rec.text.len);
+	*start = o.start;
+	ts_rec_release(&rec);
+	json_decref(msgs);
+}
+
+static void test_runs(void)
+{
+	char home_a[128], home_b[128], file[200], entry[2048];
+	struct buf err = BUF_INIT, out = BUF_INIT;
+	struct prov_provider *pv;
+	enum sbx_start start;
+
+	if (!sbx_status_get()->available) {
+		fprintf(stderr, "sandbox not available (%s): account runs skipped\n",
+			sbx_status_get()->message ? sbx_status_get()->message : "?");
+		return;
+	}
+	snprintf(home_a, sizeof(home_a), "%s/alice", tmpdir);
+	snprintf(home_b, sizeof(home_b), "%s/bob", tmpdir);
+	CU_ASSERT_EQUAL_FATAL(mkdir(home_a, 0755), 0);
+	CU_ASSERT_EQUAL_FATAL(mkdir(home_b, 0755), 0);
+	snprintf(file, sizeof(file), "%s/login.txt", home_a);
+	write_text(file, "ALICE-LOGIN\n");
+	snprintf(file, sizeof(file), "%s/login.txt", home_b);
+	write_text(file, "BOB-LOGIN\n");
+	chmod(file, 0644);
+	/* The command prints its account, its login dir's files, and tries the other's. */
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"command\",\"argv\":[\"/bin/sh\",\"-c\",\"cat >/dev/null; "
+		 "echo acct=$OLP_ACCOUNT; cat $OLP_ACCOUNT_HOME/*; cat %s/login.txt %s/login.txt "
+		 "2>/dev/null; echo end\"],\"prestart\":1,\"timeout_s\":30,"
+		 "\"accounts\":{\"alice\":{\"home\":\"%s\"},\"bob\":{\"home\":\"%s\"}}}",
+		 home_a, home_b, home_a, home_b);
+	pv = provider("cmd", entry, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	run_account(pv, "alice", "k1", &out, &start);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=alice"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "ALICE-LOGIN"));
+	CU_ASSERT_PTR_NULL(strstr(out.data, "BOB-LOGIN"));
+	run_account(pv, "bob", "k1", &out, &start);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=bob"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "BOB-LOGIN"));
+	CU_ASSERT_PTR_NULL(strstr(out.data, "ALICE-LOGIN"));
+	/* The same owner, alice's process pre-started after her run, bob's after his: each
+	 * run takes only its own account's. */
+	for (int i = 0; i < 3; i++) {
+		run_account(pv, i % 2 ? "bob" : "alice", "k1", &out, &start);
+		CU_ASSERT_PTR_NOT_NULL(strstr(out.data, i % 2 ? "BOB-LOGIN" : "ALICE-LOGIN"));
+		CU_ASSERT_PTR_NULL(strstr(out.data, i % 2 ? "ALICE-LOGIN" : "BOB-LOGIN"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(out.data, i % 2 ? "acct=bob" : "acct=alice"));
+	}
+	/* The default account (the first here) when the request names none. */
+	run_account(pv, NULL, "k2", &out, &start);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=alice"));
+	prov_provider_free(pv);
+	buf_release(&err);
+	buf_release(&out);
+}
+
+/* A pre-started process of alice's is taken by alice's next run, never by bob's. */
+static void test_pools(void)
+{
+	char entry[1024];
+	struct buf err = BUF_INIT, out = BUF_INIT;
+	struct prov_provider *pv;
+	enum sbx_start start;
+
+	if (!sbx_status_get()->available)
+		return;
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"command\",\"argv\":[\"/bin/sh\",\"-c\",\"cat >/dev/null; "
+		 "echo acct=$OLP_ACCOUNT\"],\"prestart\":1,\"timeout_s\":30,"
+		 "\"accounts\":{\"alice\":{},\"bob\":{}}}");
+	pv = provider("pool", entry, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	run_account(pv, "alice", "k9", &out, &start);
+	usleep(500 * 1000); /* the next one is started after the run */
+	run_account(pv, "bob", "k9", &out, &start);
+	CU_ASSERT_NOT_EQUAL(start, SBX_START_PRESTART);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=bob"));
+	usleep(500 * 1000);
+	run_account(pv, "alice", "k9", &out, &start);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=alice"));
+	CU_ASSERT_EQUAL(start, SBX_START_PRESTART);
+	usleep(500 * 1000);
+	run_account(pv, "bob", "k9", &out, &start);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out.data, "acct=bob"));
+	CU_ASSERT_EQUAL(start, SBX_START_PRESTART);
+	prov_provider_free(pv);
+	buf_release(&err);
+	buf_release(&out);
+}
+
+int main(void)
+{
+	static const struct ts_test tests[] = {
+		{ "accounts and default_account", test_settings },
+		{ "bad accounts settings are refused", test_settings_refused },
+		{ "accounts with their own set_headers", test_set_headers },
+		{ "an unbound caller's sticky account and its move", test_sticky },
+		{ "a run sees only its account's login dir", test_runs },
+		{ "pre-started processes never cross accounts", test_pools },
+		{ NULL, NULL },
+	};
+	char runtime[] = "/tmp/olp-accounts-rt-XXXXXX";
+	struct sbx_global_config cfg = { .mode = SBX_MODE_BWRAP,
+					 .warm = true,
+					 .prestart_max = 8,
+					 .prestart_idle_ms = 60000,
+					 .exec_stub = OLP_SANDBOX_EXEC_PATH };
+	char cmd[256];
+	int failed;
+
+	if (!mkdtemp(tmpdir) || !mkdtemp(statedir) || !mkdtemp(runtime)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	chmod(tmpdir, 0755);
+	setenv("OLP_T_K0", "k0", 1);
+	setenv("OLP_T_KA", "ka", 1);
+	log_set_program("test_accounts");
+	log_set_level(LOG_LVL_ERROR);
+	cfg.runtime_dir = runtime;
+	if (sbx_global_init(&cfg) || prov_set_state_dir(statedir)) {
+		fprintf(stderr, "sbx_global_init or prov_set_state_dir failed\n");
+		return 1;
+	}
+	failed = ts_cunit_run("providers_accounts", tests);
+	sbx_global_release();
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s' '%s'", tmpdir, statedir, runtime);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+	return ts_exit_status(failed);
+}
