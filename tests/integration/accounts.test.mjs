@@ -1,0 +1,132 @@
+// Provider accounts, one login per person (issue 26 item 1, ADR 0037), through the whole
+// path: curl → lighttpd → olp-fcgi → bubblewrap → a command provider with two accounts,
+// alice and bob, whose logins are two directories. The command prints its account and
+// its login dir's file, so each answer says which account ran it. A key bound to bob
+// (olp-keys keygen --account) always gets bob; an unbound key sticks to one account
+// across requests and moves to the other only when its account is rejected: the command
+// (prompt "reject") makes one request (curl) through the worker's forwarder to the fake
+// Anthropic upstream, which answers 429 with the account's limit rejected for a while
+// (model "*-limitonceN"), as an upstream says of a subscription at its limit. /health,
+// /v1/usage and /metrics show the accounts.
+//
+// Env (CTest): what harness.mjs needs, and OLP_KEYS.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { startServer, curl, chatBody, makeHome, olpKeys, testRegistry, testConfig } from './harness.mjs';
+import { startUpstream } from '../upstream/procs.mjs';
+
+// How long the fake upstream keeps the account rejected.
+const RESET_S = 60;
+let anthropic, server, work, bobKey, freeKey, bobSet;
+const children = new Set();
+
+// The command: its account, its login file, and with "reject" in the prompt one request
+// to the upstream whose answer rejects the account.
+const script = [
+  'p=$(cat)',
+  'echo "acct=$OLP_ACCOUNT"',
+  'cat "$OLP_ACCOUNT_HOME/login.txt"',
+  'case "$p" in *reject*) /usr/bin/curl -s -o /dev/null -w "upstream=%{http_code}\\n" -X POST'
+    + ' -H "content-type: application/json" http://127.0.0.1:4180/v1/messages'
+    + ` -d '{"model":"acct-limitonce${RESET_S}","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}';; esac`,
+].join('; ');
+
+before(async () => {
+  work = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-accounts-'));
+  fs.chmodSync(work, 0o755);
+  for (const who of ['alice', 'bob']) {
+    fs.mkdirSync(path.join(work, who), { mode: 0o755 });
+    fs.writeFileSync(path.join(work, who, 'login.txt'), `${who.toUpperCase()}-LOGIN\n`, { mode: 0o644 });
+  }
+  anthropic = await startUpstream('fake-anthropic.mjs', {}, children);
+  const registry = testRegistry();
+  registry.providers.acct = {
+    type: 'command', displayName: 'Accounts', argv: ['/bin/sh', '-c', script], timeout_s: 30,
+    network: { upstream: anthropic.url },
+    accounts: { alice: { home: path.join(work, 'alice') }, bob: { home: path.join(work, 'bob') } },
+    default_account: 'alice',
+    models: [{ id: 'acct', created: 1700000000 }],
+  };
+  const dirs = makeHome({ registry, config: testConfig() });
+  bobKey = olpKeys(dirs.home, 'keygen', '--name=bob', '--tier=guest', '--account=acct=bob');
+  freeKey = olpKeys(dirs.home, 'keygen', '--name=free', '--tier=guest');
+  bobSet = olpKeys(dirs.home, 'keygen', '--name=later', '--tier=guest');
+  olpKeys(dirs.home, 'set-account', `--id=${bobSet.id}`, 'acct=bob');
+  server = await startServer({ dirs });
+});
+
+after(async () => {
+  await server?.stop();
+  for (const c of children) c.kill('SIGTERM');
+  if (work) fs.rmSync(work, { recursive: true, force: true });
+});
+
+const ask = (key, content = 'hello') => curl(server, { method: 'POST', path: '/v1/chat/completions',
+  auth: `Bearer ${key.token}`, headers: { 'Content-Type': 'application/json' },
+  body: JSON.stringify(chatBody('acct', content)) });
+const text = (r) => r.json?.choices?.[0]?.message?.content ?? '';
+const accountOf = (r) => (/acct=(\w+)/.exec(text(r)) ?? [])[1];
+
+test('a key bound to bob always gets bob, and only bob\'s login', async () => {
+  for (const key of [bobKey, bobSet]) {
+    for (let i = 0; i < 5; i++) {
+      const r = await ask(key);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(accountOf(r), 'bob', text(r));
+      assert.match(text(r), /BOB-LOGIN/);
+      assert.doesNotMatch(text(r), /ALICE-LOGIN/);
+    }
+  }
+  const u = await curl(server, { path: '/v1/usage', auth: `Bearer ${bobKey.token}` });
+  assert.equal(u.status, 200, u.text);
+  assert.deepEqual(Object.keys(u.json.accounts.acct), ['bob']);
+});
+
+test('an unbound key sticks to one account and moves only when it is rejected', async () => {
+  const seen = new Set();
+  for (let i = 0; i < 10; i++) {
+    const r = await ask(freeKey);
+    assert.equal(r.status, 200, r.text);
+    seen.add(accountOf(r));
+    const acc = accountOf(r);
+    assert.match(text(r), new RegExp(`${acc.toUpperCase()}-LOGIN`));
+  }
+  assert.equal(seen.size, 1, `one account for ten requests: ${[...seen]}`);
+  const [first] = seen;
+  const other = first === 'alice' ? 'bob' : 'alice';
+  // Its run makes the upstream reject its account.
+  const r = await ask(freeKey, 'please reject');
+  assert.equal(r.status, 200, r.text);
+  assert.match(text(r), /upstream=429/);
+  const h = await curl(server, { path: '/health', auth: true });
+  assert.equal(h.json.providers.acct.accounts[first].limited, true, JSON.stringify(h.json.providers.acct));
+  assert.equal(h.json.providers.acct.accounts[other].limited, false);
+  assert.deepEqual(Object.keys(h.json.providers.acct.accounts).sort(), ['alice', 'bob']);
+  for (let i = 0; i < 5; i++) {
+    const m = await ask(freeKey);
+    assert.equal(m.status, 200, m.text);
+    assert.equal(accountOf(m), other, text(m));
+  }
+  const metrics = (await curl(server, { path: '/metrics', auth: true })).text;
+  assert.match(metrics, new RegExp(`olp_account_limited\\{provider="acct",account="${first}"\\} 1`));
+  const u = await curl(server, { path: '/v1/usage', auth: `Bearer ${freeKey.token}` });
+  assert.deepEqual(Object.keys(u.json.accounts.acct), [other]);
+  // The other account rejected too (the unbound key's run there meets the same upstream
+  // answer): bob's key gets a 429 with Retry-After, never alice's account; so does the
+  // unbound key, with both rejected.
+  const r2 = await ask(freeKey, 'please reject');
+  assert.equal(r2.status, 200, r2.text);
+  assert.equal(accountOf(r2), other);
+  assert.match(text(r2), /upstream=429/);
+  for (const key of [bobKey, freeKey]) {
+    const b = await ask(key);
+    assert.equal(b.status, 429, b.text);
+    assert.ok(Number(b.headers['retry-after']) > 0, JSON.stringify(b.headers));
+    assert.equal(b.json.error.code, 'subscription_limit');
+  }
+  assert.match((await ask(bobKey)).json.error.message, /account bob/);
+});
