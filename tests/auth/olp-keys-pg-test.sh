@@ -85,6 +85,15 @@ expect 0 "$KEYS" revoke --id=gu3st0k1
 expect 0 "$KEYS" set-quota --id=own3r0k1 --quota-rpm=7
 expect 0 "$KEYS" set-login --id="$id" --allow=codex
 expect 1 "$KEYS" revoke --id=nosuchk1
+# Accounts (ADR 0037) in the store: the same manifest member as in a file.
+expect 0 "$KEYS" --json keygen --name=acc --account=claude=alice
+acc_id=$(json "$T/out" 'd["id"]')
+expect 0 "$KEYS" set-account --id="$acc_id" codex=bob
+expect 0 "$KEYS" set-account --id="$acc_id" --clear claude
+expect 1 "$KEYS" set-account --id="$acc_id" codex=B0B
+expect 0 "$KEYS" --json list
+[ "$(json "$T/out" '[k["accounts"] for k in d if k["id"] == "'"$acc_id"'"]')" = "[{'codex': 'bob'}]" ] ||
+	fail "set-account in the store: $(cat "$T/out")"
 expect 0 "$KEYS" --json list --include-revoked
 [ "$(json "$T/out" '[(k["id"], k["revoked_at"] is not None) for k in d if k["id"] == "gu3st0k1"]')" = "[('gu3st0k1', True)]" ] ||
 	fail "revoke not listed"

@@ -234,6 +234,38 @@ expect 1 "$KEYS" set-login --id="$owner_id" --allow=codex --olp-home="$H"
 expect 0 "$KEYS" set-login --id="$l_id" --clear --olp-home="$H"
 [ "$(json "$H/keys/$l_id/manifest.json" '"login_access" in d')" = False ] || fail "set-login --clear leaves the field"
 
+# Accounts (issue 26, ADR 0037): keygen --account and set-account write "accounts"
+# ({"provider": "account"}), --clear takes one back, the field goes when empty; bad names
+# and a binding given twice are refused.
+expect 0 "$KEYS" keygen --name=acc1 --account=claude=alice,codex=bob --json --olp-home="$H"
+a_id=$(json "$T/out" 'd["id"]')
+[ "$(json "$H/keys/$a_id/manifest.json" 'd["accounts"]')" = "{'claude': 'alice', 'codex': 'bob'}" ] || fail "keygen --account: $(cat "$H/keys/$a_id/manifest.json")"
+[ "$(json "$H/keys/$q_id/manifest.json" '"accounts" in d')" = False ] || fail "accounts written unasked"
+expect 1 "$KEYS" keygen --name=acc2 --account=claude=Alice --olp-home="$H"
+expect 1 "$KEYS" keygen --name=acc2 --account=claude --olp-home="$H"
+expect 1 "$KEYS" keygen --name=acc2 --account=claude=a,claude=b --olp-home="$H"
+expect 2 "$KEYS" set-account --id="$a_id" --olp-home="$H"
+expect 2 "$KEYS" set-account --id="$a_id" --clear claude=alice --olp-home="$H"
+expect 2 "$KEYS" set-account claude=bob --olp-home="$H"
+expect 1 "$KEYS" set-account --id="$a_id" claude=../x --olp-home="$H"
+expect 1 "$KEYS" set-account --id=nosuchk1 claude=bob --olp-home="$H"
+expect 0 "$KEYS" set-account --id="$a_id" claude=carol --olp-home="$H"
+grep -q 'provider claude uses account carol only' "$T/out" || fail "set-account output: $(cat "$T/out")"
+expect 0 "$KEYS" set-account --id="$a_id" --clear codex --json --olp-home="$H"
+[ "$(json "$T/out" 'd["account"]')" = None ] || fail "set-account --clear --json: $(cat "$T/out")"
+[ "$(json "$H/keys/$a_id/manifest.json" 'd["accounts"]')" = "{'claude': 'carol'}" ] || fail "set-account: $(cat "$H/keys/$a_id/manifest.json")"
+expect 0 "$KEYS" list --json --olp-home="$H"
+[ "$(json "$T/out" '[k["accounts"] for k in d if k["id"]=="'"$a_id"'"][0]')" = "{'claude': 'carol'}" ] || fail "list --json accounts"
+expect 0 "$KEYS" list --olp-home="$H"
+grep "$a_id" "$T/out" | grep -q 'accounts:claude=carol' || fail "list lacks the accounts: $(cat "$T/out")"
+expect 0 "$KEYS" set-account --id="$a_id" --clear claude --olp-home="$H"
+[ "$(json "$H/keys/$a_id/manifest.json" '"accounts" in d')" = False ] || fail "set-account --clear leaves the field"
+# A manifest whose accounts are not names is invalid: the key is left out, never unbound.
+python3 -c 'import json,sys; p=sys.argv[1]; d=json.load(open(p)); d["accounts"]={"claude": 7}; json.dump(d, open(p, "w"))' "$H/keys/$a_id/manifest.json"
+expect 0 "$KEYS" list --json --olp-home="$H"
+[ "$(json "$T/out" '[k for k in d if k["id"]=="'"$a_id"'"]')" = "[]" ] || fail "a key with a bad accounts field is listed"
+rm -rf "$H/keys/$a_id"
+
 # A store others can read is refused, with the fix in the message.
 chmod 755 "$H/keys"
 expect 1 "$KEYS" list --olp-home="$H"
