@@ -184,7 +184,7 @@ static const struct opt_def opt_defs[] = {
 	VALUE("to", MIGRATE, to),
 };
 
-static const char *const cmd_names[] = { "",	  "keygen",    "list",	"revoke", "set-quota",
+static const char *const cmd_names[] = { "",	  "keygen",    "list",	"revoke",  "set-quota",
 					 "usage", "set-login", "store", "migrate", "set-account" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1034,8 +1034,7 @@ static int cmd_store(const struct opts *o, struct store_db *db)
 /* olp-keys migrate --to URL: the key files, then usage.db's ledger and current quota
  * windows, into the PostgreSQL store. Both copies are idempotent (keys by id, ledger rows
  * by host and rowid), so a run cut short is finished by running it again. */
-static int migrate_ledger(const char *home, struct store_db *db, const struct opts *o,
-			  json_t *out)
+static int migrate_ledger(const char *home, struct store_db *db, const struct opts *o, json_t *out)
 {
 	struct usage_import_report rep = { 0 };
 	struct buf err = BUF_INIT;
@@ -1048,19 +1047,18 @@ static int migrate_ledger(const char *home, struct store_db *db, const struct op
 	ret = usage_pg_import(src, db, NULL, &rep, &err);
 	usage_store_free(src);
 	if (ret) {
-		ret = fail("migrate: the usage ledger: %s",
-			   err.len ? err.data : strerror(-ret));
+		ret = fail("migrate: the usage ledger: %s", err.len ? err.data : strerror(-ret));
 		buf_release(&err);
 		return ret;
 	}
 	buf_release(&err);
 	if (o->json)
-		(void)json_object_set_new(
-			out, "ledger",
-			json_pack("{s:I, s:I, s:I, s:I}", "rows_read", (json_int_t)rep.rows_read,
-				  "rows_copied", (json_int_t)rep.rows_copied, "windows_read",
-				  (json_int_t)rep.windows_read, "windows_copied",
-				  (json_int_t)rep.windows_copied));
+		(void)json_object_set_new(out, "ledger",
+					  json_pack("{s:I, s:I, s:I, s:I}", "rows_read",
+						    (json_int_t)rep.rows_read, "rows_copied",
+						    (json_int_t)rep.rows_copied, "windows_read",
+						    (json_int_t)rep.windows_read, "windows_copied",
+						    (json_int_t)rep.windows_copied));
 	else
 		printf("usage ledger: %llu rows copied (%llu already there), %llu quota windows "
 		       "copied (%llu already there)\n",

@@ -85,7 +85,7 @@ static void add_account(struct buf *b, const struct prov_provider *apv, int64_t 
 	buf_adds(b, ",\"credentials\":\"");
 	buf_adds(b, cs.credentials);
 	buf_adds(b, strcmp(account, prov_provider_default_account(apv)) ? "\",\"default\":false"
-								       : "\",\"default\":true");
+									: "\",\"default\":true");
 	buf_adds(b, ",\"windows\":{");
 	for (int w = 0; known && w < EGR_RL_NWIN; w++) {
 		if (!st.win_seen_ms[w])
@@ -288,8 +288,8 @@ int fcgi_limits_check(struct fcgi_req *rc, struct fcgi_answer *a)
 			continue;
 		}
 		if (ret == -ENOENT) {
-			log_info(rc->rid, "provider %s: the key's account %s is not configured", name,
-				 auth_identity_account(&rc->id, name));
+			log_info(rc->rid, "provider %s: the key's account %s is not configured",
+				 name, auth_identity_account(&rc->id, name));
 			if (!provider) {
 				provider = name;
 				account = auth_identity_account(&rc->id, name);

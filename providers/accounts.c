@@ -35,8 +35,8 @@ bool prov_account_name_ok(const char *s)
 	if (n < 1 || n > PROV_ACCOUNT_NAME_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
-		      s[i] == '_' || s[i] == '-'))
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		      s[i] == '-'))
 			return false;
 	return true;
 }
@@ -124,7 +124,8 @@ static int read_account(struct prov_provider *pv, struct prov_provider *v, const
 		}
 	}
 	if (h && sh) {
-		buf_addf(err, "%s: \"home\" and \"set_headers\" both name the login; keep one", where);
+		buf_addf(err, "%s: \"home\" and \"set_headers\" both name the login; keep one",
+			 where);
 		return -EINVAL;
 	}
 	if (h)
@@ -209,7 +210,8 @@ int prov_accounts_read(struct prov_provider *pv, const json_t *conf, const char 
 		pv->accounts[pv->naccounts] = variant_new(pv, name);
 		buf_reset(&at);
 		buf_addf(&at, "%s.accounts.%s", where, name);
-		if ((ret = read_account(pv, pv->accounts[pv->naccounts++], o, at.data, strict, err)))
+		if ((ret = read_account(pv, pv->accounts[pv->naccounts++], o, at.data, strict,
+					err)))
 			break;
 	}
 	buf_release(&at);

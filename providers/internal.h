@@ -197,14 +197,14 @@ struct prov_provider {
 	 * every setting, owning only the fields below and, with set_headers of its own,
 	 * net.hdr_names and net.hdr_srcs), which is what a run of that account uses. A
 	 * provider without "accounts" is its own single account, "default". */
-	char *account;			     /* a variant's account name; NULL: "default" */
-	char *home;			     /* a variant's login dir ("~/" in credential paths,
+	char *account;			    /* a variant's account name; NULL: "default" */
+	char *home;			    /* a variant's login dir ("~/" in credential paths,
 						bound read-only for a command), or NULL: HOME */
-	bool own_headers;		     /* a variant's set_headers are its own */
-	const struct prov_provider *parent;  /* a variant's provider, else NULL */
-	struct prov_provider **accounts;     /* the variants, in name order; NULL: none */
+	bool own_headers;		    /* a variant's set_headers are its own */
+	const struct prov_provider *parent; /* a variant's provider, else NULL */
+	struct prov_provider **accounts;    /* the variants, in name order; NULL: none */
 	size_t naccounts;
-	size_t default_account;		     /* index into accounts */
+	size_t default_account; /* index into accounts */
 };
 
 /* Read conf (the entry merged with its override) into pv's settings, whose type (pv->type)

@@ -360,7 +360,9 @@ static int read_set_headers(struct net_reader *r, const json_t *v)
 int prov_net_read_headers(struct prov_network *n, const json_t *v, const char *where, bool strict,
 			  struct buf *err)
 {
-	struct net_reader r = { .n = n, .where = where, .strict = strict, .err = err, .section = "" };
+	struct net_reader r = {
+		.n = n, .where = where, .strict = strict, .err = err, .section = ""
+	};
 
 	return read_set_headers(&r, v);
 }

@@ -726,8 +726,8 @@ static bool sandbox_refused(const struct prov_provider *pv, bool own_net, struct
 static const struct prov_request *for_account(const struct prov_request *req,
 					      struct prov_request *r, struct prov_model *m)
 {
-	const struct prov_provider *pv = prov_provider_for_account(req->model->provider,
-								   req->account);
+	const struct prov_provider *pv =
+		prov_provider_for_account(req->model->provider, req->account);
 
 	if (!pv)
 		return NULL;

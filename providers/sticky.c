@@ -94,8 +94,7 @@ static void sticky_write(const char *path, const char *account, int64_t until)
 		return;
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return;
-	if (write(fd, data, (size_t)n) != n || fchmod(fd, 0600) || close(fd) ||
-	    rename(tmp, path)) {
+	if (write(fd, data, (size_t)n) != n || fchmod(fd, 0600) || close(fd) || rename(tmp, path)) {
 		log_warnx(NULL, "account %s: a caller's choice of it could not be kept: %s",
 			  account, strerror(errno));
 		unlink(tmp);

@@ -84,7 +84,8 @@ static void test_settings(void)
 	CU_ASSERT_STRING_EQUAL(prov_provider_account(a), "alice");
 	CU_ASSERT_STRING_EQUAL(prov_provider_name(a), "c");
 	CU_ASSERT_EQUAL(prov_provider_timeout_ms(a), 77000);
-	CU_ASSERT_PTR_EQUAL(prov_provider_for_account(a, "bob"), prov_provider_for_account(pv, "bob"));
+	CU_ASSERT_PTR_EQUAL(prov_provider_for_account(a, "bob"),
+			    prov_provider_for_account(pv, "bob"));
 	CU_ASSERT_PTR_NULL(prov_provider_for_account(pv, "carol"));
 	prov_provider_free(pv);
 
@@ -116,13 +117,15 @@ static void refused(const char *text, const char *says)
 
 static void test_settings_refused(void)
 {
-	refused("{\"type\":\"claude\",\"accounts\":{\"Alice\":{}}}", "accounts.Alice: an account name");
+	refused("{\"type\":\"claude\",\"accounts\":{\"Alice\":{}}}",
+		"accounts.Alice: an account name");
 	refused("{\"type\":\"claude\",\"accounts\":{\"a.b\":{}}}", "accounts.a.b: an account name");
 	refused("{\"type\":\"claude\",\"accounts\":{\"abcdefghijabcdefghijabcdefghijabc\":{}}}",
 		"an account name is 1-32");
 	refused("{\"type\":\"claude\",\"accounts\":{}}", "accounts: must be an object of 1");
 	refused("{\"type\":\"claude\",\"accounts\":[\"a\"]}", "accounts: must be an object of 1");
-	refused("{\"type\":\"claude\",\"accounts\":{\"a\":\"/x\"}}", "accounts.a: must be an object");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":\"/x\"}}",
+		"accounts.a: must be an object");
 	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"rel/dir\"}}}",
 		"accounts.a.home: must be an absolute directory path");
 	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"/x/../y\"}}}",
@@ -136,7 +139,8 @@ static void test_settings_refused(void)
 		"default_account: must name one of");
 	refused("{\"type\":\"claude\",\"default_account\":\"b\"}",
 		"default_account: there is no \"accounts\"");
-	refused("{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:K0\"}},"
+	refused("{\"type\":\"claude\",\"network\":{\"upstream\":\"https://"
+		"api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:K0\"}},"
 		"\"accounts\":{\"a\":{\"set_headers\":{\"x-api-key\":\"nope\"}}}}",
 		"accounts.a.set_headers.x-api-key: must be");
 }
@@ -147,7 +151,8 @@ static void test_set_headers(void)
 	struct buf err = BUF_INIT;
 	struct prov_provider *pv = provider(
 		"c",
-		"{\"type\":\"claude\",\"network\":{\"upstream\":\"https://api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:OLP_T_K0\"}},"
+		"{\"type\":\"claude\",\"network\":{\"upstream\":\"https://"
+		"api.anthropic.com\",\"set_headers\":{\"x-api-key\":\"env:OLP_T_K0\"}},"
 		"\"accounts\":{\"a\":{\"set_headers\":{\"x-api-key\":\"env:OLP_T_KA\"}},\"b\":{}}}",
 		&err);
 	struct prov_net_info ni;
@@ -176,9 +181,8 @@ static void reject(const char *provider, const char *account, int64_t reset)
 static void test_sticky(void)
 {
 	struct buf err = BUF_INIT;
-	struct prov_provider *pv =
-		provider("sticky", "{\"type\":\"claude\",\"accounts\":{\"a\":{},\"b\":{},\"c\":{}}}",
-			 &err);
+	struct prov_provider *pv = provider(
+		"sticky", "{\"type\":\"claude\",\"accounts\":{\"a\":{},\"b\":{},\"c\":{}}}", &err);
 	int64_t now = wall_ms() / 1000, r = 0;
 	const char *first = NULL, *got = NULL, *moved = NULL;
 	char path[512];
