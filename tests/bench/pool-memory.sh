@@ -113,7 +113,7 @@ run_profile() {
 	esac
 	printf '%s\n' "$config" >"$dir/home/config.json"
 	cat >"$dir/home/models-registry.json" <<JSON
-{"providers":{"anthropic":{"type":"claude","bin":"$claude","timeout_s":120,"credentials":[],
+{"providers":{"anthropic":{"type":"claude","bin":"$claude","timeout_s":$((max_s > 120 ? max_s : 120)),"credentials":[],
  "network":{"upstream":"http://127.0.0.1:$up"},"env":{"ANTHROPIC_API_KEY":"sk-ant-fake-key"},
  "models":[{"id":"claude-fake"}]}}}
 JSON

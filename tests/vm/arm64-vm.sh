@@ -127,7 +127,7 @@ out=$(curl -sS -o /dev/null -w '%{http_code}' "$url/v1/chat/completions" -d '{}'
 expect "no token: 401" "$out" '^401$'
 
 if [ -n "$claude" ]; then
-	step "lighttpd -> olp-fcgi (www-data) -> claude $("$claude" --version 2>/dev/null) (arm64) -> the fake upstream"
+	step "lighttpd -> olp-fcgi (www-data) -> claude $(basename "$(dirname "$claude")") (arm64) -> the fake upstream"
 	t0=$SECONDS
 	out=$(curl -sS --max-time 300 "${auth[@]}" "$url/v1/chat/completions" \
 		-d '{"model":"claude-fake","messages":[{"role":"user","content":"Say hello"}]}' 2>&1) || true
