@@ -21,10 +21,13 @@
 #        POOL_CLAUDE (the claude binary; default tests/provider-clis' x86-64 one),
 #        POOL_BUILT=1 (BUILD_DIR is built already and not configured here: a cross build),
 #        POOL_SETTLE_S (default 8: the wait for the refills before "idle"),
-#        POOL_MAX_S (default 60: each request's bound).
-# On arm64, in the arm64 VM (TCG): tests/vm/arm64.sh --pool-memory, which sets the last four
-# (an emulated claude starts in tens of seconds, not one). "4 streams" samples until the
-# four have ended either way.
+#        POOL_MAX_S (default 60: each request's bound),
+#        POOL_STREAM_DELTA_MS (default POOL_DELTA_MS: the deltas' spacing for the 4 streams;
+#        the fake upstream is restarted on its port with it, and back before the next profile).
+# On arm64, in the arm64 VM (TCG): tests/vm/arm64.sh --pool-memory, which sets the last five
+# (an emulated claude starts in tens of seconds, not one: the streams' deltas are spaced so
+# that a stream outlasts the others' start-up, and the four are live at once, as here).
+# "4 streams" samples until the four have ended either way.
 # Needs root or the pool's own uid to read the sandboxed processes' smaps (the runs have
 # uids of their own): an unreadable process is counted and said, never silently zero.
 set -euo pipefail
@@ -33,6 +36,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/bench}
 profiles=${POOL_PROFILES:-default 1gb}
 delta=${POOL_DELTA_MS:-1000}
+stream_delta=${POOL_STREAM_DELTA_MS:-$delta}
 settle=${POOL_SETTLE_S:-8}
 max_s=${POOL_MAX_S:-60}
 claude=${POOL_CLAUDE:-$root/tests/provider-clis/node_modules/@anthropic-ai/claude-code/bin/claude.exe}
@@ -56,15 +60,26 @@ bench_workdir pool-memory
 chmod 0700 "$work"
 token=bench-owner-$RANDOM$RANDOM
 
-# The fake upstream; its first line is its port.
-FAKE_DELTA_MS=$delta node "$root/tests/upstream/fake-anthropic.mjs" 0 >"$work/upstream.out" 2>/dev/null &
-pids+=($!)
-for _ in $(seq 100); do
-	up=$(head -n1 "$work/upstream.out" 2>/dev/null | tr -dc 0-9)
-	[ -n "$up" ] && break
-	sleep 0.1
-done
-[ -n "${up:-}" ] || { echo "the fake upstream did not start" >&2; exit 1; }
+# fake_start DELTA_MS PORT: the fake upstream (replacing the one running), its deltas DELTA_MS
+# apart, on PORT (0: any; up := the port it listens on, its first line).
+fake=''
+fake_start() {
+	if [ -n "$fake" ]; then
+		kill "$fake" 2>/dev/null || true
+		wait "$fake" 2>/dev/null || true
+	fi
+	FAKE_DELTA_MS=$1 node "$root/tests/upstream/fake-anthropic.mjs" "$2" >"$work/upstream.out" 2>/dev/null &
+	fake=$!
+	pids+=("$fake")
+	up=''
+	for _ in $(seq 300); do
+		up=$(head -n1 "$work/upstream.out" 2>/dev/null | tr -dc 0-9)
+		[ -n "$up" ] && break
+		sleep 0.1
+	done
+	[ -n "$up" ] || { echo "the fake upstream did not start" >&2; exit 1; }
+}
+fake_start "$delta" 0
 
 # pool_pss PID: the pool below PID (itself included): "PROCS PSS_KB UNREADABLE", and the
 # sum per program name in $work/by-comm.
@@ -135,6 +150,7 @@ JSON
 	for i in 1 2 3 4; do [ "$(chat "$port" false)" = 200 ] || echo "request $i failed" >&2; done
 	sleep "$settle" # the refills (a claude's start-up) are done
 	report "$name" idle "$(pool_pss "$lt")"
+	[ "$stream_delta" = "$delta" ] || fake_start "$stream_delta" "$up"
 	for i in 1 2 3 4; do chat "$port" true >"$dir/stream-$i.code" & done
 	# Samples every 250 ms until the four have answered (each lasts about 6 delta
 	# intervals after its claude starts; every curl is bounded by POOL_MAX_S).
@@ -147,6 +163,7 @@ JSON
 	wait_streams "$dir"
 	cp "$work/by-comm.best" "$work/by-comm"
 	report "$name" "4 streams" "$best_s"
+	[ "$stream_delta" = "$delta" ] || fake_start "$delta" "$up"
 	kill "$lt"
 	wait "$lt" 2>/dev/null || true
 }

@@ -140,12 +140,15 @@ rc=0
 if [ $vm = pool ]; then
 	[ -n "$claude_dir" ] || { echo "arm64: no arm64 claude: $claude_why" >&2; exit 1; }
 	say "tests/bench/pool-memory.sh in the arm64 VM (4 GiB)"
-	# Under TCG an idle claude takes tens of seconds to start: the refills are given 60 s,
-	# each request 300 s.
+	# Under TCG a claude takes about 40 s to start, alone: the refills are given 60 s, each
+	# request 600 s, and the 4 streams' deltas are 20 s apart (a stream lasts 2 minutes),
+	# so that the one a pre-started claude serves is still live when the three started
+	# cold (about 80 s, together) stream too: the sum is then of four live runs, as on a
+	# real host with 1 s deltas.
 	"$SRC/tests/vm/olp-vm" --arch arm64 --mem 4096 --timeout 3000 --unavailable-status 77 \
 		--rw "$SRC" --rw "$bdir" --ro "$claude_dir" -- env POOL_BUILT=1 \
-		POOL_CLAUDE="$claude_dir/claude" POOL_SETTLE_S=60 POOL_MAX_S=300 \
-		"$SRC/tests/bench/pool-memory.sh" "$bdir" || rc=$?
+		POOL_CLAUDE="$claude_dir/claude" POOL_SETTLE_S=60 POOL_MAX_S=600 \
+		POOL_STREAM_DELTA_MS=20000 "$SRC/tests/bench/pool-memory.sh" "$bdir" || rc=$?
 	say "done ($rc)"
 	exit $rc
 fi
