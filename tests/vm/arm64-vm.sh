@@ -92,6 +92,10 @@ cat >"$work/home/models-registry.json" <<JSON
   "cat": {"type": "command", "argv": ["/usr/bin/cat"], "models": [{"id": "cat"}]},
   "arch": {"type": "command", "argv": ["/usr/bin/uname", "-m"], "models": [{"id": "arch"}]}$claude_json}}
 JSON
+# A worker that cannot even load (a library missing from the VM's root: olp-vm's
+# ROOTFS_PKGS) is said now, by name, rather than as lighttpd restarting it for a minute.
+"$work/bin/olp-fcgi" --version >/dev/null 2>"$work/loader.err" ||
+	fail "olp-fcgi does not start in the VM: $(head -n 3 "$work/loader.err")"
 chown -R www-data: "$work/home" "$work/run"
 chmod 700 "$work/home"
 token=olp_arm64_vm_owner
