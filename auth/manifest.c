@@ -269,6 +269,20 @@ static int parse_quota(json_t *v, struct auth_quota *q, const char **why)
 
 /* Validate a manifest already parsed as root, found in directory dir_id. Fills rec (may be
  * NULL) and returns 0, or -EINVAL with *why set to a static reason for the log. */
+/* What the key may use: providers_enabled, quota, login_access, accounts. */
+static int parse_grants(json_t *root, struct auth_key_record *rec, const char **why)
+{
+	int ret = parse_providers(json_object_get(root, "providers_enabled"), rec, why);
+
+	if (!ret)
+		ret = parse_quota(json_object_get(root, "quota"), &rec->quota, why);
+	if (!ret)
+		ret = parse_login_access(json_object_get(root, "login_access"), rec, why);
+	if (!ret)
+		ret = parse_accounts(json_object_get(root, "accounts"), rec, why);
+	return ret;
+}
+
 static int manifest_check(json_t *root, const char *dir_id, struct auth_key_record *rec,
 			  const char **why)
 {
@@ -327,16 +341,7 @@ static int manifest_check(json_t *root, const char *dir_id, struct auth_key_reco
 	v = json_object_get(root, "created_at");
 	if (json_is_string(v))
 		tmp.created_at = xstrdup(json_string_value(v));
-	ret = parse_providers(json_object_get(root, "providers_enabled"), &tmp, why);
-	if (ret)
-		goto out_release_tmp;
-	ret = parse_quota(json_object_get(root, "quota"), &tmp.quota, why);
-	if (ret)
-		goto out_release_tmp;
-	ret = parse_login_access(json_object_get(root, "login_access"), &tmp, why);
-	if (ret)
-		goto out_release_tmp;
-	ret = parse_accounts(json_object_get(root, "accounts"), &tmp, why);
+	ret = parse_grants(root, &tmp, why);
 	if (ret)
 		goto out_release_tmp;
 	if (rec) {
