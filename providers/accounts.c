@@ -199,7 +199,7 @@ int prov_accounts_read(struct prov_provider *pv, const json_t *conf, const char 
 			 where, ACCOUNTS_MAX);
 		return -EINVAL;
 	}
-	pv->accounts = xcalloc(json_object_size(accs), sizeof(*pv->accounts));
+	pv->accounts = xcalloc(json_object_size(accs), sizeof(struct prov_provider *));
 	json_object_foreach((json_t *)accs, name, o) {
 		if (!prov_account_name_ok(name)) {
 			buf_addf(err, "%s.accounts.%.100s: an account name is 1-%d of [a-z0-9_-]",

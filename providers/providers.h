@@ -405,7 +405,7 @@ bool prov_limits_blocked(const struct prov_limits *st, int64_t now_s, int64_t *r
 /* ---- which account a request uses (sticky.c, ADR 0037) --------------------------------- */
 
 /* How long an unbound caller keeps the account it was given (while that is not rejected). */
-#define PROV_STICKY_S (6 * 3600)
+#define PROV_STICKY_S ((int64_t)6 * 3600)
 /* Whether the upstream rejected pv's account until a time after now_s (prov_limits_blocked
  * of its state): true with *retry_s. */
 bool prov_account_blocked(const struct prov_provider *pv, const char *account, int64_t now_s,

@@ -197,7 +197,8 @@ static void test_sticky(void)
 	CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
 	/* Ten requests: the same account every time. */
 	for (int i = 0; i < 10; i++) {
-		CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + i * 60, &got, &r), 0);
+		CU_ASSERT_EQUAL(prov_account_choose(pv, "key1", now + (int64_t)i * 60, &got, &r),
+				0);
 		CU_ASSERT_STRING_EQUAL(got, first);
 	}
 	/* Its account rejected until an hour from now: another one, which then sticks. */
