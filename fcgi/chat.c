@@ -737,10 +737,13 @@ static unsigned key_prestart_max(const struct fcgi_req *rc)
 }
 
 /* A provider run's outcome: how its sandbox started, or why it could not. */
-static void count_run_outcome(const char *provider, const struct prov_outcome *o)
+static void count_run_outcome(const char *provider, const char *account,
+			      const struct prov_outcome *o)
 {
 	if (o->ran)
 		metrics_run_started(provider, sbx_start_name(o->start));
+	if (o->ran && account)
+		metrics_account_run(provider, account);
 	if (o->err == PROV_ERR_SANDBOX)
 		metrics_sandbox_failure(provider, "sandbox");
 	else if (o->err == PROV_ERR_SPAWN_FAILED)
@@ -784,7 +787,7 @@ static void chat_run_hop(struct fcgi_req *rc, struct fcgi_answer *a, json_t *mes
 	metrics_run_begin(rc->provider);
 	prov_run(&preq, &sink, rc->io->hangup_fd, o);
 	metrics_run_end(rc->provider);
-	count_run_outcome(rc->provider, o);
+	count_run_outcome(rc->provider, preq.account, o);
 }
 
 /* The runs: the chain's hops in turn, for as long as answer_done says the next one is to

@@ -88,6 +88,8 @@ static const struct family {
 	{ "olp_runs_in_flight", K_GAUGE, AGG_SUM, "Provider runs under way now, by provider." },
 	{ "olp_runs_total", K_COUNTER, AGG_SUM,
 	  "Provider runs whose sandbox started, by provider and how (cold, warm, prestart)." },
+	{ "olp_account_requests_total", K_COUNTER, AGG_SUM,
+	  "Provider runs whose sandbox started, by provider and account (ADR 0037)." },
 	{ "olp_sandbox_start_failures_total", K_COUNTER, AGG_SUM,
 	  "Provider runs whose sandbox or process could not start, by provider and reason." },
 	{ "olp_quota_rejections_total", K_COUNTER, AGG_SUM,
@@ -785,6 +787,13 @@ void metrics_run_started(const char *provider, const char *start)
 	(void)metrics_counter_add(
 		"olp_runs_total",
 		(const char *const[]){ "provider", provider, "start", start, NULL }, 1);
+}
+
+void metrics_account_run(const char *provider, const char *account)
+{
+	(void)metrics_counter_add(
+		"olp_account_requests_total",
+		(const char *const[]){ "provider", provider, "account", account, NULL }, 1);
 }
 
 void metrics_sandbox_failure(const char *provider, const char *reason)

@@ -67,6 +67,8 @@ void metrics_run_end(const char *provider);
 void metrics_run_started(const char *provider, const char *start);
 /* A sandbox that could not start; reason is a bounded code ("sandbox", "spawn_failed"). */
 void metrics_sandbox_failure(const char *provider, const char *reason);
+/* A run of provider's account whose sandbox started (olp_account_requests_total). */
+void metrics_account_run(const char *provider, const char *account);
 /* A request refused for a quota: limit is "requests_per_minute", "requests_per_day",
  * "tokens_per_day" or "max_concurrent" (the key's runs at once). */
 void metrics_quota_rejected(const char *limit);

@@ -113,6 +113,10 @@ test('an unbound key sticks to one account and moves only when it is rejected', 
   }
   const metrics = (await curl(server, { path: '/metrics', auth: true })).text;
   assert.match(metrics, new RegExp(`olp_account_limited\\{provider="acct",account="${first}"\\} 1`));
+  // Every run counted by its account: bob's ten of the first test at least.
+  const runs = (acc) => Number((new RegExp(`olp_account_requests_total\\{provider="acct",account="${acc}"\\} (\\d+)`)
+    .exec(metrics) ?? [])[1]);
+  assert.ok(runs('bob') >= 10 && runs('alice') >= 1, metrics);
   const u = await curl(server, { path: '/v1/usage', auth: `Bearer ${freeKey.token}` });
   assert.deepEqual(Object.keys(u.json.accounts.acct), [other]);
   // The other account rejected too (the unbound key's run there meets the same upstream
