@@ -1,5 +1,6 @@
 /* CUnit suite for a provider's accounts (issue 26 item 1, ADR 0037) through providers.h:
- * the "accounts" and "default_account" settings, the account variants, the sticky choice
+ * the "accounts" and "default_account" settings, the account variants, each account's own
+ * held login (its login dir's file, its own placeholder), the sticky choice
  * of an unbound caller and its move when the account is rejected (the limits state as the
  * forwarder writes it), and, under the sandbox, runs of a command provider whose two
  * accounts are two login dirs: a run sees only its own account's files, and a process
@@ -164,6 +165,67 @@ static void test_set_headers(void)
 	CU_ASSERT_TRUE(ni.secretless);
 	prov_provider_free(pv);
 	buf_release(&err);
+}
+
+/* The Authorization header the forwarder would set for a run of pv's account. */
+static void expect_bearer(const struct prov_provider *pv, const char *account, const char *want)
+{
+	struct strv names = STRV_INIT, values = STRV_INIT;
+	struct buf why = BUF_INIT;
+	const struct prov_provider *a = prov_provider_for_account(pv, account);
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_EQUAL(prov_provider_held_headers(a, NULL, &names, &values, &why), 0);
+	CU_ASSERT_EQUAL_FATAL(names.n, 1);
+	CU_ASSERT_STRING_EQUAL(names.v[0], "authorization");
+	CU_ASSERT_STRING_EQUAL(values.v[0], want);
+	strv_release(&names);
+	strv_release(&values);
+	buf_release(&why);
+}
+
+/* Each account's held login (ADR 0036) is its own: its login dir's file, its own
+ * placeholder file. */
+static void test_held(void)
+{
+	char dir[128], file[256], entry[1024], ph_a[4096], ph_b[4096];
+	struct buf err = BUF_INIT, why = BUF_INIT;
+	struct prov_provider *pv;
+	long long exp = (long long)wall_ms() + 3600000;
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(dir, sizeof(dir), "%s/held-%s", tmpdir, i ? "bob" : "alice");
+		CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
+		snprintf(file, sizeof(file), "%s/.claude", dir);
+		CU_ASSERT_EQUAL_FATAL(mkdir(file, 0700), 0);
+		snprintf(file, sizeof(file), "%s/.claude/.credentials.json", dir);
+		snprintf(entry, sizeof(entry),
+			 "{\"claudeAiOauth\":{\"accessToken\":\"sk-ant-oat01-%s\","
+			 "\"refreshToken\":\"sk-ant-ort01-%s\",\"expiresAt\":%lld,"
+			 "\"scopes\":[\"user:inference\"]}}",
+			 i ? "BOB" : "ALICE", i ? "BOB" : "ALICE", exp);
+		write_text(file, entry);
+		CU_ASSERT_EQUAL(chmod(file, 0600), 0);
+	}
+	snprintf(entry, sizeof(entry),
+		 "{\"type\":\"claude\",\"accounts\":{\"alice\":{\"home\":\"%s/held-alice\"},"
+		 "\"bob\":{\"home\":\"%s/held-bob\"}}}",
+		 tmpdir, tmpdir);
+	pv = provider("heldc", entry, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	expect_bearer(pv, "alice", "Bearer sk-ant-oat01-ALICE");
+	expect_bearer(pv, "bob", "Bearer sk-ant-oat01-BOB");
+	CU_ASSERT_EQUAL(
+		prov_provider_held_placeholder(prov_provider_for_account(pv, "alice"), ph_a, &why),
+		0);
+	CU_ASSERT_EQUAL(
+		prov_provider_held_placeholder(prov_provider_for_account(pv, "bob"), ph_b, &why),
+		0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(ph_a, "heldc@alice"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(ph_b, "heldc@bob"));
+	prov_provider_free(pv);
+	buf_release(&err);
+	buf_release(&why);
 }
 
 /* The forwarder's word that an account is rejected until reset (epoch s). */
@@ -352,6 +414,7 @@ int main(void)
 		{ "accounts and default_account", test_settings },
 		{ "bad accounts settings are refused", test_settings_refused },
 		{ "accounts with their own set_headers", test_set_headers },
+		{ "each account holds its own login", test_held },
 		{ "an unbound caller's sticky account and its move", test_sticky },
 		{ "a run sees only its account's login dir", test_runs },
 		{ "pre-started processes never cross accounts", test_pools },
