@@ -100,7 +100,7 @@ static void add_time(struct buf *b, const char *name, int64_t ms)
 
 /* The provider's login (ADR 0036): "held" by the worker, with its token's expiry and the
  * host's refreshes, or "copy" into every run, with a warning; null when runs hold none. */
-static void add_login(struct buf *b, const struct prov_provider *pv)
+void fcgi_health_login(struct buf *b, const struct prov_provider *pv)
 {
 	struct prov_login_info li;
 
@@ -240,7 +240,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 					 strlen(prov_provider_display_name(pv)));
 			add_network(&b, pv);
 			add_cli_state(&b, pv);
-			add_login(&b, pv);
+			fcgi_health_login(&b, pv);
 			fcgi_access_health(&b, pv, grants, ngrants);
 			/* What the upstream last said of each account's limits (ADR 0035). */
 			buf_adds(&b, ",\"accounts\":");

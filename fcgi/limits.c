@@ -53,7 +53,7 @@ static void add_window(struct buf *b, const struct prov_limits *st, enum egr_rl_
 
 /* One account's state as JSON: what the upstream said, when, and whether its requests
  * are refused now. */
-static void add_account(struct buf *b, const struct prov_provider *apv, int64_t now_s)
+static void add_account(struct buf *b, const struct prov_provider *apv, int64_t now_s, bool owner)
 {
 	const char *provider = prov_provider_name(apv), *account = prov_provider_account(apv);
 	struct prov_cli_state cs;
@@ -98,7 +98,10 @@ static void add_account(struct buf *b, const struct prov_provider *apv, int64_t 
 		buf_adds(b, "\":");
 		add_window(b, &st, (enum egr_rl_window)w, now_s);
 	}
-	buf_adds(b, "}}");
+	buf_addch(b, '}');
+	if (owner) /* each account's own held login (ADR 0036, 0037) */
+		fcgi_health_login(b, apv);
+	buf_addch(b, '}');
 }
 
 void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, const char *only)
@@ -115,7 +118,7 @@ void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, co
 		if (!first)
 			buf_addch(b, ',');
 		first = false;
-		add_account(b, prov_provider_for_account(pv, name), now_s);
+		add_account(b, prov_provider_for_account(pv, name), now_s, !only);
 	}
 	buf_addch(b, '}');
 }

@@ -124,9 +124,13 @@ void fcgi_json_since(struct buf *b, int64_t ms);
 
 /* ---- the accounts' subscription limits (limits.c, ADR 0035) ----------------------------- */
 /* {"<account>":{status, limited, retry_after_s, reset, claim, seen, credentials, default,
- * windows:{...}}, ...}: the provider's accounts ("default" without "accounts") as the
- * upstream last described them (docs/accounts.md); only: that account alone, or NULL. */
+ * windows:{...}[, login]}, ...}: the provider's accounts ("default" without "accounts") as
+ * the upstream last described them (docs/accounts.md); only: that account alone (a key's
+ * view), or NULL: every account, each with its login (the owner's view). */
 void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, const char *only);
+/* ,"login":{mode, expires, expires_in_s, last_refresh, refresh_failures, last_error} or
+ * ,"login":null: pv's login as the owner's /health shows it (health.c, ADR 0036). */
+void fcgi_health_login(struct buf *b, const struct prov_provider *pv);
 /* {"<provider>":{accounts}, ...}: every provider's for the owner, for a key those of the
  * providers it may use. */
 void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b);

@@ -106,6 +106,9 @@ test('an unbound key sticks to one account and moves only when it is rejected', 
   assert.equal(h.json.providers.acct.accounts[first].limited, true, JSON.stringify(h.json.providers.acct));
   assert.equal(h.json.providers.acct.accounts[other].limited, false);
   assert.deepEqual(Object.keys(h.json.providers.acct.accounts).sort(), ['alice', 'bob']);
+  assert.equal(h.json.providers.acct.accounts.alice.default, true);
+  assert.equal(h.json.providers.acct.accounts.bob.default, false);
+  assert.ok('login' in h.json.providers.acct.accounts.bob, 'the owner sees each account\'s login');
   for (let i = 0; i < 5; i++) {
     const m = await ask(freeKey);
     assert.equal(m.status, 200, m.text);
