@@ -128,6 +128,15 @@ static int read_account(struct prov_provider *pv, struct prov_provider *v, const
 			 where);
 		return -EINVAL;
 	}
+	for (size_t i = 0; h && pv->credentials_set && i < pv->cred_host.n; i++) {
+		if (pv->cred_host.v[i][0] == '/') {
+			buf_addf(err,
+				 "%s.home: the provider's credentials name %s, the same file for "
+				 "every account; give them as \"~/...\" paths (under each home)",
+				 where, pv->cred_host.v[i]);
+			return -EINVAL;
+		}
+	}
 	if (h)
 		return read_home(v, h, where, strict, err);
 	if (!sh)

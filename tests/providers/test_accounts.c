@@ -138,6 +138,9 @@ static void test_settings_refused(void)
 		"accounts.a.set_headers: needs the provider's network.set_headers");
 	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{}},\"default_account\":\"b\"}",
 		"default_account: must name one of");
+	refused("{\"type\":\"claude\",\"credentials\":[\"/etc/olp/login.json\"],"
+		"\"accounts\":{\"a\":{\"home\":\"/x\"}}}",
+		"accounts.a.home: the provider's credentials name /etc/olp/login.json");
 	refused("{\"type\":\"claude\",\"default_account\":\"b\"}",
 		"default_account: there is no \"accounts\"");
 	refused("{\"type\":\"claude\",\"network\":{\"upstream\":\"https://"
