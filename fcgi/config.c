@@ -448,6 +448,42 @@ static int read_usage(struct fcgi_config *c, struct buf *err)
 	return 0;
 }
 
+/* store: the shared PostgreSQL store of several hosts (ADR 0034), where store/ says it
+ * is (OLP_STORE over config.json "store", no password in it), and what a worker does
+ * while it is away. */
+static int read_store(struct fcgi_config *c, struct buf *err)
+{
+	const json_t *v;
+	struct buf why = BUF_INIT;
+	int64_t n;
+
+	if (store_url_resolve(c->home, &c->store_url, &c->store_passfile, &why)) {
+		/* The message names config.json already when the file is at fault. */
+		buf_addf(err, "%s", why.data);
+		buf_release(&why);
+		return -1;
+	}
+	c->store_offline_keys_s = 300;
+	c->store_buffer_rows = 10000;
+	v = json_object_get(c->json, "store_offline_keys_s");
+	n = 0;
+	if (v && parse_json_int(v, 0, 86400, &n))
+		return conf_err(c, err,
+				"store_offline_keys_s: must be an integer from 0 to 86400 (seconds "
+				"a key checked before the store went away keeps working)");
+	if (v)
+		c->store_offline_keys_s = (unsigned)n;
+	v = json_object_get(c->json, "store_buffer_rows");
+	if (v && parse_json_int(v, 1, 1000000, &n))
+		return conf_err(
+			c, err,
+			"store_buffer_rows: must be an integer from 1 to 1000000 (ledger rows "
+			"kept while the store is away)");
+	if (v)
+		c->store_buffer_rows = (unsigned)n;
+	return 0;
+}
+
 /* audit: how large logs/audit.ndjson grows before it is rotated, and how many rotated files
  * are kept (ADR 0026: the log's disk use is bounded, about max_bytes * (keep + 1)). Strict:
  * a typo must not leave the log unbounded. */
@@ -543,7 +579,7 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 	}
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
 	    read_anonymous(c, err) || read_sandbox(c, err) || read_usage(c, err) ||
-	    read_audit(c, err) || read_metrics(c, err))
+	    read_audit(c, err) || read_metrics(c, err) || read_store(c, err))
 		return -1;
 	size_defaults(c);
 	/* $OLP_HOME/models-registry.json replaces the shipped default when present. */
@@ -659,5 +695,7 @@ void fcgi_config_release(struct fcgi_config *c)
 	if (c->metrics_token)
 		explicit_bzero(c->metrics_token, strlen(c->metrics_token));
 	free(c->metrics_token);
+	free(c->store_url);
+	free(c->store_passfile);
 	memset(c, 0, sizeof(*c));
 }

@@ -107,6 +107,7 @@ static void record_usage(struct fcgi_req *rc)
 	if (rc->app->usage && usage_record_add(rc->app->usage, &r) < 0)
 		metrics_ledger_failure();
 	fcgi_ledger_sync(rc->app->usage);
+	fcgi_store_sync(rc->app->store);
 }
 
 /* config.json auth.owner_only_endpoints: paths ("/v1/models", "/health", …) that only

@@ -1,7 +1,9 @@
 /* GET /health, GET /health/live and GET /v1/models. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fcgi/worker.h"
 #include "common/banned.h"
@@ -110,6 +112,54 @@ static void add_prestart_block(struct buf *b)
 		 (unsigned long long)st.expired, (unsigned long long)st.died, st.idle);
 }
 
+void fcgi_store_sync(struct store_db *db)
+{
+	static atomic_int last = -1;
+	int now;
+
+	if (!db)
+		return;
+	now = store_available(db);
+	if (atomic_exchange(&last, now) != now)
+		metrics_store_available(now);
+}
+
+void fcgi_json_since(struct buf *b, int64_t ms)
+{
+	time_t t = (time_t)(ms / 1000);
+	char since[32];
+	struct tm tm;
+
+	if (ms <= 0 || !gmtime_r(&t, &tm) ||
+	    !strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm)) {
+		buf_adds(b, "null");
+		return;
+	}
+	buf_addf(b, "\"%s\"", since);
+}
+
+void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline_keys_s)
+{
+	struct store_health h;
+
+	if (!db) {
+		buf_adds(b, "{\"kind\":\"embedded\"}");
+		return;
+	}
+	store_health(db, &h);
+	buf_adds(b, "{\"kind\":\"postgresql\",\"where\":");
+	buf_add_json_str(b, h.where, strlen(h.where));
+	buf_adds(b, h.ok ? ",\"ok\":true" : ",\"ok\":false");
+	buf_adds(b, ",\"failing_since\":");
+	fcgi_json_since(b, h.failing_since_ms);
+	buf_adds(b, ",\"last_error\":");
+	if (!h.ok && *h.last_error)
+		buf_add_json_str(b, h.last_error, strlen(h.last_error));
+	else
+		buf_adds(b, "null");
+	buf_addf(b, ",\"offline_keys_s\":%u}", offline_keys_s);
+}
+
 void fcgi_handle_health(struct fcgi_req *rc)
 {
 	struct auth_login_grant *grants = NULL;
@@ -164,6 +214,10 @@ void fcgi_handle_health(struct fcgi_req *rc)
 		/* The ledger and quotas: off, or whether its database works right now. */
 		buf_adds(&b, ",\"usage\":");
 		fcgi_usage_health_json(&b, rc->app->usage);
+		/* Where keys and usage live, and whether it answers (ADR 0034). */
+		buf_adds(&b, ",\"store\":");
+		fcgi_store_health_json(&b, rc->app->store, rc->app->cfg.store_offline_keys_s);
+		fcgi_store_sync(rc->app->store);
 		add_prestart_block(&b);
 	}
 	buf_addch(&b, '}');

@@ -174,6 +174,32 @@ out_why:
  * the workers' user before it starts the web server: a worker that would exit at start
  * (and be respawned by lighttpd, behind nothing but 503s) is named with its reason instead.
  * Exit status 0 (ready) or 1 (the reason on stderr). */
+/* --check-config with a shared store: the passfile as the workers' user reads it, and
+ * whether the database answers now (it need not: the workers start either way). */
+static int check_store(struct buf *err)
+{
+	struct store_options so = { .passfile = app.cfg.store_passfile,
+				    .max_conns = 1,
+				    .application_name = "olp-fcgi" };
+	struct store_health h;
+	struct store_db *db;
+
+	if (!app.cfg.store_url)
+		return 0;
+	db = store_open(app.cfg.store_url, &so, err);
+	if (!db)
+		return -1;
+	store_health(db, &h);
+	if (h.ok)
+		printf("olp-fcgi: the shared store %s answers\n", h.where);
+	else
+		printf("olp-fcgi: the shared store %s does not answer now (%s): the workers "
+		       "start anyway and reach it once it does\n",
+		       h.where, h.last_error);
+	store_free(db);
+	return 0;
+}
+
 static int check_config(void)
 {
 	struct buf err = BUF_INIT;
@@ -191,6 +217,8 @@ static int check_config(void)
 			 keys, strerror(errno));
 		goto out;
 	}
+	if (check_store(&err))
+		goto out;
 	printf("olp-fcgi: configuration ready: %zu models from %s\nolp-fcgi: %s\n",
 	       prov_registry_model_count(app.reg), app.cfg.registry_path, app.cfg.sizing);
 	ret = 0;
@@ -312,6 +340,39 @@ static int init_sandbox(bool cgi)
 	return 0;
 }
 
+/* The shared store of several hosts, when config.json names one (ADR 0034): 0, or -1
+ * (logged) for a URL or passfile it refuses. A database that cannot be reached now is not
+ * an error: the worker starts, says so in /health, and reaches it once it answers. */
+static int open_store(void)
+{
+	struct store_options so;
+	struct store_health h;
+	struct buf err = BUF_INIT;
+
+	if (!app.cfg.store_url)
+		return 0;
+	so = (struct store_options){ .passfile = app.cfg.store_passfile,
+				     .max_conns = app.cfg.threads < 8 ? app.cfg.threads + 1 : 8,
+				     .application_name = "olp-fcgi" };
+	app.store = store_open(app.cfg.store_url, &so, &err);
+	if (!app.store) {
+		log_errx(NULL, "store: %s", err.data);
+		buf_release(&err);
+		return -1;
+	}
+	store_health(app.store, &h);
+	if (h.ok)
+		log_info(NULL, "keys and usage in the shared store %s", h.where);
+	else
+		log_warnx(NULL,
+			  "the shared store %s cannot be reached now (%s): keys checked "
+			  "before are served for %u s, keys with a quota are refused until it "
+			  "answers",
+			  h.where, h.last_error, app.cfg.store_offline_keys_s);
+	fcgi_store_sync(app.store);
+	return 0;
+}
+
 /* The key store, with the anonymous access and audit options: 0, or -1 (logged). */
 static int open_auth(void)
 {
@@ -359,7 +420,7 @@ static int app_init(bool cgi)
 		return -1;
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
-	if (open_auth())
+	if (open_store() || open_auth())
 		return -1;
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the
@@ -483,6 +544,7 @@ int main(int argc, char **argv)
 		fcgi_handle(&app, &io);
 		cgi_drain_stdin();
 		usage_store_free(app.usage);
+		store_free(app.store);
 		return 0;
 	}
 	return serve(&stop);

@@ -11,6 +11,7 @@
 #include "metrics/metrics.h"
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
+#include "store/store.h"
 #include "usage/usage.h"
 
 /* One routing chain (config.json routing.chains, ADR 0007): the registry models tried
@@ -59,8 +60,14 @@ struct fcgi_config {
 	char *registry_path;		    /* the registry actually used */
 	bool usage_enabled;		    /* usage.enabled (default true): ledger and quotas */
 	unsigned usage_retention_days;	    /* usage.retention_days (0: the store's default) */
-	uint64_t audit_max_bytes;	    /* audit.max_bytes (0: auth's default, 64 MiB) */
-	unsigned audit_keep;		    /* audit.keep (0: auth's default, 7) */
+	/* The shared PostgreSQL store of several hosts (ADR 0034): OLP_STORE or "store", NULL
+	 * for the embedded one (key files, SQLite); its "store_passfile", or NULL. */
+	char *store_url;
+	char *store_passfile;
+	unsigned store_offline_keys_s; /* store_offline_keys_s (default 300; 0: none) */
+	unsigned store_buffer_rows;    /* store_buffer_rows (default 10000) */
+	uint64_t audit_max_bytes;      /* audit.max_bytes (0: auth's default, 64 MiB) */
+	unsigned audit_keep;	       /* audit.keep (0: auth's default, 7) */
 	char *metrics_token; /* metrics_token: a bearer token for GET /metrics alone, or NULL */
 	char *sizing;	     /* what the machine-sized defaults chose and why (fcgi/sizing.h) */
 };
@@ -96,11 +103,21 @@ struct fcgi_app {
 	struct prov_registry *reg;
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
+	struct store_db *store;	   /* the shared store, or NULL (the embedded one) */
 	/* <runtime_dir>/keyslots: the keys' concurrency slots (quota max_concurrent), shared
 	 * by every process of the host; NULL when it could not be made (such keys are then
 	 * refused: fail closed). */
 	char *keyslot_dir;
 };
+
+/* ---- health.c: the shared store's state (ADR 0034) ----------------------------------- */
+/* olp_store_available from db's state, when it changed (nothing for the embedded store). */
+void fcgi_store_sync(struct store_db *db);
+/* The owner's /health "store": {"kind":"embedded"} or {"kind":"postgresql","where",
+ * "ok","failing_since","last_error","offline_keys_s"}. */
+void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline_keys_s);
+/* A wall-clock time in ms as a JSON string "YYYY-MM-DDTHH:MM:SSZ", or null when ms <= 0. */
+void fcgi_json_since(struct buf *b, int64_t ms);
 
 /* ---- quota.c: a key's quota against the usage store (ADR 0026) ---------------------- */
 /* The tokens a chat request is expected to cost, reserved against tokens_per_day while it

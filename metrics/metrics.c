@@ -104,6 +104,12 @@ static const struct family {
 	{ "olp_ledger_available", K_GAUGE, AGG_MIN,
 	  "1 when every worker can write the usage ledger; 0 while one cannot (keys with a "
 	  "quota are then refused with 503)." },
+	{ "olp_store_available", K_GAUGE, AGG_MIN,
+	  "1 when every worker reaches the shared PostgreSQL store (config.json \"store\"); 0 "
+	  "while one cannot. Absent with the embedded store." },
+	{ "olp_ledger_dropped_total", K_COUNTER, AGG_SUM,
+	  "Ledger rows dropped because the queue of rows waiting for the shared store was full "
+	  "(store_buffer_rows) while the database was away." },
 	{ "olp_unauthenticated_requests_total", K_COUNTER, AGG_SUM,
 	  "Requests answered without a checked identity (no key, a bad key, an unknown route), "
 	  "by HTTP status: counted here, summarised in the audit log." },
@@ -887,6 +893,17 @@ void metrics_ledger_failure(void)
 void metrics_ledger_available(bool ok)
 {
 	(void)metrics_gauge_set("olp_ledger_available", NULL, ok ? 1 : 0);
+}
+
+void metrics_store_available(bool ok)
+{
+	(void)metrics_gauge_set("olp_store_available", NULL, ok ? 1 : 0);
+}
+
+void metrics_ledger_dropped(uint64_t n)
+{
+	if (n)
+		(void)metrics_counter_add("olp_ledger_dropped_total", NULL, n);
 }
 
 void metrics_unauthenticated(int status)

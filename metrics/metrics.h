@@ -77,6 +77,12 @@ void metrics_ledger_failure(void);
 /* Whether this process can write the usage ledger now (olp_ledger_available: the pool's
  * value is the lowest of the live workers'; a worker without a ledger never sets it). */
 void metrics_ledger_available(bool ok);
+/* Whether this process reaches the shared store now (olp_store_available, the lowest of
+ * the live workers'; a worker of the embedded store never sets it). */
+void metrics_store_available(bool ok);
+/* n more ledger rows were dropped from the full queue of the shared store
+ * (olp_ledger_dropped_total). */
+void metrics_ledger_dropped(uint64_t n);
 /* A request answered without a checked identity (401, or 404 on an unknown route…), by
  * status (olp_unauthenticated_requests_total). */
 void metrics_unauthenticated(int status);

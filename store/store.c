@@ -53,9 +53,11 @@ void store_note_failure(struct store_db *db, const char *why)
 		db->failing_since_ms = wall_ms();
 	atomic_store(&db->ok, false);
 	(void)snprintf(db->last_error, sizeof(db->last_error), "%s", why ? why : "failed");
-	/* libpq's messages end with a newline. */
-	n = strlen(db->last_error);
-	while (n && (db->last_error[n - 1] == '\n' || db->last_error[n - 1] == ' '))
+	/* libpq's messages span lines ("\n\t"): one line, no trailing blank. */
+	for (n = 0; db->last_error[n]; n++)
+		if (db->last_error[n] == '\n' || db->last_error[n] == '\t')
+			db->last_error[n] = ' ';
+	while (n && db->last_error[n - 1] == ' ')
 		db->last_error[--n] = '\0';
 	if (first)
 		log_warnx(NULL, "the store %s fails: %s", db->where, db->last_error);
@@ -73,6 +75,17 @@ void store_health(struct store_db *db, struct store_health *out)
 	(void)snprintf(out->last_error, sizeof(out->last_error), "%s", db->last_error);
 	(void)snprintf(out->where, sizeof(out->where), "%s", db->where);
 	pthread_mutex_unlock(&db->lock);
+}
+
+bool store_available(struct store_db *db)
+{
+	return db && atomic_load(&db->ok);
+}
+
+static void ignore_notice(void *arg, const char *message)
+{
+	(void)arg;
+	(void)message;
 }
 
 PGconn *store_connect(struct store_db *db)
@@ -105,6 +118,8 @@ PGconn *store_connect(struct store_db *db)
 		PQfinish(c);
 		return NULL;
 	}
+	/* The server's notices ("already exists, skipping") are not ours to print. */
+	PQsetNoticeProcessor(c, ignore_notice, NULL);
 	/* Every statement's time is UTC, whatever the server's default. */
 	PQclear(PQexec(c, "SET TIME ZONE 'UTC'"));
 	store_note_ok(db);

@@ -108,6 +108,8 @@ struct store_health {
 	char where[128];	  /* store_url_public */
 };
 void store_health(struct store_db *db, struct store_health *out);
+/* Whether the last attempt reached the database: store_health's ok, without its lock. */
+bool store_available(struct store_db *db);
 
 /* ---- notifications ---------------------------------------------------------------------- */
 

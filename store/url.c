@@ -122,9 +122,20 @@ int store_url_resolve(const char *olp_home, char **url, char **passfile, struct 
 		free(from_file);
 		from_file = xstrdup(env);
 	}
-	if (from_file && store_url_check(from_file, err)) {
-		ret = -1;
-		goto out;
+	if (from_file) {
+		struct buf why = BUF_INIT;
+
+		if (store_url_check(from_file, &why)) {
+			/* Name where the URL came from, as every configuration error does. */
+			if (env && *env)
+				buf_addf(err, "OLP_STORE: %s", why.data);
+			else
+				buf_addf(err, "%s: store: %s", path, why.data);
+			ret = -1;
+		}
+		buf_release(&why);
+		if (ret)
+			goto out;
 	}
 	*url = steal_pointer(&from_file);
 out:
