@@ -175,7 +175,8 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
       [a, b].map(async (h) => {
         const r = await send(h, { method: 'GET', path: '/health', token: owner });
         assert.equal(r.status, 200, r.text);
-        assert.equal(r.json.store?.ok, true, `${h.name}: ${r.text}`);
+        assert.equal(r.json.store?.kind, 'postgresql', `${h.name}: ${r.text}`);
+        assert.equal(r.json.store.ok, true, `${h.name}: ${r.text}`);
       }),
     );
   });
