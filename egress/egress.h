@@ -66,6 +66,66 @@ enum egr_flags {
 	EGR_CHECK_BODY = 1 << 2,
 };
 
+/* ---- subscription limits the upstream announces (ratelimit.c) ------------------------ */
+
+enum egr_rl_status {
+	EGR_RL_UNKNOWN = 0, /* not said */
+	EGR_RL_ALLOWED,
+	EGR_RL_WARNING, /* Anthropic's "allowed_warning" */
+	EGR_RL_REJECTED,
+};
+
+/* The windows, by the names the upstreams give them: Anthropic's five-hour and seven-day
+ * ("5h", "7d"), codex's "primary" and "secondary" (their lengths in minutes say which). */
+enum egr_rl_window { EGR_RL_5H = 0, EGR_RL_7D, EGR_RL_PRIMARY, EGR_RL_SECONDARY, EGR_RL_NWIN };
+
+struct egr_rl_win {
+	bool seen;		   /* the upstream said something of this window */
+	enum egr_rl_status status; /* Anthropic's -<w>-status; UNKNOWN for codex's */
+	double utilization;	   /* 0..1, or < 0 when not said */
+	int64_t reset_s;	   /* when it resets, epoch seconds; 0 = not said */
+	uint32_t minutes;	   /* its length; 0 = not said */
+};
+
+/* What one answer said of the account's subscription limits: Anthropic's
+ * anthropic-ratelimit-unified-* headers, codex's x-codex-{primary,secondary}-* headers,
+ * a 429 body with "usage_limit_reached". Every value is checked where it is read (a
+ * fixed word, an integer or a decimal in a bounded range); one that is not is ignored,
+ * as if it had not been sent. Nothing here identifies the account beyond these values. */
+struct egr_ratelimit {
+	bool any;		   /* at least one value was read */
+	int http_status;	   /* the answer's status */
+	enum egr_rl_status status; /* the account's, overall */
+	int64_t reset_s;	   /* when the overall limit resets, epoch seconds; 0 = not said */
+	char claim[32];		   /* the window that decides (Anthropic's representative
+				      claim, [a-z0-9_]), or "" */
+	struct egr_rl_win win[EGR_RL_NWIN];
+};
+
+/* Called with what an answer said (rl->any is true), from the connection's thread: after
+ * the head of an answer that is not a 429, after the whole body of a 429 (its head and
+ * body read together). At most once an answer; ctx is egr_route.limits_ctx. */
+typedef void (*egr_limits_fn)(void *ctx, const struct egr_ratelimit *rl);
+
+/* "allowed", "allowed_warning", "rejected", or "unknown". */
+const char *egr_rl_status_name(enum egr_rl_status s);
+/* "5h", "7d", "primary", "secondary". */
+const char *egr_rl_window_name(enum egr_rl_window w);
+/* Start an answer's reading (everything unknown). */
+void egr_rl_init(struct egr_ratelimit *rl, int http_status);
+/* Read one response header (name and value, not NUL-terminated, value trimmed) into rl
+ * when it is one of the names above; now_s (epoch seconds) turns a relative reset into a
+ * time. Whether it was read. */
+bool egr_rl_header(struct egr_ratelimit *rl, const char *name, size_t name_len, const char *value,
+		   size_t value_len, int64_t now_s);
+/* Read a 429 answer's JSON body: {"error":{"type":"usage_limit_reached", "resets_at":
+ * epoch seconds, "resets_in_seconds": n}} (or those members at the top), making the
+ * account rejected until then. Whether it was such a body. */
+bool egr_rl_body(struct egr_ratelimit *rl, const char *body, size_t len, int64_t now_s);
+/* After the last header and body: the overall reset, when the upstream named none, from
+ * the windows that are full (rejected, or used to 100 %). */
+void egr_rl_finish(struct egr_ratelimit *rl);
+
 /* Where a run's traffic may go. Every string and array is copied by egr_start(). */
 struct egr_route {
 	enum egr_mode mode;
@@ -117,6 +177,11 @@ struct egr_route {
 	 * it, and a listed name may resolve to it, on that port, whatever its range. Other
 	 * numeric forms ("127.1", "2130706433") are refused, listed or not. */
 	const char *const *allow_hosts;
+
+	/* Upstream mode: told what each answer says of the subscription's limits
+	 * (egr_limits_fn); NULL = not read. */
+	egr_limits_fn on_limits;
+	void *limits_ctx;
 
 	unsigned flags; /* enum egr_flags */
 };

@@ -389,6 +389,8 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 
 	f->mode = r->mode;
 	f->flags = r->flags;
+	f->on_limits = r->on_limits;
+	f->limits_ctx = r->limits_ctx;
 	f->rid = r->request_id ? xstrdup(r->request_id) : NULL;
 	if (r->mode == EGR_MODE_UPSTREAM) {
 		size_t n;

@@ -46,6 +46,8 @@ struct egr_forwarder {
 	char *ca_file;		 /* or NULL */
 	struct strv allow_hosts; /* lower-case "host:port" */
 	struct egr_limits lim;	 /* defaults filled in */
+	egr_limits_fn on_limits; /* or NULL */
+	void *limits_ctx;
 
 	int listen_fd; /* owned by the acceptor thread once started */
 	int stop_fd;   /* eventfd: readable once the forwarder stops, for good */

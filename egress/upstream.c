@@ -80,10 +80,18 @@ struct up {
 	bool close_after; /* close the client connection after this response */
 	bool watch_client;
 	bool stopped;
+	bool hold_body; /* a 429's body, held until it is read (rl below) */
 	uint64_t down;
 	struct egr_answer ans; /* the answer's usage and echoed secrets (answer.c) */
 	struct buf masked;     /* a piece of the answer with its secrets masked */
+	/* The subscription's limits this answer announced (ratelimit.c); a 429's body is
+	 * held (up to LIMIT_BODY_MAX) until it is read, so that the state is kept before the
+	 * run can see the refusal and end. */
+	struct egr_ratelimit rl;
+	struct buf held_body;
 };
+
+#define LIMIT_BODY_MAX ((size_t)64 * 1024)
 
 /* ---- the request body ---------------------------------------------------------------- */
 
@@ -438,6 +446,31 @@ static void head_framing(struct up *u, const struct head_facts *f, struct buf *o
 			 (unsigned long long)(u->c->f->lim.idle_ms / 1000));
 }
 
+/* What the head says of the subscription's limits: told at once (before the client has
+ * the head), but for a 429, whose body may say more (limits_told at its end). */
+static void head_limits(struct up *u)
+{
+	struct egr_forwarder *f = u->c->f;
+	int64_t now_s = wall_ms() / 1000;
+	struct hline h;
+	size_t pos = 0;
+
+	egr_rl_init(&u->rl, u->status);
+	u->hold_body = false;
+	buf_reset(&u->held_body);
+	if (!f->on_limits)
+		return;
+	while (next_hline(&u->rlines, &pos, &h))
+		(void)egr_rl_header(&u->rl, h.name, h.name_len, h.value, h.value_len, now_s);
+	if (u->status == 429) {
+		u->hold_body = !u->no_body;
+		return;
+	}
+	egr_rl_finish(&u->rl);
+	if (u->rl.any)
+		f->on_limits(f->limits_ctx, &u->rl);
+}
+
 /* Compose the response head for the client (once), into u->pending. */
 static void send_head(struct up *u)
 {
@@ -453,6 +486,7 @@ static void send_head(struct up *u)
 		u->reason[0] = '\0';
 	u->no_body = !strcasecmp(u->req->method, "HEAD") || u->status / 100 == 1 ||
 		     u->status == 204 || u->status == 304;
+	head_limits(u);
 	buf_addf(out, "HTTP/1.1 %d %s\r\n", u->status,
 		 u->reason[0] ? u->reason : egr_reason(u->status));
 	head_copy(u, &f, out);
@@ -544,6 +578,20 @@ static int write_piece(struct up *u, const char *p, size_t len)
 	return 0;
 }
 
+/* A piece of the answer to the client: counted first (whatever the run saw, the count
+ * saw first), its secrets masked. 0 or -errno. */
+static int deliver(struct up *u, const char *p, size_t len)
+{
+	if (!len)
+		return 0;
+	egr_answer_feed(&u->ans, p, len);
+	if (u->c->f->secrets.n) {
+		egr_echo_mask(&u->ans, p, len, &u->masked);
+		return write_piece(u, u->masked.data, u->masked.len);
+	}
+	return write_piece(u, p, len);
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
 	struct up *u = ud;
@@ -557,19 +605,43 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 	}
 	if (u->no_body || !len)
 		return len;
-	/* Counted before the client has it: whatever the run saw, the count saw first. */
-	egr_answer_feed(&u->ans, p, len);
-	if (u->c->f->secrets.n) {
-		egr_echo_mask(&u->ans, p, len, &u->masked);
-		ret = write_piece(u, u->masked.data, u->masked.len);
+	if (u->hold_body) {
+		if (u->held_body.len + len <= LIMIT_BODY_MAX) {
+			buf_add(&u->held_body, p, len);
+			return len;
+		}
+		/* Too long for a limit's refusal: passed on, and read for its head only. */
+		u->hold_body = false;
+		ret = deliver(u, u->held_body.data, u->held_body.len);
+		if (!ret)
+			ret = deliver(u, p, len);
 	} else {
-		ret = write_piece(u, p, len);
+		ret = deliver(u, p, len);
 	}
 	if (ret) {
 		u->client_err = ret;
 		return 0;
 	}
 	return len;
+}
+
+/* The end of a 429 answer: what its head and held body say of the limits is kept, then
+ * the body goes to the client. 0 or -errno. */
+static int limits_told(struct up *u)
+{
+	struct egr_forwarder *f = u->c->f;
+
+	if (!f->on_limits || u->status != 429)
+		return 0;
+	if (u->hold_body)
+		(void)egr_rl_body(&u->rl, u->held_body.data, u->held_body.len, wall_ms() / 1000);
+	egr_rl_finish(&u->rl);
+	if (u->rl.any)
+		f->on_limits(f->limits_ctx, &u->rl);
+	if (!u->hold_body)
+		return 0;
+	u->hold_body = false;
+	return deliver(u, u->held_body.data, u->held_body.len);
 }
 
 /* ---- one request --------------------------------------------------------------------- */
@@ -797,6 +869,7 @@ static void up_begin(struct up *u, const struct egr_req *r)
 	u->body_done = !u->has_body;
 	u->body_status = u->client_err = u->status = 0;
 	u->body_why = NULL;
+	u->hold_body = false;
 	u->check_body = u->has_body && (u->c->f->flags & EGR_CHECK_BODY);
 	if (u->check_body)
 		egr_body_begin(&u->check, u->c->f->check_models ? &u->c->f->models : NULL);
@@ -888,6 +961,10 @@ static bool serve_one(struct egr_conn *c, struct up *u, const struct egr_req *r)
 		fail_before_head(c, u, r, res);
 		return false;
 	}
+	if (res == CURLE_OK && limits_told(u)) {
+		u->client_err = -EPIPE;
+		return false;
+	}
 	egr_answer_end(&u->ans);
 	if (res != CURLE_OK) {
 		fail_after_head(c, u, r, res);
@@ -916,6 +993,7 @@ void egr_upstream_serve(struct egr_conn *c)
 	buf_init(&u->rlines);
 	buf_init(&u->pending);
 	buf_init(&u->masked);
+	buf_init(&u->held_body);
 	buf_init(&u->ans.held);
 	u->multi = curl_multi_init();
 	u->easy = curl_easy_init();
@@ -963,6 +1041,7 @@ void egr_upstream_conn_release(struct egr_conn *c)
 	buf_release(&u->rlines);
 	buf_release(&u->pending);
 	buf_release(&u->masked);
+	buf_release(&u->held_body);
 	egr_answer_release(&u->ans);
 	free(u);
 	c->mode_state = NULL;

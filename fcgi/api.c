@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "fcgi/fcgi.h"
+#include "fcgi/fields.h"
 #include "common/banned.h"
 
 void fcgi_error_set(struct fcgi_error *e, int status, const char *type, const char *code,
@@ -553,91 +554,83 @@ static int check_max_tokens(const json_t *root, const char *name, int64_t *out,
 
 /* Every top-level field of a chat request, and what OLP does with it (docs/openai-compat.md
  * is the same list for people). A field not listed is refused: a client must never believe
- * that something it asked for was done when it was dropped. */
-enum field_use {
-	FIELD_USED,    /* honoured; checked by its own code below */
-	FIELD_IGNORED, /* accepted and ignored on purpose: no CLI has the knob, and an
-			   answer without it is still the answer the client asked for */
-	FIELD_DEFAULT, /* accepted only with its default value (checked below) */
-	FIELD_REFUSED, /* refused unless null: OLP cannot do it */
-};
-
-static const struct {
-	const char *name;
-	enum field_use use;
-	const char *why; /* FIELD_REFUSED: the end of the message */
-} fields[] = {
-	{ "model", FIELD_USED, NULL },
-	{ "messages", FIELD_USED, NULL },
-	{ "stream", FIELD_USED, NULL },
-	{ "stream_options", FIELD_USED, NULL },
-	{ "max_tokens", FIELD_USED, NULL },
-	{ "max_completion_tokens", FIELD_USED, NULL },
-	{ "stop", FIELD_USED, NULL },
-	{ "temperature", FIELD_IGNORED, NULL },
-	{ "top_p", FIELD_IGNORED, NULL },
-	{ "seed", FIELD_IGNORED, NULL },
-	{ "user", FIELD_IGNORED, NULL },
-	{ "frequency_penalty", FIELD_IGNORED, NULL },
-	{ "presence_penalty", FIELD_IGNORED, NULL },
-	{ "metadata", FIELD_IGNORED, NULL },
-	{ "store", FIELD_IGNORED, NULL },
-	{ "service_tier", FIELD_IGNORED, NULL },
-	{ "prompt_cache_key", FIELD_IGNORED, NULL },
-	{ "safety_identifier", FIELD_IGNORED, NULL },
-	{ "reasoning_effort", FIELD_IGNORED, NULL },
-	{ "verbosity", FIELD_IGNORED, NULL },
-	{ "parallel_tool_calls", FIELD_IGNORED, NULL },
-	{ "n", FIELD_DEFAULT, NULL },
-	{ "logprobs", FIELD_DEFAULT, NULL },
-	{ "logit_bias", FIELD_DEFAULT, NULL },
-	{ "modalities", FIELD_DEFAULT, NULL },
-	{ "response_format", FIELD_DEFAULT, NULL },
-	{ "top_logprobs", FIELD_REFUSED, "the provider CLIs report no token probabilities" },
-	{ "audio", FIELD_REFUSED, "OLP answers with text only" },
-	{ "prediction", FIELD_REFUSED, "the provider CLIs take no predicted output" },
-	{ "web_search_options", FIELD_REFUSED,
+ * that something it asked for was done when it was dropped. FCGI_FIELD_IGNORED: no CLI has
+ * the knob, and an answer without it is still the answer the client asked for. */
+static const struct fcgi_field fields[] = {
+	{ "model", FCGI_FIELD_USED, NULL },
+	{ "messages", FCGI_FIELD_USED, NULL },
+	{ "stream", FCGI_FIELD_USED, NULL },
+	{ "stream_options", FCGI_FIELD_USED, NULL },
+	{ "max_tokens", FCGI_FIELD_USED, NULL },
+	{ "max_completion_tokens", FCGI_FIELD_USED, NULL },
+	{ "stop", FCGI_FIELD_USED, NULL },
+	{ "temperature", FCGI_FIELD_IGNORED, NULL },
+	{ "top_p", FCGI_FIELD_IGNORED, NULL },
+	{ "seed", FCGI_FIELD_IGNORED, NULL },
+	{ "user", FCGI_FIELD_IGNORED, NULL },
+	{ "frequency_penalty", FCGI_FIELD_IGNORED, NULL },
+	{ "presence_penalty", FCGI_FIELD_IGNORED, NULL },
+	{ "metadata", FCGI_FIELD_IGNORED, NULL },
+	{ "store", FCGI_FIELD_IGNORED, NULL },
+	{ "service_tier", FCGI_FIELD_IGNORED, NULL },
+	{ "prompt_cache_key", FCGI_FIELD_IGNORED, NULL },
+	{ "safety_identifier", FCGI_FIELD_IGNORED, NULL },
+	{ "reasoning_effort", FCGI_FIELD_IGNORED, NULL },
+	{ "verbosity", FCGI_FIELD_IGNORED, NULL },
+	{ "parallel_tool_calls", FCGI_FIELD_IGNORED, NULL },
+	{ "n", FCGI_FIELD_DEFAULT, NULL },
+	{ "logprobs", FCGI_FIELD_DEFAULT, NULL },
+	{ "logit_bias", FCGI_FIELD_DEFAULT, NULL },
+	{ "modalities", FCGI_FIELD_DEFAULT, NULL },
+	{ "response_format", FCGI_FIELD_DEFAULT, NULL },
+	{ "top_logprobs", FCGI_FIELD_REFUSED, "the provider CLIs report no token probabilities" },
+	{ "audio", FCGI_FIELD_REFUSED, "OLP answers with text only" },
+	{ "prediction", FCGI_FIELD_REFUSED, "the provider CLIs take no predicted output" },
+	{ "web_search_options", FCGI_FIELD_REFUSED,
 	  "OLP runs the provider CLIs with their own tools (web search among them) off" },
-	{ "tools", FIELD_USED, NULL },
-	{ "tool_choice", FIELD_USED, NULL },
-	{ "functions", FIELD_REFUSED, "the deprecated form; send \"tools\"" },
-	{ "function_call", FIELD_REFUSED, "the deprecated form; send \"tool_choice\"" },
+	{ "tools", FCGI_FIELD_USED, NULL },
+	{ "tool_choice", FCGI_FIELD_USED, NULL },
+	{ "functions", FCGI_FIELD_REFUSED, "the deprecated form; send \"tools\"" },
+	{ "function_call", FCGI_FIELD_REFUSED, "the deprecated form; send \"tool_choice\"" },
+	{ NULL, FCGI_FIELD_USED, NULL },
 };
 
-/* A refused field's value that asks for nothing: null, an empty list or object ("tools":
- * []), or a tool_choice of "none" or "auto" (with no tools declared, both are what
- * happens anyway). */
-static bool asks_nothing(const char *key, const json_t *v)
+/* A refused field's value that asks for nothing: null, an empty list or object. */
+static bool asks_nothing(enum fcgi_fields_shape shape, const json_t *v)
 {
-	const char *s = json_string_value(v);
-
-	if (json_is_null(v) || (json_is_array(v) && !json_array_size(v)) ||
-	    (json_is_object(v) && !json_object_size(v)))
+	if (json_is_null(v))
 		return true;
-	return !strcmp(key, "tool_choice") && s && (!strcmp(s, "none") || !strcmp(s, "auto"));
+	return shape == FCGI_FIELDS_CHAT && ((json_is_array(v) && !json_array_size(v)) ||
+					     (json_is_object(v) && !json_object_size(v)));
 }
 
-/* Refuse what OLP cannot honour, naming the field. The fields a provider run uses have
- * their own checks. */
-static int check_fields(const json_t *root, struct fcgi_error *err)
+int fcgi_fields_check(const json_t *root, const struct fcgi_field *table,
+		      enum fcgi_fields_shape shape, struct fcgi_error *err)
 {
+	bool anthropic = shape == FCGI_FIELDS_MESSAGES;
+	const struct fcgi_field *f;
 	const char *key;
 	const json_t *v;
 
 	json_object_foreach((json_t *)root, key, v) {
-		size_t i;
-
-		for (i = 0; i < ARRAY_SIZE(fields); i++)
-			if (!strcmp(key, fields[i].name))
-				break;
-		if (i == ARRAY_SIZE(fields))
+		for (f = table; f->name && strcmp(key, f->name); f++)
+			;
+		if (!f->name && anthropic)
+			return bad(err, key,
+				   "%.160s: unknown field (OLP refuses what it would not honour; "
+				   "docs/openai-compat.md lists every field)",
+				   key);
+		if (!f->name)
 			return bad(err, key,
 				   "Unrecognized request argument supplied: %.48s (OLP refuses "
 				   "what it would not honour; docs/openai-compat.md lists every "
 				   "field)",
 				   key);
-		if (fields[i].use == FIELD_REFUSED && !asks_nothing(key, v))
-			return bad(err, key, "%s is not supported: %s", key, fields[i].why);
+		if (f->use != FCGI_FIELD_REFUSED || asks_nothing(shape, v))
+			continue;
+		if (anthropic)
+			return bad(err, key, "%.160s: not supported: %s", key, f->why);
+		return bad(err, key, "%s is not supported: %s", key, f->why);
 	}
 	return 0;
 }
@@ -901,9 +894,9 @@ int fcgi_chat_parse_json(json_t *root, struct fcgi_chat_request *out, struct fcg
 	}
 	out->model = json_string_value(v);
 	out->messages = json_object_get(root, "messages");
-	if (check_fields(root, err) || check_messages(out->messages, out, err) ||
-	    check_defaults(root, err) || check_format(root, out, err) ||
-	    check_tools(root, out, err) ||
+	if (fcgi_fields_check(root, fields, FCGI_FIELDS_CHAT, err) ||
+	    check_messages(out->messages, out, err) || check_defaults(root, err) ||
+	    check_format(root, out, err) || check_tools(root, out, err) ||
 	    check_max_tokens(root, "max_tokens", &out->max_tokens, err) ||
 	    check_max_tokens(root, "max_completion_tokens", &out->max_tokens, err) ||
 	    check_number_range(root, "temperature", 0, 2, err) ||

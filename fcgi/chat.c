@@ -825,7 +825,7 @@ void fcgi_chat_serve(struct fcgi_req *rc, const struct fcgi_chat_request *req, s
 
 	rc->chat = true;
 	if (plan_hops(rc, req, &a) || check_hop_access(rc, req, &a) ||
-	    check_hop_caps(rc, req, &a) || check_concurrency(rc) ||
+	    check_hop_caps(rc, req, &a) || fcgi_limits_check(rc, &a) || check_concurrency(rc) ||
 	    check_quota(rc, body_len, req, &a))
 		goto out;
 	fcgi_completion_init(&a.meta, req->model);

@@ -194,6 +194,9 @@ void fcgi_handle_health(struct fcgi_req *rc)
 			add_network(&b, pv);
 			add_cli_state(&b, pv);
 			fcgi_access_health(&b, pv, grants, ngrants);
+			/* What the upstream last said of each account's limits (ADR 0035). */
+			buf_adds(&b, ",\"accounts\":");
+			fcgi_limits_accounts_json(&b, pv);
 			buf_adds(&b, ",\"models\":[");
 			for (j = 0; j < prov_registry_model_count(reg); j++) {
 				const struct prov_model *m = prov_registry_model_at(reg, j);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fcgi/fcgi.h"
+#include "fcgi/fields.h"
 #include "common/banned.h"
 
 /* One translation under way: the chat messages built so far, and the error. */
@@ -88,60 +89,31 @@ static int check_keys(const json_t *obj, const char *path, const char *const *kn
 
 /* ---- top-level fields ----------------------------------------------------------------- */
 
-enum field_use {
-	FIELD_USED,    /* honoured: checked and translated below */
-	FIELD_IGNORED, /* accepted and ignored on purpose (type-checked) */
-	FIELD_REFUSED, /* refused unless null: OLP cannot do it */
-};
-
-static const struct {
-	const char *name;
-	enum field_use use;
-	const char *why; /* FIELD_REFUSED: the end of the message */
-} fields[] = {
-	{ "model", FIELD_USED, NULL },
-	{ "messages", FIELD_USED, NULL },
-	{ "max_tokens", FIELD_USED, NULL },
-	{ "system", FIELD_USED, NULL },
-	{ "stop_sequences", FIELD_USED, NULL },
-	{ "stream", FIELD_USED, NULL },
-	{ "tools", FIELD_USED, NULL },
-	{ "tool_choice", FIELD_USED, NULL },
-	{ "metadata", FIELD_USED, NULL },
+/* Every top-level field of a Messages request; fcgi_fields_check refuses the others. */
+static const struct fcgi_field fields[] = {
+	{ "model", FCGI_FIELD_USED, NULL },
+	{ "messages", FCGI_FIELD_USED, NULL },
+	{ "max_tokens", FCGI_FIELD_USED, NULL },
+	{ "system", FCGI_FIELD_USED, NULL },
+	{ "stop_sequences", FCGI_FIELD_USED, NULL },
+	{ "stream", FCGI_FIELD_USED, NULL },
+	{ "tools", FCGI_FIELD_USED, NULL },
+	{ "tool_choice", FCGI_FIELD_USED, NULL },
+	{ "metadata", FCGI_FIELD_USED, NULL },
 	/* The provider CLIs take no sampling knobs and think as they are set up to; Claude
 	 * Code sends thinking, context_management and output_config on every request. */
-	{ "thinking", FIELD_IGNORED, NULL },
-	{ "temperature", FIELD_IGNORED, NULL },
-	{ "top_p", FIELD_IGNORED, NULL },
-	{ "top_k", FIELD_IGNORED, NULL },
-	{ "context_management", FIELD_IGNORED, NULL },
-	{ "output_config", FIELD_IGNORED, NULL },
-	{ "mcp_servers", FIELD_REFUSED, "OLP connects to no MCP server on a client's behalf" },
-	{ "container", FIELD_REFUSED, "OLP runs no code execution container" },
-	{ "output_format", FIELD_REFUSED,
+	{ "thinking", FCGI_FIELD_IGNORED, NULL },
+	{ "temperature", FCGI_FIELD_IGNORED, NULL },
+	{ "top_p", FCGI_FIELD_IGNORED, NULL },
+	{ "top_k", FCGI_FIELD_IGNORED, NULL },
+	{ "context_management", FCGI_FIELD_IGNORED, NULL },
+	{ "output_config", FCGI_FIELD_IGNORED, NULL },
+	{ "mcp_servers", FCGI_FIELD_REFUSED, "OLP connects to no MCP server on a client's behalf" },
+	{ "container", FCGI_FIELD_REFUSED, "OLP runs no code execution container" },
+	{ "output_format", FCGI_FIELD_REFUSED,
 	  "structured outputs are not supported; ask for JSON in the prompt" },
+	{ NULL, FCGI_FIELD_USED, NULL },
 };
-
-static int check_fields(const json_t *root, struct fcgi_error *err)
-{
-	const char *key;
-	const json_t *v;
-
-	json_object_foreach((json_t *)root, key, v) {
-		size_t i;
-
-		for (i = 0; i < ARRAY_SIZE(fields); i++)
-			if (!strcmp(key, fields[i].name))
-				break;
-		if (i == ARRAY_SIZE(fields))
-			return bad(err, key,
-				   "unknown field (OLP refuses what it would not honour; "
-				   "docs/openai-compat.md lists every field)");
-		if (fields[i].use == FIELD_REFUSED && !json_is_null(v))
-			return bad(err, key, "not supported: %s", fields[i].why);
-	}
-	return 0;
-}
 
 static int check_number(const json_t *root, const char *name, double lo, double hi,
 			struct fcgi_error *err)
@@ -239,7 +211,7 @@ static const json_t *text_block(const json_t *b, const char *path, struct fcgi_e
 {
 	static const char *const known[] = { "type", "text", "cache_control", "citations", NULL };
 	const json_t *t = json_object_get(b, "text");
-	char p[160];
+	char p[240];
 
 	if (check_keys(b, path, known, err))
 		return NULL;
@@ -262,7 +234,7 @@ static json_t *image_part(struct tr *t, const json_t *b, const char *path)
 	const char *type, *mt, *data;
 	struct buf url = BUF_INIT;
 	json_t *part;
-	char p[192];
+	char p[224];
 	size_t i;
 
 	if (check_keys(b, path, known, t->err))
@@ -340,122 +312,171 @@ static const char *block_type(const json_t *b, const char *path, struct fcgi_err
 	return type;
 }
 
+/* What a walk over content blocks hands each block: its path ("messages.2.content.0"), its
+ * type, and a text block's text, checked (NULL for any other type). 0 or -1 (refused). */
+typedef int (*block_fn)(struct tr *t, const json_t *b, const char *type, const json_t *text,
+			const char *path, void *arg);
+
+/* Each block of blocks (an array, at path) to fn, in order: 0, or -1 at the first
+ * refusal: a block that is no object or has no type, a text block of the wrong shape, or
+ * one fn refused. */
+static int walk_blocks(struct tr *t, const json_t *blocks, const char *path, block_fn fn, void *arg)
+{
+	const json_t *b, *text;
+	const char *type;
+	char p[224];
+	size_t i;
+
+	json_array_foreach(blocks, i, b) {
+		snprintf(p, sizeof(p), "%s.%zu", path, i);
+		if (!(type = block_type(b, p, t->err)))
+			return -1;
+		text = NULL;
+		if (!strcmp(type, "text") && !(text = text_block(b, p, t->err)))
+			return -1;
+		if (fn(t, b, type, text, p, arg))
+			return -1;
+	}
+	return 0;
+}
+
+/* A tool_result under way: the tool message's text, and the user message's parts. */
+struct result_walk {
+	const json_t *id; /* the tool_use_id */
+	struct buf text;
+	json_t *parts;
+	bool any; /* a block's text is in text */
+};
+
+static void result_line(struct result_walk *w, const char *s, size_t n)
+{
+	if (w->any)
+		buf_addch(&w->text, '\n');
+	buf_add(&w->text, s, n);
+	w->any = true;
+}
+
+/* A tool_reference block: Claude Code's ToolSearch answers with these, one per deferred
+ * tool it loads ({"type":"tool_reference","tool_name":"TaskCreate"}), and Anthropic's API
+ * puts that tool's definition into the model's context there. OLP declares every tool the
+ * request lists to the provider, deferred ones too (translate_tool), so there is nothing
+ * to load: the block becomes a line of the result that names the tool, for the model to
+ * read what its search found. */
+static int tool_reference(struct tr *t, const json_t *b, const char *path, struct result_walk *w)
+{
+	static const char *const known[] = { "type", "tool_name", "cache_control", NULL };
+	const json_t *name = json_object_get(b, "tool_name");
+	struct buf line = BUF_INIT;
+	char p[256];
+
+	if (check_keys(b, path, known, t->err))
+		return -1;
+	snprintf(p, sizeof(p), "%s.tool_name", path);
+	if (!str(name) || !json_string_length(name))
+		return bad(t->err, p, "must be a non-empty string");
+	buf_adds(&line, "Tool loaded: ");
+	buf_add(&line, json_string_value(name), json_string_length(name));
+	buf_adds(&line, " (declared among the tools; call it by name)");
+	result_line(w, line.data, line.len);
+	buf_release(&line);
+	return 0;
+}
+
+static int result_block(struct tr *t, const json_t *b, const char *type, const json_t *text,
+			const char *path, void *arg)
+{
+	struct result_walk *w = arg;
+	struct buf note = BUF_INIT;
+	json_t *img;
+
+	if (text) {
+		result_line(w, json_string_value(text), json_string_length(text));
+		return 0;
+	}
+	if (!strcmp(type, "tool_reference"))
+		return tool_reference(t, b, path, w);
+	if (strcmp(type, "image"))
+		return bad(t->err, path,
+			   "must be a text, image or tool_reference block (not %.32s)", type);
+	if (!(img = image_part(t, b, path)))
+		return -1;
+	buf_addf(&note, "(an image from the result of tool call %s)", json_string_value(w->id));
+	add(w->parts, json_pack("{s:s, s:s}", "type", "text", "text", note.data));
+	add(w->parts, img);
+	buf_release(&note);
+	return 0;
+}
+
 /* A tool_result block as a tool message (its text), its images into parts (the user
  * message that follows: a tool message takes no image). */
 static int tool_result(struct tr *t, const json_t *b, const char *path, json_t *parts)
 {
 	static const char *const known[] = { "type",	 "tool_use_id",	  "content",
 					     "is_error", "cache_control", NULL };
-	const json_t *id = json_object_get(b, "tool_use_id"), *c = json_object_get(b, "content");
-	const json_t *e = json_object_get(b, "is_error"), *x;
-	struct buf text = BUF_INIT, note = BUF_INIT;
-	bool any = false;
-	char p[192];
-	size_t i;
+	const json_t *c = json_object_get(b, "content"), *e = json_object_get(b, "is_error");
+	struct result_walk w = { json_object_get(b, "tool_use_id"), BUF_INIT, parts, false };
+	char p[224];
 
 	if (check_keys(b, path, known, t->err))
 		return -1;
 	snprintf(p, sizeof(p), "%s.tool_use_id", path);
-	if (!str(id) || !json_string_length(id))
+	if (!str(w.id) || !json_string_length(w.id))
 		return bad(t->err, p, "must be a non-empty string");
 	snprintf(p, sizeof(p), "%s.is_error", path);
 	if (!absent(e) && !json_is_boolean(e))
 		return bad(t->err, p, "must be a boolean");
-	if (json_is_true(e))
-		buf_adds(&text, "[error] ");
-	if (json_is_string(c))
-		buf_add(&text, json_string_value(c), json_string_length(c));
-	else if (!absent(c) && !json_is_array(c))
-		goto fail_shape;
-	json_array_foreach(c, i, x) {
-		const char *type;
-
-		snprintf(p, sizeof(p), "%s.content.%zu", path, i);
-		if (!(type = block_type(x, p, t->err)))
-			goto fail;
-		if (!strcmp(type, "text")) {
-			const json_t *tx = text_block(x, p, t->err);
-
-			if (!tx)
-				goto fail;
-			if (any)
-				buf_addch(&text, '\n');
-			buf_add(&text, json_string_value(tx), json_string_length(tx));
-			any = true;
-		} else if (!strcmp(type, "image")) {
-			json_t *img = image_part(t, x, p);
-
-			if (!img)
-				goto fail;
-			buf_reset(&note);
-			buf_addf(&note, "(an image from the result of tool call %s)",
-				 json_string_value(id));
-			add(parts, json_pack("{s:s, s:s}", "type", "text", "text", note.data));
-			add(parts, img);
-		} else {
-			bad(t->err, p, "must be a text or image block (not %.32s)", type);
-			goto fail;
-		}
-	}
-	add(t->msgs, json_pack("{s:s, s:O, s:s%}", "role", "tool", "tool_call_id", id, "content",
-			       text.data, text.len));
-	buf_release(&text);
-	buf_release(&note);
-	return 0;
-fail_shape:
 	snprintf(p, sizeof(p), "%s.content", path);
-	bad(t->err, p, "must be a string or an array of text and image blocks");
-fail:
-	buf_release(&text);
-	buf_release(&note);
-	return -1;
+	if (!absent(c) && !json_is_string(c) && !json_is_array(c))
+		return bad(t->err, p,
+			   "must be a string or an array of text, image and tool_reference blocks");
+	if (json_is_true(e))
+		buf_adds(&w.text, "[error] ");
+	if (json_is_string(c))
+		buf_add(&w.text, json_string_value(c), json_string_length(c));
+	if (walk_blocks(t, c, p, result_block, &w)) {
+		buf_release(&w.text);
+		return -1;
+	}
+	add(t->msgs, json_pack("{s:s, s:O, s:s%}", "role", "tool", "tool_call_id", w.id, "content",
+			       w.text.data, w.text.len));
+	buf_release(&w.text);
+	return 0;
 }
 
-/* A user message's blocks: tool results first (as tool messages), then the rest as one
- * user message. */
+/* One block of a user message: into parts (a json array), a tool result as its tool
+ * message. */
+static int user_block(struct tr *t, const json_t *b, const char *type, const json_t *text,
+		      const char *path, void *arg)
+{
+	json_t *parts = arg, *part;
+
+	if (text) {
+		add(parts, json_pack("{s:s, s:O}", "type", "text", "text", text));
+		return 0;
+	}
+	if (!strcmp(type, "tool_result"))
+		return tool_result(t, b, path, parts);
+	if (strcmp(type, "image"))
+		return bad(t->err, path,
+			   "a user message's blocks must be text, image or tool_result (not %.32s)",
+			   type);
+	if (!(part = image_part(t, b, path)))
+		return -1;
+	add(parts, part);
+	return 0;
+}
+
+/* A user message's blocks (content, at path): tool results first (as tool messages), then
+ * the rest as one user message. */
 static int user_blocks(struct tr *t, const json_t *content, const char *path)
 {
 	json_t *parts = json_array();
-	const json_t *b;
-	char p[128];
-	size_t i;
+	int ret = walk_blocks(t, content, path, user_block, parts);
 
-	json_array_foreach(content, i, b) {
-		const char *type;
-		json_t *part = NULL;
-
-		snprintf(p, sizeof(p), "%s.content.%zu", path, i);
-		if (!(type = block_type(b, p, t->err)))
-			goto fail;
-		if (!strcmp(type, "text")) {
-			const json_t *tx = text_block(b, p, t->err);
-
-			if (!tx)
-				goto fail;
-			part = json_pack("{s:s, s:O}", "type", "text", "text", tx);
-		} else if (!strcmp(type, "image")) {
-			if (!(part = image_part(t, b, p)))
-				goto fail;
-		} else if (!strcmp(type, "tool_result")) {
-			if (tool_result(t, b, p, parts))
-				goto fail;
-			continue;
-		} else {
-			bad(t->err, p,
-			    "a user message's blocks must be text, image or tool_result (not "
-			    "%.32s)",
-			    type);
-			goto fail;
-		}
-		add(parts, part);
-	}
-	if (json_array_size(parts))
+	if (!ret && json_array_size(parts))
 		add(t->msgs, json_pack("{s:s, s:O}", "role", "user", "content", parts));
 	json_decref(parts);
-	return 0;
-fail:
-	json_decref(parts);
-	return -1;
+	return ret;
 }
 
 /* A tool_use block of the history as a tool call. */
@@ -464,7 +485,7 @@ static json_t *tool_use(struct tr *t, const json_t *b, const char *path)
 	static const char *const known[] = { "type", "id", "name", "input", "cache_control", NULL };
 	const json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name");
 	const json_t *input = json_object_get(b, "input");
-	char p[192], *args;
+	char p[224], *args;
 	json_t *call;
 
 	if (check_keys(b, path, known, t->err))
@@ -493,96 +514,86 @@ static json_t *tool_use(struct tr *t, const json_t *b, const char *path)
 	return call;
 }
 
-/* An assistant message's blocks: its text, and its tool_use blocks as tool_calls. Thinking
- * blocks are left out: they are signed by the API that made them, and no provider takes
- * them back. */
+/* An assistant message under way: its text parts and its tool calls. */
+struct turn_walk {
+	json_t *parts, *calls;
+};
+
+static int assistant_block(struct tr *t, const json_t *b, const char *type, const json_t *text,
+			   const char *path, void *arg)
+{
+	struct turn_walk *w = arg;
+	json_t *call;
+
+	if (text) {
+		add(w->parts, json_pack("{s:s, s:O}", "type", "text", "text", text));
+		return 0;
+	}
+	if (!strcmp(type, "tool_use")) {
+		if (!(call = tool_use(t, b, path)))
+			return -1;
+		add(w->calls, call);
+		return 0;
+	}
+	if (strcmp(type, "thinking") && strcmp(type, "redacted_thinking"))
+		return bad(t->err, path,
+			   "an assistant message's blocks must be text, tool_use, thinking or "
+			   "redacted_thinking (not %.32s)",
+			   type);
+	return 0;
+}
+
+/* An assistant message's blocks (content, at path): its text, and its tool_use blocks as
+ * tool_calls. Thinking blocks are left out: they are signed by the API that made them, and
+ * no provider takes them back. */
 static int assistant_blocks(struct tr *t, const json_t *content, const char *path)
 {
-	json_t *parts = json_array(), *calls = json_array(), *msg;
-	const json_t *b;
-	char p[128];
-	size_t i;
+	struct turn_walk w = { json_array(), json_array() };
+	int ret = walk_blocks(t, content, path, assistant_block, &w);
+	json_t *msg;
 
-	json_array_foreach(content, i, b) {
-		const char *type;
-
-		snprintf(p, sizeof(p), "%s.content.%zu", path, i);
-		if (!(type = block_type(b, p, t->err)))
-			goto fail;
-		if (!strcmp(type, "text")) {
-			const json_t *tx = text_block(b, p, t->err);
-
-			if (!tx)
-				goto fail;
-			add(parts, json_pack("{s:s, s:O}", "type", "text", "text", tx));
-		} else if (!strcmp(type, "tool_use")) {
-			json_t *c = tool_use(t, b, p);
-
-			if (!c)
-				goto fail;
-			add(calls, c);
-		} else if (strcmp(type, "thinking") && strcmp(type, "redacted_thinking")) {
-			bad(t->err, p,
-			    "an assistant message's blocks must be text, tool_use, thinking or "
-			    "redacted_thinking (not %.32s)",
-			    type);
-			goto fail;
-		}
-	}
-	if (json_array_size(parts) || json_array_size(calls)) {
+	if (!ret && (json_array_size(w.parts) || json_array_size(w.calls))) {
 		msg = json_pack("{s:s, s:O}", "role", "assistant", "content",
-				json_array_size(parts) ? parts : json_null());
-		if (json_array_size(calls))
-			set(msg, "tool_calls", json_incref(calls));
+				json_array_size(w.parts) ? w.parts : json_null());
+		if (json_array_size(w.calls))
+			set(msg, "tool_calls", json_incref(w.calls));
 		add(t->msgs, msg);
 	}
-	json_decref(parts);
-	json_decref(calls);
+	json_decref(w.parts);
+	json_decref(w.calls);
+	return ret;
+}
+
+static int system_block(struct tr *t, const json_t *b, const char *type, const json_t *text,
+			const char *path, void *arg)
+{
+	struct buf *out = arg;
+
+	(void)b;
+	if (!text)
+		return bad(t->err, path, "must be a text block (not %.32s)", type);
+	if (out->len)
+		buf_addch(out, '\n');
+	buf_add(out, json_string_value(text), json_string_length(text));
 	return 0;
-fail:
-	json_decref(parts);
-	json_decref(calls);
-	return -1;
 }
 
 /* system text: a string, or text blocks joined by a newline. As a system message. */
 static int system_text(struct tr *t, const json_t *v, const char *path)
 {
 	struct buf text = BUF_INIT;
-	const json_t *b;
-	char p[128];
-	size_t i;
+	int ret;
 
-	if (json_is_string(v)) {
+	if (json_is_string(v))
 		buf_add(&text, json_string_value(v), json_string_length(v));
-	} else if (!json_is_array(v)) {
+	else if (!json_is_array(v))
 		return bad(t->err, path, "must be a string or an array of text blocks");
-	}
-	json_array_foreach(v, i, b) {
-		const char *type;
-		const json_t *tx;
-
-		snprintf(p, sizeof(p), "%s.%zu", path, i);
-		if (!(type = block_type(b, p, t->err)))
-			goto fail;
-		if (strcmp(type, "text")) {
-			bad(t->err, p, "must be a text block (not %.32s)", type);
-			goto fail;
-		}
-		if (!(tx = text_block(b, p, t->err)))
-			goto fail;
-		if (text.len)
-			buf_addch(&text, '\n');
-		buf_add(&text, json_string_value(tx), json_string_length(tx));
-	}
-	if (text.len)
+	ret = walk_blocks(t, v, path, system_block, &text);
+	if (!ret && text.len)
 		add(t->msgs,
 		    json_pack("{s:s, s:s%}", "role", "system", "content", text.data, text.len));
 	buf_release(&text);
-	return 0;
-fail:
-	buf_release(&text);
-	return -1;
+	return ret;
 }
 
 /* messages[i]: user and assistant turns, and the "system" turns Claude Code puts among
@@ -613,8 +624,7 @@ static int translate_message(struct tr *t, const json_t *m, size_t i)
 		add(t->msgs, json_pack("{s:s, s:O}", "role", role, "content", content));
 		return 0;
 	}
-	return !strcmp(role, "user") ? user_blocks(t, content, path)
-				     : assistant_blocks(t, content, path);
+	return !strcmp(role, "user") ? user_blocks(t, content, p) : assistant_blocks(t, content, p);
 }
 
 static int translate_messages(struct tr *t, const json_t *root)
@@ -787,7 +797,8 @@ json_t *fcgi_messages_translate(const json_t *root, bool count, struct fcgi_erro
 		bad(err, "body", "must be a JSON object");
 		goto fail;
 	}
-	if (check_fields(root, err) || check_ignored(root, err) || check_metadata(root, err) ||
+	if (fcgi_fields_check(root, fields, FCGI_FIELDS_MESSAGES, err) ||
+	    check_ignored(root, err) || check_metadata(root, err) ||
 	    translate_scalars(root, count, chat, err) || translate_messages(&t, root) ||
 	    translate_tools(root, chat, err))
 		goto fail;

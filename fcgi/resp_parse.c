@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fcgi/fcgi.h"
+#include "fcgi/fields.h"
 #include "common/banned.h"
 
 static int bad(struct fcgi_error *err, const char *param, const char *fmt, ...)
@@ -46,53 +47,37 @@ static bool is(const json_t *v, const char *want)
 
 /* ---- the top-level fields --------------------------------------------------------------- */
 
-enum field_use { USED, IGNORED, REFUSED };
-
-static const struct {
-	const char *name;
-	enum field_use use;
-	const char *why; /* REFUSED: the end of the message */
-} fields[] = {
-	{ "model", USED, NULL },
-	{ "instructions", USED, NULL },
-	{ "input", USED, NULL },
-	{ "tools", USED, NULL },
-	{ "tool_choice", USED, NULL },
-	{ "parallel_tool_calls", USED, NULL }, /* the model may make several calls a turn */
-	{ "stream", USED, NULL },
-	{ "store", USED, NULL },
-	{ "max_output_tokens", USED, NULL },
+/* Every top-level field of a Responses request; fcgi_fields_check refuses the others. */
+static const struct fcgi_field fields[] = {
+	{ "model", FCGI_FIELD_USED, NULL },
+	{ "instructions", FCGI_FIELD_USED, NULL },
+	{ "input", FCGI_FIELD_USED, NULL },
+	{ "tools", FCGI_FIELD_USED, NULL },
+	{ "tool_choice", FCGI_FIELD_USED, NULL },
+	/* parallel_tool_calls: the model may make several calls a turn */
+	{ "parallel_tool_calls", FCGI_FIELD_USED, NULL },
+	{ "stream", FCGI_FIELD_USED, NULL },
+	{ "store", FCGI_FIELD_USED, NULL },
+	{ "max_output_tokens", FCGI_FIELD_USED, NULL },
 	/* No CLI has these knobs; the answer without them is still the one asked for. */
-	{ "reasoning", IGNORED, NULL },
-	{ "text", IGNORED, NULL },
-	{ "prompt_cache_key", IGNORED, NULL },
-	{ "service_tier", IGNORED, NULL },
-	{ "include", IGNORED, NULL },
-	{ "client_metadata", IGNORED, NULL },
-	{ "previous_response_id", REFUSED,
+	{ "reasoning", FCGI_FIELD_IGNORED, NULL },
+	{ "text", FCGI_FIELD_IGNORED, NULL },
+	{ "prompt_cache_key", FCGI_FIELD_IGNORED, NULL },
+	{ "service_tier", FCGI_FIELD_IGNORED, NULL },
+	{ "include", FCGI_FIELD_IGNORED, NULL },
+	{ "client_metadata", FCGI_FIELD_IGNORED, NULL },
+	{ "previous_response_id", FCGI_FIELD_REFUSED,
 	  "OLP keeps no response (store is false): send the whole conversation in input" },
+	{ NULL, FCGI_FIELD_USED, NULL },
 };
 
+/* The fields, and the two booleans among them with a rule of their own. */
 static int check_fields(const json_t *root, struct fcgi_error *err)
 {
-	const char *key;
 	const json_t *v;
 
-	json_object_foreach((json_t *)root, key, v) {
-		size_t i;
-
-		for (i = 0; i < ARRAY_SIZE(fields); i++)
-			if (!strcmp(key, fields[i].name))
-				break;
-		if (i == ARRAY_SIZE(fields))
-			return bad(err, key,
-				   "Unrecognized request argument supplied: %.48s (OLP refuses "
-				   "what it would not honour; docs/openai-compat.md lists every "
-				   "field)",
-				   key);
-		if (fields[i].use == REFUSED && !json_is_null(v))
-			return bad(err, key, "%s is not supported: %s", key, fields[i].why);
-	}
+	if (fcgi_fields_check(root, fields, FCGI_FIELDS_RESPONSES, err))
+		return -1;
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return bad(err, "store", "store must be a boolean");

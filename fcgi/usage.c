@@ -160,6 +160,20 @@ static void usage_keys_collect(struct fcgi_req *rc, const struct usage_query *q,
 		usage_key_add(keys, nkeys, r->rows[i].key_id, sk);
 }
 
+/* The accounts' subscription limits (ADR 0035) as the report's last member, "accounts":
+ * the report is one JSON object, so its closing brace moves after them. */
+static void usage_add_accounts(struct fcgi_req *rc, struct buf *msg)
+{
+	while (msg->len && msg->data[msg->len - 1] != '}')
+		msg->len--;
+	if (!msg->len)
+		return;
+	msg->data[--msg->len] = '\0';
+	buf_adds(msg, ",\"accounts\":");
+	fcgi_limits_usage_json(rc, msg);
+	buf_addch(msg, '}');
+}
+
 /* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
  * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
  * at most 200) rows of recent requests. docs/openai-compat.md has the shape (usage_report_json
@@ -208,6 +222,7 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 	r.keys = keys;
 	r.nkeys = nkeys;
 	usage_report_json(st, &r, &msg);
+	usage_add_accounts(rc, &msg);
 	fcgi_send_json(rc, 200, &msg,
 		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 out:
@@ -324,6 +339,8 @@ void fcgi_handle_metrics(struct fcgi_req *rc)
 			  "log says why)");
 		goto out;
 	}
+	/* The accounts' subscription limits, from their state files (ADR 0035). */
+	fcgi_limits_metrics(rc->app->reg, &b);
 	fcgi_send_head(rc, 200, "text/plain; version=0.0.4; charset=utf-8",
 		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 	fcgi_io_write(rc->io, b.data, b.len);

@@ -119,6 +119,16 @@ void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline
 /* A wall-clock time in ms as a JSON string "YYYY-MM-DDTHH:MM:SSZ", or null when ms <= 0. */
 void fcgi_json_since(struct buf *b, int64_t ms);
 
+/* ---- the accounts' subscription limits (limits.c, ADR 0035) ----------------------------- */
+/* {"default":{status, limited, retry_after_s, reset, claim, seen, windows:{...}}}: the
+ * provider's accounts as the upstream last described them (docs/accounts.md). */
+void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv);
+/* {"<provider>":{accounts}, ...}: every provider's for the owner, for a key those of the
+ * providers it may use. */
+void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b);
+/* Append the olp_account_* families (Prometheus text) to b. */
+void fcgi_limits_metrics(const struct prov_registry *reg, struct buf *b);
+
 /* ---- quota.c: a key's quota against the usage store (ADR 0026) ---------------------- */
 /* The tokens a chat request is expected to cost, reserved against tokens_per_day while it
  * runs: its body's bytes / 4 (the prompt, a little over) plus its max_tokens, or 1024
@@ -350,5 +360,11 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io);
 /* fcgi/dashboard.html, built in (fcgi/embed.cmake): len bytes, then a NUL. */
 extern const unsigned char fcgi_dashboard_html[];
 extern const size_t fcgi_dashboard_html_len;
+
+/* Skip the hops whose account the upstream rejected until a reset still to come
+ * (limits.c): 0 to go on with the others, or -1 after answering 429 (rate_limit_error,
+ * code "subscription_limit", Retry-After the seconds to the soonest reset) when none is
+ * left. Before the key's concurrency and quota: a refused request costs the key nothing. */
+int fcgi_limits_check(struct fcgi_req *rc, struct fcgi_answer *a);
 
 #endif

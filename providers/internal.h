@@ -232,6 +232,10 @@ void prov_slot_release(int fd);
 
 void prov_plan_release(struct prov_plan *plan);
 
+/* The accounts' limits files (limits.c): <state_dir>/limits, made 0700. 0 or -errno. */
+int prov_limits_set_dir(const char *state_dir);
+/* egr_limits_fn for a run's forwarder: ctx is the run's const struct prov_provider. */
+void prov_limits_seen(void *ctx, const struct egr_ratelimit *rl);
 /* The tool-list files (toolfile.c): <state_dir>/tools, made 0700. 0 or -errno. */
 int prov_toolfile_set_dir(const char *state_dir);
 /* The file holding json (a request's tool list), written if it is not there yet; its path

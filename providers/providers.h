@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/common.h"
+#include "egress/egress.h"
 #include "sandbox/sandbox.h"
 
 /* ---- registry ----------------------------------------------------------------------- */
@@ -317,7 +318,7 @@ enum prov_format {
 json_t *prov_format_messages(const json_t *messages, enum prov_format format, const json_t *schema);
 
 /* Where the pool's worker processes share state (the per-provider concurrency slots, in
- * <dir>/slots): the same directory for every process of the pool. Without it there is no
+ * <dir>/slots; the accounts' subscription limits, in <dir>/limits): the same directory for every process of the pool. Without it there is no
  * concurrency cap. 0 or -errno. */
 int prov_set_state_dir(const char *dir);
 /* Say what the operator should know of the providers' configuration at start (vibe: where
@@ -325,6 +326,38 @@ int prov_set_state_dir(const char *dir);
  * share dir (the same dir as above; NULL: say it), and only for a program that is
  * installed (notes.c). */
 void prov_registry_notes(const struct prov_registry *reg, const char *dir);
+
+/* ---- subscription limits, per account (limits.c, ADR 0035) -------------------------- */
+
+/* The account a provider's runs use. Today each provider has one set of credentials, its
+ * "default" account; the state below is keyed by provider and account so that named
+ * accounts (issue 26 item 1) only add keys. */
+#define PROV_ACCOUNT_DEFAULT "default"
+
+/* The latest the upstream said of an account's limits, as every worker of the host sees
+ * it: one small file per account in <state dir>/limits, replaced whole (rename) with
+ * each answer that announced something, so that a reader sees one answer's state or the
+ * one before, never a mix. */
+struct prov_limits {
+	/* What the last answer said; a window it did not name keeps an earlier answer's
+	 * values (win_seen_ms says when each was named). */
+	struct egr_ratelimit rl;
+	int64_t seen_ms;		  /* when the last answer was read, wall clock ms */
+	int64_t win_seen_ms[EGR_RL_NWIN]; /* when each window was last named (0: never) */
+};
+
+/* The state of provider's account: 0, -ENOENT (nothing seen yet, or no state dir), or
+ * -errno. Cheap (one small file read): called before each run. */
+int prov_limits_get(const char *provider, const char *account, struct prov_limits *out);
+/* Merge what one answer said into the account's state (egress calls this through the
+ * run's forwarder; tests call it directly). 0 or -errno. provider and account are plain
+ * file name parts ([A-Za-z0-9_.-], not starting with '.', 64 bytes at most): -EINVAL
+ * otherwise. */
+int prov_limits_put(const char *provider, const char *account, const struct egr_ratelimit *rl);
+/* Whether the upstream refused the account until a time still to come (status
+ * "rejected", reset after now_s): true with *retry_s, the seconds until then (>= 1). A
+ * rejection without a reset, or whose reset has passed, blocks nothing. */
+bool prov_limits_blocked(const struct prov_limits *st, int64_t now_s, int64_t *retry_s);
 
 /* ---- running ------------------------------------------------------------------------- */
 

@@ -560,6 +560,9 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 	}
 	nr->route.mode = EGR_MODE_UPSTREAM;
 	nr->route.upstream = n->upstream;
+	/* What the answers say of the account's subscription limits, kept for the host. */
+	nr->route.on_limits = prov_limits_seen;
+	nr->route.limits_ctx = (void *)pv;
 	nr->route.ca_file = n->ca_file;
 	nr->route.allow_paths = n->allow_paths.n ? (const char *const *)n->allow_paths.v : NULL;
 	nr->route.flags = (n->any_path ? EGR_ANY_PATH : 0) | (n->check_body ? EGR_CHECK_BODY : 0);

@@ -27,6 +27,11 @@ int prov_set_state_dir(const char *dir)
 	slot_dir = xstrdup(path);
 	/* The tool lists of runs live in the same state dir (toolfile.c); without it a
 	 * request with tools fails at its plan, saying why. */
+	/* The accounts' subscription limits (limits.c): without them nothing is kept or
+	 * shown, and no request is refused for a limit. */
+	if (prov_limits_set_dir(dir))
+		log_warnx(NULL, "subscription limits in %s/limits: %s; they will not be kept", dir,
+			  strerror(errno));
 	if (prov_toolfile_set_dir(dir))
 		log_warnx(NULL, "tool lists in %s/tools: %s; requests with tools will fail", dir,
 			  strerror(errno));

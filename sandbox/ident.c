@@ -242,20 +242,26 @@ static int subid_range(const char *file, const char *user, unsigned long id, uns
 }
 
 /* The name /etc/passwd gives uid, or "" (read by hand: olp-sandbox is linked statically,
- * where getpwuid_r would need glibc's NSS modules at run time). */
+ * where getpwuid_r would need glibc's NSS modules at run time). A line is
+ * name:password:uid:gid:…, and the password field may hold anything but a colon: "x"
+ * (in the shadow file), "*" or "!" (no login), "" or a hash. */
 static void user_name(uid_t uid, char *out, size_t n)
 {
 	struct buf b = BUF_INIT;
-	char key[32];
+	char key[24];
 	const char *line;
 
 	out[0] = '\0';
-	snprintf(key, sizeof(key), ":x:%u:", (unsigned)uid);
+	snprintf(key, sizeof(key), ":%u:", (unsigned)uid);
 	if (buf_read_file(&b, "/etc/passwd", 1 << 22) == 0) {
 		for (line = b.data; *line; line = strchrnul(line, '\n'), line += !!*line) {
-			const char *c1 = strchr(line, ':'), *eol = strchrnul(line, '\n');
+			const char *eol = strchrnul(line, '\n'),
+				   *c1 = memchr(line, ':', eol - line);
+			const char *c2 = c1 ? memchr(c1 + 1, ':', eol - c1 - 1) : NULL;
 
-			if (c1 && c1 < eol && !strncmp(c1, key, strlen(key)) &&
+			/* c2 starts ":uid:"; the name is all before c1. */
+			if (c2 && (size_t)(eol - c2) >= strlen(key) &&
+			    !strncmp(c2, key, strlen(key)) && c1 > line &&
 			    (size_t)(c1 - line) < n) {
 				snprintf(out, n, "%.*s", (int)(c1 - line), line);
 				break;

@@ -169,7 +169,7 @@ struct store_db *store_open(const char *url, const struct store_options *opt, st
 	pthread_mutex_init(&db->lock, NULL);
 	pthread_cond_init(&db->freed, NULL);
 	pthread_mutex_init(&db->listen_lock, NULL);
-	db->idle = xcalloc(db->max_conns, sizeof(*db->idle));
+	db->idle = xcalloc(db->max_conns, sizeof(PGconn *));
 	db->wake[0] = db->wake[1] = -1;
 	atomic_store(&db->ok, true);
 	c = store_connect(db);

@@ -4,7 +4,7 @@
 #   4 forwarder (accepting, dispatching, start and stop)
 #   3 upstream, connect (the modes)
 #   2 conn (one connection's waits and I/O), body, answer
-#   1 policy, jscan, addr
+#   1 policy, jscan, addr, ratelimit (the subscription limits an answer announces)
 #   0 http (the request head, names and addresses)
 # A file not listed fails the check: a new file gets its rank here.
 # Usage: layers.sh NM OBJECT...
@@ -16,7 +16,7 @@ rank() {
 	forwarder.c.o) echo 4 ;;
 	upstream.c.o | connect.c.o) echo 3 ;;
 	conn.c.o | body.c.o | answer.c.o) echo 2 ;;
-	policy.c.o | jscan.c.o | addr.c.o) echo 1 ;;
+	policy.c.o | jscan.c.o | addr.c.o | ratelimit.c.o) echo 1 ;;
 	http.c.o) echo 0 ;;
 	*) echo "" ;;
 	esac

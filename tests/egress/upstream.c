@@ -320,6 +320,39 @@ static int respond(struct tu_conn *c, const char *method, const char *path, cons
 				 "Content-Length: %zu\r\n\r\n%s",
 				 st, strlen(json), json);
 	}
+	if (!strncmp(path, "/limits/anthropic", 17)) {
+		/* A subscription's answer (tests/egress/test_ratelimit.c): ?rejected=1 is a 429. */
+		bool rej = query_num(path, "rejected", 0);
+		const char *json = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}";
+
+		return io_printf(c,
+				 "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+				 "anthropic-ratelimit-unified-status: %s\r\n"
+				 "anthropic-ratelimit-unified-reset: 4102444800\r\n"
+				 "anthropic-ratelimit-unified-representative-claim: five_hour\r\n"
+				 "anthropic-ratelimit-unified-5h-status: %s\r\n"
+				 "anthropic-ratelimit-unified-5h-utilization: %s\r\n"
+				 "anthropic-ratelimit-unified-5h-reset: 4102444800\r\n"
+				 "anthropic-ratelimit-unified-7d-utilization: 0.25\r\n"
+				 "anthropic-ratelimit-unified-7d-reset: 4102999999\r\n"
+				 "Content-Length: %zu\r\n\r\n%s",
+				 rej ? 429 : 200, rej ? "rejected" : "allowed",
+				 rej ? "rejected" : "allowed", rej ? "1.0" : "0.42", strlen(json),
+				 json);
+	}
+	if (!strncmp(path, "/limits/codex429", 16)) {
+		const char *json = "{\"error\":{\"type\":\"usage_limit_reached\",\"message\":\"x\","
+				   "\"resets_in_seconds\":3600}}";
+
+		return io_printf(
+			c,
+			"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+			"x-codex-primary-used-percent: 100\r\n"
+			"x-codex-primary-window-minutes: 300\r\n"
+			"x-codex-secondary-used-percent: 12.5\r\n"
+			"Content-Length: %zu\r\n\r\n%s",
+			strlen(json), json);
+	}
 	if (!strncmp(path, "/hang", 5)) {
 		while (!c->s->stopping)
 			sleep_ms(20);

@@ -9,6 +9,10 @@
  *                                ts=1: "data: i t=NS\n\n", NS the mono_ns() it was sent at
  *  /big?bytes=N                  N bytes with a Content-Length
  *  /status/NNN                   status NNN with a small JSON body
+ *  /limits/anthropic[?rejected=1]  200 (or 429) with anthropic-ratelimit-unified-* headers
+ *                                (5h at 0.42, or rejected at 1.0; 7d at 0.25)
+ *  /limits/codex429              429 with x-codex-* headers (primary 100 %, secondary 12.5 %)
+ *                                and a usage_limit_reached body, resets_in_seconds 3600
  *  /hang                         nothing, ever (until tu_stop)
  *  /reflect?sse=0|1&piece=N      the request's body as the answer, chunked in pieces of N
  *                                bytes a few ms apart (0: one), as text/event-stream or

@@ -147,6 +147,29 @@ static void test_translate_tools(void)
 		"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"(an image from the "
 		"result of tool call tu2)\"},{\"type\":\"image_url\",\"image_url\":{\"url\":"
 		"\"data:image/png;base64," PNG "\"}},{\"type\":\"text\",\"text\":\"more\"}]}]}");
+	/* Claude Code's tool search: a ToolSearch call answered with tool_reference blocks
+	 * (cache_control accepted), one per deferred tool it loads, beside a text block. Each
+	 * becomes a line naming the tool; the deferred tool is declared all along. */
+	check_translation(
+		"{\"model\":\"m\",\"max_tokens\":9,\"tools\":[{\"name\":\"ToolSearch\","
+		"\"input_schema\":{}},{\"name\":\"TaskCreate\",\"input_schema\":{},"
+		"\"defer_loading\":true}],\"messages\":[{\"role\":\"user\",\"content\":\"go\"},"
+		"{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"s1\","
+		"\"name\":\"ToolSearch\",\"input\":{\"query\":\"select:TaskCreate\"}}]},"
+		"{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+		"\"s1\",\"content\":[{\"type\":\"tool_reference\",\"tool_name\":\"TaskCreate\"},"
+		"{\"type\":\"tool_reference\",\"tool_name\":\"TaskUpdate\",\"cache_control\":"
+		"{\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"done\"}]}]}]}",
+		"{\"model\":\"m\",\"max_tokens\":9,\"stream\":false,\"tools\":[{\"type\":"
+		"\"function\",\"function\":{\"name\":\"ToolSearch\",\"description\":\"\","
+		"\"parameters\":{}}},{\"type\":\"function\",\"function\":{\"name\":"
+		"\"TaskCreate\",\"description\":\"\",\"parameters\":{}}}],\"messages\":["
+		"{\"role\":\"user\",\"content\":\"go\"},{\"role\":\"assistant\",\"content\":null,"
+		"\"tool_calls\":[{\"id\":\"s1\",\"type\":\"function\",\"function\":{\"name\":"
+		"\"ToolSearch\",\"arguments\":\"{\\\"query\\\":\\\"select:TaskCreate\\\"}\"}}]},"
+		"{\"role\":\"tool\",\"tool_call_id\":\"s1\",\"content\":\"Tool loaded: TaskCreate "
+		"(declared among the tools; call it by name)\\nTool loaded: TaskUpdate (declared "
+		"among the tools; call it by name)\\ndone\"}]}");
 	/* An assistant turn of tool_use alone: content null. tool_choice tool, auto, none. */
 	check_translation(
 		"{\"model\":\"m\",\"max_tokens\":1,\"tools\":[{\"name\":\"f\",\"input_schema\":{}}]"
@@ -274,10 +297,25 @@ static void test_translate_refusals(void)
 		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"is_error\":1}"),
 		  "messages.0.content.0.is_error: must be a boolean" },
 		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":5}"),
-		  "messages.0.content.0.content: must be a string or an array of text and image" },
+		  "messages.0.content.0.content: must be a string or an array of text, image and "
+		  "tool_reference blocks" },
 		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":[{\"type\":"
 		       "\"document\"}]}"),
-		  "messages.0.content.0.content.0: must be a text or image block (not document)" },
+		  "messages.0.content.0.content.0: must be a text, image or tool_reference block "
+		  "(not "
+		  "document)" },
+		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":[{\"type\":"
+		       "\"tool_reference\"}]}"),
+		  "messages.0.content.0.content.0.tool_name: must be a non-empty string" },
+		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":[{\"type\":"
+		       "\"tool_reference\",\"tool_name\":\"\"}]}"),
+		  "messages.0.content.0.content.0.tool_name: must be a non-empty string" },
+		{ USER("{\"type\":\"tool_result\",\"tool_use_id\":\"t\",\"content\":[{\"type\":"
+		       "\"tool_reference\",\"tool_name\":\"f\",\"x\":1}]}"),
+		  "messages.0.content.0.content.0: unknown field x" },
+		{ USER("{\"type\":\"tool_reference\",\"tool_name\":\"f\"}"),
+		  "messages.0.content.0: a user message's blocks must be text, image or "
+		  "tool_result (not tool_reference)" },
 		{ USER("{\"type\":\"tool_use\",\"id\":\"i\",\"name\":\"f\",\"input\":{}}"),
 		  "messages.0.content.0: a user message's blocks must be text, image or "
 		  "tool_result" },

@@ -31,6 +31,12 @@
  *  - a body the check lets through names, by jansson's reading, only an allowed model
  *    and no "background" but false or null;
  *  - a masked answer is as long as the answer and holds no copy of the secret.
+ * The head's headers are read as an answer's too, for the subscription limits they may
+ * announce (egress/ratelimit.c), and the body as a 429's:
+ *  - whatever is sent, the state read is in range: a known status, utilizations -1 (not
+ *    said) or 0-1, resets 0 or plausible epoch seconds, window lengths under a year, a
+ *    claim of [a-z0-9_] only;
+ *  - a header it says it read is one of the names it knows.
  * Chunked body decoding lives in egress/upstream.c (static, driven by a connection) and
  * is not reached from here; unit_egress covers it over a socket.
  *
@@ -414,6 +420,49 @@ static void check_answer(const char *d, size_t n, unsigned step)
 	buf_release(&out[1]);
 }
 
+/* ---- the subscription limits an answer announces -------------------------------------- */
+
+#define NOW_S 1800000000LL
+
+static void check_rl_state(const struct egr_ratelimit *rl)
+{
+	CHECK(rl->status >= EGR_RL_UNKNOWN && rl->status <= EGR_RL_REJECTED);
+	CHECK(rl->reset_s == 0 || (rl->reset_s >= 1000000000LL && rl->reset_s <= 99999999999LL) ||
+	      (rl->reset_s >= NOW_S && rl->reset_s <= NOW_S + 366LL * 86400));
+	CHECK(strnlen(rl->claim, sizeof(rl->claim)) < sizeof(rl->claim));
+	for (const char *c = rl->claim; *c; c++)
+		CHECK((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_');
+	for (size_t i = 0; i < EGR_RL_NWIN; i++) {
+		const struct egr_rl_win *w = &rl->win[i];
+
+		CHECK(w->utilization == -1 || (w->utilization >= 0 && w->utilization <= 1));
+		CHECK(w->status >= EGR_RL_UNKNOWN && w->status <= EGR_RL_REJECTED);
+		CHECK(w->minutes <= 366u * 1440);
+		CHECK(w->reset_s == 0 || w->reset_s >= 1000000000LL);
+		CHECK(w->seen || (w->utilization == -1 && !w->reset_s && !w->minutes));
+	}
+}
+
+static void check_limits(const struct egr_req *r, const char *body, size_t blen)
+{
+	struct egr_ratelimit rl;
+
+	egr_rl_init(&rl, 429);
+	for (size_t i = 0; i < r->nh; i++) {
+		const char *n = r->h[i].name;
+
+		if (egr_rl_header(&rl, n, strlen(n), r->h[i].value, strlen(r->h[i].value), NOW_S))
+			CHECK(!strncasecmp(n, "anthropic-ratelimit-unified-", 28) ||
+			      !strncasecmp(n, "x-codex-primary-", 16) ||
+			      !strncasecmp(n, "x-codex-secondary-", 18));
+		check_rl_state(&rl);
+	}
+	if (body)
+		(void)egr_rl_body(&rl, body, blen, NOW_S);
+	egr_rl_finish(&rl);
+	check_rl_state(&rl);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct buf in = BUF_INIT;
@@ -434,6 +483,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_roundtrip(&r);
 		check_path(r.target, r.path_len);
 		check_authority(r.target);
+		end = memmem(data, size, "\r\n\r\n", 4);
+		check_limits(&r, end ? end + 4 : NULL,
+			     end ? size - (size_t)(end + 4 - (const char *)data) : 0);
 	}
 	egr_req_release(&r);
 

@@ -13,6 +13,22 @@ export function failStatus(model) {
 }
 export const isCut = (model) => /(^|-)cut\b/.test(model ?? '');
 
+// Subscription limits (issue 26, ADR 0035): a model named "<x>-limits" is answered with
+// the headers of a subscription in use (each fake its own); "<x>-limitonce<N>"
+// rejects the account for N seconds from its first request (each request until then is
+// a 429 naming the same reset), then answers as "-limits".
+const limitUntil = new Map();
+export function limitState(model) {
+  const m = /limitonce(\d+)\b/.exec(model ?? '');
+  if (m) {
+    const now = Date.now() / 1000;
+    if (!limitUntil.has(model)) limitUntil.set(model, Math.floor(now) + Number(m[1]));
+    const until = limitUntil.get(model);
+    if (now < until) return { rejected: true, resetAt: until, resetIn: Math.max(1, Math.ceil(until - now)) };
+  }
+  return m || /-limits\b/.test(model ?? '') ? { rejected: false } : null;
+}
+
 export async function readBody(req) {
   const chunks = [];
   for await (const c of req) chunks.push(c);

@@ -6,7 +6,9 @@
 // stream:false -> one JSON message (claude falls back to this when a stream breaks)
 // Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
 //         *-cut sends half the deltas and then drops the connection;
-//         *-maxtok stops with stop_reason "max_tokens".
+//         *-maxtok stops with stop_reason "max_tokens";
+//         *-limits and *-limitonce<N> carry a subscription's anthropic-ratelimit-unified-*
+//         headers (limitState, common.mjs).
 // FAKE_DELTA_MS (env) spaces the deltas, to see them arrive one by one; the header
 // x-fake-delta-gate streams them in lockstep with the client (deltaGate, common.mjs).
 // A last user message holding image blocks is answered "I see N image(s): <media types>."
@@ -20,7 +22,7 @@
 // declared (Claude Code's own, as a client of OLP), calls it with {"command": COMMAND,
 // "description": "Run the command the user gave"}.
 // A conversation holding "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
-import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
+import { serve, failStatus, isCut, limitState, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const HELLO = 'Hello from the fake Anthropic server!';
 
@@ -91,6 +93,30 @@ serve('anthropic', async (req, res, body, entry) => {
     res.end(JSON.stringify({ type: 'error',
       error: { type: errType[status] ?? 'api_error', message: `fake ${status}` }, request_id: reqId }));
     return;
+  }
+  // A subscription's limits, as Anthropic announces them on every answer.
+  const lim = limitState(model);
+  if (lim) {
+    const now = Math.floor(Date.now() / 1000);
+    const reset5h = lim.rejected ? lim.resetAt : now + 3 * 3600;
+    const h = { 'anthropic-ratelimit-unified-status': lim.rejected ? 'rejected' : 'allowed',
+      'anthropic-ratelimit-unified-reset': String(reset5h),
+      'anthropic-ratelimit-unified-representative-claim': 'five_hour',
+      'anthropic-ratelimit-unified-5h-status': lim.rejected ? 'rejected' : 'allowed',
+      'anthropic-ratelimit-unified-5h-utilization': lim.rejected ? '1.0' : '0.42',
+      'anthropic-ratelimit-unified-5h-reset': String(reset5h),
+      'anthropic-ratelimit-unified-7d-status': 'allowed',
+      'anthropic-ratelimit-unified-7d-utilization': '0.25',
+      'anthropic-ratelimit-unified-7d-reset': String(now + 5 * 86400) };
+    for (const [k, v] of Object.entries(h)) res.setHeader(k, v);
+    if (lim.rejected) {
+      // Not retried by the CLI's SDK (x-should-retry): what the real API says with a
+      // subscription's rejection was not seen here.
+      res.writeHead(429, { 'content-type': 'application/json', 'request-id': reqId, 'x-should-retry': 'false' });
+      res.end(JSON.stringify({ type: 'error', error: { type: 'rate_limit_error',
+        message: 'This request would exceed your account\'s rate limit. Please try again later.' }, request_id: reqId }));
+      return;
+    }
   }
   const images = imagesSeen(body);
   const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);

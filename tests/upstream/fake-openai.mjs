@@ -6,7 +6,9 @@
 // response.output_text.done, response.content_part.done, response.output_item.done,
 // response.completed (with usage). GET /v1/models answers an empty list.
 // Models: *-fail401 / *-fail429 / *-fail500 (any status) answer that status;
-//         *-cut sends half the deltas and then drops the connection.
+//         *-cut sends half the deltas and then drops the connection;
+//         *-limits and *-limitonce<N> carry a ChatGPT plan's x-codex-* headers (limitState,
+//         common.mjs), and the rejection a usage_limit_reached 429.
 // Client tools (declared by OLP to codex through MCP: codex lists them to the model in a
 // "namespace" tool named mcp__olp): the model calls tools when the last user text says
 // "call:NAME[,NAME…]" (arguments {"city":"Paris"} for the first, {"n":<i>} for the
@@ -16,7 +18,7 @@
 // A request that carries a function_call_output (codex asking again with the results of
 // calls) is answered "Asked again with tool output."; a conversation holding
 // "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
-import { serve, failStatus, isCut, TOKENS, deltaGate, sleep, sse } from './common.mjs';
+import { serve, failStatus, isCut, limitState, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const NS = 'mcp__olp';
 const inputItems = (body) => (Array.isArray(body.input) ? body.input : []);
@@ -82,6 +84,24 @@ serve('openai', async (req, res, body, entry) => {
       type: status === 401 ? 'invalid_request_error' : status === 429 ? 'rate_limit_exceeded' : 'server_error',
       code: status === 401 ? 'invalid_api_key' : null } }));
     return;
+  }
+  // A ChatGPT plan's limits, as codex's backend announces them.
+  const lim = limitState(model);
+  if (lim) {
+    const now = Math.floor(Date.now() / 1000);
+    const h = { 'x-codex-primary-used-percent': lim.rejected ? '100' : '37',
+      'x-codex-primary-window-minutes': '300',
+      'x-codex-primary-reset-after-seconds': String(lim.rejected ? lim.resetIn : 7200),
+      'x-codex-secondary-used-percent': '12',
+      'x-codex-secondary-window-minutes': '10080',
+      'x-codex-secondary-reset-at': String(now + 4 * 86400) };
+    for (const [k, v] of Object.entries(h)) res.setHeader(k, v);
+    if (lim.rejected) {
+      res.writeHead(429, { 'content-type': 'application/json', 'x-request-id': reqId });
+      res.end(JSON.stringify({ error: { type: 'usage_limit_reached', message: 'You\'ve hit your usage limit.',
+        plan_type: 'plus', resets_in_seconds: lim.resetIn } }));
+      return;
+    }
   }
   const id = `resp_fake_${n}`, itemId = `msg_fake_${n}`;
   const TEXT = answerText(body) ?? HELLO;
