@@ -4,11 +4,15 @@
  *   $OLP_HOME/keys/<id>/manifest.json   (directory 0700, file 0600)
  * Only the SHA-256 hex of a token is ever stored. auth knows nothing of HTTP, providers
  * or sandboxes: the caller hands it header values and gets back an identity.
+ * Or, with a PostgreSQL store (auth_options.store, ADR 0034), the same manifests are rows
+ * of the table olp_keys shared by several hosts.
  *
  * This header is the whole interface: fcgi/, olp-keys, the CUnit suite and the bench use
  * nothing else. Inside, token.c (tokens, ids, hashes), manifest.c (one key's
  * manifest.json), store.c (the index a worker checks tokens against, last_used_at),
- * audit.c and keys.c (what olp-keys does) share internal.h, where every name is auth_*.
+ * audit.c, keys.c (what olp-keys does), pg.c (the keys schema and a worker's cached check
+ * against PostgreSQL) and pg_keys.c (key management and migration there) share
+ * internal.h, where every name is auth_*.
  *
  * Memory: running out aborts, as everywhere in the tree (common.h); nothing here returns
  * ENOMEM for an allocation of its own. The one exception is jansson, which reports a
@@ -21,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct buf; /* common/common.h */
+struct buf;	 /* common/common.h */
+struct store_db; /* store/store.h */
+struct store_schema;
 
 enum auth_tier {
 	AUTH_TIER_NONE = 0,  /* no identity (missing or bad credentials) */
@@ -35,6 +41,10 @@ enum auth_result {
 	AUTH_OK = 0,
 	AUTH_ERR_REQUIRED, /* 401 auth_required: no token and anonymous access is off */
 	AUTH_ERR_INVALID,  /* 401 invalid_or_revoked_key: unknown, malformed or revoked */
+	/* 503 store_unavailable (with Retry-After): the keys live in PostgreSQL, the database
+	 * cannot be reached, and this token was not checked there within the offline window
+	 * (auth_options.store_offline_keys_s). It may well be a good key: not a 401. */
+	AUTH_ERR_UNAVAILABLE,
 };
 
 #define AUTH_ID_MAX 64
@@ -103,7 +113,21 @@ struct auth_options {
 	uint64_t audit_max_bytes;
 	unsigned audit_keep;
 	unsigned audit_summary_s;
+	/* The keys' store: NULL for the key files under olp_home (ADR 0010); else the opened
+	 * PostgreSQL store (ADR 0034), borrowed: it must outlive the auth_store. Register
+	 * every other store_listen channel of this db before auth_store_open, which starts
+	 * the db's listener thread. */
+	struct store_db *store;
+	/* With a store: how long (s) a key checked successfully keeps working while the
+	 * database is away; 0: not at all (every check is AUTH_ERR_UNAVAILABLE meanwhile).
+	 * config.json's default is AUTH_STORE_OFFLINE_KEYS_S_DEFAULT. */
+	unsigned store_offline_keys_s;
+	/* With a store, a process that answers one request (plain CGI): no LISTEN connection
+	 * or thread is started, and every check asks the database (a cache that lives for one
+	 * request would only cost a second connection). */
+	bool store_no_listen;
 };
+#define AUTH_STORE_OFFLINE_KEYS_S_DEFAULT 300
 #define AUTH_AUDIT_MAX_BYTES_DEFAULT (UINT64_C(64) << 20)
 #define AUTH_AUDIT_KEEP_DEFAULT 7
 #define AUTH_AUDIT_SUMMARY_S_DEFAULT 60
@@ -115,7 +139,12 @@ struct auth_store;
  * first request pays no scan. Copies olp_home and what it needs of opt (opt may be NULL:
  * no anonymous access, no env owner). NULL with errno EINVAL (olp_home NULL or empty) or
  * ENOSYS (libsodium cannot start). Invalid manifests are skipped with one log warning
- * each. Does not start threads; auth_touch() starts one. */
+ * each. Does not start threads; auth_touch() starts one.
+ * With opt->store (PostgreSQL): keys/ is not read (olp_home holds the audit log); the
+ * channel olp_keys is registered on the store and its listener thread started; a database
+ * that can be reached must hold the keys schema at the version this build knows (else
+ * NULL with errno EPROTO, logged with the command that fixes it); one that cannot be
+ * reached is tried again on the first check. */
 struct auth_store *auth_store_open(const char *olp_home, const struct auth_options *opt);
 /* Write out queued last_used_at updates, join the writer thread, close the audit log and
  * free st (NULL is fine). No other thread may use st during or after the call. */
@@ -128,7 +157,10 @@ void auth_store_free(struct auth_store *st);
  * token that is wrong, revoked, or whose manifest is invalid: AUTH_ERR_INVALID (even when
  * anonymous access is on). On AUTH_OK *out is filled (release it); otherwise *out is
  * zeroed and needs no release. Revocation by another process is seen on the very next
- * call: the matched key's manifest is stat(2)ed on every check. Thread-safe. */
+ * call: the matched key's manifest is stat(2)ed on every check. With a PostgreSQL store a
+ * revocation on any host is seen within 2 s (a cached entry is used only while the
+ * store's listener vouches for it, ADR 0034), and while the database is away the result
+ * may be AUTH_ERR_UNAVAILABLE (see there). Thread-safe. */
 enum auth_result auth_check(struct auth_store *st, const char *authorization, const char *x_api_key,
 			    struct auth_identity *out);
 /* Find the presented token: "Bearer <t>" in authorization (scheme case-insensitive, then
@@ -138,7 +170,8 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 void auth_token_extract(const char *authorization, const char *x_api_key, const char **tok,
 			size_t *len);
 const char *auth_strerror(enum auth_result r);
-/* The OpenAI-style error "type" for r: "auth_required" / "invalid_or_revoked_key". */
+/* The OpenAI-style error "type" for r: "auth_required" / "invalid_or_revoked_key" /
+ * "store_unavailable". */
 const char *auth_error_type(enum auth_result r);
 
 void auth_identity_release(struct auth_identity *id);
@@ -152,8 +185,9 @@ const char *auth_tier_name(enum auth_tier t); /* "owner", "guest", "anonymous", 
 
 /* Record that id was used (manifest last_used_at). Cheap to call after the response is
  * finished: it only queues the write for a background thread, which writes at most once
- * per key per minute, under the key's lock, and never for a key revoked meanwhile. Does
- * nothing for synthetic identities (env owner, anonymous). id is borrowed for the call. */
+ * per key per minute, under the key's lock, and never for a key revoked meanwhile (with a
+ * PostgreSQL store: one UPDATE per batch; dropped, logged, while the database is away).
+ * Does nothing for synthetic identities (env owner, anonymous). id is borrowed. */
 void auth_touch(struct auth_store *st, const struct auth_identity *id);
 
 /* ---- audit log: $OLP_HOME/logs/audit.ndjson, one JSON line per API request ---------- */
@@ -190,7 +224,8 @@ struct auth_login_grant {
 };
 /* Every grant of the active keys, for the owner's /health: the manifests that changed
  * since they were last read are read again first, so a set-login shows at once. *out is
- * malloc'd (free it; NULL when *n is 0). 0 or -errno. Thread-safe. */
+ * malloc'd (free it; NULL when *n is 0). 0 or -errno (with a PostgreSQL store, which is
+ * queried each time: -ECONNREFUSED while it is away). Thread-safe. */
 int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size_t *n);
 
 /* One key as the worker's index holds it (for the owner's /v1/usage): never its hash.
@@ -208,7 +243,9 @@ struct auth_key_summary {
  * indexed manifest are stat(2)ed, and keys/ is read again (and the changed manifests
  * alone re-parsed) only when one of them changed. A key made, revoked or given a quota by
  * another process shows in the very next call. *out is malloc'd (release it with
- * auth_key_summaries_free; NULL when *n is 0). 0 or -EINVAL (st NULL). Thread-safe. */
+ * auth_key_summaries_free; NULL when *n is 0). 0 or -EINVAL (st NULL). With a PostgreSQL
+ * store the table is queried each time (an owner-only path): -ECONNREFUSED while the
+ * database is away. Thread-safe. */
 int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t *n);
 void auth_key_summaries_free(struct auth_key_summary *v, size_t n);
 
@@ -216,7 +253,25 @@ void auth_key_summaries_free(struct auth_key_summary *v, size_t n);
  * These work on the files under olp_home directly and need no open auth_store. They are
  * safe against running workers and other olp-keys runs: every writer takes flock(2) on the
  * key's directory (keys/<id>/) or, to create a key, on keys/ itself, and re-reads under the
- * lock. Workers see the result on their next request. */
+ * lock. Workers see the result on their next request.
+ * Each has an _at twin that works on a struct auth_target: the same files (db NULL), or
+ * the table olp_keys of a PostgreSQL store (db set; olp_home is then unused). There a
+ * change is one transaction that locks the key's row (SELECT ... FOR UPDATE), validates
+ * the manifest as a file's would be, writes it back and bumps its generation; a trigger
+ * sends NOTIFY olp_keys '<id>' at commit, and every worker's cache drops the key within
+ * 2 s (ADR 0034). The manifest is the file's JSON, so both stores mean the same thing. */
+
+/* Where keys live, for the _at functions. Both borrowed. */
+struct auth_target {
+	const char *olp_home; /* the key files (db NULL) */
+	struct store_db *db;  /* or this PostgreSQL store */
+};
+/* The key files under home, as a target (a compound literal: valid in the enclosing block). */
+#define AUTH_TARGET_FILES(home) (&(const struct auth_target){ .olp_home = (home), .db = NULL })
+
+/* The keys' schema (module "keys": the table olp_keys and its NOTIFY trigger), for
+ * store_schema_apply (olp-keys store init) and store_schema_check. Static storage. */
+const struct store_schema *auth_pg_schema(void);
 
 #define AUTH_TOKEN_LEN 47 /* "olp_" + 43 base64url characters (32 random bytes) */
 #define AUTH_NAME_MAX 128 /* bytes of a key's name */
@@ -261,6 +316,11 @@ struct auth_new_key {
  * fix it; msg may be NULL, else it is a struct buf * the caller owns). */
 enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
 				     struct auth_new_key *out, struct buf *msg);
+/* With a db: one row, inserted with a fresh id under a transaction-scoped advisory lock (so
+ * that two "keygen --owner" runs cannot both see no owner). */
+enum auth_key_result auth_key_create_at(const struct auth_target *t,
+					const struct auth_key_spec *spec, struct auth_new_key *out,
+					struct buf *msg);
 void auth_new_key_wipe(struct auth_new_key *k);
 
 /* Set revoked_at on key id (under the key's lock, so no concurrent last_used_at update
@@ -268,6 +328,8 @@ void auth_new_key_wipe(struct auth_new_key *k);
  * *was_revoked (may be NULL) tells which happened. */
 enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
 				     struct buf *msg);
+enum auth_key_result auth_key_revoke_at(const struct auth_target *t, const char *id,
+					bool *was_revoked, struct buf *msg);
 
 /* Which limits auth_key_set_quota changes. */
 enum auth_quota_fields {
@@ -287,6 +349,9 @@ enum auth_quota_fields {
 enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 					const struct auth_quota *q, unsigned fields,
 					struct auth_quota *result, struct buf *msg);
+enum auth_key_result auth_key_set_quota_at(const struct auth_target *t, const char *id,
+					   const struct auth_quota *q, unsigned fields,
+					   struct auth_quota *result, struct buf *msg);
 
 /* Allow (allow true) or take back the logins of key id named in providers ("login_access",
  * which holds provider names; the key's runs may then hold those providers' credential
@@ -299,6 +364,10 @@ enum auth_key_result auth_key_set_login(const char *olp_home, const char *id,
 					const char *const *providers, size_t n, bool allow,
 					bool clear, char ***result, size_t *n_result,
 					struct buf *msg);
+enum auth_key_result auth_key_set_login_at(const struct auth_target *t, const char *id,
+					   const char *const *providers, size_t n, bool allow,
+					   bool clear, char ***result, size_t *n_result,
+					   struct buf *msg);
 /* Free an array of n heap strings (NULL is fine). */
 void auth_strings_free(char **v, size_t n);
 
@@ -331,11 +400,28 @@ struct auth_key_list {
  * Release the list with auth_key_list_release(). */
 enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *out,
 				   struct buf *msg);
+/* With a db: every row whose manifest is valid (the others counted in n_skipped). */
+enum auth_key_result auth_key_list_at(const struct auth_target *t, struct auth_key_list *out,
+				      struct buf *msg);
 void auth_key_list_release(struct auth_key_list *l);
 
 /* Refuse a store others could read or tamper with: olp_home writable by group/others, or
  * keys/ (or anything under it) reachable by group/others. AUTH_KEY_OK when fine or absent;
  * AUTH_KEY_ERR_INSECURE with the offending path and the chmod command that fixes it in msg. */
 enum auth_key_result auth_store_check_perms(const char *olp_home, struct buf *msg);
+
+/* What auth_key_migrate did. */
+struct auth_migrate_report {
+	size_t copied;	  /* rows inserted, or updated because the file's manifest differed */
+	size_t unchanged; /* rows already holding the file's manifest */
+	size_t skipped;	  /* invalid manifests (each logged), not copied */
+};
+/* Copy every valid manifest under olp_home/keys into db's olp_keys, in one transaction:
+ * INSERT ... ON CONFLICT (id) DO UPDATE only where the stored manifest differs, so running
+ * it again changes nothing and reports every key unchanged. The key files are left as they
+ * are. A token hash already held by another id in db fails the whole copy (msg names the
+ * key): two keys with one token would be ambiguous. */
+enum auth_key_result auth_key_migrate(const char *olp_home, struct store_db *db,
+				      struct auth_migrate_report *rep, struct buf *msg);
 
 #endif

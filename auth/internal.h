@@ -80,6 +80,11 @@ bool auth_file_sig_equal(const struct auth_file_sig *a, const struct auth_file_s
  * no manifest, -EINVAL (with *why) when it is invalid, other -errno on I/O failure. */
 int auth_manifest_load(const char *keys_dir, const char *id, json_t **root,
 		       struct auth_key_record *rec, struct auth_file_sig *sig, const char **why);
+/* Validate len bytes of manifest JSON (a row of olp_keys) as key id's, exactly as
+ * auth_manifest_load does a file's: 0 with *root (may be NULL) and rec filled, or -EINVAL
+ * with *why. */
+int auth_manifest_parse(const char *text, size_t len, const char *id, json_t **root,
+			struct auth_key_record *rec, const char **why);
 /* Write root as dirfd/manifest.json atomically: a 0600 temporary file in the same
  * directory, fsync, rename over, fsync the directory. 0 or -errno. */
 /* Root only: give fd like_fd's owner (when that is not root). 0 or -errno. */
@@ -108,6 +113,56 @@ json_t *auth_quota_to_json(const struct auth_quota *q);
 
 /* Wall-clock time as JavaScript's Date.toISOString() prints it. */
 void auth_iso_time_now(char out[AUTH_ISO_MAX]);
+
+/* ---- store.c: the worker's store, shared with pg.c ------------------------------------ */
+/* Fill out (zeroed first) with what r lets its holder do. */
+void auth_identity_from_record(struct auth_identity *out, const struct auth_key_record *r);
+/* One queued last_used_at write. */
+struct auth_touch_req {
+	char id[AUTH_ID_MAX];
+	char when[AUTH_ISO_MAX];
+};
+/* Order of the key listings: created_at (NULL first), then id. */
+int auth_created_cmp(const char *ca, const char *ia, const char *cb, const char *ib);
+
+/* ---- pg.c: a worker's keys in PostgreSQL (ADR 0034) ------------------------------------ */
+struct auth_pg;
+/* The cache and LISTEN registration of one auth_store over db (borrowed). NULL with errno
+ * (EPROTO: the schema is missing or of another version). */
+struct auth_pg *auth_pg_open(struct store_db *db, const struct auth_options *opt);
+void auth_pg_free(struct auth_pg *pg);
+/* AUTH_OK (out filled), AUTH_ERR_INVALID or AUTH_ERR_UNAVAILABLE for the token hash. */
+enum auth_result auth_pg_check(struct auth_pg *pg, const unsigned char hash[AUTH_HASH_BYTES],
+			       struct auth_identity *out);
+/* Whether id's last_used_at is due a write (at most once a minute per key and process). */
+bool auth_pg_touch_due(struct auth_pg *pg, const char *id);
+/* Write n queued last_used_at updates in one statement (never on a revoked key). */
+void auth_pg_touch_write(struct auth_pg *pg, const struct auth_touch_req *q, size_t n);
+int auth_pg_login_grants(struct auth_pg *pg, struct auth_login_grant **out, size_t *n);
+int auth_pg_keys(struct auth_pg *pg, struct auth_key_summary **out, size_t *n);
+
+/* Cut a server message (store_exec's err) to its first line: the DETAIL of a unique
+ * violation on token_hash would otherwise carry a key's hash into a log or a reply. */
+void auth_pg_err_line(struct buf *err);
+
+/* Called for each valid row of olp_keys (root and rec are the callee's to keep: it
+ * releases what it does not keep). 0 to go on, else stop with that value. */
+typedef int (*auth_pg_row_fn)(void *arg, json_t *root, struct auth_key_record *rec);
+/* Every row of olp_keys, ordered by id; invalid manifests logged and counted in *skipped
+ * (may be NULL). 0, fn's non-zero, or -errno (-ECONNREFUSED: the database is away). */
+int auth_pg_each(struct store_db *db, auth_pg_row_fn fn, void *arg, size_t *skipped);
+
+/* ---- pg_keys.c: key management in PostgreSQL ------------------------------------------- */
+/* auth_manifest_update's contract on row id: SELECT ... FOR UPDATE, validate, edit, write
+ * back (bumping generation) and commit. edit's 0/1, -ENOENT, -EINVAL, or -errno with the
+ * server's message in err (may be NULL). */
+int auth_pg_key_update(struct store_db *db, const char *id,
+		       int (*edit)(json_t *root, const struct auth_key_record *rec, void *arg),
+		       void *arg, struct buf *err);
+/* Insert the new key m (id, hash_hex) unless owner_check finds an active owner (then
+ * *owner_exists). 0, -EEXIST (the id is taken: pick another), or -errno with err. */
+int auth_pg_key_insert(struct store_db *db, const char *id, const char *hash_hex, json_t *m,
+		       bool owner_check, bool *owner_exists, struct buf *err);
 
 /* ---- audit.c: $OLP_HOME/logs/audit.ndjson ------------------------------------------- */
 /* The statuses 400..499 counted one by one in an unauthenticated summary. */

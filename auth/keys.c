@@ -352,8 +352,63 @@ static enum auth_key_result owner_check(const struct auth_key_spec *spec, const 
 	return AUTH_KEY_OK;
 }
 
+/* A store's failure: the server's message (never a secret: statements carry parameters,
+ * and no token reaches one) in msg, errno err. */
+static enum auth_key_result db_fail(struct buf *msg, int err, const char *what,
+				    const struct buf *why)
+{
+	msg_set(msg, "%s: %s", what, why && why->len ? why->data : strerror(err));
+	errno = err;
+	return AUTH_KEY_ERR_SYSTEM;
+}
+
+/* Create in a PostgreSQL store: a fresh id until one is free. */
+static enum auth_key_result key_create_db(struct store_db *db, const struct auth_key_spec *spec,
+					  const unsigned char hash[AUTH_HASH_BYTES],
+					  struct auth_new_key *out, struct buf *msg)
+{
+	char hex[AUTH_HASH_HEX + 1];
+	struct buf err = BUF_INIT;
+	enum auth_key_result res = AUTH_KEY_OK;
+	bool owner = false;
+	int ret = -EEXIST;
+
+	auth_hash_to_hex(hash, hex);
+	for (int tries = 0; tries < 8 && ret == -EEXIST; tries++) {
+		json_t *m;
+
+		auth_id_generate(out->id);
+		m = manifest_new(out->id, spec, hash, out->created_at);
+		if (!m) {
+			res = sys_fail(msg, ENOMEM, "cannot build", "the manifest");
+			goto out;
+		}
+		ret = auth_pg_key_insert(db, out->id, hex, m,
+					 spec->tier == AUTH_TIER_OWNER && !spec->force, &owner,
+					 &err);
+		json_decref(m);
+	}
+	if (owner) {
+		msg_set(msg, "an active owner key already exists in the store; pass --force to "
+			     "create another");
+		res = AUTH_KEY_ERR_OWNER_EXISTS;
+	} else if (ret) {
+		res = db_fail(msg, -ret, "cannot write a key to the store", &err);
+	}
+out:
+	buf_release(&err);
+	return res;
+}
+
 enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key_spec *spec,
 				     struct auth_new_key *out, struct buf *msg)
+{
+	return auth_key_create_at(AUTH_TARGET_FILES(olp_home), spec, out, msg);
+}
+
+enum auth_key_result auth_key_create_at(const struct auth_target *t,
+					const struct auth_key_spec *spec, struct auth_new_key *out,
+					struct buf *msg)
 {
 	unsigned char hash[AUTH_HASH_BYTES];
 	char keys[4096];
@@ -365,8 +420,18 @@ enum auth_key_result auth_key_create(const char *olp_home, const struct auth_key
 	if (auth_crypto_init())
 		return sys_fail(msg, ENOSYS, "cannot start", "libsodium");
 	res = spec_check(spec, msg);
+	if (!res && t->db) {
+		auth_iso_time_now(out->created_at);
+		auth_token_generate(out->token);
+		auth_hash_token(out->token, AUTH_TOKEN_LEN, hash);
+		res = key_create_db(t->db, spec, hash, out, msg);
+		sodium_memzero(hash, sizeof(hash));
+		if (res)
+			auth_new_key_wipe(out);
+		return res;
+	}
 	if (!res)
-		res = keys_open_locked(olp_home, keys, sizeof(keys), &keys_fd, msg);
+		res = keys_open_locked(t->olp_home, keys, sizeof(keys), &keys_fd, msg);
 	if (res)
 		return res;
 	res = owner_check(spec, keys, msg);
@@ -423,10 +488,33 @@ static int revoke_edit(json_t *root, const struct auth_key_record *rec, void *ar
 /* Edit key id's manifest under its lock (auth_manifest_update), for revoke and set-quota:
  * the id checked, the store's permissions checked, a missing or invalid manifest
  * AUTH_KEY_ERR_NOT_FOUND; what names the edit in a system error's message. */
-static enum auth_key_result key_edit(const char *olp_home, const char *id,
+static enum auth_key_result key_edit_db(struct store_db *db, const char *id,
+					int (*edit)(json_t *, const struct auth_key_record *,
+						    void *),
+					void *arg, const char *what, struct buf *msg)
+{
+	struct buf err = BUF_INIT;
+	enum auth_key_result res = AUTH_KEY_OK;
+	int ret = auth_pg_key_update(db, id, edit, arg, &err);
+
+	if (ret == -ENOENT || ret == -EINVAL) {
+		msg_set(msg, "no key %s in the store%s", id,
+			ret == -EINVAL ? " (its manifest is invalid)" : "");
+		res = AUTH_KEY_ERR_NOT_FOUND;
+	} else if (ret < 0) {
+		msg_set(msg, "%s %s: %s", what, id, err.len ? err.data : strerror(-ret));
+		errno = -ret;
+		res = AUTH_KEY_ERR_SYSTEM;
+	}
+	buf_release(&err);
+	return res;
+}
+
+static enum auth_key_result key_edit(const struct auth_target *t, const char *id,
 				     int (*edit)(json_t *, const struct auth_key_record *, void *),
 				     void *arg, const char *what, struct buf *msg)
 {
+	const char *olp_home = t->olp_home;
 	char keys[4096];
 	enum auth_key_result res;
 	int ret;
@@ -435,6 +523,8 @@ static enum auth_key_result key_edit(const char *olp_home, const char *id,
 		msg_set(msg, "\"%s\" is not a key id", id ? id : "");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
+	if (t->db)
+		return key_edit_db(t->db, id, edit, arg, what, msg);
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
@@ -454,11 +544,17 @@ static enum auth_key_result key_edit(const char *olp_home, const char *id,
 enum auth_key_result auth_key_revoke(const char *olp_home, const char *id, bool *was_revoked,
 				     struct buf *msg)
 {
+	return auth_key_revoke_at(AUTH_TARGET_FILES(olp_home), id, was_revoked, msg);
+}
+
+enum auth_key_result auth_key_revoke_at(const struct auth_target *t, const char *id,
+					bool *was_revoked, struct buf *msg)
+{
 	struct revoke_arg ra = { .was_revoked = false };
 	enum auth_key_result res;
 
 	auth_iso_time_now(ra.when);
-	res = key_edit(olp_home, id, revoke_edit, &ra, "cannot revoke key", msg);
+	res = key_edit(t, id, revoke_edit, &ra, "cannot revoke key", msg);
 	if (res == AUTH_KEY_OK && was_revoked)
 		*was_revoked = ra.was_revoked;
 	return res;
@@ -499,6 +595,13 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 					const struct auth_quota *q, unsigned fields,
 					struct auth_quota *result, struct buf *msg)
 {
+	return auth_key_set_quota_at(AUTH_TARGET_FILES(olp_home), id, q, fields, result, msg);
+}
+
+enum auth_key_result auth_key_set_quota_at(const struct auth_target *t, const char *id,
+					   const struct auth_quota *q, unsigned fields,
+					   struct auth_quota *result, struct buf *msg)
+{
 	struct quota_arg qa = { .q = q, .fields = fields & AUTH_QUOTA_ALL };
 	enum auth_key_result res;
 
@@ -507,7 +610,7 @@ enum auth_key_result auth_key_set_quota(const char *olp_home, const char *id,
 			     "from 1 to 1024 (0: no limit)");
 		return AUTH_KEY_ERR_INVALID_ARG;
 	}
-	res = key_edit(olp_home, id, quota_edit, &qa, "cannot set the quota of key", msg);
+	res = key_edit(t, id, quota_edit, &qa, "cannot set the quota of key", msg);
 	if (res == AUTH_KEY_OK && result)
 		*result = qa.result;
 	return res;
@@ -561,6 +664,15 @@ enum auth_key_result auth_key_set_login(const char *olp_home, const char *id,
 					bool clear, char ***result, size_t *n_result,
 					struct buf *msg)
 {
+	return auth_key_set_login_at(AUTH_TARGET_FILES(olp_home), id, providers, n, allow, clear,
+				     result, n_result, msg);
+}
+
+enum auth_key_result auth_key_set_login_at(const struct auth_target *t, const char *id,
+					   const char *const *providers, size_t n, bool allow,
+					   bool clear, char ***result, size_t *n_result,
+					   struct buf *msg)
+{
 	struct login_arg la = {
 		.providers = providers, .n = n, .allow = allow, .clear = clear, .result = STRV_INIT
 	};
@@ -576,7 +688,7 @@ enum auth_key_result auth_key_set_login(const char *olp_home, const char *id,
 			return AUTH_KEY_ERR_INVALID_ARG;
 		}
 	}
-	res = key_edit(olp_home, id, login_edit, &la, "cannot set the login access of key", msg);
+	res = key_edit(t, id, login_edit, &la, "cannot set the login access of key", msg);
 	if (res == AUTH_KEY_OK && la.owner) {
 		msg_set(msg, "key %s is an owner key: it reaches every provider's login already",
 			id);
@@ -598,9 +710,8 @@ static char *dup_str_or_null(json_t *v)
 static int cmp_info(const void *a, const void *b)
 {
 	const struct auth_key_info *x = a, *y = b;
-	int c = strcmp(x->created_at ? x->created_at : "", y->created_at ? y->created_at : "");
 
-	return c ? c : strcmp(x->id, y->id);
+	return auth_created_cmp(x->created_at, x->id, y->created_at, y->id);
 }
 
 static void key_info_release(struct auth_key_info *k)
@@ -628,8 +739,56 @@ void auth_key_list_release(struct auth_key_list *l)
 	memset(l, 0, sizeof(*l));
 }
 
+/* Append the key of a valid manifest (root, rec: taken) to out. */
+static void list_add(struct auth_key_list *out, size_t *cap, json_t *root,
+		     struct auth_key_record *rec)
+{
+	struct auth_key_info *k;
+
+	if (out->n == *cap) {
+		*cap = *cap ? 2 * *cap : 16;
+		out->keys = xreallocarray(out->keys, *cap, sizeof(*out->keys));
+	}
+	k = &out->keys[out->n++];
+	memset(k, 0, sizeof(*k));
+	snprintf(k->id, sizeof(k->id), "%s", rec->id);
+	k->name = dup_str_or_null(json_object_get(root, "name"));
+	k->tier = rec->tier;
+	k->revoked = rec->revoked;
+	k->all_providers = rec->all_providers;
+	k->providers = strv_detach(&rec->providers, &k->n_providers);
+	k->created_at = dup_str_or_null(json_object_get(root, "created_at"));
+	k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
+	k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
+	k->notes = dup_str_or_null(json_object_get(root, "notes"));
+	k->quota = rec->quota;
+	k->login_access = strv_detach(&rec->login_access, &k->n_login_access);
+	json_decref(root);
+	auth_key_record_release(rec);
+}
+
+struct list_db_arg {
+	struct auth_key_list *out;
+	size_t cap;
+};
+
+static int list_row(void *arg, json_t *root, struct auth_key_record *rec)
+{
+	struct list_db_arg *a = arg;
+
+	list_add(a->out, &a->cap, root, rec);
+	return 0;
+}
+
 enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *out, struct buf *msg)
 {
+	return auth_key_list_at(AUTH_TARGET_FILES(olp_home), out, msg);
+}
+
+enum auth_key_result auth_key_list_at(const struct auth_target *t, struct auth_key_list *out,
+				      struct buf *msg)
+{
+	const char *olp_home = t->olp_home;
 	char keys[4096];
 	enum auth_key_result res;
 	struct dirent *de;
@@ -637,6 +796,16 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 	DIR *d;
 
 	memset(out, 0, sizeof(*out));
+	if (t->db) {
+		struct list_db_arg a = { .out = out };
+		int ret = auth_pg_each(t->db, list_row, &a, &out->n_skipped);
+
+		if (ret) {
+			auth_key_list_release(out);
+			return db_fail(msg, -ret, "cannot read the keys of the store", NULL);
+		}
+		goto out_sort;
+	}
 	res = auth_store_check_perms(olp_home, msg);
 	if (res)
 		return res;
@@ -647,7 +816,6 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 		return errno == ENOENT ? AUTH_KEY_OK : sys_fail(msg, errno, "cannot read", keys);
 	while ((de = readdir(d))) {
 		struct auth_key_record rec = { 0 };
-		struct auth_key_info *k;
 		json_t *root = NULL;
 		const char *why = NULL;
 		int ret;
@@ -665,28 +833,10 @@ enum auth_key_result auth_key_list(const char *olp_home, struct auth_key_list *o
 			}
 			continue;
 		}
-		if (out->n == cap) {
-			cap = cap ? 2 * cap : 16;
-			out->keys = xreallocarray(out->keys, cap, sizeof(*out->keys));
-		}
-		k = &out->keys[out->n++];
-		memset(k, 0, sizeof(*k));
-		snprintf(k->id, sizeof(k->id), "%s", rec.id);
-		k->name = dup_str_or_null(json_object_get(root, "name"));
-		k->tier = rec.tier;
-		k->revoked = rec.revoked;
-		k->all_providers = rec.all_providers;
-		k->providers = strv_detach(&rec.providers, &k->n_providers);
-		k->created_at = dup_str_or_null(json_object_get(root, "created_at"));
-		k->revoked_at = dup_str_or_null(json_object_get(root, "revoked_at"));
-		k->last_used_at = dup_str_or_null(json_object_get(root, "last_used_at"));
-		k->notes = dup_str_or_null(json_object_get(root, "notes"));
-		k->quota = rec.quota;
-		k->login_access = strv_detach(&rec.login_access, &k->n_login_access);
-		json_decref(root);
-		auth_key_record_release(&rec);
+		list_add(out, &cap, root, &rec);
 	}
 	closedir(d);
+out_sort:
 	if (out->n)
 		qsort(out->keys, out->n, sizeof(*out->keys), cmp_info);
 	return AUTH_KEY_OK;

@@ -353,6 +353,30 @@ out_close:
 	return ret;
 }
 
+int auth_manifest_parse(const char *text, size_t len, const char *id, json_t **root_out,
+			struct auth_key_record *rec, const char **why)
+{
+	json_error_t jerr;
+	json_t *root;
+	int ret;
+
+	*why = NULL;
+	if (len > (size_t)AUTH_MANIFEST_MAX) {
+		*why = "the manifest is too large";
+		return -EINVAL;
+	}
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		*why = "not valid JSON";
+		return -EINVAL;
+	}
+	ret = manifest_check(root, id, rec, why);
+	if (ret == 0 && root_out)
+		*root_out = steal_pointer(&root);
+	json_decref(root);
+	return ret;
+}
+
 static int open_key_dir(const char *keys_dir, const char *id)
 {
 	char path[4096];

@@ -1,5 +1,7 @@
-/* olp-keys: create, list and revoke OLP API keys in $OLP_HOME/keys, set their quotas, and
- * report their usage from the ledger ($OLP_HOME/usage.db, usage/usage.h).
+/* olp-keys: create, list and revoke OLP API keys in $OLP_HOME/keys, or in the PostgreSQL
+ * store config.json (or OLP_STORE) names (ADR 0034), set their quotas, report their usage
+ * from the ledger ($OLP_HOME/usage.db, usage/usage.h), create or upgrade the store's
+ * schema and copy a file store into it.
  * Exit codes: 0 done, 1 failed, 2 usage. The token is printed once, at keygen. */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +16,7 @@
 
 #include "auth/auth.h"
 #include "common/common.h"
+#include "store/store.h"
 #include "usage/usage.h"
 #include "common/banned.h"
 
@@ -37,6 +40,12 @@ static const char usage_text[] =
 	"                            let a guest key reach providers' logins, or take it back\n"
 	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
 	"                            requests and tokens per key, provider and UTC day\n"
+	"  store init [--worker-role=ROLE]\n"
+	"                            create or upgrade the PostgreSQL store's schema and grant\n"
+	"                            ROLE (the workers') data rights only\n"
+	"  store status              the store, whether it answers, its schema versions\n"
+	"  migrate --to=postgresql://USER@HOST:PORT/DB\n"
+	"                            copy the key files into that store (safe to re-run)\n"
 	"\n"
 	"Options (anywhere on the line; --flag=value and --flag value both work):\n"
 	"  --olp-home=DIR  the OLP home (default: $OLP_HOME, else ~/.olp)\n"
@@ -56,9 +65,23 @@ static const char usage_text[] =
 	"only: the model can read those files and show them to whoever asked. --allow-login\n"
 	"(set-login --allow) lets a guest key use such a provider anyway; that key's prompts\n"
 	"can then read the login.\n"
+	"Store: with config.json \"store\" (or OLP_STORE) set to a postgresql:// URL, every\n"
+	"command works on that database instead of $OLP_HOME/keys; the password comes from\n"
+	"config.json \"store_passfile\", PGPASSFILE or ~/.pgpass, never from the URL. Run\n"
+	"\"store init\" as a role that may create tables.\n"
 	"Exit status: 0 done, 1 failed, 2 usage error.\n";
 
-enum cmd { CMD_NONE, CMD_KEYGEN, CMD_LIST, CMD_REVOKE, CMD_SET_QUOTA, CMD_USAGE, CMD_SET_LOGIN };
+enum cmd {
+	CMD_NONE,
+	CMD_KEYGEN,
+	CMD_LIST,
+	CMD_REVOKE,
+	CMD_SET_QUOTA,
+	CMD_USAGE,
+	CMD_SET_LOGIN,
+	CMD_STORE,
+	CMD_MIGRATE,
+};
 
 struct opts {
 	enum cmd cmd;
@@ -88,6 +111,11 @@ struct opts {
 	const char *deny_login;
 	/* usage */
 	const char *since;
+	/* store init|status */
+	const char *store_sub;
+	const char *worker_role;
+	/* migrate */
+	const char *to;
 };
 
 enum opt_kind { OPT_FLAG, OPT_VALUE };
@@ -115,6 +143,8 @@ struct opt_def {
 #define SET_QUOTA (1u << CMD_SET_QUOTA)
 #define USAGE (1u << CMD_USAGE)
 #define SET_LOGIN (1u << CMD_SET_LOGIN)
+#define STORE (1u << CMD_STORE)
+#define MIGRATE (1u << CMD_MIGRATE)
 
 static const struct opt_def opt_defs[] = {
 	VALUE("olp-home", ALL, olp_home),
@@ -141,10 +171,12 @@ static const struct opt_def opt_defs[] = {
 	/* set-login's names for them */
 	VALUE("allow", SET_LOGIN, allow_login),
 	VALUE("deny", SET_LOGIN, deny_login),
+	VALUE("worker-role", STORE, worker_role),
+	VALUE("to", MIGRATE, to),
 };
 
-static const char *const cmd_names[] = { "",	      "keygen", "list",	    "revoke",
-					 "set-quota", "usage",	"set-login" };
+static const char *const cmd_names[] = { "",	  "keygen",    "list",	"revoke", "set-quota",
+					 "usage", "set-login", "store", "migrate" };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -182,6 +214,25 @@ static const struct opt_def *opt_find(const char *name, size_t len)
 	return NULL;
 }
 
+/* The whole line read: a command, a store subcommand, options that apply to them (seen:
+ * bit i when opt_defs[i] was given). 0 or EXIT_USAGE. */
+static int check_args(const struct opts *o, unsigned long seen)
+{
+	if (o->cmd == CMD_NONE)
+		return usage_error("no command given");
+	if (o->cmd == CMD_STORE && (!o->store_sub || (strcmp(o->store_sub, "init") != 0 &&
+						      strcmp(o->store_sub, "status") != 0)))
+		return usage_error("store needs 'init' or 'status'");
+	if (o->cmd == CMD_STORE && o->worker_role && strcmp(o->store_sub, "init") != 0)
+		return usage_error("--worker-role applies to 'store init'");
+	for (size_t i = 0; i < ARRAY_SIZE(opt_defs); i++)
+		if ((seen & (1ul << i)) && opt_defs[i].only != ALL &&
+		    !(opt_defs[i].only & (1u << o->cmd)))
+			return usage_error("option '--%s' does not apply to '%s'", opt_defs[i].name,
+					   cmd_names[o->cmd]);
+	return 0;
+}
+
 /* Options may come before or after the command; their validity against the command is
  * checked once the whole line is read. Returns 0 or EXIT_USAGE. */
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -199,6 +250,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			continue;
 		}
 		if (strncmp(arg, "--", 2) != 0) {
+			if (o->cmd == CMD_STORE && !o->store_sub) {
+				o->store_sub = arg; /* store init | store status */
+				continue;
+			}
 			if (o->cmd != CMD_NONE)
 				return usage_error("unexpected argument '%s'", arg);
 			for (i = 1; i < ARRAY_SIZE(cmd_names); i++)
@@ -231,16 +286,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		}
 		seen |= 1ul << (d - opt_defs);
 	}
-	if (o->help)
-		return 0;
-	if (o->cmd == CMD_NONE)
-		return usage_error("no command given");
-	for (i = 0; i < ARRAY_SIZE(opt_defs); i++)
-		if ((seen & (1ul << i)) && opt_defs[i].only != ALL &&
-		    !(opt_defs[i].only & (1u << o->cmd)))
-			return usage_error("option '--%s' does not apply to '%s'", opt_defs[i].name,
-					   cmd_names[o->cmd]);
-	return 0;
+	return o->help ? 0 : check_args(o, seen);
 }
 
 /* --olp-home, else $OLP_HOME, else ~/.olp. Returns a heap string or NULL. */
@@ -424,7 +470,7 @@ static void keygen_print(const struct opts *o, const struct auth_key_spec *spec,
 	buf_release(&quota);
 }
 
-static int cmd_keygen(const struct opts *o, const char *home)
+static int cmd_keygen(const struct opts *o, const struct auth_target *t)
 {
 	struct auth_key_spec spec = { .tier = AUTH_TIER_GUEST,
 				      .notes = o->notes,
@@ -465,7 +511,7 @@ static int cmd_keygen(const struct opts *o, const char *home)
 		spec.login_access = (const char *const *)logins.v;
 		spec.n_login_access = logins.n;
 	}
-	r = auth_key_create(home, &spec, &key, &msg);
+	r = auth_key_create_at(t, &spec, &key, &msg);
 	if (r) {
 		rc = fail("keygen: %s", msg.len ? msg.data : auth_key_strerror(r));
 		goto out_free;
@@ -539,7 +585,7 @@ static void providers_text(const struct auth_key_info *k, struct buf *b)
 		buf_adds(b, "(none)");
 }
 
-static int cmd_list(const struct opts *o, const char *home)
+static int cmd_list(const struct opts *o, const struct auth_target *t)
 {
 	struct auth_key_list list;
 	struct buf msg = BUF_INIT, prov = BUF_INIT, quota = BUF_INIT, logins = BUF_INIT;
@@ -547,7 +593,7 @@ static int cmd_list(const struct opts *o, const char *home)
 	json_t *arr = NULL;
 	size_t i;
 
-	r = auth_key_list(home, &list, &msg);
+	r = auth_key_list_at(t, &list, &msg);
 	if (r) {
 		int rc = fail("list: %s", msg.len ? msg.data : auth_key_strerror(r));
 
@@ -593,7 +639,7 @@ static int cmd_list(const struct opts *o, const char *home)
 	return EXIT_SUCCESS;
 }
 
-static int cmd_revoke(const struct opts *o, const char *home)
+static int cmd_revoke(const struct opts *o, const struct auth_target *t)
 {
 	struct buf msg = BUF_INIT;
 	enum auth_key_result r;
@@ -602,7 +648,7 @@ static int cmd_revoke(const struct opts *o, const char *home)
 
 	if (!o->id)
 		return usage_error("revoke needs --id=ID");
-	r = auth_key_revoke(home, o->id, &was, &msg);
+	r = auth_key_revoke_at(t, o->id, &was, &msg);
 	if (r) {
 		rc = fail("revoke: %s", msg.len ? msg.data : auth_key_strerror(r));
 	} else if (o->json) {
@@ -615,7 +661,7 @@ static int cmd_revoke(const struct opts *o, const char *home)
 	return rc;
 }
 
-static int cmd_set_quota(const struct opts *o, const char *home)
+static int cmd_set_quota(const struct opts *o, const struct auth_target *t)
 {
 	struct buf msg = BUF_INIT, text = BUF_INIT;
 	struct auth_quota q, now;
@@ -633,7 +679,7 @@ static int cmd_set_quota(const struct opts *o, const char *home)
 	/* --clear: every limit not given goes (set to 0), the given ones are set. */
 	if (o->clear)
 		fields = AUTH_QUOTA_ALL;
-	r = auth_key_set_quota(home, o->id, &q, fields, &now, &msg);
+	r = auth_key_set_quota_at(t, o->id, &q, fields, &now, &msg);
 	if (r) {
 		rc = fail("set-quota: %s", msg.len ? msg.data : auth_key_strerror(r));
 	} else if (o->json) {
@@ -647,7 +693,7 @@ static int cmd_set_quota(const struct opts *o, const char *home)
 	return rc;
 }
 
-static int cmd_set_login(const struct opts *o, const char *home)
+static int cmd_set_login(const struct opts *o, const struct auth_target *t)
 {
 	struct strv names = STRV_INIT;
 	struct buf msg = BUF_INIT, text = BUF_INIT;
@@ -666,8 +712,8 @@ static int cmd_set_login(const struct opts *o, const char *home)
 		return usage_error("--%s is a comma-separated list of names",
 				   o->allow_login ? "allow" : "deny");
 	}
-	r = auth_key_set_login(home, o->id, (const char *const *)names.v, names.n,
-			       o->allow_login != NULL, o->clear, &now, &n, &msg);
+	r = auth_key_set_login_at(t, o->id, (const char *const *)names.v, names.n,
+				  o->allow_login != NULL, o->clear, &now, &n, &msg);
 	if (r) {
 		rc = fail("set-login: %s", msg.len ? msg.data : auth_key_strerror(r));
 		goto out_free;
@@ -731,7 +777,7 @@ static void print_usage_json(const struct auth_key_list *list, const struct usag
 	buf_release(&b);
 }
 
-static int cmd_usage(const struct opts *o, const char *home)
+static int cmd_usage(const struct opts *o, const struct auth_target *t)
 {
 	struct usage_filter f = { .key_id = o->id };
 	struct usage_day *days = NULL;
@@ -749,17 +795,17 @@ static int cmd_usage(const struct opts *o, const char *home)
 				   sizeof(days->key_id) - 1);
 	if (o->since && parse_since(o->since, &f.since_ms))
 		return EXIT_USAGE;
-	r = auth_key_list(home, &list, &msg);
+	r = auth_key_list_at(t, &list, &msg);
 	if (r) {
 		rc = fail("usage: %s", msg.len ? msg.data : auth_key_strerror(r));
 		buf_release(&msg);
 		return rc;
 	}
 	/* No ledger yet is no usage yet: this tool does not create the workers' database. */
-	if (path_join_buf(path, sizeof(path), home, "usage.db") == 0 && lstat(path, &sb) < 0 &&
-	    errno == ENOENT)
+	if (path_join_buf(path, sizeof(path), t->olp_home, "usage.db") == 0 &&
+	    lstat(path, &sb) < 0 && errno == ENOENT)
 		goto out_print;
-	st = usage_store_open(home, NULL);
+	st = usage_store_open(t->olp_home, NULL);
 	ret = st ? usage_days(st, &f, &days, &n) : -errno;
 	if (ret) {
 		rc = fail("usage: cannot read the ledger %s: %s", path, strerror(-ret));
@@ -795,6 +841,200 @@ out_free:
 	return rc;
 }
 
+/* ---- the PostgreSQL store ---------------------------------------------------------------- */
+
+/* Every module's schema, in the order store init applies them: the keys' (auth/), then the
+ * usage ledger's and quota windows' when usage/ exports usage_pg_schema() (ADR 0034). */
+static const struct store_schema *(*const schema_fns[])(void) = {
+	auth_pg_schema,
+};
+
+/* Open url (the passfile, may be NULL) for this tool: NULL with the reason printed. */
+static struct store_db *store_open_tool(const char *url, const char *passfile)
+{
+	struct store_options so = { .passfile = passfile,
+				    .max_conns = 2,
+				    .application_name = "olp-keys" };
+	struct buf err = BUF_INIT;
+	struct store_db *db = store_open(url, &so, &err);
+
+	if (!db)
+		fail("store: %s", err.data);
+	buf_release(&err);
+	return db;
+}
+
+/* The store home names (config.json "store" or OLP_STORE), opened into *db; NULL url: the
+ * key files. 0 or EXIT_FAILURE (said why). *passfile gets config's store_passfile. */
+static int store_resolve(const char *home, struct store_db **db, char **passfile)
+{
+	struct buf err = BUF_INIT;
+	char *url = NULL;
+	int rc = 0;
+
+	*db = NULL;
+	*passfile = NULL;
+	if (store_url_resolve(home, &url, passfile, &err)) {
+		rc = fail("%s", err.data);
+	} else if (url) {
+		*db = store_open_tool(url, *passfile);
+		rc = *db ? 0 : EXIT_FAILURE;
+	}
+	free(url);
+	buf_release(&err);
+	return rc;
+}
+
+static int cmd_store_init(const struct opts *o, struct store_db *db)
+{
+	const struct store_schema *s[ARRAY_SIZE(schema_fns)];
+	struct buf msg = BUF_INIT;
+	int rc = EXIT_SUCCESS;
+
+	for (size_t i = 0; i < ARRAY_SIZE(schema_fns); i++)
+		s[i] = schema_fns[i]();
+	if (store_schema_apply(db, s, ARRAY_SIZE(s), o->worker_role, &msg)) {
+		rc = fail("store init: %s", msg.data);
+	} else if (o->json) {
+		print_json(json_pack("{s:b, s:s}", "ok", 1, "log", msg.data ? msg.data : ""));
+	} else {
+		const char *text = msg.len ? msg.data : "";
+		size_t n = strlen(text);
+
+		printf("%s%s", text, n && text[n - 1] != '\n' ? "\n" : "");
+	}
+	buf_release(&msg);
+	return rc;
+}
+
+/* One module's schema version as "version N, current" and friends; false: not current. */
+static bool schema_state(struct store_db *db, const struct store_schema *s, struct buf *b)
+{
+	unsigned found = 0;
+	int ret = store_schema_check(db, s, &found);
+
+	buf_reset(b);
+	if (ret == 0)
+		buf_addf(b, "version %u, current", s->n);
+	else if (ret == -ENOENT)
+		buf_addf(b, "none: run olp-keys store init");
+	else if (ret == -EPROTO)
+		buf_addf(b, "version %u, this build knows %u: run olp-keys store init%s", found,
+			 s->n, found > s->n ? " with a newer OLP" : "");
+	else
+		buf_addf(b, "unknown (%s)", strerror(-ret));
+	return ret == 0;
+}
+
+static int cmd_store_status(const struct opts *o, struct store_db *db)
+{
+	struct store_health h;
+	struct buf b = BUF_INIT;
+	json_t *mods = json_object();
+	bool current = true;
+
+	for (size_t i = 0; i < ARRAY_SIZE(schema_fns); i++) {
+		const struct store_schema *s = schema_fns[i]();
+
+		current &= schema_state(db, s, &b);
+		json_object_set_new(mods, s->module, json_string(b.data));
+		if (!o->json)
+			printf("%s: %s\n", s->module, b.data);
+	}
+	store_health(db, &h);
+	if (o->json) {
+		print_json(json_pack("{s:s, s:b, s:s?, s:o}", "store", h.where, "reachable", h.ok,
+				     "last_error", h.last_error[0] ? h.last_error : NULL, "schemas",
+				     mods));
+	} else {
+		json_decref(mods);
+		printf("store: %s, %s%s%s\n", h.where, h.ok ? "reachable" : "unreachable",
+		       h.last_error[0] && !h.ok ? ": " : "", h.ok ? "" : h.last_error);
+	}
+	buf_release(&b);
+	return h.ok && current ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static int cmd_store(const struct opts *o, struct store_db *db)
+{
+	if (!db)
+		return fail("store %s: no store is configured: set config.json \"store\" or "
+			    "OLP_STORE to a postgresql:// URL",
+			    o->store_sub);
+	if (strcmp(o->store_sub, "init") == 0)
+		return cmd_store_init(o, db);
+	return cmd_store_status(o, db);
+}
+
+/* migrate --to=URL: the key files of home into that store. The ledger (usage.db) is
+ * usage/'s to copy; this build has no such copy, so a home that has one is reported as
+ * not fully migrated (exit 1) rather than silently half done. */
+static int cmd_migrate(const struct opts *o, const char *home, const char *passfile)
+{
+	struct auth_migrate_report rep;
+	struct buf msg = BUF_INIT;
+	struct store_db *db;
+	enum auth_key_result r;
+	char path[4096];
+	struct stat sb;
+	bool ledger;
+	int rc = EXIT_SUCCESS;
+
+	if (!o->to)
+		return usage_error("migrate needs --to=postgresql://USER@HOST:PORT/DB");
+	db = store_open_tool(o->to, passfile);
+	if (!db)
+		return EXIT_FAILURE;
+	r = auth_key_migrate(home, db, &rep, &msg);
+	if (r) {
+		rc = fail("migrate: %s", msg.len ? msg.data : auth_key_strerror(r));
+		goto out;
+	}
+	ledger = path_join_buf(path, sizeof(path), home, "usage.db") == 0 && lstat(path, &sb) == 0;
+	if (o->json)
+		print_json(json_pack("{s:i, s:i, s:i, s:b}", "copied", (json_int_t)rep.copied,
+				     "unchanged", (json_int_t)rep.unchanged, "skipped",
+				     (json_int_t)rep.skipped, "ledger_copied", 0));
+	else
+		printf("%zu keys copied, %zu unchanged%s\n", rep.copied, rep.unchanged,
+		       rep.skipped ? " (some invalid manifests skipped: see above)" : "");
+	if (ledger)
+		rc = fail("migrate: %s was not copied: this build of olp-keys cannot copy the "
+			  "usage ledger",
+			  path);
+out:
+	store_free(db);
+	buf_release(&msg);
+	return rc;
+}
+
+/* Run the command o names against home's store. */
+static int run(const struct opts *o, const char *home)
+{
+	struct auth_target t = { .olp_home = home };
+	struct store_db *db = NULL;
+	char *passfile = NULL;
+	int rc = store_resolve(home, &db, &passfile);
+
+	if (rc)
+		return rc;
+	t.db = db;
+	switch (o->cmd) {
+	case CMD_KEYGEN: rc = cmd_keygen(o, &t); break;
+	case CMD_LIST: rc = cmd_list(o, &t); break;
+	case CMD_REVOKE: rc = cmd_revoke(o, &t); break;
+	case CMD_SET_QUOTA: rc = cmd_set_quota(o, &t); break;
+	case CMD_USAGE: rc = cmd_usage(o, &t); break;
+	case CMD_SET_LOGIN: rc = cmd_set_login(o, &t); break;
+	case CMD_STORE: rc = cmd_store(o, db); break;
+	case CMD_MIGRATE: rc = cmd_migrate(o, home, passfile); break;
+	case CMD_NONE: rc = EXIT_USAGE; break;
+	}
+	store_free(db);
+	free(passfile);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = { .cmd = CMD_NONE };
@@ -815,15 +1055,7 @@ int main(int argc, char **argv)
 			"cannot tell where the OLP home is: pass --olp-home=DIR or set OLP_HOME");
 	/* Files we create are ours alone whatever the caller's umask. */
 	umask(077);
-	switch (o.cmd) {
-	case CMD_KEYGEN: rc = cmd_keygen(&o, home); break;
-	case CMD_LIST: rc = cmd_list(&o, home); break;
-	case CMD_REVOKE: rc = cmd_revoke(&o, home); break;
-	case CMD_SET_QUOTA: rc = cmd_set_quota(&o, home); break;
-	case CMD_USAGE: rc = cmd_usage(&o, home); break;
-	case CMD_SET_LOGIN: rc = cmd_set_login(&o, home); break;
-	case CMD_NONE: rc = EXIT_USAGE; break;
-	}
+	rc = run(&o, home);
 	free(home);
 	return rc;
 }

@@ -43,11 +43,6 @@ struct key_index {
 	size_t n_hash;
 };
 
-struct touch_req {
-	char id[AUTH_ID_MAX];
-	char when[AUTH_ISO_MAX];
-};
-
 struct auth_store {
 	char *olp_home;
 	char *keys_dir;
@@ -73,10 +68,11 @@ struct auth_store {
 	pthread_cond_t touch_cond;
 	pthread_t touch_thread;
 	bool touch_started, touch_stop, touch_dropped;
-	struct touch_req *touch_q;
+	struct auth_touch_req *touch_q;
 	size_t touch_n, touch_cap;
 
 	struct auth_audit_log audit;
+	struct auth_pg *pg; /* the keys live in PostgreSQL (pg.c): no index, no keys/ */
 };
 
 /* ---- the index --------------------------------------------------------------------- */
@@ -350,7 +346,7 @@ static void identity_fill(struct auth_identity *out, const char *id, enum auth_t
 		strings_copy(providers, &out->providers, &out->n_providers);
 }
 
-static void identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
+void auth_identity_from_record(struct auth_identity *out, const struct auth_key_record *r)
 {
 	identity_fill(out, r->id, r->tier, r->all_providers, &r->providers);
 	out->quota = r->quota;
@@ -422,6 +418,7 @@ const char *auth_strerror(enum auth_result r)
 	case AUTH_ERR_REQUIRED:
 		return "OLP API key required. Pass via \"Authorization: Bearer <token>\" or "
 		       "\"x-api-key: <token>\".";
+	case AUTH_ERR_UNAVAILABLE: return "The key store is unavailable; try again shortly.";
 	case AUTH_ERR_INVALID: break;
 	}
 	return "OLP API key is invalid or has been revoked.";
@@ -432,6 +429,7 @@ const char *auth_error_type(enum auth_result r)
 	switch (r) {
 	case AUTH_OK: return NULL;
 	case AUTH_ERR_REQUIRED: return "auth_required";
+	case AUTH_ERR_UNAVAILABLE: return "store_unavailable";
 	case AUTH_ERR_INVALID: break;
 	}
 	return "invalid_or_revoked_key";
@@ -468,7 +466,7 @@ static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash
 		e->sig = sig;
 		e->valid = true;
 		if (!e->rec.revoked) {
-			identity_from_record(out, &e->rec);
+			auth_identity_from_record(out, &e->rec);
 			res = LOOKUP_OK;
 		}
 		goto out_unlock;
@@ -507,7 +505,7 @@ static enum lookup store_lookup(struct auth_store *st, const unsigned char hash[
 	if (auth_file_sig_equal(&sig, &e->sig)) {
 		res = LOOKUP_REFUSED;
 		if (e->valid && !e->rec.revoked) {
-			identity_from_record(out, &e->rec);
+			auth_identity_from_record(out, &e->rec);
 			res = LOOKUP_OK;
 		}
 		pthread_rwlock_unlock(&st->idx_lock);
@@ -543,6 +541,14 @@ enum auth_result auth_check(struct auth_store *st, const char *authorization, co
 		identity_fill(out, AUTH_ID_ENV_OWNER, AUTH_TIER_OWNER, true, NULL);
 		return AUTH_OK;
 	}
+	if (st->pg) {
+		enum auth_result r = auth_pg_check(st->pg, hash, out);
+
+		sodium_memzero(hash, sizeof(hash));
+		if (r != AUTH_OK)
+			memset(out, 0, sizeof(*out));
+		return r;
+	}
 	gen = atomic_load(&st->scan_gen);
 	res = store_lookup(st, hash, out);
 	if (res == LOOKUP_MISS && store_refresh(st, gen))
@@ -572,7 +578,7 @@ static int touch_edit(json_t *root, const struct auth_key_record *rec, void *arg
 static void *touch_main(void *arg)
 {
 	struct auth_store *st = arg;
-	struct touch_req *q = NULL;
+	struct auth_touch_req *q = NULL;
 	size_t n, i;
 
 	pthread_mutex_lock(&st->touch_lock);
@@ -586,7 +592,9 @@ static void *touch_main(void *arg)
 		st->touch_q = NULL;
 		st->touch_n = st->touch_cap = 0;
 		pthread_mutex_unlock(&st->touch_lock);
-		for (i = 0; i < n; i++) {
+		if (st->pg)
+			auth_pg_touch_write(st->pg, q, n); /* one statement for the batch */
+		for (i = 0; !st->pg && i < n; i++) {
 			int ret =
 				auth_manifest_update(st->keys_dir, q[i].id, touch_edit, q[i].when);
 
@@ -603,7 +611,7 @@ static void *touch_main(void *arg)
 
 static void touch_enqueue(struct auth_store *st, const char *id)
 {
-	struct touch_req *r;
+	struct auth_touch_req *r;
 
 	pthread_mutex_lock(&st->touch_lock);
 	if (st->touch_stop)
@@ -644,6 +652,11 @@ void auth_touch(struct auth_store *st, const struct auth_identity *id)
 	if (!st || !id || (id->tier != AUTH_TIER_OWNER && id->tier != AUTH_TIER_GUEST) ||
 	    !auth_id_valid(id->key_id))
 		return; /* synthetic identities have no manifest */
+	if (st->pg) {
+		if (auth_pg_touch_due(st->pg, id->key_id))
+			touch_enqueue(st, id->key_id);
+		return;
+	}
 	now = mono_ns();
 	pthread_rwlock_rdlock(&st->idx_lock);
 	e = index_find_id(st->idx, id->key_id);
@@ -700,6 +713,16 @@ struct auth_store *auth_store_open(const char *olp_home, const struct auth_optio
 	pthread_cond_init(&st->touch_cond, NULL);
 	atomic_init(&st->stale, false);
 	auth_audit_log_init(&st->audit, path_join(olp_home, "logs"), opt);
+	if (opt && opt->store) {
+		st->pg = auth_pg_open(opt->store, opt);
+		if (!st->pg) {
+			ret = errno;
+			auth_store_free(st);
+			errno = ret;
+			return NULL;
+		}
+		return st; /* no keys/ to index */
+	}
 
 	if (stat(st->keys_dir, &sb) == 0 && (sb.st_mode & 077))
 		log_warnx(NULL, "auth: %s is accessible to group or others; run: chmod -R go= %s",
@@ -724,6 +747,7 @@ void auth_store_free(struct auth_store *st)
 	if (st->touch_started)
 		pthread_join(st->touch_thread, NULL);
 	free(st->touch_q);
+	auth_pg_free(st->pg);
 	auth_audit_log_release(&st->audit);
 	index_free(st->idx);
 	pthread_cond_destroy(&st->touch_cond);
@@ -797,6 +821,8 @@ int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size
 
 	*out = NULL;
 	*n = 0;
+	if (st->pg)
+		return auth_pg_login_grants(st->pg, out, n);
 	store_sync(st);
 	pthread_rwlock_rdlock(&st->idx_lock);
 	for (size_t i = 0; st->idx && i < st->idx->n; i++) {
@@ -820,12 +846,18 @@ int auth_login_grants(struct auth_store *st, struct auth_login_grant **out, size
 }
 
 /* As auth_key_list orders its keys: by created_at, then id. */
+int auth_created_cmp(const char *ca, const char *ia, const char *cb, const char *ib)
+{
+	int c = strcmp(ca ? ca : "", cb ? cb : "");
+
+	return c ? c : strcmp(ia, ib);
+}
+
 static int cmp_summary(const void *a, const void *b)
 {
 	const struct auth_key_summary *x = a, *y = b;
-	int c = strcmp(x->created_at ? x->created_at : "", y->created_at ? y->created_at : "");
 
-	return c ? c : strcmp(x->id, y->id);
+	return auth_created_cmp(x->created_at, x->id, y->created_at, y->id);
 }
 
 int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t *n)
@@ -834,6 +866,8 @@ int auth_store_keys(struct auth_store *st, struct auth_key_summary **out, size_t
 	*n = 0;
 	if (!st)
 		return -EINVAL;
+	if (st->pg)
+		return auth_pg_keys(st->pg, out, n);
 	store_sync(st);
 	pthread_rwlock_rdlock(&st->idx_lock);
 	if (st->idx && st->idx->n)

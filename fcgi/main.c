@@ -374,7 +374,7 @@ static int open_store(void)
 }
 
 /* The key store, with the anonymous access and audit options: 0, or -1 (logged). */
-static int open_auth(void)
+static int open_auth(bool cgi)
 {
 	struct auth_anonymous anon;
 	struct auth_options ao;
@@ -387,7 +387,12 @@ static int open_auth(void)
 				    .env_owner_token = getenv("OLP_OWNER_TOKEN"),
 				    .anonymous = &anon,
 				    .audit_max_bytes = app.cfg.audit_max_bytes,
-				    .audit_keep = app.cfg.audit_keep };
+				    .audit_keep = app.cfg.audit_keep,
+				    /* The shared store's keys (ADR 0034); a CGI process lives for
+				     * one request: no LISTEN thread, no cache. */
+				    .store = app.store,
+				    .store_offline_keys_s = app.cfg.store_offline_keys_s,
+				    .store_no_listen = cgi };
 	app.auth = auth_store_open(app.cfg.home, &ao);
 	if (!app.auth) {
 		log_err(NULL, "key store in %s", app.cfg.home);
@@ -420,7 +425,7 @@ static int app_init(bool cgi)
 		return -1;
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
-	if (open_store() || open_auth())
+	if (open_store() || open_auth(cgi))
 		return -1;
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the

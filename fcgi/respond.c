@@ -99,6 +99,18 @@ int fcgi_authenticate(struct fcgi_req *rc, bool required)
 		rc->have_id = true;
 		return 0;
 	}
+	if (r == AUTH_ERR_UNAVAILABLE) {
+		/* The shared store is away and this key was not checked recently (ADR 0034): it
+		 * may well exist, so not a 401 a client would give up on. */
+		struct fcgi_error e;
+
+		fcgi_error_set(&e, 503, auth_error_type(r), auth_error_type(r), NULL, "%s",
+			       auth_strerror(r));
+		fcgi_send_error(
+			rc, &e,
+			(const struct fcgi_hdr[]){ { "Retry-After", STORE_RETRY_AFTER }, { 0 } });
+		return -1;
+	}
 	fcgi_fail(rc, 401, auth_error_type(r), auth_error_type(r), "%s", auth_strerror(r));
 	return -1;
 }

@@ -111,6 +111,9 @@ struct fcgi_app {
 };
 
 /* ---- health.c: the shared store's state (ADR 0034) ----------------------------------- */
+/* What a client is asked to wait while the shared store is away: a few of the store's
+ * one-second reconnect attempts. */
+#define STORE_RETRY_AFTER "5"
 /* olp_store_available from db's state, when it changed (nothing for the embedded store). */
 void fcgi_store_sync(struct store_db *db);
 /* The owner's /health "store": {"kind":"embedded"} or {"kind":"postgresql","where",

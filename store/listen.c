@@ -67,10 +67,13 @@ static PGconn *listen_connect(struct store_db *db)
 		PQclear(r);
 	}
 	buf_release(&sql);
+	/* Under the lock, from the live table: store_unlisten may have dropped a channel. */
+	pthread_mutex_lock(&db->listen_lock);
+	for (i = 0; i < db->n_channels; i++)
+		if (db->channels[i].on_resync)
+			db->channels[i].on_resync(db->channels[i].arg);
 	atomic_fetch_add(&db->epoch, 1);
-	for (i = 0; i < n; i++)
-		if (ch[i].on_resync)
-			ch[i].on_resync(ch[i].arg);
+	pthread_mutex_unlock(&db->listen_lock);
 	return c;
 }
 
@@ -189,6 +192,20 @@ int store_listen(struct store_db *db, const char *channel, store_notify_fn on_no
 out:
 	pthread_mutex_unlock(&db->listen_lock);
 	return ret;
+}
+
+void store_unlisten(struct store_db *db, void *arg)
+{
+	unsigned i, j = 0;
+
+	if (!db)
+		return;
+	pthread_mutex_lock(&db->listen_lock);
+	for (i = 0; i < db->n_channels; i++)
+		if (db->channels[i].arg != arg)
+			db->channels[j++] = db->channels[i];
+	db->n_channels = j;
+	pthread_mutex_unlock(&db->listen_lock);
 }
 
 int store_listen_start(struct store_db *db)

@@ -126,6 +126,10 @@ typedef void (*store_resync_fn)(void *arg);
  * channel first: 0, -EINVAL (a bad channel, more than 8), -EBUSY (the thread runs). */
 int store_listen(struct store_db *db, const char *channel, store_notify_fn on_notify,
 		 store_resync_fn on_resync, void *arg);
+/* Stop calling the callbacks registered with arg (their owner is going away): once this
+ * returns none of them runs again. The connection keeps its LISTEN (harmless); the
+ * channels of a running thread cannot be registered again. */
+void store_unlisten(struct store_db *db, void *arg);
 /* Start the listener thread (once; later calls do nothing): it connects, LISTENs, and
  * makes a round trip at least every 500 ms so that a silent connection is noticed and
  * store_listen_fresh_ms moves; when the connection fails it tries again every second.

@@ -1,12 +1,15 @@
 /* auth-bench: time auth_check() with stores of different sizes, side by side.
  *
- *   auth-bench [-i ITERATIONS] [-d TMPDIR] N1 [N2 ...]
+ *   auth-bench [-i ITERATIONS] [-d TMPDIR] [-s postgresql://...] N1 [N2 ...]
  *
  * For each N a fresh OLP home gets N keys (through auth_key_create, as olp-keys makes
  * them); then each case is timed call by call and reported as median / p90 / p99 in
  * microseconds. Cases: a stored key (cycling over all N), the OLP_OWNER_TOKEN owner, an
  * unknown token, a stored key followed by auth_touch (the request path's full cost), and
- * an unknown token right after keys/ changed (the rescan a new key costs every worker). */
+ * an unknown token right after keys/ changed (the rescan a new key costs every worker).
+ * With -s the keys live in that PostgreSQL store (ADR 0034; its schema made by olp-keys
+ * store init): a stored key is then answered from the worker's cache, an unknown token
+ * costs a query, and the keys/ case does not apply. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +18,13 @@
 
 #include "auth/auth.h"
 #include "common/common.h"
+#include "store/store.h"
 #include "tests/auth/test_util.h"
 #include "common/banned.h"
 
 #define ENV_TOKEN "olp_bench-env-owner-token-0000000000000000000000"
+
+static const char *store_url; /* -s: the keys in PostgreSQL */
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -53,10 +59,12 @@ static int run_size(size_t nkeys, size_t iters)
 {
 	static const char *const names[] = { "stored key", "env owner token", "unknown token",
 					     "stored key + touch", "miss after keys/ change" };
-	struct auth_options opt = { .env_owner_token = ENV_TOKEN };
+	struct auth_options opt = { .env_owner_token = ENV_TOKEN, .store_offline_keys_s = 300 };
 	struct auth_key_spec spec = { .name = "bench", .tier = AUTH_TIER_GUEST };
 	char(*tokens)[AUTH_TOKEN_LEN + 1];
 	char *home = tu_mkhome();
+	struct auth_target t = { .olp_home = home };
+	struct store_db *db = NULL;
 	struct auth_store *st;
 	uint64_t *ns, t0;
 	size_t i, c;
@@ -64,11 +72,24 @@ static int run_size(size_t nkeys, size_t iters)
 
 	tokens = xcalloc(nkeys, sizeof(*tokens));
 	ns = xcalloc(iters, sizeof(*ns));
+	if (store_url) {
+		/* A store_db per size: its listener takes the channels of one auth_store. */
+		struct buf err = BUF_INIT;
+
+		db = store_open(store_url, NULL, &err);
+		if (!db) {
+			fprintf(stderr, "auth-bench: %s\n", err.data);
+			buf_release(&err);
+			goto out_free;
+		}
+		buf_release(&err);
+		t.db = opt.store = db;
+	}
 	for (i = 0; i < nkeys; i++) {
 		struct auth_new_key k;
 		struct buf msg = BUF_INIT;
 
-		if (auth_key_create(home, &spec, &k, &msg) != AUTH_KEY_OK) {
+		if (auth_key_create_at(&t, &spec, &k, &msg) != AUTH_KEY_OK) {
 			fprintf(stderr, "auth-bench: %s\n", msg.data);
 			buf_release(&msg);
 			goto out_free;
@@ -82,7 +103,7 @@ static int run_size(size_t nkeys, size_t iters)
 	if (!st)
 		goto out_free;
 	printf("%6zu  %-22s %10.2f\n", nkeys, "open (initial scan)", (mono_ns() - t0) / 1000.0);
-	for (c = CASE_STORED; c <= CASE_RESCAN; c++) {
+	for (c = CASE_STORED; c <= (db ? CASE_TOUCH : CASE_RESCAN); c++) {
 		/* A rescan is the rare path (keys added or removed): fewer rounds do. */
 		size_t rounds = c == CASE_RESCAN && iters > 500 ? 500 : iters;
 
@@ -113,6 +134,7 @@ static int run_size(size_t nkeys, size_t iters)
 	auth_store_free(st);
 	ret = 0;
 out_free:
+	store_free(db);
 	free(tokens);
 	free(ns);
 	tu_rmhome(home);
@@ -121,7 +143,8 @@ out_free:
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: auth-bench [-i ITERATIONS>=100] [-d TMPDIR] NKEYS...\n");
+	fprintf(stderr, "usage: auth-bench [-i ITERATIONS>=100] [-d TMPDIR] [-s STORE_URL] "
+			"NKEYS...\n");
 	return 2;
 }
 
@@ -131,9 +154,10 @@ int main(int argc, char **argv)
 	uint64_t iters, n;
 	int opt, i;
 
-	while ((opt = getopt(argc, argv, "i:d:")) != -1) {
+	while ((opt = getopt(argc, argv, "i:d:s:")) != -1) {
 		switch (opt) {
 		case 'i': iters_s = optarg; break;
+		case 's': store_url = optarg; break;
 		case 'd': setenv("TMPDIR", optarg, 1); break;
 		default: return usage();
 		}

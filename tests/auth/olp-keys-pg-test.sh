@@ -1,0 +1,88 @@
+#!/bin/sh
+# olp-keys against a PostgreSQL store (ADR 0034), run by tests/pg/with-pg.sh: store init as
+# the schema owner (twice: the second is a no-op), store status, migrate of the fixture
+# home (twice: the second copies nothing), then keygen/list/revoke/set-quota/set-login on
+# the store named by OLP_STORE and by config.json "store", a URL with a password refused,
+# and a store that cannot be reached reported (exit 1), never a crash.
+# usage: olp-keys-pg-test.sh PATH-TO-olp-keys FIXTURE-HOME
+set -u
+KEYS=${1:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME}
+FIX=${2:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME}
+: "${OLP_TEST_PG_URL:?run under tests/pg/with-pg.sh}"
+T=$(mktemp -d "${TMPDIR:-/tmp}/olp-keys-pg-test.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+H="$T/home"
+mkdir -m 700 "$H" && cp -r "$FIX/keys" "$H/" && chmod -R go= "$H"
+fails=0
+
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+
+expect() {
+	want=$1
+	shift
+	"$@" >"$T/out" 2>"$T/err"
+	got=$?
+	[ "$got" = "$want" ] || fail "exit $got (want $want): $* :: $(cat "$T/err")"
+}
+
+json() {
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+export OLP_HOME="$H"
+expect 1 "$KEYS" store status
+grep -q 'no store is configured' "$T/err" || fail "store status without a store: $(cat "$T/err")"
+expect 2 "$KEYS" store frob
+expect 2 "$KEYS" store status --worker-role=x
+
+OLP_STORE=$OLP_TEST_PG_URL expect 1 "$KEYS" store init
+grep -q 'store init' "$T/err" || fail "the workers' role created the schema"
+OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init --worker-role=olp_worker
+grep -q 'keys: version 0 -> 1' "$T/out" || fail "store init: $(cat "$T/out")"
+OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init
+grep -q 'keys: version 1, current' "$T/out" || fail "store init again: $(cat "$T/out")"
+OLP_STORE=$OLP_TEST_PG_URL expect 0 "$KEYS" --json store status
+[ "$(json "$T/out" 'd["reachable"], d["schemas"]["keys"]')" = "(True, 'version 1, current')" ] ||
+	fail "store status: $(cat "$T/out")"
+
+expect 0 "$KEYS" --json migrate --to="$OLP_TEST_PG_URL"
+[ "$(json "$T/out" 'd["copied"], d["unchanged"]')" = "(3, 0)" ] || fail "migrate: $(cat "$T/out")"
+expect 0 "$KEYS" migrate --to "$OLP_TEST_PG_URL"
+grep -q '^0 keys copied, 3 unchanged' "$T/out" || fail "migrate again: $(cat "$T/out")"
+: >"$H/usage.db"
+expect 1 "$KEYS" migrate --to "$OLP_TEST_PG_URL"
+grep -q 'usage.db was not copied' "$T/err" || fail "a ledger left behind unsaid"
+rm -f "$H/usage.db"
+expect 2 "$KEYS" migrate
+expect 1 "$KEYS" migrate --to="postgresql://olp_worker:secret@127.0.0.1/olp"
+
+# The store from config.json, then from OLP_STORE (which wins).
+printf '{"store": "%s"}\n' "$OLP_TEST_PG_URL" >"$H/config.json"
+expect 0 "$KEYS" --json list --include-revoked
+[ "$(json "$T/out" 'sorted(k["id"] for k in d)')" = "['gu3st0k1', 'own3r0k1', 'r3vok3d1']" ] ||
+	fail "list from the store: $(cat "$T/out")"
+mv "$H/keys" "$H/keys.away" # nothing of what follows reads the files
+export OLP_STORE=$OLP_TEST_PG_URL
+expect 1 "$KEYS" keygen --owner
+grep -q 'owner key already exists' "$T/err" || fail "a second owner: $(cat "$T/err")"
+expect 0 "$KEYS" --json keygen --name="x'); DROP TABLE olp_keys; --" --quota-rpd=5
+id=$(json "$T/out" 'd["id"]')
+expect 0 "$KEYS" revoke --id=gu3st0k1
+expect 0 "$KEYS" set-quota --id=own3r0k1 --quota-rpm=7
+expect 0 "$KEYS" set-login --id="$id" --allow=codex
+expect 1 "$KEYS" revoke --id=nosuchk1
+expect 0 "$KEYS" --json list --include-revoked
+[ "$(json "$T/out" '[(k["id"], k["revoked_at"] is not None) for k in d if k["id"] == "gu3st0k1"]')" = "[('gu3st0k1', True)]" ] ||
+	fail "revoke not listed"
+[ "$(json "$T/out" '[k["name"] for k in d if k["id"] == "'"$id"'"]')" = "[\"x'); DROP TABLE olp_keys; --\"]" ] ||
+	fail "the name not stored verbatim: $(cat "$T/out")"
+grep -q token_hash "$T/out" && fail "list shows a hash"
+
+OLP_STORE="postgresql://olp_worker@127.0.0.1:1/olp" expect 1 "$KEYS" list
+grep -q 'cannot read the keys of the store' "$T/err" || fail "an unreachable store: $(cat "$T/err")"
+
+[ "$fails" = 0 ] && echo "olp-keys against PostgreSQL: all checks passed"
+[ "$fails" = 0 ]
