@@ -844,9 +844,10 @@ out_free:
 /* ---- the PostgreSQL store ---------------------------------------------------------------- */
 
 /* Every module's schema, in the order store init applies them: the keys' (auth/), then the
- * usage ledger's and quota windows' when usage/ exports usage_pg_schema() (ADR 0034). */
+ * usage ledger's, quota windows' and leases' (usage/) (ADR 0034). */
 static const struct store_schema *(*const schema_fns[])(void) = {
 	auth_pg_schema,
+	usage_pg_schema,
 };
 
 /* Open url (the passfile, may be NULL) for this tool: NULL with the reason printed. */
@@ -966,18 +967,55 @@ static int cmd_store(const struct opts *o, struct store_db *db)
 	return cmd_store_status(o, db);
 }
 
-/* migrate --to=URL: the key files of home into that store. The ledger (usage.db) is
- * usage/'s to copy; this build has no such copy, so a home that has one is reported as
- * not fully migrated (exit 1) rather than silently half done. */
+/* olp-keys migrate --to URL: the key files, then usage.db's ledger and current quota
+ * windows, into the PostgreSQL store. Both copies are idempotent (keys by id, ledger rows
+ * by host and rowid), so a run cut short is finished by running it again. */
+static int migrate_ledger(const char *home, struct store_db *db, const struct opts *o,
+			  json_t *out)
+{
+	struct usage_import_report rep = { 0 };
+	struct buf err = BUF_INIT;
+	struct usage_store *src;
+	int ret;
+
+	src = usage_store_open(home, NULL);
+	if (!src)
+		return fail("migrate: the usage ledger in %s: %s", home, strerror(errno));
+	ret = usage_pg_import(src, db, NULL, &rep, &err);
+	usage_store_free(src);
+	if (ret) {
+		ret = fail("migrate: the usage ledger: %s",
+			   err.len ? err.data : strerror(-ret));
+		buf_release(&err);
+		return ret;
+	}
+	buf_release(&err);
+	if (o->json)
+		(void)json_object_set_new(
+			out, "ledger",
+			json_pack("{s:I, s:I, s:I, s:I}", "rows_read", (json_int_t)rep.rows_read,
+				  "rows_copied", (json_int_t)rep.rows_copied, "windows_read",
+				  (json_int_t)rep.windows_read, "windows_copied",
+				  (json_int_t)rep.windows_copied));
+	else
+		printf("usage ledger: %llu rows copied (%llu already there), %llu quota windows "
+		       "copied (%llu already there)\n",
+		       (unsigned long long)rep.rows_copied,
+		       (unsigned long long)(rep.rows_read - rep.rows_copied),
+		       (unsigned long long)rep.windows_copied,
+		       (unsigned long long)(rep.windows_read - rep.windows_copied));
+	return EXIT_SUCCESS;
+}
+
 static int cmd_migrate(const struct opts *o, const char *home, const char *passfile)
 {
 	struct auth_migrate_report rep;
 	struct buf msg = BUF_INIT;
 	struct store_db *db;
 	enum auth_key_result r;
+	json_t *out = NULL;
 	char path[4096];
 	struct stat sb;
-	bool ledger;
 	int rc = EXIT_SUCCESS;
 
 	if (!o->to)
@@ -990,18 +1028,17 @@ static int cmd_migrate(const struct opts *o, const char *home, const char *passf
 		rc = fail("migrate: %s", msg.len ? msg.data : auth_key_strerror(r));
 		goto out;
 	}
-	ledger = path_join_buf(path, sizeof(path), home, "usage.db") == 0 && lstat(path, &sb) == 0;
 	if (o->json)
-		print_json(json_pack("{s:i, s:i, s:i, s:b}", "copied", (json_int_t)rep.copied,
-				     "unchanged", (json_int_t)rep.unchanged, "skipped",
-				     (json_int_t)rep.skipped, "ledger_copied", 0));
+		out = json_pack("{s:I, s:I, s:I}", "copied", (json_int_t)rep.copied, "unchanged",
+				(json_int_t)rep.unchanged, "skipped", (json_int_t)rep.skipped);
 	else
 		printf("%zu keys copied, %zu unchanged%s\n", rep.copied, rep.unchanged,
 		       rep.skipped ? " (some invalid manifests skipped: see above)" : "");
-	if (ledger)
-		rc = fail("migrate: %s was not copied: this build of olp-keys cannot copy the "
-			  "usage ledger",
-			  path);
+	/* No usage.db: nothing was ever served here, or usage is off; nothing to copy. */
+	if (path_join_buf(path, sizeof(path), home, "usage.db") == 0 && lstat(path, &sb) == 0)
+		rc = migrate_ledger(home, db, o, out);
+	if (out)
+		print_json(out);
 out:
 	store_free(db);
 	buf_release(&msg);

@@ -19,8 +19,7 @@
 /* The key's concurrency slot (check_concurrency), when held: free it. */
 void fcgi_key_slot_release(struct fcgi_req *rc)
 {
-	slot_release(rc->key_slot);
-	rc->key_slot = -1;
+	usage_lease_release(rc->app->leases, &rc->key_lease);
 }
 
 /* ---- POST /v1/chat/completions ---------------------------------------------------------- */
@@ -668,7 +667,8 @@ static int check_quota(struct fcgi_req *rc, size_t body_len, const struct fcgi_c
 		ttl += prov_provider_timeout_ms(a->hops[i].m->provider) + FCGI_ANSWER_WRITE_MS;
 	rc->claim = (struct usage_claim){ .tokens = fcgi_quota_estimate(body_len, req->max_tokens),
 					  .ttl_ms = ttl };
-	if (!fcgi_quota_check(rc->app->usage, &rc->id, &rc->claim, &e, &hdr))
+	if (!fcgi_quota_check(rc->app->usage, rc->app->store != NULL, &rc->id, &rc->claim, &e,
+			      &hdr))
 		return 0;
 	fcgi_send_error(rc, &e,
 			(const struct fcgi_hdr[]){ { "Retry-After", hdr.retry_after }, { 0 } });
@@ -681,8 +681,9 @@ static int check_quota(struct fcgi_req *rc, size_t body_len, const struct fcgi_c
  * just before them: check_quota counts a request it lets through, and a request this
  * refuses (a client retrying each second, as Retry-After says) must not use up the key's
  * requests per minute and day. One of N
- * slot files <keyslot_dir>/<hex of the key id>.<i>.slot (common.h slot_take: the kernel
- * frees it when a worker dies, so a crash never leaks one), held until the answer's end
+ * slots (usage_lease_take: a slot file of the host, whose lock the kernel frees when a
+ * worker dies, or a lease of the shared store, which lapses when its host dies), held
+ * until the answer's end
  * (answer_done; fcgi_handle for any other way out), across chain hops and fallback. A
  * key without the limit opens nothing. A slot that cannot be taken for any other reason
  * refuses the request: a cap that fails open is no cap. 0 to go on, or -1 after
@@ -690,22 +691,25 @@ static int check_quota(struct fcgi_req *rc, size_t body_len, const struct fcgi_c
 static int check_concurrency(struct fcgi_req *rc)
 {
 	int64_t n = rc->id.quota.max_concurrent;
-	char prefix[2 * AUTH_ID_MAX + 1];
 	struct fcgi_error e;
-	size_t i, len;
 	int ret;
 
 	if (n <= 0)
 		return 0;
-	/* Hex: a file name part for any id ("__env_owner__" too), never a path. */
-	len = strnlen(rc->id.key_id, sizeof(rc->id.key_id));
-	for (i = 0; i < len; i++)
-		snprintf(prefix + 2 * i, 3, "%02x", (unsigned char)rc->id.key_id[i]);
-	prefix[2 * len] = '\0';
-	ret = rc->app->keyslot_dir ? slot_take(rc->app->keyslot_dir, prefix, (unsigned)n) : -ENOENT;
-	if (ret >= 0) {
-		rc->key_slot = ret;
+	ret = rc->app->leases ? usage_lease_take(rc->app->leases, rc->id.key_id, n, &rc->key_lease)
+			      : -ENOENT;
+	if (!ret)
 		return 0;
+	if (ret != -EBUSY && rc->app->store) {
+		/* A lease of the shared store (ADR 0034): the database is away. */
+		fcgi_error_set(&e, 503, "store_unavailable", "store_unavailable", NULL,
+			       "This key's concurrency limit cannot be checked: the shared store "
+			       "is unavailable; the request was not run. Try again in %s s",
+			       STORE_RETRY_AFTER);
+		fcgi_send_error(
+			rc, &e,
+			(const struct fcgi_hdr[]){ { "Retry-After", STORE_RETRY_AFTER }, { 0 } });
+		return -1;
 	}
 	if (ret != -EBUSY) {
 		log_warnx(rc->rid, "key concurrency slot: %s; refused", strerror(-ret));

@@ -164,9 +164,11 @@ static void handle_no_route(struct fcgi_req *rc, enum fcgi_route_result r,
 
 void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 {
-	struct fcgi_req rc = {
-		.app = app, .io = io, .path = BUF_INIT, .t0 = mono_ms(), .key_slot = -1
-	};
+	struct fcgi_req rc = { .app = app,
+			       .io = io,
+			       .path = BUF_INIT,
+			       .t0 = mono_ms(),
+			       .key_lease = USAGE_LEASE_INIT };
 	const struct fcgi_route *row = NULL;
 	enum fcgi_route_result r;
 	unsigned flags;

@@ -83,6 +83,53 @@ static void add_cli_state(struct buf *b, const struct prov_provider *pv)
 	add_word(b, "credentials", cs.credentials);
 }
 
+static void add_time(struct buf *b, const char *name, int64_t ms)
+{
+	char iso[32];
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+
+	buf_addf(b, ",\"%s\":", name);
+	if (ms <= 0 || !gmtime_r(&t, &tm)) {
+		buf_adds(b, "null");
+		return;
+	}
+	(void)strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	buf_addf(b, "\"%s\"", iso);
+}
+
+/* The provider's login (ADR 0036): "held" by the worker, with its token's expiry and the
+ * host's refreshes, or "copy" into every run, with a warning; null when runs hold none. */
+static void add_login(struct buf *b, const struct prov_provider *pv)
+{
+	struct prov_login_info li;
+
+	prov_provider_login_info(pv, &li);
+	buf_adds(b, ",\"login\":");
+	if (!li.mode) {
+		buf_adds(b, "null");
+		return;
+	}
+	buf_addf(b, "{\"mode\":\"%s\"", li.mode);
+	if (li.warning) {
+		buf_adds(b, ",\"warning\":");
+		buf_add_json_str(b, li.warning, strlen(li.warning));
+		buf_addch(b, '}');
+		return;
+	}
+	add_time(b, "expires", li.expires_ms);
+	if (li.expires_ms > 0)
+		buf_addf(b, ",\"expires_in_s\":%lld",
+			 (long long)((li.expires_ms - (int64_t)time(NULL) * 1000) / 1000));
+	add_time(b, "last_refresh", li.last_refresh_ms);
+	buf_addf(b, ",\"refresh_failures\":%lld", (long long)li.refresh_failures);
+	if (li.last_error[0]) {
+		buf_adds(b, ",\"last_error\":");
+		buf_add_json_str(b, li.last_error, strlen(li.last_error));
+	}
+	buf_addch(b, '}');
+}
+
 /* Pre-started provider processes (ADR 0022): the host's counts from the pool's shared
  * metrics; only when those cannot be had, this worker process's own. */
 static void add_prestart_block(struct buf *b)
@@ -193,6 +240,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 					 strlen(prov_provider_display_name(pv)));
 			add_network(&b, pv);
 			add_cli_state(&b, pv);
+			add_login(&b, pv);
 			fcgi_access_health(&b, pv, grants, ngrants);
 			/* What the upstream last said of each account's limits (ADR 0035). */
 			buf_adds(&b, ",\"accounts\":");

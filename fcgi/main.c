@@ -328,16 +328,22 @@ static int init_sandbox(bool cgi)
 		log_warnx(NULL, "concurrency slots in %s: %s; providers run uncapped",
 			  app.cfg.runtime_dir, strerror(-ret));
 	prov_registry_notes(app.reg, app.cfg.runtime_dir);
-	/* The keys' concurrency slots too, in a dir of their own: a key's file names can
-	 * never meet a provider's. */
-	app.keyslot_dir = path_join(app.cfg.runtime_dir, "keyslots");
-	if (mkdir(app.keyslot_dir, 0700) < 0 && errno != EEXIST) {
-		log_warn(NULL, "key concurrency slots in %s; keys with max_concurrent are refused",
-			 app.keyslot_dir);
-		free(app.keyslot_dir);
-		app.keyslot_dir = NULL;
-	}
 	return 0;
+}
+
+/* The keys' concurrency slots (quota max_concurrent, usage.h): with the shared store,
+ * leases in it, held across hosts; else slot files beside the scratch dirs, in a dir of
+ * their own (a key's file names can never meet a provider's). None: such keys are
+ * refused (fail closed). */
+static void open_leases(void)
+{
+	app.leases = usage_leases_open(&(struct usage_lease_options){
+		.runtime_dir = app.cfg.runtime_dir, .store = app.store });
+	if (!app.leases)
+		log_warn(NULL,
+			 "key concurrency slots in %s/keyslots; keys with max_concurrent are "
+			 "refused",
+			 app.cfg.runtime_dir);
 }
 
 /* The shared store of several hosts, when config.json names one (ADR 0034): 0, or -1
@@ -427,13 +433,16 @@ static int app_init(bool cgi)
 	open_metrics(cgi);
 	if (open_store() || open_auth(cgi))
 		return -1;
+	open_leases();
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host
 	 * shares the one database (SQLite's locking), so a quota holds whichever way the
 	 * worker was started; the cost is one open per CGI request. A database that cannot
 	 * be opened still gives a store (it retries): keys without a quota are served, keys
 	 * with one refused until it works (ADR 0026). */
 	if (app.cfg.usage_enabled) {
-		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days };
+		struct usage_options uo = { .retention_days = app.cfg.usage_retention_days,
+					    .store = app.store,
+					    .store_buffer_rows = app.cfg.store_buffer_rows };
 
 		app.usage = usage_store_open(app.cfg.home, &uo);
 		if (!app.usage) {
@@ -549,6 +558,7 @@ int main(int argc, char **argv)
 		fcgi_handle(&app, &io);
 		cgi_drain_stdin();
 		usage_store_free(app.usage);
+		usage_leases_free(app.leases);
 		store_free(app.store);
 		return 0;
 	}

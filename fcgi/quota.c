@@ -10,6 +10,7 @@
  * olp_ledger_available is 0. A key without a quota never touches the store before its run:
  * it is served whatever the store's state (its row, written after the answer, may be lost,
  * which is counted). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -33,15 +34,22 @@ int64_t fcgi_quota_estimate(size_t body_len, int64_t max_tokens)
 
 void fcgi_ledger_sync(struct usage_store *st)
 {
+	/* usage_dropped's count last handed to /metrics (one store per process). */
+	static atomic_uint_fast64_t told;
 	struct usage_health h;
+	uint64_t dropped, before;
 
 	if (!st)
 		return;
 	usage_health(st, &h);
 	metrics_ledger_available(h.ok);
+	dropped = usage_dropped(st);
+	before = atomic_load(&told);
+	if (dropped > before && atomic_compare_exchange_strong(&told, &before, dropped))
+		metrics_ledger_dropped(dropped - before);
 }
 
-int fcgi_quota_check(struct usage_store *st, const struct auth_identity *id,
+int fcgi_quota_check(struct usage_store *st, bool shared, const struct auth_identity *id,
 		     struct usage_claim *claim, struct fcgi_error *e, struct fcgi_quota_hdr *hdr)
 {
 	const struct auth_quota *aq = &id->quota;
@@ -59,6 +67,18 @@ int fcgi_quota_check(struct usage_store *st, const struct auth_identity *id,
 		return 0;
 	if (err) {
 		/* The store counted and logged why, once a minute at most: not again here. */
+		if (shared) {
+			/* The shared store is away (ADR 0034): an exact limit across hosts
+			 * cannot be checked, so not served. */
+			snprintf(hdr->retry_after, sizeof(hdr->retry_after), "%s",
+				 STORE_RETRY_AFTER);
+			fcgi_error_set(
+				e, 503, "store_unavailable", "store_unavailable", NULL,
+				"This key's quota cannot be checked: the shared store is "
+				"unavailable (%s); the request was not run. Try again in %s s",
+				strerror(-err), STORE_RETRY_AFTER);
+			return -1;
+		}
 		snprintf(hdr->retry_after, sizeof(hdr->retry_after), "%s", LEDGER_RETRY_AFTER);
 		fcgi_error_set(e, 503, "usage_unavailable", "usage_unavailable", NULL,
 			       "This key's quota cannot be checked: the usage ledger cannot be "
@@ -91,27 +111,16 @@ void fcgi_quota_refund(struct usage_store *st, const char *key_id, struct usage_
 void fcgi_usage_health_json(struct buf *b, struct usage_store *st)
 {
 	struct usage_health h;
-	char since[32] = "";
 
 	if (!st) {
 		buf_adds(b, "{\"enabled\":false,\"available\":false,\"failures\":0}");
 		return;
 	}
 	usage_health(st, &h);
-	if (h.failing_since_ms) {
-		time_t t = (time_t)(h.failing_since_ms / 1000);
-		struct tm tm;
-
-		if (gmtime_r(&t, &tm))
-			(void)strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	}
 	buf_adds(b, usage_available(st) ? "{\"enabled\":true,\"available\":true"
 					: "{\"enabled\":true,\"available\":false");
 	buf_adds(b, h.ok ? ",\"ok\":true,\"failing_since\":" : ",\"ok\":false,\"failing_since\":");
-	if (*since)
-		buf_addf(b, "\"%s\"", since);
-	else
-		buf_adds(b, "null");
+	fcgi_json_since(b, h.failing_since_ms);
 	buf_adds(b, ",\"last_error\":");
 	if (!h.ok && h.last_err) {
 		const char *m = strerror(-h.last_err);

@@ -104,10 +104,10 @@ struct fcgi_app {
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
 	struct store_db *store;	   /* the shared store, or NULL (the embedded one) */
-	/* <runtime_dir>/keyslots: the keys' concurrency slots (quota max_concurrent), shared
-	 * by every process of the host; NULL when it could not be made (such keys are then
-	 * refused: fail closed). */
-	char *keyslot_dir;
+	/* The keys' concurrency slots (quota max_concurrent): files in <runtime_dir>/keyslots
+	 * shared by every process of the host, or leases in the shared store (usage.h); NULL
+	 * when they could not be set up (such keys are then refused: fail closed). */
+	struct usage_leases *leases;
 };
 
 /* ---- health.c: the shared store's state (ADR 0034) ----------------------------------- */
@@ -144,7 +144,7 @@ struct fcgi_quota_hdr {
  * ttl_ms set by the caller). 0 to go on (also for a key without a quota, or no store);
  * -1 with e and hdr filled: 429 quota_exceeded, or 503 usage_unavailable when the store
  * cannot write (fails closed). */
-int fcgi_quota_check(struct usage_store *st, const struct auth_identity *id,
+int fcgi_quota_check(struct usage_store *st, bool shared, const struct auth_identity *id,
 		     struct usage_claim *claim, struct fcgi_error *e, struct fcgi_quota_hdr *hdr);
 /* Give claim back (a request no provider took): logged when the store fails. */
 void fcgi_quota_refund(struct usage_store *st, const char *key_id, struct usage_claim *claim,
@@ -221,8 +221,8 @@ struct fcgi_req {
 	bool chat;
 	struct prov_usage usage;
 	enum usage_start start;
-	int key_slot;		  /* the key's concurrency slot (check_concurrency), or -1 */
-	struct usage_claim claim; /* the request's count and token reservation (check_quota) */
+	struct usage_lease key_lease; /* the key's concurrency slot (check_concurrency) */
+	struct usage_claim claim;     /* the request's count and token reservation (check_quota) */
 };
 
 /* One response header; a list of them ends with a NULL name. */

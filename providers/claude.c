@@ -633,6 +633,7 @@ const struct provider_ops prov_claude_ops = {
 	.alias_prefix = "claude-",
 	.upstream_tokens = true,
 	.credentials_ok = prov_claude_credentials_ok,
+	.held = &prov_held_claude,
 	.base_url_env = "ANTHROPIC_BASE_URL",
 	.api_key_env = "ANTHROPIC_API_KEY",
 	.caps = PROV_CAP_IMAGES | PROV_CAP_TOOLS,

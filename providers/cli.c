@@ -31,8 +31,7 @@ static const char *host_home(char *tmp, size_t tmpsz)
 	return res->pw_dir;
 }
 
-/* Expand "~/" against the worker's home into out (PATH_MAX); absolute paths as they are. */
-static int expand_home(const char *path, char *out)
+int prov_cli_expand_home(const char *path, char *out)
 {
 	char tmp[1024];
 	const char *home;
@@ -85,7 +84,7 @@ static int resolve(const char *what, char *real)
 
 	if (!strchr(what, '/'))
 		return path_lookup(what, real);
-	if (expand_home(what, exp) || !is_exec_file(exp) || !realpath(exp, real))
+	if (prov_cli_expand_home(what, exp) || !is_exec_file(exp) || !realpath(exp, real))
 		return -ENOENT;
 	return 0;
 }
@@ -201,7 +200,7 @@ int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *ins
 	char exp[PATH_MAX];
 	int ret;
 
-	if ((ret = expand_home(host, exp)))
+	if ((ret = prov_cli_expand_home(host, exp)))
 		return ret;
 	return sbx_policy_add_bind(plan->policy, exp, inside, writable);
 }
@@ -214,7 +213,7 @@ static int inside_for(const char *host, char *inside)
 	size_t hl;
 	int ret;
 
-	if ((ret = expand_home(host, exp)))
+	if ((ret = prov_cli_expand_home(host, exp)))
 		return ret;
 	hl = home ? strlen(home) : 0;
 	if (!home || hl < 2 || strncmp(exp, home, hl) || exp[hl] != '/')
@@ -232,7 +231,7 @@ static int bind_cred_file(struct prov_plan *plan, const char *host, const char *
 
 	if (!check)
 		return prov_cli_bind_file(plan, host, inside, false);
-	if ((ret = expand_home(host, exp)))
+	if ((ret = prov_cli_expand_home(host, exp)))
 		return ret;
 	return sbx_policy_add_bind_checked(plan->policy, exp, inside, check);
 }
@@ -271,6 +270,9 @@ int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_
 	/* The worker adds the credential on the way out: the run gets none at all. */
 	if (prov_net_secretless(&pv->net))
 		return 0;
+	/* A held login: the run gets a placeholder of the login's format (login.c). */
+	if (pv->login == PROV_LOGIN_HELD)
+		return prov_login_bind(pv, req, plan, out);
 	if (!pv->credentials_set) {
 		for (i = 0; !ret && dflt && dflt[i]; i++)
 			ret = bind_one_credential(plan, dflt[i], NULL, check);
@@ -330,7 +332,7 @@ static bool file_present(const char *path)
 	char exp[PATH_MAX];
 	struct stat st;
 
-	return !expand_home(path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
+	return !prov_cli_expand_home(path, exp) && !stat(exp, &st) && S_ISREG(st.st_mode);
 }
 
 static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state *out)

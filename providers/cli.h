@@ -35,6 +35,9 @@ int prov_cli_bind_install(struct sbx_policy *p, const char *real);
  * starts. 0, or -errno with out->message set. */
 int prov_cli_bind_credentials(const struct prov_provider *pv, const struct prov_request *req,
 			      struct prov_plan *plan, struct prov_outcome *out);
+/* Expand "~/" against the worker's home into out (PATH_MAX); absolute paths as they are.
+ * 0, -ENOENT (no home known), -EINVAL (neither form) or -ENAMETOOLONG. */
+int prov_cli_expand_home(const char *path, char *out);
 /* Bind one host file (with "~/" expanded) at inside (absolute). */
 int prov_cli_bind_file(struct prov_plan *plan, const char *host, const char *inside, bool writable);
 

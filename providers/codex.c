@@ -172,6 +172,12 @@ static void codex_plan_provider(const struct prov_provider *pv, struct prov_plan
 			push_config(plan, "model_providers.olp.wire_api=\"responses\"");
 		}
 		push_config(plan, "model_providers.%s.base_url=\"%s\"", mp, PROV_NET_URL);
+		/* With a ChatGPT login codex also reaches chatgpt.com itself (its apps' MCP
+		 * server, /backend-api/ps/mcp) and ab.chatgpt.com (analytics), past the base
+		 * URL: a run's namespace has no way there, and the attempts held its first
+		 * request back by some 25 s (docs/accounts.md). */
+		push_config(plan, "features.apps=false");
+		push_config(plan, "analytics.enabled=false");
 		/* Secretless: the key variable holds a placeholder (run.c); passing through, an
 		 * "env" OPENAI_API_KEY, else auth.json (codex login). */
 		if (prov_net_secretless(&pv->net) ||
@@ -459,6 +465,7 @@ const struct provider_ops prov_codex_ops = {
 	 * boundary), so a prompt can read what the run holds. */
 	.runs_commands = true,
 	.credentials_ok = prov_codex_credentials_ok,
+	.held = &prov_held_codex,
 	/* A config.toml's model provider base_url is where the owner sends codex. */
 	.config_upstream = prov_codex_config_upstream,
 	/* codex ignores OPENAI_BASE_URL: its base URL goes in argv (codex_plan). */

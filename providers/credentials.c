@@ -33,6 +33,9 @@ static bool binds_login(const struct prov_provider *pv)
 {
 	if (!prov_provider_uses_account(pv) || prov_net_secretless(&pv->net))
 		return false;
+	/* Held by the worker (ADR 0036): the run gets a placeholder, never the login. */
+	if (pv->login == PROV_LOGIN_HELD)
+		return false;
 	return !pv->credentials_set || pv->cred_host.n > 0;
 }
 

@@ -12,11 +12,14 @@ struct prov_plan {
 	struct sbx_policy *policy;
 };
 
+struct prov_held_ops;
+
 /* The settings a type reads beyond those every type reads ("timeout_s", "max_concurrent",
  * "limits", "prestart", "network", "env"): settings.c's table names each one's group. */
 enum prov_setting {
 	PROV_SET_COMMAND = 1 << 0,	 /* "argv" (then required), "ro_paths", "output" */
-	PROV_SET_CLI = 1 << 1,		 /* "bin", "credentials", "credentials_writable" */
+	PROV_SET_CLI = 1 << 1,		 /* "bin", "credentials", "credentials_writable",
+					    "login", "login_token_url" */
 	PROV_SET_MAX_RETRIES = 1 << 2,	 /* "max_retries" */
 	PROV_SET_SYSTEM_PROMPT = 1 << 3, /* "system_prompt" */
 	PROV_SET_TOOLS = 1 << 4,	 /* "tools" */
@@ -81,6 +84,9 @@ struct provider_ops {
 	 * the CLI's own format, lenient on extra fields (credentials.c). NULL: never written
 	 * back. */
 	sbx_writeback_check credentials_ok;
+	/* Its login can be held by the worker ("login": "held", ADR 0036): the format of its
+	 * login file, its refresh endpoint and the headers the login adds; NULL: it cannot. */
+	const struct prov_held_ops *held;
 	/* Optional, read at load: the base URL the CLI's own configuration sends it to (codex's
 	 * config.toml), which becomes the default upstream as an "env" base_url_env does; a
 	 * heap string, or NULL for none. May set what it implies (codex: model_provider).
@@ -181,6 +187,8 @@ struct prov_provider {
 	bool own_tools;		   /* claude: "tools" turns some of its own tools on */
 	char *config_toml;	   /* codex: NULL for ~/.codex/config.toml */
 	char *model_provider;	   /* codex: a [model_providers.<id>] of config.toml, or NULL */
+	int login;		   /* "login": enum prov_login */
+	char *login_token_url;	   /* "login_token_url", or NULL for the CLI's own endpoint */
 	/* prov_provider_cli_state's last answer and when (cli.c): read and written with
 	 * __atomic builtins by any thread; 0 until the first. */
 	uint64_t cli_state_cache;
@@ -220,6 +228,79 @@ void prov_net_models(const struct prov_provider *pv, const char *id, struct strv
 bool prov_claude_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
 bool prov_codex_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
 bool prov_vibe_credentials_ok(const char *inside, const char *data, size_t len, const char **why);
+
+/* ---- login.c, refresh.c: logins held by the worker (ADR 0036) ---- */
+enum prov_login {
+	PROV_LOGIN_COPY = 0, /* the login's files are copied into each run (ADR 0025) */
+	PROV_LOGIN_HELD,     /* the run gets a placeholder; the forwarder adds the login */
+};
+/* What "login" is when not given, for a type that can hold its login (and whose settings
+ * allow it: check_login in settings.c falls back to "copy" quietly). */
+#define PROV_LOGIN_DEFAULT PROV_LOGIN_HELD
+
+/* A login as the worker reads it: the strings point into root (or the environment) and
+ * live as long as root does. */
+struct prov_held_login {
+	json_t *root;	     /* the login file's JSON; NULL for a token from "env" */
+	const char *access;  /* the access token */
+	const char *refresh; /* the refresh token, or NULL */
+	const char *account; /* the account the upstream wants named in a header, or NULL */
+	int64_t expires_ms;  /* when access expires, epoch ms; 0 = not known */
+};
+
+/* What one CLI's login looks like (login.c: claude's and codex's). */
+struct prov_held_ops {
+	const char *token_url;	     /* the CLI's own refresh endpoint (read from its binary) */
+	const char *client_id;	     /* the CLI's OAuth client id, sent with a refresh */
+	const char *token_env;	     /* a long-lived token's variable in "env", or NULL */
+	const char *account_header;  /* the header that names the account, or NULL */
+	const char *placeholder_env; /* what a run's token_env holds instead */
+	/* Read root into l (its strings point into root). 0, or -EINVAL with *why set. */
+	int (*parse)(json_t *root, struct prov_held_login *l, const char **why);
+	/* The placeholder file: the CLI's format, no secret, an expiry far ahead. */
+	json_t *(*placeholder)(const struct prov_held_login *l, int64_t now_ms);
+	/* The refresh request's JSON body. */
+	json_t *(*refresh_body)(const struct prov_held_ops *ho, const char *refresh_token);
+	/* Put a refresh answer's tokens into root. 0, or -EINVAL with *why set. */
+	int (*refreshed)(json_t *root, const json_t *answer, int64_t now_ms, const char **why);
+};
+extern const struct prov_held_ops prov_held_claude, prov_held_codex;
+
+/* Refresh this long before the access token expires: a run may take ten minutes. */
+#define PROV_HELD_MARGIN_MS ((int64_t)15 * 60 * 1000)
+
+/* <state_dir>/held, made 0700: the placeholders, the refresh locks and states. */
+int prov_login_set_dir(const char *state_dir);
+/* The host file of pv's held login into path (PATH_MAX), or -ENOENT when it is a token of
+ * "env" (token_env). 0 or -errno. */
+int prov_login_path(const struct prov_provider *pv, char *path);
+/* Read pv's held login into l (released with prov_login_release). 0, or -errno with
+ * why set (never quoting the file). */
+int prov_login_read(const struct prov_provider *pv, struct prov_held_login *l, struct buf *why);
+void prov_login_release(struct prov_held_login *l);
+/* Bind the placeholder of pv's login into plan instead of the login (cli.c); nothing
+ * when the host has no login file. */
+int prov_login_bind(const struct prov_provider *pv, const struct prov_request *req,
+		    struct prov_plan *plan, struct prov_outcome *out);
+/* Said at load: a held ChatGPT login sent to the API's upstream (where: "<file>:
+ * providers.<name>"). */
+void prov_login_note(const struct prov_provider *pv, const char *where);
+/* The run's token_env placeholder, set after "env" (run.c). 0 or -errno. */
+int prov_login_env(const struct prov_provider *pv, struct sbx_policy *p);
+/* The headers the forwarder sets for a held login (names and values pushed onto the
+ * strvs), refreshed first when it is about to expire. 0, -ENOENT when there is no login
+ * on the host (the run then holds its own credential, if any, as with "copy"), or -errno
+ * with why set. */
+int prov_login_headers(const struct prov_provider *pv, const char *rid, struct strv *names,
+		       struct strv *values, struct buf *why);
+/* refresh.c: refresh pv's login if it expires within PROV_HELD_MARGIN_MS, one worker of
+ * the host at a time (a flock), the file replaced atomically (0600, its owner kept). l is
+ * read again under the lock and holds the current login after. 0 (fresh, refreshed, or
+ * another worker refreshed it), or -errno with why set. */
+int prov_login_refresh(const struct prov_provider *pv, const char *rid, struct prov_held_login *l,
+		       struct buf *why);
+/* The refresh state file of pv (<held dir>/<name>.state) into path (PATH_MAX). */
+int prov_login_state_path(const struct prov_provider *pv, char *path);
 
 /* codexconf.c: codex's config.toml, for config_upstream. */
 char *prov_codex_config_upstream(struct prov_provider *pv, const char *where);

@@ -94,6 +94,27 @@ bool prov_provider_uses_account(const struct prov_provider *pv);
  * secretless, not "credentials": []). Such a provider serves only callers that may hold
  * its login (auth_identity_may_hold_login; ADR 0025). From its settings alone. */
 bool prov_provider_login_exposed(const struct prov_provider *pv);
+/* A provider's login as the owner's /health shows it (ADR 0036). From its settings, its
+ * login file (the expiry) and the host's refresh state file; never a token. */
+struct prov_login_info {
+	const char *mode;	  /* "held", "copy", or NULL: its runs hold no login */
+	const char *warning;	  /* why a login is copied into its runs, or NULL */
+	int64_t expires_ms;	  /* held: when the access token expires, epoch ms; 0 = unknown */
+	int64_t last_refresh_ms;  /* held: the host's last refresh, epoch ms; 0 = none */
+	int64_t refresh_failures; /* held: failed refreshes since the last that worked */
+	char last_error[160];	  /* held: what the last failure was, or "" */
+};
+void prov_provider_login_info(const struct prov_provider *pv, struct prov_login_info *out);
+/* A held login as a run of pv would get it now (tools and tests; prov_set_state_dir first):
+ * the placeholder file the run is given, its path into path (PATH_MAX; written when
+ * missing or half a day old) ... */
+int prov_provider_held_placeholder(const struct prov_provider *pv, char *path, struct buf *why);
+/* ... and the headers its forwarder sets (names and values pushed onto the strvs, the
+ * values secrets: wipe them), the login refreshed first when it expires within 15
+ * minutes. 0; -ENOENT when the host has no login; -EINVAL when pv does not hold its
+ * login; or -errno with why set. */
+int prov_provider_held_headers(const struct prov_provider *pv, const char *rid, struct strv *names,
+			       struct strv *values, struct buf *why);
 /* Its "limits" (0 in a field: the sandbox's default). */
 const struct sbx_limits *prov_provider_limits(const struct prov_provider *pv);
 

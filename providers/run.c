@@ -102,9 +102,21 @@ struct net_run {
 	struct buf *values; /* the credentials read for this run: wiped once egr copied them */
 	size_t n;
 	struct strv models; /* route.models */
+	/* A held login's headers (prov_login_headers), until copied into values. */
+	struct strv held_names, held_values;
+	size_t n_held;
 	uint64_t deadline_ms;
 	struct egr_forwarder *fwd;
 };
+
+/* The held login's values, once copied into values; its names stay, route.set_headers
+ * points at them. */
+static void held_wipe(struct net_run *nr)
+{
+	for (size_t i = 0; i < nr->held_values.n; i++)
+		explicit_bzero(nr->held_values.v[i], strlen(nr->held_values.v[i]));
+	strv_release(&nr->held_values);
+}
 
 static void net_wipe(struct net_run *nr)
 {
@@ -116,10 +128,13 @@ static void net_wipe(struct net_run *nr)
 	free(nr->values);
 	free(nr->hdrs);
 	strv_release(&nr->models);
+	held_wipe(nr);
+	strv_release(&nr->held_names);
 	nr->route.models = NULL;
 	nr->values = NULL;
 	nr->hdrs = NULL;
 	nr->n = 0;
+	nr->n_held = 0;
 }
 
 /* The route for this run, with each credential read now (a rotated key is picked up). A
@@ -467,6 +482,8 @@ static int net_env(const struct prov_provider *pv, struct sbx_policy *p)
 			ret = sbx_policy_setenv(p, pv->ops->base_url_env, PROV_NET_URL);
 		if (!ret && pv->ops->api_key_env && prov_net_secretless(&pv->net))
 			ret = sbx_policy_setenv(p, pv->ops->api_key_env, NET_PLACEHOLDER_KEY);
+		if (!ret)
+			ret = prov_login_env(pv, p);
 		break;
 	case PROV_NET_CONNECT:
 		if (!(ret = sbx_policy_setenv(p, "HTTPS_PROXY", PROV_NET_URL)))
@@ -543,6 +560,9 @@ static int make_plan(const struct prov_provider *pv, const struct prov_request *
 	return ret;
 }
 
+static int net_held(const struct prov_provider *pv, const struct prov_request *req,
+		    struct net_run *nr, struct prov_outcome *out);
+
 static int net_prepare(const struct prov_provider *pv, const struct prov_request *req,
 		       uint64_t deadline_ms, struct net_run *nr, struct prov_outcome *out)
 {
@@ -571,9 +591,19 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 	prov_net_models(pv, req->model->id, &nr->models);
 	nr->route.models = nr->models.n ? (const char *const *)nr->models.v : NULL;
 	nr->route.drop_headers = n->hdr_names.n ? NULL : drop_nothing;
+	if (pv->login == PROV_LOGIN_HELD && net_held(pv, req, nr, out))
+		return -1;
 	nr->n = n->hdr_names.n;
-	nr->hdrs = xcalloc(nr->n + 1, sizeof(*nr->hdrs));
-	nr->values = xcalloc(nr->n + 1, sizeof(*nr->values));
+	nr->hdrs = xcalloc(nr->n + nr->n_held + 1, sizeof(*nr->hdrs));
+	nr->values = xcalloc(nr->n + nr->n_held + 1, sizeof(*nr->values));
+	/* The held login's headers (net_held) after the operator's (none: settings.c). */
+	for (size_t i = 0; i < nr->n_held; i++) {
+		buf_init(&nr->values[nr->n + i]);
+		buf_adds(&nr->values[nr->n + i], nr->held_values.v[i]);
+		nr->hdrs[nr->n + i] =
+			(struct egr_header){ nr->held_names.v[i], nr->values[nr->n + i].data };
+	}
+	held_wipe(nr);
 	for (size_t i = 0; i < nr->n; i++) {
 		buf_init(&nr->values[i]);
 		if (prov_net_resolve(n->hdr_srcs.v[i], &nr->values[i], &why)) {
@@ -591,8 +621,41 @@ static int net_prepare(const struct prov_provider *pv, const struct prov_request
 		}
 		nr->hdrs[i] = (struct egr_header){ n->hdr_names.v[i], nr->values[i].data };
 	}
+	nr->n += nr->n_held;
 	nr->route.set_headers = nr->hdrs;
 	nr->route.n_set_headers = nr->n;
+	buf_release(&why);
+	return 0;
+}
+
+/* A held login (ADR 0036): the headers the forwarder sets in place of the run's
+ * placeholder, read now (and refreshed when about to expire). With no login on the host
+ * the run keeps what it holds itself, as with "copy". 0, or -1 after failing out. */
+static int net_held(const struct prov_provider *pv, const struct prov_request *req,
+		    struct net_run *nr, struct prov_outcome *out)
+{
+	struct buf why = BUF_INIT;
+	int ret;
+
+	strv_init(&nr->held_names);
+	strv_init(&nr->held_values);
+	ret = prov_login_headers(pv, req->request_id, &nr->held_names, &nr->held_values, &why);
+	if (ret && ret != -ENOENT) {
+		log_warnx(req->request_id, "provider %s: held login: %s; the request was not run",
+			  pv->name, why.data);
+		fail(out, PROV_ERR_AUTH_MISSING,
+		     "Provider %s: the login the worker holds for it could not be read or "
+		     "refreshed; the request was not run (the worker's log says why)",
+		     pv->name);
+		held_wipe(nr);
+		buf_release(&why);
+		net_wipe(nr);
+		return -1;
+	}
+	nr->n_held = nr->held_names.n;
+	/* The run's own credential headers are placeholders: dropped, the real ones set. */
+	if (nr->n_held)
+		nr->route.drop_headers = NULL;
 	buf_release(&why);
 	return 0;
 }

@@ -24,6 +24,7 @@ struct reader {
 	bool strict;
 	struct buf *err;
 	const json_t *network; /* read last (network.c): its defaults depend on "env" */
+	bool login_set;	       /* "login" was given: held that cannot be is an error */
 };
 
 static void vsay(struct buf *b, const struct reader *r, const char *key, const char *fmt,
@@ -383,6 +384,61 @@ static int read_tools(struct reader *r, const char *key, const json_t *v)
 	return ret;
 }
 
+static int read_login(struct reader *r, const char *key, const json_t *v)
+{
+	const char *s = json_string_value(v);
+
+	if (!s || (strcmp(s, "held") && strcmp(s, "copy")))
+		return bad(r, key,
+			   ": must be \"held\" (the worker holds the login, runs get a "
+			   "placeholder) or \"copy\" (runs get a copy of its files)");
+	r->pv->login = strcmp(s, "held") ? PROV_LOGIN_COPY : PROV_LOGIN_HELD;
+	r->login_set = true;
+	return 0;
+}
+
+static int read_login_token_url(struct reader *r, const char *key, const json_t *v)
+{
+	const char *s = json_string_value(v);
+
+	if (!s || (strncmp(s, "https://", 8) && strncmp(s, "http://", 7)) ||
+	    strpbrk(s, " \t\r\n#") || strlen(s) != json_string_length(v))
+		return bad(r, key, ": must be an http:// or https:// URL");
+	return read_string(r, key, v, &r->pv->login_token_url);
+}
+
+/* "held" needs what lets the worker hold the login: upstream mode (the forwarder sets its
+ * headers), no set_headers of the operator's, one login file or the type's token
+ * variable. Given, anything else is an error; by default, the login stays "copy". */
+static int check_login(struct reader *r)
+{
+	struct prov_provider *pv = r->pv;
+	const char *tv = pv->ops && pv->ops->held ? pv->ops->held->token_env : NULL;
+	const char *why = NULL;
+
+	if (pv->login != PROV_LOGIN_HELD || !pv->ops)
+		return 0;
+	if (pv->ops->held && pv->net.mode == PROV_NET_UPSTREAM && !prov_net_secretless(&pv->net) &&
+	    !r->strict)
+		prov_login_note(pv, r->where);
+	if (!pv->ops->held)
+		why = ": \"held\" is for the claude and codex types' logins";
+	else if (pv->net.mode != PROV_NET_UPSTREAM)
+		why = ": \"held\" needs the network's upstream mode (the forwarder sets the "
+		      "login's headers)";
+	else if (prov_net_secretless(&pv->net))
+		why = ": \"held\" and network.set_headers both set the credential; keep one";
+	else if (pv->credentials_set && pv->cred_host.n != 1 &&
+		 !(tv && strv_find(&pv->env_names, tv) >= 0))
+		why = ": \"held\" needs exactly one login file in \"credentials\"";
+	if (!why)
+		return 0;
+	if (r->login_set)
+		return bad(r, "login", "%s", why);
+	pv->login = PROV_LOGIN_COPY;
+	return 0;
+}
+
 static const struct setting {
 	const char *key;
 	unsigned group;	 /* enum prov_setting, or 0 for every type */
@@ -406,6 +462,8 @@ static const struct setting {
 	{ "tools", PROV_SET_TOOLS, false, read_tools },
 	{ "config_toml", PROV_SET_CONFIG_TOML, true, read_config_toml },
 	{ "model_provider", PROV_SET_CONFIG_TOML, false, read_model_provider },
+	{ "login", PROV_SET_CLI, false, read_login },
+	{ "login_token_url", PROV_SET_CLI, false, read_login_token_url },
 };
 
 int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
@@ -419,6 +477,7 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 	pv->max_concurrent = 4;
 	pv->max_retries = -1;
 	pv->prestart = pv->ops ? pv->ops->prestart : 0;
+	pv->login = PROV_LOGIN_DEFAULT;
 	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
 		const json_t *v = json_object_get(conf, settings[i].key);
 
@@ -430,7 +489,9 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 	}
 	if (pv->ops && (pv->ops->settings & PROV_SET_COMMAND) && !pv->argv.n)
 		return bad(&r, "argv", ": must be a non-empty array of strings");
-	return prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err);
+	if (prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err))
+		return -EINVAL;
+	return check_login(&r);
 }
 
 void prov_settings_release(struct prov_provider *pv)
@@ -447,6 +508,7 @@ void prov_settings_release(struct prov_provider *pv)
 	free(pv->tools);
 	free(pv->config_toml);
 	free(pv->model_provider);
+	free(pv->login_token_url);
 }
 
 /* One providers.<name> override of config.json, whatever the provider's type: the

@@ -32,6 +32,10 @@ int prov_set_state_dir(const char *dir)
 	if (prov_limits_set_dir(dir))
 		log_warnx(NULL, "subscription limits in %s/limits: %s; they will not be kept", dir,
 			  strerror(errno));
+	/* Held logins (login.c): without the dir, their runs fail, saying why. */
+	if (prov_login_set_dir(dir))
+		log_warnx(NULL, "held logins in %s/held: %s; their runs will fail", dir,
+			  strerror(errno));
 	if (prov_toolfile_set_dir(dir))
 		log_warnx(NULL, "tool lists in %s/tools: %s; requests with tools will fail", dir,
 			  strerror(errno));

@@ -163,7 +163,7 @@ static int sq_errno(sqlite3 *db, int rc)
 /* Count a failure and say why, at most once a minute per store (a dead disk would
  * otherwise write a line per request). Never a key id: what is what the caller was doing.
  * Called with st->lock held. */
-static void note_failure(struct usage_store *st, const char *what, int err, const char *detail)
+void usage_note_failure(struct usage_store *st, const char *what, int err, const char *detail)
 {
 	uint64_t now = mono_ms();
 
@@ -367,12 +367,12 @@ static int db_open(struct usage_store *st)
 	return 0;
 
 out_close:
-	note_failure(st, "opening the database", err, detail);
+	usage_note_failure(st, "opening the database", err, detail);
 	stmts_finalize(st);
 	sqlite3_close_v2(db);
 	return err;
 out_fail:
-	note_failure(st, "creating the database file", err, NULL);
+	usage_note_failure(st, "creating the database file", err, NULL);
 	return err;
 }
 
@@ -401,7 +401,7 @@ int usage_db_ready(struct usage_store *st)
 	now = mono_ms();
 	if (st->next_open_ms && now < st->next_open_ms) {
 		/* Still waiting to retry: this call failed too, counted but not logged anew. */
-		note_failure(st, "using the database", st->open_err, "not open");
+		usage_note_failure(st, "using the database", st->open_err, "not open");
 		health_failed(st, st->open_err);
 		return st->open_err;
 	}
@@ -419,7 +419,7 @@ int usage_db_failed(struct usage_store *st, const char *what, int rc)
 {
 	int err = sq_errno(st->db, rc);
 
-	note_failure(st, what, err, sqlite3_errmsg(st->db));
+	usage_note_failure(st, what, err, sqlite3_errmsg(st->db));
 	health_failed(st, err);
 	if (err != -EBUSY && err != -EINVAL) {
 		db_close(st);
@@ -533,7 +533,7 @@ int usage_reader_failed(struct usage_store *st, const char *what, int rc)
 	int err = sq_errno(st->rdb, rc);
 
 	pthread_mutex_lock(&st->lock);
-	note_failure(st, what, err ? err : -EIO, st->rdb ? sqlite3_errmsg(st->rdb) : NULL);
+	usage_note_failure(st, what, err ? err : -EIO, st->rdb ? sqlite3_errmsg(st->rdb) : NULL);
 	pthread_mutex_unlock(&st->lock);
 	reader_close(st);
 	return err ? err : -EIO;
@@ -590,6 +590,17 @@ struct usage_store *usage_store_open(const char *olp_home, const struct usage_op
 	st = xcalloc(1, sizeof(*st));
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_mutex_init(&st->rlock, NULL);
+	if (opt && opt->store) {
+		/* PostgreSQL (pg.c): no SQLite file at all. */
+		st->retention_days =
+			opt->retention_days ? opt->retention_days : USAGE_DEFAULT_RETENTION_DAYS;
+		if (usage_pg_open(st, opt)) {
+			usage_store_free(st);
+			errno = ENOMEM;
+			return NULL;
+		}
+		return st;
+	}
 	st->path = opt && opt->path ? xstrdup(opt->path) : path_join(olp_home, "usage.db");
 	st->retention_days =
 		opt && opt->retention_days ? opt->retention_days : USAGE_DEFAULT_RETENTION_DAYS;
@@ -604,6 +615,8 @@ void usage_store_free(struct usage_store *st)
 {
 	if (!st)
 		return;
+	if (st->pg)
+		usage_pg_free(st);
 	reader_close(st);
 	db_close(st);
 	pthread_mutex_destroy(&st->rlock);
@@ -619,7 +632,14 @@ uint64_t usage_failures(const struct usage_store *st)
 
 bool usage_available(const struct usage_store *st)
 {
+	if (st && st->pg)
+		return usage_pg_available(st);
 	return st && atomic_load(&((struct usage_store *)st)->available);
+}
+
+uint64_t usage_dropped(const struct usage_store *st)
+{
+	return st ? atomic_load(&((struct usage_store *)st)->dropped) : 0;
 }
 
 void usage_health(const struct usage_store *st, struct usage_health *out)
@@ -629,6 +649,10 @@ void usage_health(const struct usage_store *st, struct usage_health *out)
 	*out = (struct usage_health){ .ok = false };
 	if (!st)
 		return;
+	if (st->pg) {
+		usage_pg_health(st, out);
+		return;
+	}
 	out->failing_since_ms = atomic_load(&m->failing_since_ms);
 	out->ok = out->failing_since_ms == 0;
 	out->last_err = atomic_load(&m->last_err);

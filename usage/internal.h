@@ -71,6 +71,12 @@ struct usage_store {
 	/* usage_health: since when writes fail (unix ms; 0: they work), and the last error. */
 	_Atomic int64_t failing_since_ms;
 	_Atomic int last_err;
+	/* With a PostgreSQL store (usage_options.store): pg.c and pg_ledger.c, and the
+	 * SQLite fields above are unused but for the failure counters and lock (which then
+	 * only guards the failure log's fields). */
+	struct store_db *pg;
+	struct usage_pg *pgs;
+	_Atomic uint64_t dropped;
 };
 
 /* t rounded down to a multiple of unit (toward minus infinity). */
@@ -119,6 +125,37 @@ void usage_prune_maybe(struct usage_store *st);
 int usage_reader_ready(struct usage_store *st);
 int usage_reader_failed(struct usage_store *st, const char *what, int rc);
 sqlite3_stmt *usage_reader_stmt(sqlite3_stmt *s);
+
+/* db.c: count a failure and log it, once a minute at most (with st->lock held). */
+void usage_note_failure(struct usage_store *st, const char *what, int err, const char *detail);
+
+/* pg.c, pg_ledger.c: the PostgreSQL store (st->pg set). Each is the usage.h function of
+ * the same name without "_pg", called without st->lock. */
+int usage_pg_open(struct usage_store *st, const struct usage_options *opt);
+void usage_pg_free(struct usage_store *st);
+bool usage_pg_available(const struct usage_store *st);
+void usage_pg_health(const struct usage_store *st, struct usage_health *out);
+int usage_pg_claim(struct usage_store *st, const char *key_id, const struct usage_quota *q,
+		   int64_t now_ms, struct usage_claim *c, struct usage_verdict *v);
+int usage_pg_refund(struct usage_store *st, const char *key_id, struct usage_claim *c);
+int usage_pg_state(struct usage_store *st, const char *key_id, int64_t now_ms,
+		   struct usage_quota_state *out);
+int usage_pg_record_add(struct usage_store *st, const struct usage_record *r);
+int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
+		  size_t *n);
+int usage_pg_recent(struct usage_store *st, const struct usage_filter *f, size_t limit,
+		    struct usage_row **out, size_t *n);
+/* pg_ledger.c: the writer thread (started by usage_pg_open, stopped and flushed by
+ * usage_pg_free). */
+int usage_pg_writer_start(struct usage_store *st);
+void usage_pg_writer_stop(struct usage_store *st, unsigned flush_ms);
+/* pg.c: a failure of the store seen by pg*.c: counted, logged once a minute, the health
+ * failing; the -errno to return (a broken connection or the database away: -ECONNREFUSED,
+ * a statement the server refused: -EIO). */
+int usage_pg_failed(struct usage_store *st, const char *what, int err, const char *detail);
+void usage_pg_ok(struct usage_store *st);
+/* key_id cut to USAGE_KEY_ID_MAX bytes at a UTF-8 boundary, into out (65 bytes). */
+void usage_key_cut(char *out, size_t n, const char *key_id);
 
 /* quota.c: drop a reservation (settled or given back), inside the caller's transaction. */
 int usage_hold_drop(struct usage_store *st, int64_t hold_id);

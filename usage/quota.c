@@ -192,6 +192,8 @@ int usage_quota_claim(struct usage_store *st, const char *key_id, const struct u
 	}
 	if (!usage_quota_any(q))
 		return 0;
+	if (st->pg)
+		return usage_pg_claim(st, key_id, q, now_ms, claim, v);
 	if (!now_ms)
 		now_ms = wall_ms();
 	claim->minute_ms = usage_floor_to(now_ms, MINUTE_MS);
@@ -240,6 +242,8 @@ int usage_quota_refund(struct usage_store *st, const char *key_id, struct usage_
 		return -EINVAL;
 	if (!c->counted && c->hold_id <= 0)
 		return 0;
+	if (st->pg)
+		return usage_pg_refund(st, key_id, c);
 	err = usage_tx_run(st, "giving a quota back", refund_body,
 			   &(struct refund_tx){ .key_id = key_id, .c = c }, 0);
 	if (err)
@@ -259,6 +263,8 @@ int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms
 		*out = (struct usage_quota_state){ 0 };
 	if (!st || !key_id || !*key_id || !out)
 		return -EINVAL;
+	if (st->pg)
+		return usage_pg_state(st, key_id, now_ms, out);
 	if (!now_ms)
 		now_ms = wall_ms();
 	pthread_mutex_lock(&st->lock);

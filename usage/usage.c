@@ -112,6 +112,8 @@ int usage_record_add(struct usage_store *st, const struct usage_record *r)
 
 	if (!st || !r || !r->key_id || !*r->key_id)
 		return -EINVAL;
+	if (st->pg)
+		return usage_pg_record_add(st, r);
 	t = (struct record_tx){ .r = r,
 				.ts = r->ts_ms ? r->ts_ms : wall_ms(),
 				.p = usage_row_tokens(r->prompt_tokens),
@@ -150,6 +152,8 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 		*n = 0;
 	if (!st || !out || !n)
 		return -EINVAL;
+	if (st->pg)
+		return usage_pg_days(st, f, out, n);
 	pthread_mutex_lock(&st->rlock);
 	err = usage_reader_ready(st);
 	if (err)
@@ -208,6 +212,8 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 		return 0;
 	if (limit > 100000)
 		limit = 100000; /* a page, not the whole ledger in memory */
+	if (st->pg)
+		return usage_pg_recent(st, f, limit, out, n);
 	pthread_mutex_lock(&st->rlock);
 	err = usage_reader_ready(st);
 	if (err)

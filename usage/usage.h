@@ -1,9 +1,11 @@
 /* usage: who used what. The per-key usage ledger and the quota counters of a host, behind
  * one store interface (docs/adr/0020-usage-store.md).
  *
- * One store is shared by every worker process of a host (and by olp-keys): today an
- * embedded SQLite database in WAL mode at $OLP_HOME/usage.db (mode 0600); the interface is
- * written so that a PostgreSQL backend, shared by several OLP hosts, can slot in later.
+ * One store is shared by every worker process of a host (and by olp-keys): by default an
+ * embedded SQLite database in WAL mode at $OLP_HOME/usage.db (mode 0600); with
+ * usage_options.store, the shared PostgreSQL store of several OLP hosts (ADR 0034: the
+ * same functions, exact across hosts; the ledger's rows written by a thread of the
+ * process from a bounded queue; see "the PostgreSQL store" below).
  * A ledger row holds what a request cost and how it went — never a prompt, an answer, a
  * token or a key hash. usage knows nothing of HTTP, providers or keys beyond their names:
  * the caller hands it ids and counts.
@@ -22,9 +24,10 @@
  * interleaved with another thread's) and the readers' (read-only, under a lock of its
  * own: /v1/usage, the dashboard and olp-keys usage never hold up a quota check, and a
  * failed read never closes the writer). Cross-process safety is SQLite's locking (WAL),
- * with a 2 s busy timeout. A process that forks opens its own store in
- * the child: a connection must not cross fork(2). The database's descriptors are
- * close-on-exec. */
+ * with a 2 s busy timeout. With a PostgreSQL store, the store_db's pool (store.h) and the
+ * database's row locks instead. A process that forks opens its own store in
+ * the child: a connection (or a thread) must not cross fork(2). The database's descriptors
+ * are close-on-exec. */
 #ifndef OLP_USAGE_H
 #define OLP_USAGE_H
 
@@ -38,11 +41,27 @@ struct usage_store; /* opaque */
 
 #define USAGE_DEFAULT_RETENTION_DAYS 90
 
+#define USAGE_DEFAULT_BUFFER_ROWS 10000
+
+struct store_db; /* store/store.h */
+
 struct usage_options {
 	const char *path;	 /* NULL: <olp_home>/usage.db */
 	unsigned retention_days; /* 0: USAGE_DEFAULT_RETENTION_DAYS */
 	unsigned reopen_ms;	 /* how long a failed database waits before the next try to
 				    open it; 0: 10000 (tests set it short) */
+	/* The shared PostgreSQL store of several hosts (ADR 0034), borrowed: it must outlive
+	 * the usage store. NULL: SQLite at path, and none of the fields below matter. With
+	 * it, every function below works on its tables (usage_pg_schema) instead; olp_home
+	 * and path are not used. */
+	struct store_db *store;
+	/* Ledger rows waiting for the writer thread at most (0: USAGE_DEFAULT_BUFFER_ROWS);
+	 * beyond, a row is dropped and counted (usage_dropped). */
+	unsigned store_buffer_rows;
+	/* This host's name in the ledger's host column (NULL: gethostname); copied. */
+	const char *host;
+	/* How long usage_store_free waits for queued rows to be written (0: 5000). */
+	unsigned flush_ms;
 };
 
 /* Open (creating when missing: the file 0600, the schema, WAL) the store of olp_home.
@@ -63,6 +82,11 @@ void usage_store_free(struct usage_store *st);
 uint64_t usage_failures(const struct usage_store *st);
 /* Whether the database is open and its schema ready right now. */
 bool usage_available(const struct usage_store *st);
+/* Ledger rows this process dropped since it opened st: the PostgreSQL store's queue was
+ * full (usage_options.store_buffer_rows) while the database was away or slow, or
+ * usage_store_free gave up flushing them. Always 0 with SQLite, whose rows are written on
+ * the caller's thread (a failure there is a usage_failures()). olp_ledger_dropped_total. */
+uint64_t usage_dropped(const struct usage_store *st);
 /* Whether the store's writes work: ok until a write (a quota count, a ledger row, opening
  * the database) fails, then not ok from that failure's time until a write succeeds again.
  * What /health ("usage.ok", "failing_since") and /metrics (olp_ledger_available) say. */
@@ -107,7 +131,10 @@ struct usage_record {
 			    this row; 0: none */
 };
 
-/* Append one row, and add its tokens to the key's tokens_per_day counter of the row's day
+/* Append one row (with a PostgreSQL store: queue it for the writer thread, which writes
+ * the queued rows in batches, each with the same effects in one transaction; a full queue
+ * drops it and counts it in usage_dropped(), logged once a minute at most; 0 then too,
+ * for the request was served), and add its tokens to the key's tokens_per_day counter of the row's day
  * (UTC). One short transaction; cheap enough to run on every request (the bench in
  * docs/performance.md: ≤ 0.2 ms median). Prunes rows older than the retention, and quota
  * windows older than two days, now and then (at the first call, then at most once an hour
@@ -284,5 +311,73 @@ struct usage_report {
  * there leaves zeros, counted by the store), its days and their totals; then the recent
  * rows. */
 void usage_report_json(struct usage_store *st, const struct usage_report *r, struct buf *b);
+
+/* ---- the PostgreSQL store (pg.c, pg_ledger.c; ADR 0034) ------------------------------- */
+
+struct store_schema; /* store/store.h */
+
+/* The "usage" module's tables in the shared store: olp_requests (the ledger, every host's
+ * rows with their host), olp_quota_windows, olp_quota_holds, olp_leases, and the
+ * functions that check a quota and take a lease in one round trip. Static. */
+const struct store_schema *usage_pg_schema(void);
+
+/* What usage_pg_import copied. */
+struct usage_import_report {
+	uint64_t rows_read, rows_copied;       /* ledger rows of usage.db, and those new */
+	uint64_t windows_read, windows_copied; /* quota windows of today and yesterday */
+};
+/* Copy src's ledger (an embedded SQLite store, usage_store_open without a store) and its
+ * current quota windows (today's and yesterday's) into dst's tables, as host's rows (NULL:
+ * gethostname). Idempotent: a row is known by (host, its rowid in usage.db) and a window
+ * by its key; what dst holds already is left as it is, so a re-run copies nothing twice
+ * and a run that failed half-way is finished by running it again. Each batch of rows is
+ * one transaction. out gets the counts (zeroed first). 0, or -errno with the reason in
+ * err (-EINVAL: src is not an SQLite store). */
+int usage_pg_import(struct usage_store *src, struct store_db *dst, const char *host,
+		    struct usage_import_report *out, struct buf *err);
+
+/* ---- a key's requests at once across the processes, or hosts (lease.c) ---------------- */
+
+/* A key's max_concurrent: a slot held while its request runs. Embedded (no store): one of
+ * the slot files <runtime_dir>/keyslots/<hex of the key id>.<i>.slot, flock'ed (common.h
+ * slot_take: the kernel frees it when the holder dies), so the cap holds across the
+ * processes of one host. With a store: a row of olp_leases (key, slot, holder, expires_at)
+ * taken under the key's advisory lock, renewed by a thread of this process every ttl / 3
+ * and expiring ttl after the last renewal, so the cap holds across hosts and a dead host's
+ * slots come back within ttl. */
+struct usage_leases; /* opaque, thread-safe */
+
+struct usage_lease_options {
+	const char *runtime_dir; /* embedded: where keyslots/ is made (0700); copied */
+	struct store_db *store;	 /* borrowed; NULL: embedded */
+	unsigned ttl_ms;	 /* with a store: a lease's life after a renewal (0: 15000) */
+	const char *host;	 /* with a store: the holder's host name (NULL: gethostname) */
+};
+/* NULL (errno) when runtime_dir cannot be used and there is no store. Free with
+ * usage_leases_free, which gives back nothing: release every lease first (what a process
+ * still holds at exit lapses, or its files are unlocked by the kernel). */
+struct usage_leases *usage_leases_open(const struct usage_lease_options *o);
+void usage_leases_free(struct usage_leases *ls);
+
+/* One held slot. Zeroed (or USAGE_LEASE_INIT): none. */
+struct usage_lease {
+	bool held;
+	int fd;	      /* embedded: the slot file */
+	int64_t slot; /* with a store: the slot's number */
+	char key_id[64];
+};
+#define USAGE_LEASE_INIT                \
+	{                               \
+		.held = false, .fd = -1 \
+	}
+
+/* Take one of key_id's max slots into *l. 0; -EBUSY when all max are held; -EINVAL (bad
+ * arguments, max <= 0); -ECONNREFUSED or -ETIMEDOUT when the store cannot be reached (the
+ * caller refuses: a cap that fails open is no cap, ADR 0026); another -errno. */
+int usage_lease_take(struct usage_leases *ls, const char *key_id, int64_t max,
+		     struct usage_lease *l);
+/* Give l back, if held (a lease that cannot be deleted now is retried by the renewal
+ * thread and lapses meanwhile). l is none afterwards. */
+void usage_lease_release(struct usage_leases *ls, struct usage_lease *l);
 
 #endif

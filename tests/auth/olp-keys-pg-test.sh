@@ -4,10 +4,11 @@
 # home (twice: the second copies nothing), then keygen/list/revoke/set-quota/set-login on
 # the store named by OLP_STORE and by config.json "store", a URL with a password refused,
 # and a store that cannot be reached reported (exit 1), never a crash.
-# usage: olp-keys-pg-test.sh PATH-TO-olp-keys FIXTURE-HOME
+# usage: olp-keys-pg-test.sh PATH-TO-olp-keys FIXTURE-HOME PATH-TO-usage-fill
 set -u
-KEYS=${1:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME}
-FIX=${2:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME}
+KEYS=${1:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME PATH-TO-usage-fill}
+FIX=${2:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME PATH-TO-usage-fill}
+FILL=${3:?usage: $0 PATH-TO-olp-keys FIXTURE-HOME PATH-TO-usage-fill}
 : "${OLP_TEST_PG_URL:?run under tests/pg/with-pg.sh}"
 T=$(mktemp -d "${TMPDIR:-/tmp}/olp-keys-pg-test.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -42,6 +43,7 @@ OLP_STORE=$OLP_TEST_PG_URL expect 1 "$KEYS" store init
 grep -q 'store init' "$T/err" || fail "the workers' role created the schema"
 OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init --worker-role=olp_worker
 grep -q 'keys: version 0 -> 1' "$T/out" || fail "store init: $(cat "$T/out")"
+grep -q 'usage: version 0 -> 1' "$T/out" || fail "store init, usage: $(cat "$T/out")"
 OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init
 grep -q 'keys: version 1, current' "$T/out" || fail "store init again: $(cat "$T/out")"
 OLP_STORE=$OLP_TEST_PG_URL expect 0 "$KEYS" --json store status
@@ -52,9 +54,18 @@ expect 0 "$KEYS" --json migrate --to="$OLP_TEST_PG_URL"
 [ "$(json "$T/out" 'd["copied"], d["unchanged"]')" = "(3, 0)" ] || fail "migrate: $(cat "$T/out")"
 expect 0 "$KEYS" migrate --to "$OLP_TEST_PG_URL"
 grep -q '^0 keys copied, 3 unchanged' "$T/out" || fail "migrate again: $(cat "$T/out")"
-: >"$H/usage.db"
-expect 1 "$KEYS" migrate --to "$OLP_TEST_PG_URL"
-grep -q 'usage.db was not copied' "$T/err" || fail "a ledger left behind unsaid"
+# The ledger too: three rows, copied once however often migrate runs.
+for i in 1 2 3; do
+	"$FILL" "$H" own3r0k1 claude 200 10 "$i" || fail "usage-fill"
+done
+expect 0 "$KEYS" --json migrate --to "$OLP_TEST_PG_URL"
+[ "$(json "$T/out" 'd["unchanged"], d["ledger"]["rows_read"], d["ledger"]["rows_copied"]')" = "(3, 3, 3)" ] ||
+	fail "migrate with a ledger: $(cat "$T/out")"
+expect 0 "$KEYS" migrate --to "$OLP_TEST_PG_URL"
+grep -q '^usage ledger: 0 rows copied (3 already there)' "$T/out" ||
+	fail "the ledger copied twice: $(cat "$T/out")"
+rows=$("$OLP_TEST_PG_CTL" psql -tA -c "SELECT count(*), sum(completion_tokens) FROM olp_requests WHERE key_id = 'own3r0k1'")
+[ "$rows" = "3|6" ] || fail "the ledger in the store: $rows"
 rm -f "$H/usage.db"
 expect 2 "$KEYS" migrate
 expect 1 "$KEYS" migrate --to="postgresql://olp_worker:secret@127.0.0.1/olp"

@@ -189,7 +189,8 @@ describe('auth.anonymous checked at start', () => {
       const registry = {
         providers: {
           echo: { type: 'command', argv: ['/usr/bin/cat'], network: false, models: [{ id: 'echo' }] },
-          leaky: { type: 'codex', credentials: '/nonexistent/auth.json', models: [{ id: 'leaky-model' }] },
+          // Copied into its runs ("copy"; a login held by the worker is not exposed, ADR 0036).
+          leaky: { type: 'codex', credentials: '/nonexistent/auth.json', login: 'copy', models: [{ id: 'leaky-model' }] },
         },
       };
       const dirs = makeHome({ registry, config: { auth: { allow_anonymous: true, anonymous } } });

@@ -63,17 +63,25 @@ static void expect_exposed(const char *entry, bool exposed, bool account)
 }
 
 /* A CLI that runs commands with its login bound: exposed; secretless or without
- * credentials: not; claude only with its own tools on; a command never. */
+ * credentials: not; claude only with its own tools on; a command never. A login the
+ * worker holds (the default for claude and codex, ADR 0036) is never bound: not exposed;
+ * "copy" or CONNECT mode binds it. */
 static void test_login_exposed(void)
 {
 	char key[512], entry[1024];
 
 	snprintf(key, sizeof(key), "%s/api.key", tmpdir);
 	write_text(key, "sk-test\n", 0600);
-	expect_exposed("{\"type\":\"codex\"}", true, true);
-	expect_exposed("{\"type\":\"codex\",\"network\":true}", true, true);
+	expect_exposed("{\"type\":\"codex\"}", false, true);
+	expect_exposed("{\"type\":\"codex\",\"login\":\"copy\"}", true, true);
+	expect_exposed("{\"type\":\"codex\",\"network\":true,\"login\":\"copy\"}", true, true);
+	expect_exposed("{\"type\":\"codex\",\"network\":{\"allow_hosts\":[\"chatgpt.com:443\"]}}",
+		       true, true);
 	expect_exposed("{\"type\":\"codex\",\"credentials\":[]}", false, true);
-	expect_exposed("{\"type\":\"codex\",\"credentials\":\"/etc/olp/auth.json\"}", true, true);
+	expect_exposed("{\"type\":\"codex\",\"credentials\":\"/etc/olp/auth.json\"}", false, true);
+	expect_exposed(
+		"{\"type\":\"codex\",\"credentials\":\"/etc/olp/auth.json\",\"login\":\"copy\"}",
+		true, true);
 	snprintf(entry, sizeof(entry),
 		 "{\"type\":\"codex\",\"network\":{\"upstream\":\"https://api.openai.com/v1\","
 		 "\"set_headers\":{\"authorization\":\"Bearer file:%s\"}}}",
@@ -82,7 +90,9 @@ static void test_login_exposed(void)
 	expect_exposed("{\"type\":\"vibe\"}", true, true);
 	expect_exposed("{\"type\":\"claude\"}", false, true);
 	expect_exposed("{\"type\":\"claude\",\"tools\":\"\"}", false, true);
-	expect_exposed("{\"type\":\"claude\",\"tools\":\"Bash,Read\"}", true, true);
+	expect_exposed("{\"type\":\"claude\",\"tools\":\"Bash,Read\"}", false, true);
+	expect_exposed("{\"type\":\"claude\",\"tools\":\"Bash,Read\",\"login\":\"copy\"}", true,
+		       true);
 	expect_exposed("{\"argv\":[\"/bin/cat\"]}", false, false);
 	unlink(key);
 }

@@ -22,6 +22,12 @@
 // declared (Claude Code's own, as a client of OLP), calls it with {"command": COMMAND,
 // "description": "Run the command the user gave"}.
 // A conversation holding "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
+// The CLI's own Bash tool (claude's "tools": "Bash"): a last user text holding
+// "ownbash:COMMAND" calls Bash with {"command": COMMAND}; the request that brings its
+// tool_result back is answered "Tool said: OUTPUT" (what a prompt that makes the CLI
+// print its files gets; it_held). A last user text holding "echo-auth" is answered with
+// the request's Authorization header (an upstream that echoes its request: the forwarder
+// must mask the credential it set).
 import { serve, failStatus, isCut, limitState, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const HELLO = 'Hello from the fake Anthropic server!';
@@ -42,8 +48,24 @@ function argsGiven(body) {
   return m ? { name: m[1], args: Buffer.from(m[2], 'base64url').toString('utf8') } : null;
 }
 
+// The last user message's tool_result text, or null.
+function toolResult(body) {
+  const last = [...(body.messages ?? [])].reverse().find((m) => m.role === 'user');
+  const r = (Array.isArray(last?.content) ? last.content : []).find((b) => b?.type === 'tool_result');
+  if (!r) return null;
+  return typeof r.content === 'string' ? r.content : (r.content ?? []).map((b) => b.text ?? '').join('');
+}
+
+// "ownbash:COMMAND" with the CLI's own Bash declared, and no result yet: COMMAND, else null.
+function ownBash(body) {
+  if (!(body.tools ?? []).some((t) => t.name === 'Bash') || toolResult(body) !== null) return null;
+  const m = lastUserText(body).match(/ownbash:(.+)/);
+  return m ? m[1].trim() : null;
+}
+
 // The tools the model is to call now: [names with the mcp__olp__ prefix].
 function callsWanted(body) {
+  if (ownBash(body) !== null) return ['Bash'];
   const declared = (body.tools ?? []).map((t) => t.name).filter((n) => n?.startsWith('mcp__olp__'));
   if (!declared.length) return [];
   const text = lastUserText(body);
@@ -120,14 +142,16 @@ serve('anthropic', async (req, res, body, entry) => {
   }
   const images = imagesSeen(body);
   const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);
-  const TEXT = images.length ? `I see ${images.length} image(s): ${images.join(', ')}.`
-    : result ? `Tool said: ${result[1]}` : HELLO;
+  const own = toolResult(body);
+  const echoAuth = /echo-auth/.test(lastUserText(body)) ? `auth=${req.headers.authorization ?? ''}` : null;
+  const TEXT = echoAuth ?? (own !== null ? `Tool said: ${own}` : null) ?? (images.length ? `I see ${images.length} image(s): ${images.join(', ')}.`
+    : result ? `Tool said: ${result[1]}` : HELLO);
   const calls = callsWanted(body);
   const stopReason = /maxtok/.test(model) ? 'max_tokens' : 'end_turn';
   const usage = { input_tokens: 10, output_tokens: 6, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   if (calls.length) {
     const given = argsGiven(body);
-    const bash = bashCommand(body);
+    const bash = ownBash(body) ?? bashCommand(body);
     const args = (i) => given?.args ?? JSON.stringify(bash !== null ? { command: bash, description: 'Run the command the user gave' }
       : i === 0 ? { city: 'Paris' } : { n: i });
     const ids = calls.map((_, i) => `toolu_fake_${seq}_${i}`);

@@ -18,6 +18,9 @@
 // A request that carries a function_call_output (codex asking again with the results of
 // calls) is answered "Asked again with tool output."; a conversation holding
 // "[Tool Result (…)] TEXT" is answered "Tool said: TEXT".
+// codex's own exec_command tool: a last user text holding "ownexec:COMMAND" calls it
+// with {"cmd": COMMAND} (no namespace); the request that brings its output back is
+// answered "Tool said: OUTPUT" (what a prompt that makes the CLI print its files gets).
 import { serve, failStatus, isCut, limitState, TOKENS, deltaGate, sleep, sse } from './common.mjs';
 
 const NS = 'mcp__olp';
@@ -31,8 +34,18 @@ function lastUserText(body) {
   return users.length ? userText(users.at(-1)) : '';
 }
 
+// The output of a call of codex's own tool (call ids "call_own_…"), or null.
+const ownOutput = (body) => {
+  const o = inputItems(body).find((i) => i.type === 'function_call_output' && /^call_own_/.test(i.call_id ?? ''));
+  if (!o) return null;
+  return typeof o.output === 'string' ? o.output : JSON.stringify(o.output);
+};
+
 // The calls the model makes now: [{name, args}] (names as declared in the namespace).
 function callsWanted(body) {
+  const own = lastUserText(body).match(/ownexec:(.+)/);
+  if (own && ownOutput(body) === null && (body.tools ?? []).some((t) => t.name === 'exec_command'))
+    return [{ name: 'exec_command', args: JSON.stringify({ cmd: own[1].trim() }), own: true }];
   const ns = (body.tools ?? []).find((t) => t.type === 'namespace' && t.name === NS);
   const declared = (ns?.tools ?? []).map((t) => t.name);
   if (!declared.length || inputItems(body).some((i) => i.type === 'function_call_output')) return [];
@@ -53,6 +66,7 @@ function callsWanted(body) {
 }
 
 function answerText(body) {
+  if (ownOutput(body) !== null) return `Tool said: ${ownOutput(body)}`;
   if (inputItems(body).some((i) => i.type === 'function_call_output')) return 'Asked again with tool output.';
   const result = lastUserText(body).match(/\[Tool Result \([^)]*\)\] (.*)/);
   return result ? `Tool said: ${result[1]}` : null;
@@ -118,8 +132,9 @@ serve('openai', async (req, res, body, entry) => {
   if (calls.length) {
     const items = [];
     for (const [i, c] of calls.entries()) {
-      const item = { id: `fc_fake_${n}_${i}`, type: 'function_call', status: 'completed', namespace: NS,
-                     call_id: `call_fake_${n}_${i}`, name: c.name, arguments: c.args };
+      const item = { id: `fc_fake_${n}_${i}`, type: 'function_call', status: 'completed',
+                     ...(c.own ? {} : { namespace: NS }), call_id: `call_${c.own ? 'own' : 'fake'}_${n}_${i}`,
+                     name: c.name, arguments: c.args };
       ev('response.output_item.added', { output_index: i, item: { ...item, status: 'in_progress', arguments: '' } });
       const cut = Math.floor(c.args.length / 2);
       for (const delta of [c.args.slice(0, cut), c.args.slice(cut)])
