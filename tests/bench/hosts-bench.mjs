@@ -15,6 +15,7 @@
 //    requests_per_day Q, 6 Q requests in all: served must be exactly Q (overshoot 0).
 
 import { spawnSync } from 'node:child_process';
+import http from 'node:http';
 
 import { commandProvider, makeHome, startServer, testConfig } from '../integration/harness.mjs';
 import { olpKeysRun, startHosts } from '../integration/hosts.mjs';
@@ -57,15 +58,32 @@ const median = (v) => {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
-async function chat(url, token) {
+// POST a chat completion on a connection of its own (a kept-alive one may be closed by the
+// server just as it is reused): {status, ms, text, host}.
+function chat(url, token) {
+  const body = JSON.stringify({ model: 'instant', messages: [{ role: 'user', content: 'hi' }] });
   const t0 = performance.now();
-  const r = await fetch(url, {
-    method: 'POST',
-    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ model: 'instant', messages: [{ role: 'user', content: 'hi' }] }),
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      url,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d) => (text += d));
+        res.on('end', () =>
+          resolve({ status: res.statusCode, ms: performance.now() - t0, text, host: res.headers['x-olp-host'] }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
   });
-  const text = await r.text();
-  return { status: r.status, ms: performance.now() - t0, text };
 }
 
 // Alternating chats with the quota key and the free key: medians and their difference.
@@ -146,13 +164,9 @@ try {
     Array.from({ length: clients }, async () => {
       while (sent < total) {
         sent++;
-        const r = await fetch(pg.lb.url('/v1/chat/completions'), {
-          method: 'POST',
-          headers: { Authorization: `Bearer ${qtok}`, 'Content-Type': 'application/json' },
-          body: JSON.stringify({ model: 'instant', messages: [{ role: 'user', content: 'hi' }] }),
-        });
-        const text = await r.text();
-        const h = r.headers.get('x-olp-host');
+        const r = await chat(pg.lb.url('/v1/chat/completions'), qtok);
+        const text = r.text;
+        const h = r.host;
         hosts[h] = (hosts[h] ?? 0) + 1;
         if (r.status === 200) count.served++;
         else if (r.status === 429 && text.includes('quota_exceeded')) count.refused++;

@@ -71,25 +71,35 @@ async function everyWorker(hosts, req) {
   return out;
 }
 
-// A request with fetch (through the balancer or to one host): status, host, json.
-async function send(target, { method = 'POST', path = '/v1/chat/completions', token, body }) {
-  const r = await fetch(target.url(path), {
-    method,
-    headers: {
-      ...(token ? { Authorization: bearer(token) } : {}),
-      ...(body !== undefined ? { 'Content-Type': 'application/json' } : {}),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(60000),
+// A request (through the balancer or to one host) on a connection of its own, so that no
+// kept-alive connection the server is closing is reused: status, host, headers.get(), json.
+function send(target, { method = 'POST', path = '/v1/chat/completions', token, body }) {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  const headers = {
+    ...(token ? { Authorization: bearer(token) } : {}),
+    ...(payload !== undefined ? { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) } : {}),
+  };
+  return new Promise((resolve, reject) => {
+    const req = http.request(target.url(path), { method, agent: false, headers, timeout: 60000 }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (text += d));
+      res.on('error', reject);
+      res.on('end', () => {
+        let json;
+        try {
+          json = JSON.parse(text);
+        } catch {
+          json = undefined;
+        }
+        const get = (n) => res.headers[n.toLowerCase()] ?? null;
+        resolve({ status: res.statusCode, host: get('x-olp-host'), headers: { get }, text, json });
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer in 60 s`)));
+    req.on('error', reject);
+    req.end(payload);
   });
-  const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: r.status, host: r.headers.get('x-olp-host'), headers: r.headers, text, json };
 }
 
 const chat = (target, token, model = 'echo', content = 'hello') => send(target, { token, body: chatBody(model, content) });
@@ -377,8 +387,7 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
       while (running) {
         for (const h of [a, b]) {
           try {
-            const r = await fetch(h.url('/health/live'), { signal: AbortSignal.timeout(5000) });
-            await r.arrayBuffer();
+            const r = await send(h, { method: 'GET', path: '/health/live' });
             live.push(`${h.name} ${r.status}`);
           } catch (e) {
             live.push(`${h.name} ${e.message}`);
@@ -390,6 +399,7 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
     const loops = [loop(), loop(), loop(), loop(), liveLoop()];
     await sleep(1000);
 
+    const servedBefore = served.length;
     const tStop = Date.now();
     pgCtl('stop');
     // /health says so, on both hosts, and since when.
@@ -435,7 +445,10 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
       { timeoutMs: 15000, stepMs: 200 },
     );
     const backMs = performance.now() - tStart;
-    process.stderr.write(`database back: everything works again after ${backMs.toFixed(0)} ms\n`);
+    process.stderr.write(
+      `database back: everything works again after ${backMs.toFixed(0)} ms; the known key served ` +
+        `${servedBefore} requests before the stop, ${servedDuring - servedBefore} while away, ${served.length - servedDuring} after\n`,
+    );
     await sleep(1000);
     running = false;
     await Promise.all(loops);
