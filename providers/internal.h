@@ -274,6 +274,11 @@ int prov_login_set_dir(const char *state_dir);
 /* The host file of pv's held login into path (PATH_MAX), or -ENOENT when it is a token of
  * "env" (token_env). 0 or -errno. */
 int prov_login_path(const struct prov_provider *pv, char *path);
+/* Replace path with data whole or not at all (a 0600 temp file beside it, fsynced, then
+ * renamed over it), given owner's uid and gid when owner is not NULL (a failure to chown
+ * counts only when the owner is not this process's user). 0 or -errno. */
+struct stat;
+int prov_file_replace(const char *path, const char *data, const struct stat *owner);
 /* Read pv's held login into l (released with prov_login_release). 0, or -errno with
  * why set (never quoting the file). */
 int prov_login_read(const struct prov_provider *pv, struct prov_held_login *l, struct buf *why);

@@ -419,18 +419,20 @@ int prov_login_read(const struct prov_provider *pv, struct prov_held_login *l, s
 
 /* ---- what a run gets ------------------------------------------------------------------ */
 
-/* Write data to path whole or not at all: a temp file beside it, then rename. */
-static int write_placeholder(const char *path, const char *data)
+int prov_file_replace(const char *path, const char *data, const struct stat *owner)
 {
 	char tmp[PATH_MAX + 16];
-	int fd, ret = 0;
-	size_t len = strlen(data);
+	int fd, ret;
 
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp))
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.olp-XXXXXX", path) >= sizeof(tmp))
 		return -ENAMETOOLONG;
 	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
 		return -errno;
-	ret = fchmod(fd, 0600) ? -errno : write_all(fd, data, len);
+	ret = fchmod(fd, 0600) ? -errno : 0;
+	if (!ret && owner && fchown(fd, owner->st_uid, owner->st_gid) && owner->st_uid != geteuid())
+		ret = -errno;
+	if (!ret)
+		ret = write_all(fd, data, strlen(data));
 	if (!ret && fsync(fd))
 		ret = -errno;
 	close(fd);
@@ -463,7 +465,7 @@ static int placeholder_file(const struct prov_provider *pv, char *path, struct b
 	prov_login_release(&l);
 	text = json_dumps(ph, JSON_COMPACT);
 	json_decref(ph);
-	ret = write_placeholder(path, text);
+	ret = prov_file_replace(path, text, NULL);
 	free(text);
 	if (ret)
 		buf_addf(why, "placeholder %s: %s", path, strerror(-ret));

@@ -65,31 +65,15 @@ static int lock_take(const struct prov_provider *pv)
 	return fd;
 }
 
-/* Replace path with data, whole: a temp file beside it with the old file's owner. */
+/* Replace path with data, whole, keeping the old file's owner (the worker may run as root
+ * for a login of another user). */
 static int replace_file(const char *path, const char *data)
 {
-	char tmp[PATH_MAX + 16];
 	struct stat st;
-	int fd, ret = 0;
 
 	if (stat(path, &st))
 		return -errno;
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.olp-XXXXXX", path) >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0)
-		return -errno;
-	/* The old file's owner: the worker may run as root for a login of another user. */
-	ret = fchmod(fd, 0600) || (fchown(fd, st.st_uid, st.st_gid) && st.st_uid != geteuid())
-		      ? -errno
-		      : write_all(fd, data, strlen(data));
-	if (!ret && fsync(fd))
-		ret = -errno;
-	close(fd);
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-	return ret;
+	return prov_file_replace(path, data, &st);
 }
 
 /* <provider>.state after a refresh: when it last worked, the failures since. */
