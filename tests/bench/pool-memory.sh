@@ -17,7 +17,17 @@
 # deltas by POOL_DELTA_MS). Listens on 127.0.0.1 only; every wait is bounded.
 #
 # usage: tests/bench/pool-memory.sh [BUILD_DIR]   (default: build/bench; configured and built each run)
-# env:   POOL_PROFILES (default "default 1gb"), POOL_DELTA_MS (default 1000)
+# env:   POOL_PROFILES (default "default 1gb"), POOL_DELTA_MS (default 1000),
+#        POOL_CLAUDE (the claude binary; default tests/provider-clis' x86-64 one),
+#        POOL_BUILT=1 (BUILD_DIR is built already and not configured here: a cross build),
+#        POOL_SETTLE_S (default 8: the wait for the refills before "idle"),
+#        POOL_MAX_S (default 60: each request's bound),
+#        POOL_STREAM_DELTA_MS (default POOL_DELTA_MS: the deltas' spacing for the 4 streams;
+#        the fake upstream is restarted on its port with it, and back before the next profile).
+# On arm64, in the arm64 VM (TCG): tests/vm/arm64.sh --pool-memory, which sets the last five
+# (an emulated claude starts in tens of seconds, not one: the streams' deltas are spaced so
+# that a stream outlasts the others' start-up, and the four are live at once, as here).
+# "4 streams" samples until the four have ended either way.
 # Needs root or the pool's own uid to read the sandboxed processes' smaps (the runs have
 # uids of their own): an unreadable process is counted and said, never silently zero.
 set -euo pipefail
@@ -26,27 +36,50 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/bench}
 profiles=${POOL_PROFILES:-default 1gb}
 delta=${POOL_DELTA_MS:-1000}
-claude=$root/tests/provider-clis/node_modules/@anthropic-ai/claude-code/bin/claude.exe
+stream_delta=${POOL_STREAM_DELTA_MS:-$delta}
+settle=${POOL_SETTLE_S:-8}
+max_s=${POOL_MAX_S:-60}
+claude=${POOL_CLAUDE:-$root/tests/provider-clis/node_modules/@anthropic-ai/claude-code/bin/claude.exe}
 command -v lighttpd >/dev/null || { echo "lighttpd missing: run deploy/olp-local test first" >&2; exit 1; }
 command -v node >/dev/null || { echo "node missing" >&2; exit 1; }
-[ -x "$claude" ] || { echo "run npm ci in tests/provider-clis first (the claude CLI)" >&2; exit 1; }
+[ -x "$claude" ] || { echo "no claude at $claude: run npm ci in tests/provider-clis first" >&2; exit 1; }
 # shellcheck source=tests/bench/lib.sh
 . "$(dirname "$0")/lib.sh" # bench_build, bench_workdir, free_port
-bench_build "$build" olp-fcgi olp-sandbox-exec
+if [ "${POOL_BUILT:-0}" = 1 ]; then
+	{ [ -x "$build/fcgi/olp-fcgi" ] && [ -x "$build/sandbox/olp-sandbox-exec" ]; } ||
+		{ echo "POOL_BUILT=1 but $build holds no olp-fcgi and olp-sandbox-exec" >&2; exit 1; }
+else
+	bench_build "$build" olp-fcgi olp-sandbox-exec
+fi
+# The arm64 VM's root has no python3 (lib.sh's free_port): node asks the kernel instead.
+command -v python3 >/dev/null ||
+	free_port() { node -e 'const s = require("net").createServer().listen(0, "127.0.0.1",
+		() => { console.log(s.address().port); s.close(); })'; }
 build=$(realpath "$build")
 bench_workdir pool-memory
 chmod 0700 "$work"
 token=bench-owner-$RANDOM$RANDOM
 
-# The fake upstream; its first line is its port.
-FAKE_DELTA_MS=$delta node "$root/tests/upstream/fake-anthropic.mjs" 0 >"$work/upstream.out" 2>/dev/null &
-pids+=($!)
-for _ in $(seq 100); do
-	up=$(head -n1 "$work/upstream.out" 2>/dev/null | tr -dc 0-9)
-	[ -n "$up" ] && break
-	sleep 0.1
-done
-[ -n "${up:-}" ] || { echo "the fake upstream did not start" >&2; exit 1; }
+# fake_start DELTA_MS PORT: the fake upstream (replacing the one running), its deltas DELTA_MS
+# apart, on PORT (0: any; up := the port it listens on, its first line).
+fake=''
+fake_start() {
+	if [ -n "$fake" ]; then
+		kill "$fake" 2>/dev/null || true
+		wait "$fake" 2>/dev/null || true
+	fi
+	FAKE_DELTA_MS=$1 node "$root/tests/upstream/fake-anthropic.mjs" "$2" >"$work/upstream.out" 2>/dev/null &
+	fake=$!
+	pids+=("$fake")
+	up=''
+	for _ in $(seq 300); do
+		up=$(head -n1 "$work/upstream.out" 2>/dev/null | tr -dc 0-9)
+		[ -n "$up" ] && break
+		sleep 0.1
+	done
+	[ -n "$up" ] || { echo "the fake upstream did not start" >&2; exit 1; }
+}
+fake_start "$delta" 0
 
 # pool_pss PID: the pool below PID (itself included): "PROCS PSS_KB UNREADABLE", and the
 # sum per program name in $work/by-comm.
@@ -79,7 +112,7 @@ report() {
 }
 
 chat() { # chat PORT STREAM: one completion through the pool, bounded
-	curl -sS --max-time 60 -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$1/v1/chat/completions" \
+	curl -sS --max-time "$max_s" -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$1/v1/chat/completions" \
 		-H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
 		-d "{\"model\":\"claude-fake\",\"stream\":$2,\"messages\":[{\"role\":\"user\",\"content\":\"Say hello\"}]}"
 }
@@ -95,7 +128,7 @@ run_profile() {
 	esac
 	printf '%s\n' "$config" >"$dir/home/config.json"
 	cat >"$dir/home/models-registry.json" <<JSON
-{"providers":{"anthropic":{"type":"claude","bin":"$claude","timeout_s":120,"credentials":[],
+{"providers":{"anthropic":{"type":"claude","bin":"$claude","timeout_s":$((max_s > 120 ? max_s : 120)),"credentials":[],
  "network":{"upstream":"http://127.0.0.1:$up"},"env":{"ANTHROPIC_API_KEY":"sk-ant-fake-key"},
  "models":[{"id":"claude-fake"}]}}}
 JSON
@@ -105,20 +138,23 @@ JSON
 		${procs:+OLP_MAX_PROCS=$procs} lighttpd -D -f "$root/lighttpd/olp.conf" &
 	lt=$!
 	pids+=("$lt")
-	for _ in $(seq 100); do
+	for _ in $(seq $((max_s * 10))); do
 		curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$port/health/live" && break
 		sleep 0.1
 	done
-	sleep 2 # every worker up
+	sleep $((settle / 4 > 2 ? settle / 4 : 2)) # every worker up (a quarter of the settling time)
 	grep -ho '"msg":"machine:[^"]*' "$dir/olp.log" | sort -u | sed 's/"msg":/         worker: /'
 	report "$name" start "$(pool_pss "$lt")"
 	# A few requests, one after the other: each leaves its policy's warm sandboxes and,
 	# where they are on, a pre-started claude waiting (ADR 0008, 0022).
 	for i in 1 2 3 4; do [ "$(chat "$port" false)" = 200 ] || echo "request $i failed" >&2; done
-	sleep 8 # the refills (a claude's start-up) are done
+	sleep "$settle" # the refills (a claude's start-up) are done
 	report "$name" idle "$(pool_pss "$lt")"
+	[ "$stream_delta" = "$delta" ] || fake_start "$stream_delta" "$up"
 	for i in 1 2 3 4; do chat "$port" true >"$dir/stream-$i.code" & done
-	for _ in $(seq 40); do # 10 s of samples: the streams last about 6 delta intervals
+	# Samples every 250 ms until the four have answered (each lasts about 6 delta
+	# intervals after its claude starts; every curl is bounded by POOL_MAX_S).
+	while ! streams_done "$dir"; do
 		sleep 0.25
 		s=$(pool_pss "$lt")
 		read -r _ kb _ <<<"$s"
@@ -127,8 +163,14 @@ JSON
 	wait_streams "$dir"
 	cp "$work/by-comm.best" "$work/by-comm"
 	report "$name" "4 streams" "$best_s"
+	[ "$stream_delta" = "$delta" ] || fake_start "$delta" "$up"
 	kill "$lt"
 	wait "$lt" 2>/dev/null || true
+}
+
+streams_done() { # true when the 4 streams' curls have all written their status
+	local i
+	for i in 1 2 3 4; do [ -s "$1/stream-$i.code" ] || return 1; done
 }
 
 wait_streams() { # the 4 streams' answers (the curls are bounded by --max-time)
