@@ -32,6 +32,7 @@ pg_cluster_create() {
 	}
 	port=$(pg_free_port)
 	echo "$port" >"$dir/port"
+	pg_cluster_tls "$dir"
 	cat >>"$dir/data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $port
@@ -41,6 +42,9 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 log_min_messages = warning
+ssl = on
+ssl_cert_file = '$dir/data/server.crt'
+ssl_key_file = '$dir/data/server.key'
 CONF
 	# Random passwords, kept in a 0600 passfile readable by whoever runs the tests.
 	head -c 18 /dev/urandom | base64 | tr '+/' 'xy' >"$dir/admin.pw"
@@ -49,6 +53,28 @@ CONF
 		echo "127.0.0.1:$port:*:olp_admin:$(cat "$dir/admin.pw")"
 		echo "127.0.0.1:$port:*:olp_worker:$(cat "$dir/worker.pw")"
 	} >"$dir/passfile")
+}
+
+# pg_cluster_tls DIR: a test CA (DIR/ca.crt) and a server certificate for 127.0.0.1 and
+# localhost signed by it, so that clients can connect with sslmode=verify-full.
+pg_cluster_tls() {
+	local dir=$1
+	(
+		cd "$dir" || exit 1
+		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=olp test CA" \
+			-keyout ca.key -out ca.crt >/dev/null 2>&1 &&
+			openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+				-keyout data/server.key -out server.csr >/dev/null 2>&1 &&
+			printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext &&
+			openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+				-days 2 -extfile san.ext -out data/server.crt >/dev/null 2>&1
+	) || {
+		echo "with-pg: could not make the test certificates (openssl)" >&2
+		return 1
+	}
+	chown postgres:postgres "$dir/data/server.key" "$dir/data/server.crt"
+	chmod 0600 "$dir/data/server.key"
+	chmod 0644 "$dir/ca.crt"
 }
 
 pg_ctl_run() {

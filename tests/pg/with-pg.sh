@@ -16,6 +16,8 @@
 #   PGPASSFILE             the passfile (both roles)
 #   OLP_TEST_PG_DIR        the cluster's directory (data/, socket/, log)
 #   OLP_TEST_PG_PORT       the port
+#   OLP_TEST_PG_CA         the test CA that signed the server's certificate (TLS is on:
+#                          ?sslmode=verify-full&sslrootcert=$OLP_TEST_PG_CA works)
 #   OLP_TEST_PG_CTL        "pg_ctl -D DATA" to stop or start it as the postgres user:
 #                          tests/pg/pg-ctl.sh stop|start|restart (uses OLP_TEST_PG_DIR)
 # When the server is not installed, it exits 77 (a skip) with the reason, unless
@@ -59,6 +61,7 @@ export OLP_TEST_PG_PORT
 export OLP_TEST_PG_URL="postgresql://olp_worker@127.0.0.1:$OLP_TEST_PG_PORT/olp"
 export OLP_TEST_PG_ADMIN_URL="postgresql://olp_admin@127.0.0.1:$OLP_TEST_PG_PORT/olp"
 export PGPASSFILE=$dir/passfile
+export OLP_TEST_PG_CA=$dir/ca.crt
 export OLP_TEST_PG_CTL="$here/pg-ctl.sh"
 set +e
 "$@"

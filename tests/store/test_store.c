@@ -318,6 +318,55 @@ static void test_schema(void)
 	store_free(db);
 }
 
+/* A store over TLS whose certificate is checked (sslmode=verify-full): connected, and the
+ * session is encrypted; a CA that did not sign the server's certificate: refused. */
+static void test_tls(void)
+{
+	const char *ca = getenv("OLP_TEST_PG_CA");
+	const char *port = getenv("OLP_TEST_PG_PORT");
+	char url[512], other_ca[300];
+	struct buf err = BUF_INIT;
+	struct store_health h;
+	struct store_db *db;
+	PGconn *c;
+	PGresult *r;
+
+	if (!pg_url || !ca || !port)
+		return;
+	snprintf(url, sizeof(url),
+		 "postgresql://olp_worker@127.0.0.1:%s/olp?sslmode=verify-full&sslrootcert=%s",
+		 port, ca);
+	db = store_open(url, NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+	c = store_conn_get(db, 2000);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	r = store_exec(db, c, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", 0, NULL,
+		       NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+	CU_ASSERT_STRING_EQUAL(PQgetvalue(r, 0, 0), "t");
+	PQclear(r);
+	store_conn_put(db, c, false);
+	store_free(db);
+	/* Another CA: the server is not who it says it is. */
+	snprintf(other_ca, sizeof(other_ca), "%s/other-ca.crt", tmproot);
+	snprintf(url, sizeof(url),
+		 "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other "
+		 "-keyout %s/other-ca.key -out %s >/dev/null 2>&1",
+		 tmproot, other_ca);
+	CU_ASSERT_FATAL(system(url) == 0);
+	snprintf(url, sizeof(url),
+		 "postgresql://olp_worker@127.0.0.1:%s/olp?sslmode=verify-full&sslrootcert=%s",
+		 port, other_ca);
+	db = store_open(url, NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(db);
+	CU_ASSERT(store_conn_get(db, 500) == NULL);
+	store_health(db, &h);
+	CU_ASSERT(!h.ok);
+	CU_ASSERT(strstr(h.last_error, "certificate") != NULL);
+	store_free(db);
+	buf_release(&err);
+}
+
 struct heard {
 	atomic_int notes;
 	atomic_int resyncs;
@@ -423,6 +472,7 @@ int main(void)
 		{ "the pool's cap and waiting", test_pool_cap },
 		{ "the database away and back", test_away_and_back },
 		{ "schemas: versions, newer refused, data-only rights", test_schema },
+		{ "TLS with the certificate checked (verify-full)", test_tls },
 		{ "notifications, freshness, resync after a restart", test_listen },
 		{ NULL, NULL },
 	};
