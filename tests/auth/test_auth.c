@@ -388,6 +388,18 @@ static void test_manifest_invalid(void)
 		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\","
 		  "\"login_access\":[\"codex\",\"../x\"]}",
 		  "login_access holds something other than a provider name" },
+		/* An account binding that does not parse refuses the key (ADR 0037). */
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\",\"accounts\":[\"a\"]}",
+		  "accounts is neither null nor an object" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\","
+		  "\"accounts\":{\"claude\":\"Bob\"}}",
+		  "accounts holds something other than provider and account names" },
+		{ "{\"schema_version\":1,\"id\":\"abcd1234\",\"token_hash\":\"" GOOD_HASH
+		  "\",\"owner_tier\":\"guest\",\"providers_enabled\":\"*\","
+		  "\"accounts\":{\"a=b\":\"bob\"}}",
+		  "accounts holds something other than provider and account names" },
 		/* A quota that does not parse must not become no quota. */
 		{ QUOTA_MANIFEST("5"), "quota is neither null nor an object" },
 		{ QUOTA_MANIFEST("[]"), "quota is neither null nor an object" },
@@ -707,6 +719,72 @@ static void test_login_access(void)
 	auth_new_key_wipe(&owner);
 	auth_new_key_wipe(&guest);
 	auth_new_key_wipe(&plain);
+	buf_release(&msg);
+	tu_rmhome(home);
+}
+
+/* "accounts" (ADR 0037): written by keygen and set-account, carried by the identity
+ * (auth_identity_account), an owner's too; unbinding removes the field when empty. */
+static void test_accounts(void)
+{
+	static const char *const bind[] = { "claude=bob", "codex=alice" };
+	struct auth_key_spec g = { .name = "g", .tier = AUTH_TIER_GUEST };
+	char *home = tu_mkhome(), p[AUTH_PROVIDER_MAX], a[AUTH_ACCOUNT_MAX];
+	struct auth_new_key key;
+	struct auth_identity id;
+	struct auth_store *st;
+	struct buf msg = BUF_INIT;
+	json_t *m;
+
+	CU_ASSERT_EQUAL(auth_binding_split("claude=bob", p, a), 0);
+	CU_ASSERT_STRING_EQUAL(p, "claude");
+	CU_ASSERT_STRING_EQUAL(a, "bob");
+	CU_ASSERT_EQUAL(auth_binding_split("claude", p, a), -EINVAL);
+	CU_ASSERT_EQUAL(auth_binding_split("=bob", p, a), -EINVAL);
+	CU_ASSERT_EQUAL(auth_binding_split("claude=", p, a), -EINVAL);
+	CU_ASSERT_EQUAL(auth_binding_split("claude=B", p, a), -EINVAL);
+	CU_ASSERT_EQUAL(auth_binding_split("claude=abcdefghijabcdefghijabcdefghijabc", p, a),
+			-EINVAL);
+	g.accounts = (const char *const[]){ "claude=bob", "claude=eve" };
+	g.n_accounts = 2;
+	CU_ASSERT_EQUAL(auth_key_create(home, &g, &key, &msg), AUTH_KEY_ERR_INVALID_ARG);
+	g.accounts = bind;
+	CU_ASSERT_EQUAL_FATAL(auth_key_create(home, &g, &key, &msg), AUTH_KEY_OK);
+	m = tu_manifest(home, key.id);
+	CU_ASSERT_STRING_EQUAL(
+		json_string_value(json_object_get(json_object_get(m, "accounts"), "codex")),
+		"alice");
+	json_decref(m);
+	st = auth_store_open(home, &no_opts);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, key.token, &id), AUTH_OK);
+	CU_ASSERT_STRING_EQUAL(auth_identity_account(&id, "claude"), "bob");
+	CU_ASSERT_STRING_EQUAL(auth_identity_account(&id, "codex"), "alice");
+	CU_ASSERT_PTR_NULL(auth_identity_account(&id, "claud"));
+	CU_ASSERT_PTR_NULL(auth_identity_account(&id, "vibe"));
+	auth_identity_release(&id);
+	/* set-account: rebind, unbind; seen on the next check. */
+	CU_ASSERT_EQUAL(
+		auth_key_set_account_at(AUTH_TARGET_FILES(home), key.id, "claude", "carol", &msg),
+		AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(
+		auth_key_set_account_at(AUTH_TARGET_FILES(home), key.id, "codex", NULL, &msg),
+		AUTH_KEY_OK);
+	CU_ASSERT_EQUAL(
+		auth_key_set_account_at(AUTH_TARGET_FILES(home), key.id, "codex", "x.y", &msg),
+		AUTH_KEY_ERR_INVALID_ARG);
+	CU_ASSERT_EQUAL_FATAL(auth_check(st, NULL, key.token, &id), AUTH_OK);
+	CU_ASSERT_STRING_EQUAL(auth_identity_account(&id, "claude"), "carol");
+	CU_ASSERT_PTR_NULL(auth_identity_account(&id, "codex"));
+	auth_identity_release(&id);
+	CU_ASSERT_EQUAL(
+		auth_key_set_account_at(AUTH_TARGET_FILES(home), key.id, "claude", NULL, &msg),
+		AUTH_KEY_OK);
+	m = tu_manifest(home, key.id);
+	CU_ASSERT_PTR_NULL(json_object_get(m, "accounts"));
+	json_decref(m);
+	auth_store_free(st);
+	auth_new_key_wipe(&key);
 	buf_release(&msg);
 	tu_rmhome(home);
 }
@@ -1896,6 +1974,7 @@ static const struct ts_test check_tests[] = {
 	{ "missing token, anonymous", test_check_missing },
 	{ "anonymous settings", test_check_anonymous_settings },
 	{ "login access", test_login_access },
+	{ "accounts", test_accounts },
 	{ "every key from the index, in step with keys/", test_store_keys },
 	{ "login grants follow the manifests, not keys/", test_login_grants_follow_manifests },
 	{ "env owner", test_check_env_owner },
