@@ -882,16 +882,17 @@ out_print:
 		printf("No usage recorded%s%s%s%s.\n", o->id ? " for key " : "", o->id ? o->id : "",
 		       o->since ? " since " : "", o->since ? o->since : "");
 	} else {
-		printf("%-10s %-14s %-20s %-10s %8s %6s %12s %12s %12s %8s\n", "DAY", "KEY", "NAME",
-		       "PROVIDER", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION", "CACHED",
-		       "AVG MS");
+		printf("%-10s %-14s %-20s %-10s %-10s %8s %6s %12s %12s %12s %8s\n", "DAY", "KEY",
+		       "NAME", "PROVIDER", "ACCOUNT", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION",
+		       "CACHED", "AVG MS");
 		for (size_t i = 0; i < n; i++) {
 			const struct usage_day *d = &days[i];
 
-			printf("%-10s %-14s %-20s %-10s %8" PRId64 " %6" PRId64 " %12" PRId64
+			printf("%-10s %-14s %-20s %-10s %-10s %8" PRId64 " %6" PRId64 " %12" PRId64
 			       " %12" PRId64 " %12" PRId64 " %8" PRIu64 "\n",
 			       d->day, d->key_id, key_name(&list, d->key_id),
-			       *d->provider ? d->provider : "-", d->requests, d->errors,
+			       *d->provider ? d->provider : "-", *d->account ? d->account : "-",
+			       d->requests, d->errors,
 			       d->prompt_tokens, d->completion_tokens, d->cached_tokens,
 			       d->requests ? d->duration_ms / (uint64_t)d->requests : 0);
 		}

@@ -780,6 +780,7 @@ static void chat_run_hop(struct fcgi_req *rc, struct fcgi_answer *a, json_t *mes
 
 	rc->model = m->id;
 	rc->provider = prov_provider_name(m->provider);
+	rc->account = preq.account;
 	fcgi_io_set_deadline(rc->io, preq.deadline_ms);
 	a->next_hop = false;
 	/* answer_done sends the end of the answer as soon as the outcome is known; the

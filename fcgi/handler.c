@@ -92,6 +92,7 @@ static void record_usage(struct fcgi_req *rc)
 		.key_id = rc->id.key_id,
 		.provider = rc->provider,
 		.model = rc->model,
+		.account = rc->account,
 		.status = rc->status,
 		.prompt_tokens = rc->usage.prompt_tokens,
 		.completion_tokens = rc->usage.completion_tokens,

@@ -218,6 +218,9 @@ struct fcgi_req {
 	const char *error_code;
 	const char *model;
 	const char *provider;
+	/* The provider's account of the run that answered (the hop's, ADR 0037), for the
+	 * ledger's row; NULL when no provider ran. The provider's string. */
+	const char *account;
 	struct auth_identity id;
 	bool have_id;
 	const struct fcgi_answer *answer; /* a chat answer under way: adds the X-OLP-* headers */

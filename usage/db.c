@@ -5,15 +5,15 @@
  * retention's pruning. The quota counters are in quota.c, the records and the readers'
  * queries in usage.c (internal.h).
  *
- * Schema (PRAGMA user_version 2):
- *   requests       one row per request (count 1), or per key, minute, status, provider
- *                  and model for refusals (count of them): numbers and names, never
- *                  content, tokens or hashes
+ * Schema (PRAGMA user_version 3):
+ *   requests       one row per request (count 1), or per key, minute, status, provider,
+ *                  model and account for refusals (count of them): numbers and names,
+ *                  never content, tokens or hashes
  *   quota_windows  (key_id, kind, start_ms) -> requests, tokens: the fixed UTC minute
  *                  (kind 0) and day (kind 1) a key is in; pruned after two days
  *   quota_holds    tokens reserved by requests under way against their key's
  *                  tokens_per_day of a day, until settled or expired (a killed worker's)
- * Version 1 (no count, no quota_holds) is migrated in place.
+ * Versions 1 (no count, no quota_holds) and 2 (no account) are migrated in place.
  * A newer user_version than this code knows is refused (an older olp must not write a
  * database a newer one migrated). */
 #include <errno.h>
@@ -33,7 +33,7 @@
 #include "usage/usage.h"
 #include "common/banned.h"
 
-#define USAGE_SCHEMA_VERSION 2
+#define USAGE_SCHEMA_VERSION 3
 #define USAGE_BUSY_TIMEOUT_MS 2000
 /* How long opening waits for other processes setting the same database up. */
 #define USAGE_SETUP_PATIENCE_MS 10000u
@@ -49,12 +49,13 @@ static const char *const stmt_sql[ST__N] = {
 	[ST_ROLLBACK] = "ROLLBACK",
 	[ST_INSERT] = "INSERT INTO requests (ts_ms, key_id, provider, model, status,"
 		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
-		      " start) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+		      " start, account) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
 	/* A refusal into its minute's row (same binding as ST_INSERT, ?1 the minute's start):
 	 * found by the (key_id, ts_ms) index. No row changed: the caller inserts one. */
 	[ST_REFUSAL_ADD] = "UPDATE requests SET count = count + 1, duration_ms = duration_ms + ?9"
 			   " WHERE key_id = ?2 AND ts_ms = ?1 AND status = ?5 AND start = 0"
-			   " AND provider IS ?3 AND model IS ?4 AND prompt_tokens = 0"
+			   " AND provider IS ?3 AND model IS ?4 AND account IS ?12"
+			   " AND prompt_tokens = 0"
 			   " AND completion_tokens = 0 AND cached_tokens = 0",
 	[ST_ADD_TOKENS] = "INSERT INTO quota_windows (key_id, kind, start_ms, requests, tokens)"
 			  " VALUES (?1, 1, ?2, 0, ?3) ON CONFLICT (key_id, kind, start_ms)"
@@ -79,13 +80,14 @@ static const char *const stmt_sql[ST__N] = {
 	[ST_DAYS] = "SELECT key_id, COALESCE(provider, ''),"
 		    " strftime('%Y-%m-%d', ts_ms / 1000, 'unixepoch') AS day, sum(count),"
 		    " sum((status >= 400) * count), sum(prompt_tokens), sum(completion_tokens),"
-		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3)"
+		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3),"
+		    " COALESCE(account, '')"
 		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
-		    " GROUP BY day, key_id, COALESCE(provider, '')"
-		    " ORDER BY day, key_id, COALESCE(provider, '')",
+		    " GROUP BY day, key_id, COALESCE(provider, ''), COALESCE(account, '')"
+		    " ORDER BY day, key_id, COALESCE(provider, ''), COALESCE(account, '')",
 	[ST_RECENT] = "SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
 		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, "
-		      "start, count"
+		      "start, count, COALESCE(account, '')"
 		      " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
 		      " ORDER BY ts_ms DESC, id DESC LIMIT ?3",
 	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
@@ -131,6 +133,11 @@ static const char schema_v2[] = "ALTER TABLE requests ADD COLUMN count INTEGER N
 				" expires_ms INTEGER NOT NULL);"
 				"CREATE INDEX quota_holds_key ON quota_holds (key_id, day_ms);"
 				"PRAGMA user_version = 2;";
+
+/* Version 3 (ADR 0037): the provider's account a request used; NULL for a request no
+ * provider took, and for the rows written before. */
+static const char schema_v3[] = "ALTER TABLE requests ADD COLUMN account TEXT;"
+				"PRAGMA user_version = 3;";
 
 /* SQLite result → -errno. Out of memory aborts: the tree has one OOM policy (common.h). */
 static int sq_errno(sqlite3 *db, int rc)
@@ -260,6 +267,12 @@ static int db_migrate(sqlite3 *db, const char **detail)
 	}
 	if (version == 1) {
 		rc = sqlite3_exec(db, schema_v2, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+			goto out_rollback;
+		version = 2;
+	}
+	if (version == 2) {
+		rc = sqlite3_exec(db, schema_v3, NULL, NULL, NULL);
 		if (rc != SQLITE_OK)
 			goto out_rollback;
 	}

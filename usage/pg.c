@@ -159,7 +159,11 @@ static const char schema_v1[] =
 	" RETURN v_slot;\n"
 	"END\n$f$;";
 
-static const char *const schema_steps[] = { schema_v1 };
+/* Version 2 (ADR 0037): the provider's account a request used; NULL for a request no
+ * provider took, and for the rows written before. */
+static const char schema_v2[] = "ALTER TABLE olp_requests ADD COLUMN account text;";
+
+static const char *const schema_steps[] = { schema_v1, schema_v2 };
 static const struct store_schema schema = { .module = "usage",
 					    .step = schema_steps,
 					    .n = ARRAY_SIZE(schema_steps) };

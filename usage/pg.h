@@ -22,6 +22,7 @@ struct usage_pg_row {
 	char key_id[64];
 	char provider[64];
 	char model[128];
+	char account[USAGE_ACCOUNT_SIZE]; /* "": none (stored as NULL) */
 	bool has_provider, has_model;
 	int status;
 	int64_t prompt, completion, cached;

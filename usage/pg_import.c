@@ -26,10 +26,12 @@
 
 static const char sql_rows[] =
 	"INSERT INTO olp_requests (host, src_rowid, ts_ms, key_id, provider, model, status,"
-	" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, count)"
-	" SELECT $1, x.i, x.t, x.k, x.p, x.m, x.s, x.pt, x.ct, x.ca, x.d, x.f, x.st, x.n"
+	" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, count,"
+	" account)"
+	" SELECT $1, x.i, x.t, x.k, x.p, x.m, x.s, x.pt, x.ct, x.ca, x.d, x.f, x.st, x.n, x.a"
 	" FROM jsonb_to_recordset($2::jsonb) AS x(i bigint, t bigint, k text, p text, m text,"
-	" s integer, pt bigint, ct bigint, ca bigint, d bigint, f bigint, st integer, n bigint)"
+	" s integer, pt bigint, ct bigint, ca bigint, d bigint, f bigint, st integer, n bigint,"
+	" a text)"
 	" ON CONFLICT (host, src_rowid) DO NOTHING";
 static const char sql_windows[] =
 	"INSERT INTO olp_quota_windows (key_id, kind, start_ms, requests, tokens)"
@@ -83,6 +85,8 @@ static int import_rows(sqlite3_stmt *s, int64_t *last, const char *host, struct 
 		json_text(&j, s, 3);
 		buf_adds(&j, ",\"m\":");
 		json_text(&j, s, 4);
+		buf_adds(&j, ",\"a\":");
+		json_text(&j, s, 13);
 		buf_addf(&j,
 			 ",\"s\":%d,\"pt\":%lld,\"ct\":%lld,\"ca\":%lld,\"d\":%lld,\"f\":%lld,"
 			 "\"st\":%d,\"n\":%lld}",
@@ -177,8 +181,8 @@ int usage_pg_import(struct usage_store *src, struct store_db *dst, const char *h
 	    sqlite3_prepare_v2(
 		    db,
 		    "SELECT id, ts_ms, key_id, provider, model, status, prompt_tokens,"
-		    " completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, count"
-		    " FROM requests WHERE id > ?1 ORDER BY id LIMIT ?2",
+		    " completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, count,"
+		    " account FROM requests WHERE id > ?1 ORDER BY id LIMIT ?2",
 		    -1, &s, NULL) != SQLITE_OK) {
 		buf_addf(err, "%s: %s", src->path, db ? sqlite3_errmsg(db) : "cannot open");
 		goto out;

@@ -70,6 +70,8 @@ static void row_fill(struct usage_pg_row *q, const struct usage_record *r)
 	q->has_model = r->model != NULL;
 	if (r->model)
 		copy_name(q->model, sizeof(q->model), r->model);
+	if (r->account)
+		copy_name(q->account, sizeof(q->account), r->account);
 	q->status = r->status;
 	q->prompt = usage_row_tokens(r->prompt_tokens);
 	q->completion = usage_row_tokens(r->completion_tokens);
@@ -183,6 +185,8 @@ static void batch_json(const struct usage_pg_row *rows, size_t n, struct buf *rj
 		json_name(rj, q->provider, q->has_provider);
 		buf_adds(rj, ",\"m\":");
 		json_name(rj, q->model, q->has_model);
+		buf_adds(rj, ",\"a\":");
+		json_name(rj, q->account, q->account[0] != '\0');
 		buf_addf(rj,
 			 ",\"s\":%d,\"pt\":%" PRId64 ",\"ct\":%" PRId64 ",\"ca\":%" PRId64
 			 ",\"d\":%" PRId64 ",\"f\":%" PRId64 ",\"st\":%d}",
@@ -197,10 +201,10 @@ static void batch_json(const struct usage_pg_row *rows, size_t n, struct buf *rj
 
 static const char sql_rows[] =
 	"INSERT INTO olp_requests (host, ts_ms, key_id, provider, model, status, prompt_tokens,"
-	" completion_tokens, cached_tokens, duration_ms, ttfb_ms, start)"
-	" SELECT $1, x.t, x.k, x.p, x.m, x.s, x.pt, x.ct, x.ca, x.d, x.f, x.st"
+	" completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, account)"
+	" SELECT $1, x.t, x.k, x.p, x.m, x.s, x.pt, x.ct, x.ca, x.d, x.f, x.st, x.a"
 	" FROM jsonb_to_recordset($2::jsonb) AS x(t bigint, k text, p text, m text, s integer,"
-	" pt bigint, ct bigint, ca bigint, d bigint, f bigint, st integer)";
+	" pt bigint, ct bigint, ca bigint, d bigint, f bigint, st integer, a text)";
 /* In key order, so that two hosts' writers lock the same day rows in the same order. */
 static const char sql_tokens[] =
 	"INSERT INTO olp_quota_windows (key_id, kind, start_ms, requests, tokens)"
@@ -209,7 +213,8 @@ static const char sql_tokens[] =
 	" ON CONFLICT (key_id, kind, start_ms)"
 	" DO UPDATE SET tokens = olp_quota_windows.tokens + excluded.tokens";
 static const char sql_holds[] = "DELETE FROM olp_quota_holds WHERE id = ANY($1::bigint[])";
-/* A refusal into this host's row of its key, minute, status, provider and model, or a new
+/* A refusal into this host's row of its key, minute, status, provider, model and account,
+ * or a new
  * one. One row only: the worker processes of a host (one host name) write at once, so two
  * of them may both have inserted the minute's row; counting into each would count twice
  * (SQLite never sees that: its writers take turns). */
@@ -218,12 +223,13 @@ static const char sql_refusal[] =
 	"$7::bigint WHERE id = (SELECT id FROM olp_requests"
 	" WHERE host = $1 AND key_id = $3 AND ts_ms = $2::bigint AND status = $6::integer"
 	" AND start = 0 AND provider IS NOT DISTINCT FROM $4::text"
-	" AND model IS NOT DISTINCT FROM $5::text AND prompt_tokens = 0 AND completion_tokens = 0"
+	" AND model IS NOT DISTINCT FROM $5::text AND account IS NOT DISTINCT FROM $8::text"
+	" AND prompt_tokens = 0 AND completion_tokens = 0"
 	" AND cached_tokens = 0 ORDER BY id LIMIT 1) RETURNING 1)"
 	" INSERT INTO olp_requests (host, ts_ms, key_id, provider, model, status, prompt_tokens,"
-	" completion_tokens, cached_tokens, duration_ms, ttfb_ms, start)"
-	" SELECT $1, $2::bigint, $3, $4::text, $5::text, $6::integer, 0, 0, 0, $7::bigint, 0, 0"
-	" WHERE NOT EXISTS (SELECT 1 FROM u)";
+	" completion_tokens, cached_tokens, duration_ms, ttfb_ms, start, account)"
+	" SELECT $1, $2::bigint, $3, $4::text, $5::text, $6::integer, 0, 0, 0, $7::bigint, 0, 0,"
+	" $8::text WHERE NOT EXISTS (SELECT 1 FROM u)";
 
 struct batch_ctx {
 	struct store_db *db;
@@ -245,18 +251,19 @@ static int batch_run(struct batch_ctx *b, const char *sql, int n, const char *co
 static int batch_refusal(struct batch_ctx *b, const char *host, const struct usage_pg_row *q)
 {
 	char ts[24], status[16], dur[24];
-	const char *p[7] = { host,
+	const char *p[8] = { host,
 			     ts,
 			     q->key_id,
 			     q->has_provider ? q->provider : NULL,
 			     q->has_model ? q->model : NULL,
 			     status,
-			     dur };
+			     dur,
+			     q->account[0] ? q->account : NULL };
 
 	(void)snprintf(ts, sizeof(ts), "%" PRId64, usage_floor_to(q->ts_ms, MINUTE_MS));
 	(void)snprintf(status, sizeof(status), "%d", q->status);
 	(void)snprintf(dur, sizeof(dur), "%" PRId64, q->duration_ms);
-	return batch_run(b, sql_refusal, 7, p);
+	return batch_run(b, sql_refusal, 8, p);
 }
 
 /* The statements of one batch, inside the caller's transaction. */
@@ -516,10 +523,11 @@ int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct u
 		" to_char(to_timestamp(ts_ms / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,"
 		" sum(count), sum(CASE WHEN status >= 400 THEN count ELSE 0 END),"
 		" sum(prompt_tokens), sum(completion_tokens), sum(cached_tokens), sum(duration_ms),"
-		" count(*) FILTER (WHERE start = 2), count(*) FILTER (WHERE start = 3)"
+		" count(*) FILTER (WHERE start = 2), count(*) FILTER (WHERE start = 3),"
+		" coalesce(account, '')"
 		" FROM olp_requests WHERE ($1::text IS NULL OR key_id = $1) AND ts_ms >= $2::bigint"
-		" GROUP BY day, key_id, coalesce(provider, '')"
-		" ORDER BY day, key_id, coalesce(provider, '')",
+		" GROUP BY day, key_id, coalesce(provider, ''), coalesce(account, '')"
+		" ORDER BY day, key_id, coalesce(provider, ''), coalesce(account, '')",
 		2, p, &err);
 	if (!r)
 		return err;
@@ -539,6 +547,7 @@ int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct u
 		d->duration_ms = (uint64_t)usage_pg_int(r, i, 8);
 		d->warm = usage_pg_int(r, i, 9);
 		d->prestart = usage_pg_int(r, i, 10);
+		copy_val(d->account, sizeof(d->account), r, i, 11);
 	}
 	PQclear(r);
 	*out = days;
@@ -561,7 +570,7 @@ int usage_pg_recent(struct usage_store *st, const struct usage_filter *f, size_t
 		st, "reading the ledger",
 		"SELECT ts_ms, key_id, coalesce(provider, ''), coalesce(model, ''), status,"
 		" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
-		" start, count FROM olp_requests"
+		" start, count, coalesce(account, '') FROM olp_requests"
 		" WHERE ($1::text IS NULL OR key_id = $1) AND ts_ms >= $2::bigint"
 		" ORDER BY ts_ms DESC, id DESC LIMIT $3::bigint",
 		3, p, &err);
@@ -584,6 +593,7 @@ int usage_pg_recent(struct usage_store *st, const struct usage_filter *f, size_t
 		w->ttfb_ms = (uint64_t)usage_pg_int(r, i, 9);
 		w->start = (enum usage_start)usage_pg_int(r, i, 10);
 		w->count = usage_pg_int(r, i, 11);
+		copy_val(w->account, sizeof(w->account), r, i, 12);
 	}
 	PQclear(r);
 	*out = rows;

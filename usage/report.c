@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -79,6 +80,7 @@ static void add_time(struct buf *b, const char *name, int64_t ms, bool with_time
 static void day_sums(struct buf *b, const struct usage_day *d)
 {
 	add_str(b, "provider", d->provider[0] ? d->provider : NULL);
+	add_str(b, "account", d->account[0] ? d->account : NULL);
 	add_int(b, "requests", d->requests);
 	add_int(b, "errors", d->errors);
 	add_int(b, "prompt_tokens", d->prompt_tokens);
@@ -116,6 +118,79 @@ static void quota_json(struct buf *b, const struct usage_key_info *k)
 		 q->requests_per_minute, q->requests_per_day, q->tokens_per_day, k->max_concurrent);
 }
 
+/* Add d's sums to sum. */
+static void sums_add(struct usage_day *sum, const struct usage_day *d)
+{
+	sum->requests += d->requests;
+	sum->errors += d->errors;
+	sum->prompt_tokens += d->prompt_tokens;
+	sum->completion_tokens += d->completion_tokens;
+	sum->cached_tokens += d->cached_tokens;
+	sum->warm += d->warm;
+	sum->prestart += d->prestart;
+}
+
+/* The members of a "totals" object after "requests". */
+static void totals_json(struct buf *b, const struct usage_day *sum)
+{
+	add_int(b, "errors", sum->errors);
+	add_int(b, "prompt_tokens", sum->prompt_tokens);
+	add_int(b, "completion_tokens", sum->completion_tokens);
+	add_int(b, "total_tokens", sum->prompt_tokens + sum->completion_tokens);
+	add_int(b, "cached_tokens", sum->cached_tokens);
+	add_int(b, "warm", sum->warm);
+	add_int(b, "prestart", sum->prestart);
+}
+
+static bool same_account(const struct usage_day *a, const struct usage_day *b)
+{
+	return !strcmp(a->provider, b->provider) && !strcmp(a->account, b->account);
+}
+
+/* A key's totals by provider and account ("by_account"), in the order each pair first
+ * shows in its days. The pairs are few (a key's providers times their accounts): a
+ * linear search of them per day. */
+static void by_account_json(struct buf *b, const struct usage_key_info *k,
+			    const struct usage_report *r)
+{
+	struct usage_day *sums = NULL;
+	size_t n = 0, cap = 0, j;
+
+	for (size_t i = 0; i < r->ndays; i++) {
+		const struct usage_day *d = &r->days[i];
+
+		if (strcmp(d->key_id, k->id))
+			continue;
+		for (j = 0; j < n && !same_account(&sums[j], d); j++)
+			;
+		if (j == n) {
+			if (n == cap) {
+				cap = cap ? 2 * cap : 8;
+				sums = xreallocarray(sums, cap, sizeof(*sums));
+			}
+			sums[n] = (struct usage_day){ 0 };
+			memcpy(sums[n].provider, d->provider, sizeof(d->provider));
+			memcpy(sums[n].account, d->account, sizeof(d->account));
+			n++;
+		}
+		sums_add(&sums[j], d);
+	}
+	buf_adds(b, ",\"by_account\":[");
+	for (j = 0; j < n; j++) {
+		buf_adds(b, j ? ",{\"provider\":" : "{\"provider\":");
+		if (sums[j].provider[0])
+			buf_add_json_str(b, sums[j].provider, strlen(sums[j].provider));
+		else
+			buf_adds(b, "null");
+		add_str(b, "account", sums[j].account[0] ? sums[j].account : NULL);
+		add_int(b, "requests", sums[j].requests);
+		totals_json(b, &sums[j]);
+		buf_addch(b, '}');
+	}
+	buf_addch(b, ']');
+	free(sums);
+}
+
 /* One key of the report: who it is, where it stands now, its days and their totals. */
 static void key_json(struct buf *b, struct usage_store *st, const struct usage_key_info *k,
 		     const struct usage_report *r)
@@ -146,23 +221,13 @@ static void key_json(struct buf *b, struct usage_store *st, const struct usage_k
 			buf_addch(b, ',');
 		first = false;
 		usage_day_json(b, d, false, NULL);
-		sum.requests += d->requests;
-		sum.errors += d->errors;
-		sum.prompt_tokens += d->prompt_tokens;
-		sum.completion_tokens += d->completion_tokens;
-		sum.cached_tokens += d->cached_tokens;
-		sum.warm += d->warm;
-		sum.prestart += d->prestart;
+		sums_add(&sum, d);
 	}
 	buf_addf(b, "],\"totals\":{\"requests\":%" PRId64, sum.requests);
-	add_int(b, "errors", sum.errors);
-	add_int(b, "prompt_tokens", sum.prompt_tokens);
-	add_int(b, "completion_tokens", sum.completion_tokens);
-	add_int(b, "total_tokens", sum.prompt_tokens + sum.completion_tokens);
-	add_int(b, "cached_tokens", sum.cached_tokens);
-	add_int(b, "warm", sum.warm);
-	add_int(b, "prestart", sum.prestart);
-	buf_adds(b, "}}");
+	totals_json(b, &sum);
+	buf_addch(b, '}');
+	by_account_json(b, k, r);
+	buf_addch(b, '}');
 }
 
 /* One recent request: no content. */
@@ -174,6 +239,7 @@ static void row_json(struct buf *b, const struct usage_row *row)
 	add_str(b, "key_id", row->key_id);
 	add_str(b, "provider", row->provider[0] ? row->provider : NULL);
 	add_str(b, "model", row->model[0] ? row->model : NULL);
+	add_str(b, "account", row->account[0] ? row->account : NULL);
 	add_int(b, "status", row->status);
 	add_int(b, "prompt_tokens", row->prompt_tokens);
 	add_int(b, "completion_tokens", row->completion_tokens);

@@ -52,6 +52,8 @@ static void bind_row(sqlite3_stmt *s, const struct usage_record *r, int64_t ts, 
 	sqlite3_bind_int64(s, 9, row_ms(r->duration_ms));
 	sqlite3_bind_int64(s, 10, row_ms(ttfb_ms));
 	sqlite3_bind_int(s, 11, (int)r->start);
+	usage_bind_text(s, 12, r->account && *r->account ? r->account : NULL,
+			USAGE_ACCOUNT_SIZE - 1);
 }
 
 /* The row (or the refusal's count in its minute's row), inside the caller's transaction:
@@ -180,6 +182,7 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 		d->duration_ms = (uint64_t)sqlite3_column_int64(s, 8);
 		d->warm = sqlite3_column_int64(s, 9);
 		d->prestart = sqlite3_column_int64(s, 10);
+		copy_col(d->account, sizeof(d->account), s, 11);
 	}
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {
@@ -242,6 +245,7 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 		r->ttfb_ms = (uint64_t)sqlite3_column_int64(s, 9);
 		r->start = (enum usage_start)sqlite3_column_int(s, 10);
 		r->count = sqlite3_column_int64(s, 11);
+		copy_col(r->account, sizeof(r->account), s, 12);
 	}
 	sqlite3_reset(s);
 	if (rc != SQLITE_DONE) {

@@ -120,6 +120,9 @@ struct usage_record {
 	const char *key_id; /* required: a manifest id, "__env_owner__" or "__anonymous__" */
 	const char *provider;
 	const char *model;
+	/* The provider's account the run used (ADR 0037); NULL or "" for a request no
+	 * provider took (stored as NULL). */
+	const char *account;
 	int status; /* the HTTP status the client got (499: it went away) */
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
@@ -227,10 +230,14 @@ int usage_quota_state(struct usage_store *st, const char *key_id, int64_t now_ms
 
 /* ---- reading the ledger ----------------------------------------------------------------- */
 
-/* Usage per key, provider and UTC day. */
+/* An account name as the ledger keeps it (ADR 0037: 1-32 bytes), with its NUL. */
+#define USAGE_ACCOUNT_SIZE 33
+
+/* Usage per key, provider, account and UTC day. */
 struct usage_day {
 	char key_id[64];
 	char provider[64]; /* "" for rows without a provider (refused before any ran) */
+	char account[USAGE_ACCOUNT_SIZE]; /* "" for rows without an account (and before v3) */
 	char day[11];	   /* "YYYY-MM-DD" */
 	int64_t requests;  /* refusals counted one by one (usage_record_add) */
 	int64_t errors;	   /* status >= 400 */
@@ -247,6 +254,7 @@ struct usage_row {
 	char key_id[64];
 	char provider[64];
 	char model[128];
+	char account[USAGE_ACCOUNT_SIZE]; /* "": none */
 	int status;
 	int64_t prompt_tokens, completion_tokens, cached_tokens;
 	uint64_t duration_ms, ttfb_ms;
@@ -259,8 +267,8 @@ struct usage_filter {
 	int64_t since_ms;   /* rows at or after (unix ms); 0: all kept */
 };
 
-/* Per-key, per-provider, per-day sums matching f (NULL: everything), ordered by day, key,
- * provider. *out is a heap array (free()), *n its length; NULL and 0 on failure or when
+/* Per-key, per-provider, per-account, per-day sums matching f (NULL: everything), ordered
+ * by day, key, provider, account. *out is a heap array (free()), *n its length; NULL and 0 on failure or when
  * nothing matches. 0 or -errno. */
 int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
 	       size_t *n);
@@ -275,7 +283,8 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 int usage_day_parse(const char *s, int64_t *ms);
 
 /* Append d to b as a JSON object: "date", then with with_key "key_id" (d's) and "name"
- * (name; NULL: null), then "provider" (null for rows without one), "requests", "errors",
+ * (name; NULL: null), then "provider" and "account" (null for rows without one),
+ * "requests", "errors",
  * "prompt_tokens", "completion_tokens", "cached_tokens", "warm", "prestart" and
  * "duration_ms" (summed). With the key: an element of olp-keys usage --json's list;
  * without: of a key's "days" in /v1/usage. */
@@ -308,8 +317,9 @@ struct usage_report {
 };
 /* Append r to b as one JSON object (docs/openai-compat.md has the shape): per key its
  * quota, where it stands in its windows now (usage_quota_state, read from st; a failure
- * there leaves zeros, counted by the store), its days and their totals; then the recent
- * rows. */
+ * there leaves zeros, counted by the store), its days (a row per provider and account),
+ * their totals, and the totals by provider and account ("by_account"); then the recent
+ * rows (each with its "account"). */
 void usage_report_json(struct usage_store *st, const struct usage_report *r, struct buf *b);
 
 /* ---- the PostgreSQL store (pg.c, pg_ledger.c; ADR 0034) ------------------------------- */

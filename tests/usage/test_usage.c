@@ -938,6 +938,90 @@ static void test_migrate_v1(void)
 	usage_store_free(st);
 }
 
+/* A version 2 database (before accounts, ADR 0037) is migrated in place to 3: its rows
+ * kept (no account), a refusal still counted into its minute's row, new rows with their
+ * account. */
+static void test_migrate_v2(void)
+{
+	static const char v2[] =
+		"CREATE TABLE requests (id INTEGER PRIMARY KEY, ts_ms INTEGER NOT NULL,"
+		" key_id TEXT NOT NULL, provider TEXT, model TEXT, status INTEGER NOT NULL,"
+		" prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,"
+		" cached_tokens INTEGER NOT NULL, duration_ms INTEGER NOT NULL,"
+		" ttfb_ms INTEGER NOT NULL, start INTEGER NOT NULL,"
+		" count INTEGER NOT NULL DEFAULT 1);"
+		"CREATE INDEX requests_ts ON requests (ts_ms);"
+		"CREATE INDEX requests_key_ts ON requests (key_id, ts_ms);"
+		"CREATE TABLE quota_windows (key_id TEXT NOT NULL, kind INTEGER NOT NULL,"
+		" start_ms INTEGER NOT NULL, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+		" PRIMARY KEY (key_id, kind, start_ms)) WITHOUT ROWID;"
+		"CREATE TABLE quota_holds (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+		" key_id TEXT NOT NULL, day_ms INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+		" expires_ms INTEGER NOT NULL);"
+		"CREATE INDEX quota_holds_key ON quota_holds (key_id, day_ms);"
+		"PRAGMA user_version = 2; PRAGMA journal_mode = WAL;";
+	const char *home = new_home();
+	struct usage_record r = { .key_id = "k",
+				  .provider = "p",
+				  .model = "m",
+				  .account = "alice",
+				  .status = 200,
+				  .prompt_tokens = 3,
+				  .completion_tokens = 4,
+				  .start = USAGE_START_COLD };
+	struct usage_day *days;
+	struct usage_row *rows;
+	struct usage_store *st;
+	char path[512], sql[512];
+	int64_t t = today_ms();
+	sqlite3_stmt *s;
+	sqlite3 *db;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/usage.db", home);
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+					NULL) == SQLITE_OK);
+	CU_ASSERT_FATAL(chmod(path, 0600) == 0);
+	CU_ASSERT_FATAL(sqlite3_exec(db, v2, NULL, NULL, NULL) == SQLITE_OK);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO requests VALUES (NULL, %lld, 'k', NULL, NULL, 429, 0, 0, 0, 1, 0,"
+		 " 0, 3), (NULL, %lld, 'k', 'p', 'm', 200, 5, 5, 0, 1, 1, 1, 1)",
+		 (long long)t, (long long)t + 1);
+	CU_ASSERT_FATAL(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+	st = open_store(home);
+	CU_ASSERT(usage_available(st));
+	/* A refusal of the old row's minute, key, status, no provider and no account: into
+	 * it. */
+	add(st, t + 2, "k", NULL, 429, 0, 0, USAGE_START_NONE);
+	r.ts_ms = t + 3;
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, NULL, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	CU_ASSERT_STRING_EQUAL(days[0].provider, "");
+	CU_ASSERT_EQUAL(days[0].requests, 4); /* 3 kept, then + 1 */
+	CU_ASSERT_STRING_EQUAL(days[1].provider, "p");
+	CU_ASSERT_STRING_EQUAL(days[1].account, ""); /* the old row: no account */
+	CU_ASSERT_EQUAL(days[1].prompt_tokens, 5);
+	CU_ASSERT_STRING_EQUAL(days[2].account, "alice");
+	CU_ASSERT_EQUAL(days[2].prompt_tokens, 3);
+	free(days);
+	CU_ASSERT_EQUAL_FATAL(usage_recent(st, NULL, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	CU_ASSERT_STRING_EQUAL(rows[0].account, "alice");
+	CU_ASSERT_STRING_EQUAL(rows[1].account, "");
+	CU_ASSERT_EQUAL(rows[2].count, 4);
+	free(rows);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+	CU_ASSERT_FATAL(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK);
+	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
+	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 3);
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+}
+
 struct thread_arg {
 	struct usage_store *st;
 	int allowed;
@@ -1112,7 +1196,8 @@ static void test_schema(void)
 	const char *want = "quota_holds:id,key_id,day_ms,tokens,expires_ms;"
 			   "quota_windows:key_id,kind,start_ms,requests,tokens;"
 			   "requests:id,ts_ms,key_id,provider,model,status,prompt_tokens,"
-			   "completion_tokens,cached_tokens,duration_ms,ttfb_ms,start,count;"
+			   "completion_tokens,cached_tokens,duration_ms,ttfb_ms,start,count,"
+			   "account;"
 			   "sqlite_sequence:name,seq;";
 	struct usage_store *st = open_store(home);
 	char path[512], got[1024] = "";
@@ -1151,7 +1236,7 @@ static void test_schema(void)
 	CU_ASSERT_STRING_EQUAL(got, want);
 	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK);
 	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
-	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 2);
+	CU_ASSERT_EQUAL(sqlite3_column_int(s, 0), 3);
 	sqlite3_finalize(s);
 	CU_ASSERT_FATAL(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL) == SQLITE_OK);
 	CU_ASSERT_EQUAL(sqlite3_step(s), SQLITE_ROW);
@@ -1362,14 +1447,14 @@ static void test_day_json(void)
 
 	usage_day_json(&b, &d, false, NULL);
 	CU_ASSERT_STRING_EQUAL(b.data, "{\"date\":\"2026-12-01\",\"provider\":\"claude\","
-				       "\"requests\":3,\"errors\":1,\"prompt_tokens\":21,"
+				       "\"account\":null,\"requests\":3,\"errors\":1,\"prompt_tokens\":21,"
 				       "\"completion_tokens\":15,\"cached_tokens\":4,\"warm\":2,"
 				       "\"prestart\":1,\"duration_ms\":1860}");
 	buf_reset(&b);
 	d.provider[0] = '\0';
 	usage_day_json(&b, &d, true, "a \"name\"\n\xc3\xa9");
 	j = parsed(&b);
-	CU_ASSERT_EQUAL(json_object_size(j), 12);
+	CU_ASSERT_EQUAL(json_object_size(j), 13);
 	CU_ASSERT_STRING_EQUAL(member_str(j, "key_id"), "k1");
 	CU_ASSERT_STRING_EQUAL(member_str(j, "name"), "a \"name\"\n\xc3\xa9");
 	CU_ASSERT(json_is_null(json_object_get(j, "provider")));
@@ -1378,6 +1463,12 @@ static void test_day_json(void)
 	usage_day_json(&b, &d, true, NULL);
 	j = parsed(&b);
 	CU_ASSERT(json_is_null(json_object_get(j, "name")));
+	json_decref(j);
+	buf_reset(&b);
+	snprintf(d.account, sizeof(d.account), "alice");
+	usage_day_json(&b, &d, false, NULL);
+	j = parsed(&b);
+	CU_ASSERT_STRING_EQUAL(member_str(j, "account"), "alice");
 	json_decref(j);
 	buf_release(&b);
 }
@@ -1496,6 +1587,93 @@ static void test_report_json(void)
 	usage_store_free(st);
 }
 
+/* Accounts in the ledger (ADR 0037): a key's rows split by account in its days, the
+ * report's by_account totals and recent rows; refusals counted per account; "" stored as
+ * none. */
+static void test_accounts(void)
+{
+	const char *home = new_home();
+	struct usage_store *st = open_store(home);
+	const struct usage_key_info keys[] = { { .id = "k" } };
+	struct usage_report rep = { .keys = keys, .nkeys = 1 };
+	const char *acct[] = { "alice", "bob", "alice", "", NULL };
+	struct usage_day *days;
+	struct usage_row *rows;
+	struct buf b = BUF_INIT;
+	const json_t *ba, *e;
+	json_t *j;
+	int64_t t = today_ms();
+	size_t n;
+
+	for (size_t i = 0; i < ARRAY_SIZE(acct); i++) {
+		struct usage_record r = { .ts_ms = t + (int64_t)i,
+					  .key_id = "k",
+					  .provider = "claude",
+					  .model = "m",
+					  .account = acct[i],
+					  .status = 200,
+					  .prompt_tokens = 10,
+					  .completion_tokens = 1,
+					  .start = USAGE_START_COLD };
+
+		CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	}
+	/* Two refusals of one minute through alice, one through bob: two rows. */
+	for (int i = 0; i < 3; i++) {
+		struct usage_record r = { .ts_ms = t + MINUTE_MS + 10,
+					  .key_id = "k",
+					  .provider = "claude",
+					  .model = "m",
+					  .account = i < 2 ? "alice" : "bob",
+					  .status = 429 };
+
+		CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, NULL, &days, &n), 0);
+	/* One day: "", alice, bob in that order. */
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	CU_ASSERT_STRING_EQUAL(days[0].account, "");
+	CU_ASSERT_EQUAL(days[0].requests, 2);
+	CU_ASSERT_STRING_EQUAL(days[1].account, "alice");
+	CU_ASSERT_EQUAL(days[1].requests, 4);
+	CU_ASSERT_EQUAL(days[1].errors, 2);
+	CU_ASSERT_STRING_EQUAL(days[2].account, "bob");
+	CU_ASSERT_EQUAL(days[2].requests, 2);
+	rep.days = days;
+	rep.ndays = n;
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 3, &rows, &rep.nrows), 0);
+	rep.rows = rows;
+	usage_report_json(st, &rep, &b);
+	j = parsed(&b);
+	ba = json_object_get(json_array_get(json_object_get(j, "keys"), 0), "by_account");
+	CU_ASSERT_EQUAL_FATAL(json_array_size(ba), 3);
+	e = json_array_get(ba, 0);
+	CU_ASSERT_STRING_EQUAL(member_str(e, "provider"), "claude");
+	CU_ASSERT(json_is_null(json_object_get(e, "account")));
+	CU_ASSERT_EQUAL(member_int(e, "requests"), 2); /* "" and NULL: none */
+	e = json_array_get(ba, 1);
+	CU_ASSERT_STRING_EQUAL(member_str(e, "account"), "alice");
+	CU_ASSERT_EQUAL(member_int(e, "requests"), 4);
+	CU_ASSERT_EQUAL(member_int(e, "errors"), 2);
+	CU_ASSERT_EQUAL(member_int(e, "total_tokens"), 22);
+	e = json_array_get(ba, 2);
+	CU_ASSERT_STRING_EQUAL(member_str(e, "account"), "bob");
+	CU_ASSERT_EQUAL(member_int(e, "requests"), 2);
+	/* The key's totals are still every account's. */
+	CU_ASSERT_EQUAL(member_int(json_object_get(json_array_get(json_object_get(j, "keys"), 0),
+						   "totals"),
+				   "requests"),
+			8);
+	e = json_array_get(json_object_get(j, "recent"), 0);
+	CU_ASSERT_STRING_EQUAL(member_str(e, "account"), "bob"); /* the bob refusal, newest */
+	CU_ASSERT_EQUAL(member_int(json_array_get(json_object_get(j, "recent"), 1), "count"), 2);
+	json_decref(j);
+	buf_release(&b);
+	free(days);
+	free(rows);
+	usage_store_free(st);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1515,6 +1693,8 @@ int main(void)
 		{ "tokens_per_day across 6 processes stays within a reservation",
 		  test_quota_holds_processes },
 		{ "a version 1 database is migrated", test_migrate_v1 },
+		{ "a version 2 database is migrated to 3 (accounts)", test_migrate_v2 },
+		{ "accounts: days, refusals, by_account, recent", test_accounts },
 		{ "a fresh store opened by 16 processes at once, 10 times", test_open_together },
 		{ "a store opened while another holds a lock past the busy timeout",
 		  test_open_while_locked },
