@@ -131,7 +131,8 @@ static void test_schema(void)
 	/* Numbers and names, as SQLite's (tests/usage/test_usage.c): nothing else. */
 	const char *ok =
 		" id host ts_ms key_id provider model status prompt_tokens completion_tokens"
-		" cached_tokens duration_ms ttfb_ms start count src_rowid kind start_ms requests"
+		" cached_tokens duration_ms ttfb_ms start count src_rowid account kind start_ms"
+		" requests"
 		" tokens day_ms expires_ms slot holder expires_at ";
 	char word[80];
 	PGconn *c;
@@ -143,7 +144,12 @@ static void test_schema(void)
 	/* Applied again: current, nothing changed. */
 	CU_ASSERT_PTR_NOT_NULL_FATAL(admin);
 	CU_ASSERT_EQUAL(store_schema_apply(admin, v, 1, "olp_worker", &err), 0);
-	CU_ASSERT_PTR_NOT_NULL(strstr(err.data, "usage: version 1, current"));
+	{
+		char want[64];
+
+		snprintf(want, sizeof(want), "usage: version %u, current", s->n);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, want));
+	}
 	/* The workers' role may not change the schema. */
 	buf_reset(&err);
 	CU_ASSERT_NOT_EQUAL(store_schema_apply(db, v, 1, NULL, &err), 0);
@@ -166,6 +172,101 @@ static void test_schema(void)
 	store_conn_put(db, c, false);
 	buf_release(&err);
 	store_free(admin);
+	store_free(db);
+}
+
+/* Whether main found the database at version 1 (a fresh cluster) and left it there for
+ * test_upgrade; false on a kept cluster already upgraded. */
+static bool at_v1;
+
+/* Version 1 -> 2 (ADR 0037's account column): a worker at the old version refuses (the
+ * ledger unreadable with -EPROTO, a quota check refused), olp-keys store init's apply
+ * upgrades, rows then carry their account. */
+static void test_upgrade(void)
+{
+	const struct store_schema *s = usage_pg_schema();
+	const struct store_schema *v[1] = { s };
+	struct store_db *db = db_open(), *admin;
+	struct usage_quota q = { .requests_per_day = 5 };
+	const char *key = new_key("upg");
+	struct usage_record r = { .key_id = key,
+				  .provider = "claude",
+				  .model = "m",
+				  .account = "alice",
+				  .status = 200,
+				  .prompt_tokens = 1,
+				  .start = USAGE_START_COLD };
+	struct usage_filter f = { .key_id = key };
+	struct buf err = BUF_INIT;
+	struct usage_verdict vd;
+	struct usage_day *days = NULL;
+	struct usage_row *rows = NULL;
+	struct usage_store *st;
+	unsigned found = 0;
+	size_t n = 0;
+
+	CU_ASSERT_EQUAL(s->n, 2);
+	if (at_v1) {
+		CU_ASSERT_EQUAL(store_schema_check(db, s, &found), -EPROTO);
+		CU_ASSERT_EQUAL(found, 1);
+		st = pg_store(db, 0);
+		CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), -EPROTO);
+		CU_ASSERT_NOT_EQUAL(usage_quota_take(st, key, &q, 0, &vd), 0);
+		CU_ASSERT_FALSE(vd.allowed);
+		CU_ASSERT_FALSE(usage_available(st));
+		usage_store_free(st);
+	} else {
+		fprintf(stderr, "test_upgrade: a kept cluster, already at version %u\n", s->n);
+	}
+	admin = store_open(admin_url, NULL, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(admin);
+	CU_ASSERT_EQUAL_FATAL(store_schema_apply(admin, v, 1, "olp_worker", &err), 0);
+	if (at_v1)
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.data, "usage: version 1 -> 2"));
+	store_free(admin);
+	CU_ASSERT_EQUAL(store_schema_check(db, s, &found), 0);
+	st = pg_store(db, 0);
+	r.ts_ms = now_ms();
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	r.ts_ms++;
+	r.account = "bob";
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	r.ts_ms++;
+	r.account = NULL; /* refused before any provider: no account */
+	r.status = 429;
+	r.prompt_tokens = 0;
+	r.start = USAGE_START_NONE;
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	r.account = "bob"; /* a refusal through bob: a row of its own */
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	CU_ASSERT_EQUAL(recent_wait(st, key, 4, 5000, &rows), 4);
+	free(rows);
+	usleep(300000);
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3); /* claude: "", alice, bob */
+	CU_ASSERT_STRING_EQUAL(days[0].account, "");
+	CU_ASSERT_EQUAL(days[0].requests, 1);
+	CU_ASSERT_STRING_EQUAL(days[1].account, "alice");
+	CU_ASSERT_EQUAL(days[1].requests, 1);
+	CU_ASSERT_STRING_EQUAL(days[2].account, "bob");
+	CU_ASSERT_EQUAL(days[2].requests, 3);
+	CU_ASSERT_EQUAL(days[2].errors, 2);
+	free(days);
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 4);
+	{
+		int bob_refusals = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].status == 429 && !strcmp(rows[i].account, "bob"))
+				bob_refusals += (int)rows[i].count;
+		CU_ASSERT_EQUAL(bob_refusals, 2);
+	}
+	free(rows);
+	CU_ASSERT_EQUAL(usage_failures(st), 0);
+	usage_store_free(st);
+	buf_release(&err);
 	store_free(db);
 }
 
@@ -759,27 +860,43 @@ static void test_import(void)
 		add_row(src, now_ms() - i, key, "p", "m", 200, 2, 3, USAGE_START_COLD);
 	add_row(src, now_ms(), key, NULL, NULL, 429, 0, 0, USAGE_START_NONE);
 	add_row(src, now_ms(), key, NULL, NULL, 429, 0, 0, USAGE_START_NONE);
+	{
+		/* A row with its account (SQLite v3): copied with it. */
+		struct usage_record r = { .ts_ms = now_ms(),
+					  .key_id = key,
+					  .provider = "p",
+					  .model = "m",
+					  .account = "carol",
+					  .status = 200,
+					  .start = USAGE_START_COLD };
+
+		CU_ASSERT_EQUAL(usage_record_add(src, &r), 0);
+	}
 	CU_ASSERT_EQUAL(usage_quota_take(src, key, &q, 0, &v), 0);
 	CU_ASSERT_EQUAL(usage_quota_take(src, key, &q, 0, &v), 0);
 	CU_ASSERT_EQUAL(usage_pg_import(src, db, "old-host", &rep, &err), 0);
-	CU_ASSERT_EQUAL(rep.rows_read, 1501);
-	CU_ASSERT_EQUAL(rep.rows_copied, 1501);
+	CU_ASSERT_EQUAL(rep.rows_read, 1502);
+	CU_ASSERT_EQUAL(rep.rows_copied, 1502);
 	CU_ASSERT(rep.windows_read >= 2);
 	CU_ASSERT_EQUAL(rep.windows_copied, rep.windows_read);
 	/* Again: nothing twice. */
 	CU_ASSERT_EQUAL(usage_pg_import(src, db, "old-host", &rep, &err), 0);
-	CU_ASSERT_EQUAL(rep.rows_read, 1501);
+	CU_ASSERT_EQUAL(rep.rows_read, 1502);
 	CU_ASSERT_EQUAL(rep.rows_copied, 0);
 	CU_ASSERT_EQUAL(rep.windows_copied, 0);
 	st = pg_store(db, 0);
 	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
 	CU_ASSERT_FATAL(n >= 1);
 	{
-		int64_t req = 0, pt = 0;
+		int64_t req = 0, pt = 0, carol = 0;
 
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			req += days[i].requests, pt += days[i].prompt_tokens;
-		CU_ASSERT_EQUAL(req, 1502);
+			if (!strcmp(days[i].account, "carol"))
+				carol += days[i].requests;
+		}
+		CU_ASSERT_EQUAL(req, 1503);
+		CU_ASSERT_EQUAL(carol, 1);
 		CU_ASSERT_EQUAL(pt, 3000);
 	}
 	free(days);
@@ -845,6 +962,7 @@ static void test_injection(void)
 int main(void)
 {
 	static const struct ts_test tests[] = {
+		{ "schema 1 -> 2 (accounts)", test_upgrade },
 		{ "schema", test_schema },
 		{ "record and read", test_record_read },
 		{ "free flushes, two hosts", test_free_flushes_two_hosts },
@@ -861,7 +979,8 @@ int main(void)
 		{ "database away", test_db_away },
 		{ NULL, NULL },
 	};
-	const struct store_schema *v[1] = { usage_pg_schema() };
+	struct store_schema v1 = *usage_pg_schema();
+	const struct store_schema *v[1] = { &v1 };
 	struct buf err = BUF_INIT;
 	struct store_db *admin;
 	char cmd[128];
@@ -876,8 +995,21 @@ int main(void)
 	}
 	if (!mkdtemp(tmproot))
 		return 1;
+	/* Version 1 only: test_upgrade (the first test) takes it to the current one. A kept
+	 * cluster already past it refuses version 1: made current then. */
+	v1.n = 1;
 	admin = store_open(admin_url, NULL, &err);
-	if (!admin || store_schema_apply(admin, v, 1, "olp_worker", &err)) {
+	if (admin && store_schema_apply(admin, v, 1, "olp_worker", &err) == 0) {
+		at_v1 = true;
+	} else if (admin) {
+		buf_reset(&err);
+		v[0] = usage_pg_schema();
+		if (store_schema_apply(admin, v, 1, "olp_worker", &err)) {
+			store_free(admin);
+			admin = NULL;
+		}
+	}
+	if (!admin) {
 		fprintf(stderr, "test_usage_pg: the schema: %s\n", err.data);
 		return 1;
 	}
