@@ -7,7 +7,8 @@
 // (prompt "reject") makes one request (curl) through the worker's forwarder to the fake
 // Anthropic upstream, which answers 429 with the account's limit rejected for a while
 // (model "*-limitonceN"), as an upstream says of a subscription at its limit. /health,
-// /v1/usage and /metrics show the accounts.
+// /v1/usage and /metrics show the accounts; the ledger's rows carry the account that ran
+// them, so /v1/usage and olp-keys usage split a key's days and totals by account.
 //
 // Env (CTest): what harness.mjs needs, and OLP_KEYS.
 import { test, before, after } from 'node:test';
@@ -21,7 +22,7 @@ import { startUpstream } from '../upstream/procs.mjs';
 
 // How long the fake upstream keeps the account rejected.
 const RESET_S = 60;
-let anthropic, server, work, bobKey, freeKey, bobSet;
+let anthropic, server, work, home, bobKey, freeKey, bobSet;
 const children = new Set();
 
 // The command: its account, its login file, and with "reject" in the prompt one request
@@ -52,6 +53,7 @@ before(async () => {
     models: [{ id: 'acct', created: 1700000000 }],
   };
   const dirs = makeHome({ registry, config: testConfig() });
+  home = dirs.home;
   bobKey = olpKeys(dirs.home, 'keygen', '--name=bob', '--tier=guest', '--account=acct=bob');
   freeKey = olpKeys(dirs.home, 'keygen', '--name=free', '--tier=guest');
   bobSet = olpKeys(dirs.home, 'keygen', '--name=later', '--tier=guest');
@@ -136,4 +138,40 @@ test('an unbound key sticks to one account and moves only when it is rejected', 
     assert.equal(b.json.error.code, 'subscription_limit');
   }
   assert.match((await ask(bobKey)).json.error.message, /account bob/);
+});
+
+test('the ledger splits a key\'s requests by account: /v1/usage and olp-keys usage', async () => {
+  // The unbound key ran on both accounts (the test before): its own view shows both, with
+  // every day row and recent row carrying its account.
+  const u = await curl(server, { path: '/v1/usage?recent=50', auth: `Bearer ${freeKey.token}` });
+  assert.equal(u.status, 200, u.text);
+  assert.equal(u.json.keys.length, 1);
+  const k = u.json.keys[0];
+  assert.equal(k.key_id, freeKey.id);
+  const runs = {};
+  for (const a of k.by_account) if (a.provider === 'acct' && a.account) runs[a.account] = a.requests - a.errors;
+  assert.deepEqual(Object.keys(runs).sort(), ['alice', 'bob'], JSON.stringify(k.by_account));
+  // 11 answered on the first account, 6 on the other (the test before).
+  assert.deepEqual(Object.values(runs).sort((a, b) => a - b), [6, 11], JSON.stringify(k.by_account));
+  const fromDays = {};
+  for (const d of k.days) {
+    assert.ok('account' in d, JSON.stringify(d));
+    if (d.provider === 'acct' && d.account) fromDays[d.account] = (fromDays[d.account] ?? 0) + d.requests - d.errors;
+  }
+  assert.deepEqual(fromDays, runs);
+  const ok = u.json.recent.filter((r) => r.status === 200);
+  assert.ok(ok.length >= 17, JSON.stringify(u.json.recent));
+  for (const r of ok) assert.ok(r.account === 'alice' || r.account === 'bob', JSON.stringify(r));
+  // The owner, one key: bob's key ran on bob only.
+  const o = await curl(server, { path: `/v1/usage?key=${bobKey.id}&recent=50`, auth: true });
+  assert.equal(o.status, 200, o.text);
+  const bk = o.json.keys.find((x) => x.key_id === bobKey.id);
+  const served = bk.by_account.filter((a) => a.requests > a.errors);
+  assert.deepEqual(served.map((a) => [a.provider, a.account]), [['acct', 'bob']], JSON.stringify(bk.by_account));
+  assert.equal(served[0].requests - served[0].errors, 5);
+  for (const r of o.json.recent.filter((x) => x.status === 200)) assert.equal(r.account, 'bob');
+  // olp-keys usage --json: the same rows, with their account.
+  const rows = olpKeys(home, 'usage', `--id=${freeKey.id}`);
+  const accts = new Set(rows.filter((r) => r.provider === 'acct' && r.requests > r.errors).map((r) => r.account));
+  assert.deepEqual([...accts].sort(), ['alice', 'bob'], JSON.stringify(rows));
 });
