@@ -43,7 +43,7 @@ OLP_STORE=$OLP_TEST_PG_URL expect 1 "$KEYS" store init
 grep -q 'store init' "$T/err" || fail "the workers' role created the schema"
 OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init --worker-role=olp_worker
 grep -q 'keys: version 0 -> 1' "$T/out" || fail "store init: $(cat "$T/out")"
-grep -q 'usage: version 0 -> 1' "$T/out" || fail "store init, usage: $(cat "$T/out")"
+grep -q 'usage: version 0 -> 2' "$T/out" || fail "store init, usage: $(cat "$T/out")"
 OLP_STORE=$OLP_TEST_PG_ADMIN_URL expect 0 "$KEYS" store init
 grep -q 'keys: version 1, current' "$T/out" || fail "store init again: $(cat "$T/out")"
 OLP_STORE=$OLP_TEST_PG_URL expect 0 "$KEYS" --json store status

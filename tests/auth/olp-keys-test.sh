@@ -185,10 +185,13 @@ d2=$(date -u -d "@$((day1 / 1000 + 86400))" +%Y-%m-%d)
 "$FILL" "$H" "$q_id" claude 500 5 0 $((day1 + 2000)) || fail "usage-fill"
 "$FILL" "$H" "$q_id" codex 200 1 2 $((day1 + 3000)) || fail "usage-fill"
 "$FILL" "$H" "$q_id" - 429 0 0 $((day1 + 86400000)) || fail "usage-fill"
-"$FILL" "$H" "$owner_id" claude 200 100 200 $((day1 + 86400000 + 5)) || fail "usage-fill"
+"$FILL" "$H" "$owner_id" claude 200 100 200 $((day1 + 86400000 + 5)) alice || fail "usage-fill"
 [ "$(stat -c %a "$H/usage.db")" = 600 ] || fail "usage.db mode"
 expect 0 "$KEYS" usage --json --olp-home="$H"
 [ "$(json "$T/out" 'len(d)')" = 4 ] || fail "usage rows: $(cat "$T/out")"
+# The provider's account (ADR 0037): a member of each row, null where none ran.
+[ "$(json "$T/out" 'sorted(str(r["account"]) for r in d)')" = "['None', 'None', 'None', 'alice']" ] ||
+	fail "usage --json account: $(cat "$T/out")"
 [ "$(json "$T/out" '[(r["date"], r["name"], r["provider"], r["requests"], r["errors"], r["prompt_tokens"], r["completion_tokens"]) for r in d][0]')" = "('$d1', 'quota', 'claude', 2, 1, 15, 20)" ] ||
 	fail "usage claude row: $(cat "$T/out")"
 [ "$(json "$T/out" '[r["provider"] for r in d if r["date"]=="'"$d2"'" and r["key_id"]=="'"$q_id"'"][0]')" = None ] ||
@@ -201,6 +204,9 @@ expect 0 "$KEYS" usage --since="$d2" --json --olp-home="$H"
 expect 0 "$KEYS" usage --olp-home="$H"
 grep "^$d1" "$T/out" | grep "$q_id" | grep -q 'quota' || fail "usage table: $(cat "$T/out")"
 grep -q 'PROMPT' "$T/out" || fail "usage table header"
+grep -q 'ACCOUNT' "$T/out" || fail "usage table: no ACCOUNT column"
+grep "^$d2" "$T/out" | grep "$owner_id" | grep -q ' claude  *alice ' ||
+	fail "usage table: the row's account: $(cat "$T/out")"
 for bad in 2026-1-1 2026-13-01 2026-02-30 yesterday 2026-01-01x; do
 	expect 2 "$KEYS" usage --since="$bad" --olp-home="$H"
 done

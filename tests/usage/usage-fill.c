@@ -1,7 +1,7 @@
 /* usage-fill: append ledger rows through usage.h, as a worker does, for the olp-keys CLI
  * test (tests/auth/olp-keys-test.sh). Not installed.
- * usage: usage-fill OLP_HOME KEY_ID PROVIDER|- STATUS PROMPT COMPLETION [TS_MS]
- * "-" as the provider stores none (a request refused before any ran). */
+ * usage: usage-fill OLP_HOME KEY_ID PROVIDER|- STATUS PROMPT COMPLETION [TS_MS [ACCOUNT]]
+ * "-" as the provider stores none (a request refused before any ran); no ACCOUNT: none. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +18,10 @@ int main(int argc, char **argv)
 	struct usage_record r;
 	int ret;
 
-	if ((argc != 7 && argc != 8) || parse_u64(argv[4], &status) || parse_u64(argv[5], &p) ||
-	    parse_u64(argv[6], &c) || (argc == 8 && parse_u64(argv[7], &ts))) {
+	if (argc < 7 || argc > 9 || parse_u64(argv[4], &status) || parse_u64(argv[5], &p) ||
+	    parse_u64(argv[6], &c) || (argc >= 8 && parse_u64(argv[7], &ts))) {
 		(void)fputs("usage: usage-fill OLP_HOME KEY_ID PROVIDER|- STATUS PROMPT COMPLETION"
-			    " [TS_MS]\n",
+			    " [TS_MS [ACCOUNT]]\n",
 			    stderr);
 		return 2;
 	}
@@ -33,6 +33,7 @@ int main(int argc, char **argv)
 		.key_id = argv[2],
 		.provider = strcmp(argv[3], "-") == 0 ? NULL : argv[3],
 		.model = "m",
+		.account = argc == 9 ? argv[8] : NULL,
 		.status = (int)status,
 		.prompt_tokens = (int64_t)p,
 		.completion_tokens = (int64_t)c,
