@@ -780,7 +780,8 @@ static void chat_run_hop(struct fcgi_req *rc, struct fcgi_answer *a, json_t *mes
 
 	rc->model = m->id;
 	rc->provider = prov_provider_name(m->provider);
-	rc->account = preq.account;
+	/* prov_run runs a NULL account as the provider's default: the ledger says which. */
+	rc->account = preq.account ? preq.account : prov_provider_default_account(m->provider);
 	fcgi_io_set_deadline(rc->io, preq.deadline_ms);
 	a->next_hop = false;
 	/* answer_done sends the end of the answer as soon as the outcome is known; the

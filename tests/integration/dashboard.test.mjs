@@ -133,6 +133,11 @@ describe('GET /dashboard', () => {
       assert.equal(num(cell(row, 'requests')), k.totals.requests, row);
       assert.equal(num(cell(row, 'tokens')), k.totals.total_tokens, row);
       assert.equal(num(cell(row, 'errors')), k.totals.errors, row);
+      // The per-day table: a row per day, provider and account (ADR 0037).
+      const dayRows = dom.split(`<tr data-day-key="${k.key_id}"`).slice(1);
+      assert.equal(dayRows.length, k.days.length, dom);
+      const want = k.days.map((d) => d.account ?? '–').sort();
+      assert.deepEqual(dayRows.map((r) => cell(r, 'account')).sort(), want);
     }
     const a = u.json.keys.find((k) => k.key_id === keys.a.id);
     assert.equal(a.totals.requests, 2);
