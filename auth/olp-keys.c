@@ -892,8 +892,8 @@ out_print:
 			       " %12" PRId64 " %12" PRId64 " %8" PRIu64 "\n",
 			       d->day, d->key_id, key_name(&list, d->key_id),
 			       *d->provider ? d->provider : "-", *d->account ? d->account : "-",
-			       d->requests, d->errors,
-			       d->prompt_tokens, d->completion_tokens, d->cached_tokens,
+			       d->requests, d->errors, d->prompt_tokens, d->completion_tokens,
+			       d->cached_tokens,
 			       d->requests ? d->duration_ms / (uint64_t)d->requests : 0);
 		}
 	}

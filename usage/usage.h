@@ -238,9 +238,9 @@ struct usage_day {
 	char key_id[64];
 	char provider[64]; /* "" for rows without a provider (refused before any ran) */
 	char account[USAGE_ACCOUNT_SIZE]; /* "" for rows without an account (and before v3) */
-	char day[11];	   /* "YYYY-MM-DD" */
-	int64_t requests;  /* refusals counted one by one (usage_record_add) */
-	int64_t errors;	   /* status >= 400 */
+	char day[11];			  /* "YYYY-MM-DD" */
+	int64_t requests;		  /* refusals counted one by one (usage_record_add) */
+	int64_t errors;			  /* status >= 400 */
 	int64_t prompt_tokens;
 	int64_t completion_tokens;
 	int64_t cached_tokens;
@@ -268,8 +268,8 @@ struct usage_filter {
 };
 
 /* Per-key, per-provider, per-account, per-day sums matching f (NULL: everything), ordered
- * by day, key, provider, account. *out is a heap array (free()), *n its length; NULL and 0 on failure or when
- * nothing matches. 0 or -errno. */
+ * by day, key, provider, account. *out is a heap array (free()), *n its length; NULL and 0
+ * on failure or when nothing matches. 0 or -errno. */
 int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
 	       size_t *n);
 /* The most recent rows matching f, newest first, at most limit. Same ownership. */

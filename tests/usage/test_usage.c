@@ -1446,10 +1446,11 @@ static void test_day_json(void)
 	json_t *j;
 
 	usage_day_json(&b, &d, false, NULL);
-	CU_ASSERT_STRING_EQUAL(b.data, "{\"date\":\"2026-12-01\",\"provider\":\"claude\","
-				       "\"account\":null,\"requests\":3,\"errors\":1,\"prompt_tokens\":21,"
-				       "\"completion_tokens\":15,\"cached_tokens\":4,\"warm\":2,"
-				       "\"prestart\":1,\"duration_ms\":1860}");
+	CU_ASSERT_STRING_EQUAL(b.data,
+			       "{\"date\":\"2026-12-01\",\"provider\":\"claude\","
+			       "\"account\":null,\"requests\":3,\"errors\":1,\"prompt_tokens\":21,"
+			       "\"completion_tokens\":15,\"cached_tokens\":4,\"warm\":2,"
+			       "\"prestart\":1,\"duration_ms\":1860}");
 	buf_reset(&b);
 	d.provider[0] = '\0';
 	usage_day_json(&b, &d, true, "a \"name\"\n\xc3\xa9");
@@ -1660,10 +1661,10 @@ static void test_accounts(void)
 	CU_ASSERT_STRING_EQUAL(member_str(e, "account"), "bob");
 	CU_ASSERT_EQUAL(member_int(e, "requests"), 2);
 	/* The key's totals are still every account's. */
-	CU_ASSERT_EQUAL(member_int(json_object_get(json_array_get(json_object_get(j, "keys"), 0),
-						   "totals"),
-				   "requests"),
-			8);
+	CU_ASSERT_EQUAL(
+		member_int(json_object_get(json_array_get(json_object_get(j, "keys"), 0), "totals"),
+			   "requests"),
+		8);
 	e = json_array_get(json_object_get(j, "recent"), 0);
 	CU_ASSERT_STRING_EQUAL(member_str(e, "account"), "bob"); /* the bob refusal, newest */
 	CU_ASSERT_EQUAL(member_int(json_array_get(json_object_get(j, "recent"), 1), "count"), 2);
