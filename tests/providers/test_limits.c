@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,7 @@ static void test_bad_file(void)
 struct writer {
 	int id;
 	int failures;
+	atomic_bool *done;
 };
 
 /* Each writer says its own id everywhere: a reader that sees two ids in one state saw a
@@ -134,21 +136,35 @@ static void *write_many(void *arg)
 		if (prov_limits_put("codex", PROV_ACCOUNT_DEFAULT, &rl))
 			w->failures++;
 	}
+	atomic_store(w->done, true);
 	return NULL;
 }
 
 static void test_concurrent(void)
 {
-	struct writer w[4] = { { .id = 1 }, { .id = 2 }, { .id = 3 }, { .id = 4 } };
+	atomic_bool done[4] = { false, false, false, false };
+	struct writer w[4] = { { .id = 1, .done = &done[0] },
+			       { .id = 2, .done = &done[1] },
+			       { .id = 3, .done = &done[2] },
+			       { .id = 4, .done = &done[3] } };
+	struct egr_ratelimit rl0;
 	pthread_t t[4];
 	int torn = 0, reads = 0, tmp_left = 0;
 	struct dirent *de;
 	DIR *d;
 	char path[512];
 
+	/* A whole state first (id 0): a reader always finds one, however late the writers
+	 * start on a loaded machine. */
+	anthropic(&rl0, EGR_RL_ALLOWED, 0.0, 1800000000);
+	rl0.win[EGR_RL_7D] = rl0.win[EGR_RL_5H];
+	CU_ASSERT_EQUAL_FATAL(prov_limits_put("codex", PROV_ACCOUNT_DEFAULT, &rl0), 0);
 	for (int i = 0; i < 4; i++)
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&t[i], NULL, write_many, &w[i]), 0);
-	for (int i = 0; i < 2000; i++) {
+	/* Read while any writer still writes, and at least 2000 times. */
+	for (int i = 0; i < 2000 || !(atomic_load(&done[0]) && atomic_load(&done[1]) &&
+				      atomic_load(&done[2]) && atomic_load(&done[3]));
+	     i++) {
 		struct prov_limits st;
 
 		if (prov_limits_get("codex", PROV_ACCOUNT_DEFAULT, &st))
