@@ -451,6 +451,31 @@ const char *auth_error_type(enum auth_result r)
 
 enum lookup { LOOKUP_MISS, LOOKUP_OK, LOOKUP_REFUSED };
 
+/* Append s to path at *at, cut as snprintf would cut it (n: path's size). */
+static void path_put(char *path, size_t n, size_t *at, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len > n - 1 - *at)
+		len = n - 1 - *at;
+	memcpy(path + *at, s, len);
+	*at += len;
+	path[*at] = '\0';
+}
+
+/* keys_dir/id/manifest.json into path (n bytes), as snprintf would write it: without
+ * printf's cost, on every key check. */
+static void manifest_path(char *path, size_t n, const char *keys_dir, const char *id)
+{
+	size_t at = 0;
+
+	path[0] = '\0';
+	path_put(path, n, &at, keys_dir);
+	path_put(path, n, &at, "/");
+	path_put(path, n, &at, id);
+	path_put(path, n, &at, "/manifest.json");
+}
+
 /* A hit's manifest changed on disk: re-read it and update the entry in place. */
 static enum lookup lookup_reload(struct auth_store *st, const unsigned char hash[AUTH_HASH_BYTES],
 				 const char *id, struct auth_identity *out)
@@ -511,7 +536,7 @@ static enum lookup store_lookup(struct auth_store *st, const unsigned char hash[
 		return LOOKUP_MISS;
 	}
 	snprintf(id, sizeof(id), "%s", e->rec.id);
-	snprintf(path, sizeof(path), "%s/%s/manifest.json", st->keys_dir, id);
+	manifest_path(path, sizeof(path), st->keys_dir, id);
 	if (lstat(path, &sb) == 0)
 		auth_file_sig_from_stat(&sig, &sb);
 	if (auth_file_sig_equal(&sig, &e->sig)) {
@@ -801,7 +826,7 @@ static bool index_changed_locked(struct auth_store *st)
 		char path[4096];
 		struct stat sb;
 
-		snprintf(path, sizeof(path), "%s/%s/manifest.json", st->keys_dir, e->rec.id);
+		manifest_path(path, sizeof(path), st->keys_dir, e->rec.id);
 		if (lstat(path, &sb) == 0)
 			auth_file_sig_from_stat(&sig, &sb);
 		changed = !auth_file_sig_equal(&sig, &e->sig);

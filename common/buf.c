@@ -47,20 +47,15 @@ void buf_grow(struct buf *b, size_t extra)
 	b->cap = need;
 }
 
-void buf_add(struct buf *b, const void *data, size_t len)
+void buf_add_grow(struct buf *b, const void *data, size_t len)
 {
 	if (!len)
 		return;
-	if (len >= b->cap - b->len) /* no room (cap 0 included): a request adds hundreds */
+	if (len >= b->cap - b->len) /* no room (cap 0 included) */
 		buf_grow(b, len);
 	memcpy(b->data + b->len, data, len);
 	b->len += len;
 	b->data[b->len] = '\0';
-}
-
-void buf_adds(struct buf *b, const char *s)
-{
-	buf_add(b, s, strlen(s));
 }
 
 void buf_addch(struct buf *b, char c)

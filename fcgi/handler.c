@@ -171,13 +171,13 @@ void fcgi_handle(struct fcgi_app *app, struct fcgi_io *io)
 			       .t0 = mono_ms(),
 			       .key_lease = USAGE_LEASE_INIT };
 	const struct fcgi_route *row = NULL;
+	const char *method = fcgi_io_param(io, "REQUEST_METHOD");
 	enum fcgi_route_result r;
 	unsigned flags;
 
 	unique_hex16(rc.rid); /* the request's id, not a secret: no system call */
 	fcgi_io_set_deadline(io, rc.t0 + FCGI_ANSWER_WRITE_MS);
-	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s",
-		 fcgi_io_param(io, "REQUEST_METHOD") ? fcgi_io_param(io, "REQUEST_METHOD") : "GET");
+	snprintf(rc.method_buf, sizeof(rc.method_buf), "%s", method ? method : "GET");
 	rc.method = rc.method_buf;
 	r = fcgi_route_match(routes, ARRAY_SIZE(routes), rc.method,
 			     fcgi_io_param(io, "REQUEST_URI"), fcgi_io_param(io, "PATH_INFO"),

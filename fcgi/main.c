@@ -47,7 +47,7 @@ static void *serve_thread(void *arg)
 		return NULL;
 	}
 	for (;;) {
-		struct fcgi_io io = { .fcgx = &req, .hangup_fd = -1 };
+		struct fcgi_io io = { .fcgx = &req, .hangup_fd = -1, .held = BUF_INIT };
 		int rc;
 
 		/* No lock around it, unlike libfcgi's threaded example (for platforms whose
@@ -552,7 +552,9 @@ int main(int argc, char **argv)
 	if (cgi) {
 		/* Plain CGI: one request from the environment, then exit. The web server's
 		 * SIGTERM (a timeout, a client gone) ends us as it always did. */
-		struct fcgi_io io = { .fcgx = NULL, .envp = environ, .hangup_fd = -1 };
+		struct fcgi_io io = {
+			.fcgx = NULL, .envp = environ, .hangup_fd = -1, .held = BUF_INIT
+		};
 
 		pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
 		fcgi_handle(&app, &io);

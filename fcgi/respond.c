@@ -50,12 +50,11 @@ void fcgi_send_json(struct fcgi_req *rc, int status, const struct buf *body,
 {
 	struct buf a = BUF_INIT;
 
-	/* Head and body in one record, one write. */
+	/* Head and body in one record, written with the end of the request: one write. */
 	buf_grow(&a, 256 + body->len);
 	head_build(rc, &a, status, "application/json", extra);
 	buf_add(&a, body->data, body->len);
-	fcgi_io_write(rc->io, a.data, a.len);
-	buf_release(&a);
+	fcgi_io_write_last(rc->io, &a);
 }
 
 void fcgi_send_error(struct fcgi_req *rc, const struct fcgi_error *e, const struct fcgi_hdr *extra)

@@ -176,8 +176,7 @@ struct fcgi_io {
 	bool failed;	   /* a write failed: the client is gone (or dropped) */
 	bool stalled;	   /* ... because it stopped reading: the deadline passed */
 	bool finished;	   /* fcgi_io_finish ran: the answer is complete, nothing more is sent */
-	size_t queued;	   /* what this request wrote to the web server: bytes, plus 1 KiB a
-			      write for the kernel's bookkeeping (fcgi_io_finish) */
+	struct buf held;   /* fcgi_io_write_last's bytes, not written yet (BUF_INIT) */
 };
 
 const char *fcgi_io_param(struct fcgi_io *io, const char *name);
@@ -188,6 +187,10 @@ void fcgi_io_set_deadline(struct fcgi_io *io, uint64_t deadline_ms);
 /* Write and push to the web server now (no buffering): 0, or -1 once the client is gone
  * or was dropped for not taking it by the deadline. */
 int fcgi_io_write(struct fcgi_io *io, const char *data, size_t len);
+/* The answer's last bytes (all of a JSON answer): taken from b (left empty) and held, to
+ * go with the end of the request in one write when fcgi_io_finish comes (the handler
+ * returns), or before the next fcgi_io_write's bytes. 0, or -1 as fcgi_io_write. */
+int fcgi_io_write_last(struct fcgi_io *io, struct buf *b);
 
 /* The answer is complete: end the FastCGI request now (the web server closes the HTTP
  * response), though the thread may still have cleanup to do; or, after a failed write or
@@ -244,6 +247,8 @@ struct fcgi_hdr {
 void fcgi_add_header(struct fcgi_req *rc, struct buf *h, const char *name, const char *value);
 void fcgi_send_head(struct fcgi_req *rc, int status, const char *ctype,
 		    const struct fcgi_hdr *extra);
+/* A whole JSON answer: its bytes go with the end of the request (fcgi_io_write_last), so
+ * the handler returns soon after, or writes more (which sends them at once). */
 void fcgi_send_json(struct fcgi_req *rc, int status, const struct buf *body,
 		    const struct fcgi_hdr *extra);
 /* e as an OpenAI-style error object; its code (or type) is the request's log error. */

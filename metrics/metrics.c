@@ -68,6 +68,9 @@ struct mfile {
 };
 
 static struct mfile *mf;
+/* Changes with every metrics_open and metrics_close: what a thread kept of the last
+ * mapping (metrics_request) is void. Never 0. */
+static unsigned map_gen = 1;
 
 /* The families OLP exposes, in the order a scrape lists them. */
 /* How a gauge's live rows make its value. */
@@ -385,14 +388,10 @@ int metrics_gauge_set(const char *name, const char *const labels[], int64_t valu
 	return err;
 }
 
-int metrics_observe_us(const char *name, const char *const labels[], uint64_t us)
+static void observe(struct mslot *s, uint64_t us)
 {
-	int err;
-	struct mslot *s = series(name, labels, K_HISTOGRAM, &err);
 	size_t b;
 
-	if (!s)
-		return err;
 	/* The count first, the bucket last: a scrape reads the buckets before the count,
 	 * so it never sees a bucket above +Inf. */
 	__atomic_add_fetch(&s->v[NB + 1], 1, __ATOMIC_SEQ_CST);
@@ -401,6 +400,16 @@ int metrics_observe_us(const char *name, const char *const labels[], uint64_t us
 		;
 	if (b < NB)
 		__atomic_add_fetch(&s->v[b], 1, __ATOMIC_SEQ_CST);
+}
+
+int metrics_observe_us(const char *name, const char *const labels[], uint64_t us)
+{
+	int err;
+	struct mslot *s = series(name, labels, K_HISTOGRAM, &err);
+
+	if (!s)
+		return err;
+	observe(s, us);
 	return 0;
 }
 
@@ -710,6 +719,7 @@ int metrics_open(const char *dir, struct buf *err)
 out_close:
 	close(lfd);
 	mf = f;
+	__atomic_add_fetch(&map_gen, 1, __ATOMIC_RELAXED);
 	if (mf) {
 		/* The series a scrape should show from the start, at 0. */
 		static const char *const limits[] = { "requests_per_minute", "requests_per_day",
@@ -730,6 +740,7 @@ void metrics_close(void)
 	if (mf)
 		munmap(mf, sizeof(*mf));
 	mf = NULL;
+	__atomic_add_fetch(&map_gen, 1, __ATOMIC_RELAXED);
 }
 
 bool metrics_is_open(void)
@@ -744,24 +755,81 @@ static const char *s_or_empty(const char *s)
 	return s ? s : "";
 }
 
+/* The series of a request's metrics, as this thread last found them. A counter's or a
+ * histogram's slot, once filled, is its series' for as long as the file is mapped (slots
+ * are never emptied, and only gauges' rows change hands), so the next request with the
+ * same labels adds to the same slots without building three keys and probing for them. */
+struct request_series {
+	unsigned gen; /* map_gen when found; 0: none */
+	int status;
+	char route[32], provider[64], model[128];
+	struct mslot *count, *dur, *ttfb;
+};
+
+static __thread struct request_series last_request;
+
+/* Copy s into dst (n bytes); false when it does not fit. */
+static bool copy_fits(char *dst, size_t n, const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len >= n)
+		return false;
+	memcpy(dst, s, len + 1);
+	return true;
+}
+
+/* c made the request's series (NULL for one the table has no room for: each call then
+ * counts the drop again, as uncached). Kept only when both were found. */
+static void request_series_find(struct request_series *c, const char *route, const char *provider,
+				const char *model, int status)
+{
+	char st[16];
+	const char *const by_provider[] = { "provider", provider, NULL };
+	const char *const all[] = { "route", route,    "provider", provider, "model",
+				    model,   "status", st,	   NULL };
+	int err;
+
+	snprintf(st, sizeof(st), "%d", status);
+	c->count = series("olp_requests_total", all, K_COUNTER, &err);
+	c->dur = series("olp_request_duration_seconds", by_provider, K_HISTOGRAM, &err);
+	c->ttfb = NULL; /* made by the first request that has a first byte */
+	c->status = status;
+	c->gen = c->count && c->dur && copy_fits(c->route, sizeof(c->route), route) &&
+				 copy_fits(c->provider, sizeof(c->provider), provider) &&
+				 copy_fits(c->model, sizeof(c->model), model)
+			 ? __atomic_load_n(&map_gen, __ATOMIC_RELAXED)
+			 : 0;
+}
+
 void metrics_request(const char *route, const char *provider, const char *model, int status,
 		     uint64_t dur_us, int64_t ttfb_us)
 {
-	char st[16];
-	const char *const by_provider[] = { "provider", s_or_empty(provider), NULL };
+	struct request_series *c = &last_request;
 
 	if (!mf)
 		return;
-	snprintf(st, sizeof(st), "%d", status);
-	(void)metrics_counter_add("olp_requests_total",
-				  (const char *const[]){ "route", route, "provider",
-							 s_or_empty(provider), "model",
-							 s_or_empty(model), "status", st, NULL },
-				  1);
-	(void)metrics_observe_us("olp_request_duration_seconds", by_provider, dur_us);
-	if (ttfb_us >= 0)
-		(void)metrics_observe_us("olp_time_to_first_byte_seconds", by_provider,
-					 (uint64_t)ttfb_us);
+	provider = s_or_empty(provider);
+	model = s_or_empty(model);
+	if (!c->gen || c->gen != __atomic_load_n(&map_gen, __ATOMIC_RELAXED) ||
+	    c->status != status || strcmp(c->route, route) || strcmp(c->provider, provider) ||
+	    strcmp(c->model, model))
+		request_series_find(c, route, provider, model, status);
+	if (c->count)
+		__atomic_add_fetch(&c->count->v[0], 1, __ATOMIC_RELAXED);
+	if (c->dur)
+		observe(c->dur, dur_us);
+	if (ttfb_us < 0)
+		return;
+	if (!c->ttfb) {
+		int err;
+
+		c->ttfb = series("olp_time_to_first_byte_seconds",
+				 (const char *const[]){ "provider", provider, NULL }, K_HISTOGRAM,
+				 &err);
+	}
+	if (c->ttfb)
+		observe(c->ttfb, (uint64_t)ttfb_us);
 }
 
 void metrics_provider_add(const char *provider)
@@ -857,6 +925,23 @@ static void value_by_key(const struct family *fam, const char *key, int64_t *out
 	}
 }
 
+/* The slot of the counter series key (rendered as build_key does), or NULL when not
+ * counted yet. */
+static const struct mslot *counter_slot(const char *key)
+{
+	uint32_t h = key_hash(key);
+
+	for (uint32_t i = 0; i < METRICS_MAX_SERIES; i++) {
+		const struct mslot *s = &mf->slots[(h + i) % METRICS_MAX_SERIES];
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SLOT_READY)
+			break;
+		if (s->kind == K_COUNTER && !strcmp(s->key, key))
+			return s;
+	}
+	return NULL;
+}
+
 int metrics_value(const char *name, const char *const labels[], int64_t *out)
 {
 	char key[METRICS_MAX_KEY];
@@ -884,12 +969,24 @@ int metrics_prestart_counts(struct metrics_prestart *out)
 		"olp_prestart_events_total{event=\"died\"}",
 	};
 	int64_t *const to[] = { &out->hit, &out->miss, &out->expired, &out->died };
+	/* A counter's slot, once found, stays its series' (metrics_request says why). */
+	static __thread const struct mslot *found[ARRAY_SIZE(keys)];
+	static __thread unsigned found_gen;
+	unsigned gen = __atomic_load_n(&map_gen, __ATOMIC_RELAXED);
 
 	memset(out, 0, sizeof(*out));
 	if (!mf)
 		return -ENODEV;
-	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
-		value_by_key(family_find("olp_prestart_events_total"), keys[i], to[i]);
+	if (found_gen != gen) {
+		memset(found, 0, sizeof(found));
+		found_gen = gen;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		if (!found[i])
+			found[i] = counter_slot(keys[i]);
+		if (found[i])
+			*to[i] = (int64_t)__atomic_load_n(&found[i]->v[0], __ATOMIC_RELAXED);
+	}
 	value_by_key(family_find("olp_prestart_idle"), "olp_prestart_idle", &out->idle);
 	return 0;
 }

@@ -30,7 +30,11 @@
 #        BENCH_CALLGRIND=N (each side's worker under valgrind's callgrind for N requests:
 #        user-space instructions per request, steady on a noisy machine, and olp's top
 #        functions),
+#        BENCH_STRACE=N (each side's workers under strace -f -c for N requests: system
+#        calls per request, and olp's by name),
 #        BENCH_RT=0 (skip the round trips and the spawn bench: 2. and 3.)
+#        Context switches per request (every thread of the FastCGI processes, voluntary and
+#        not, from /proc) are measured with the CPU over the same rounds.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -186,6 +190,15 @@ ticks() {
 fcgi_pids() { pgrep -P "${lpid[$1]}" | tr '\n' ' '; }
 # fcgi_ticks NAME: ticks of those processes.
 fcgi_ticks() { local p; read -ra p <<<"$(fcgi_pids "$1")"; ticks "${p[@]}"; }
+# csw PID...: context switches (voluntary and involuntary) of every thread of the
+# processes so far.
+csw() {
+	local p
+	for p in "$@"; do cat /proc/"$p"/task/*/status 2>/dev/null || true; done |
+		awk '/^(nonv|v)oluntary_ctxt_switches:/ {s += $2} END {print s + 0}'
+}
+# fcgi_csw NAME: csw of lighttpd NAME's FastCGI processes.
+fcgi_csw() { local p; read -ra p <<<"$(fcgi_pids "$1")"; csw "${p[@]}"; }
 hz=$(getconf CLK_TCK)
 
 # compare SERVER SIDE...: alternating rounds over the sides, then each side's median
@@ -194,9 +207,9 @@ hz=$(getconf CLK_TCK)
 # used per request is measured over the same rounds (median of the rounds, µs).
 # The labels: olp (this build), hello (hello-fcgi), base (BASE_BUILD's olp-fcgi).
 compare() {
-	local server=$1 sfx='' r i lbl rest url name line out rate n f0 s0 f1 s1 m
+	local server=$1 sfx='' r i lbl rest url name line out rate n f0 s0 f1 s1 c0 c1 m
 	local labels=() urls=() names=()
-	declare -A rps=() fcpu=() scpu=()
+	declare -A rps=() fcpu=() scpu=() fcsw=()
 	shift
 	[ "$server" = lighttpd ] || sfx=_$server
 	for i in "$@"; do
@@ -212,6 +225,7 @@ compare() {
 			lbl=${labels[$i]} name=${names[$i]}
 			if [ -n "$name" ]; then
 				f0=$(fcgi_ticks "$name") s0=$(ticks "${lpid[$name]}")
+				c0=$(fcgi_csw "$name")
 			fi
 			out=$(round "${urls[$i]}")
 			read -r rate n <<<"$out"
@@ -219,6 +233,8 @@ compare() {
 			line+=" $lbl $rate req/s"
 			if [ -n "$name" ]; then
 				f1=$(fcgi_ticks "$name") s1=$(ticks "${lpid[$name]}")
+				c1=$(fcgi_csw "$name")
+				fcsw[$lbl]+=" $(awk -v d=$((c1 - c0)) -v n="$n" 'BEGIN {printf "%.2f", d / n}')"
 				fcpu[$lbl]+=" $(awk -v d=$((f1 - f0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.1f", d * 1e6 / hz / n}')"
 				scpu[$lbl]+=" $(awk -v d=$((s1 - s0)) -v n="$n" -v hz="$hz" 'BEGIN {printf "%.1f", d * 1e6 / hz / n}')"
 			fi
@@ -245,6 +261,42 @@ compare() {
 		printf 'cpu_us_per_req_%s %s | %s\n' "$lbl" "$(med_words "${fcpu[$lbl]}")" \
 			"$(med_words "${scpu[$lbl]}")"
 	done
+	echo "-- context switches per request (median of the rounds): its FastCGI processes' threads"
+	for lbl in "${labels[@]}"; do
+		[ -n "${fcsw[$lbl]:-}" ] || continue
+		printf 'cswitch_per_req_%s %s\n' "$lbl" "$(med_words "${fcsw[$lbl]}")"
+	done
+}
+
+# syscalls NAME URL: lighttpd NAME's FastCGI processes under strace -f -c for BENCH_STRACE
+# requests of ab -c4 at URL; prints "CALLS REQUESTS", and leaves the table in
+# $work/strace-NAME.txt.
+syscalls() {
+	local out=$work/strace-$1.txt p args=() sp r
+	for p in $(fcgi_pids "$1"); do args+=(-p "$p"); done
+	strace -f -c -o "$out" "${args[@]}" 2>/dev/null &
+	sp=$!
+	sleep 1 # attached to every thread
+	r=$(ab -q -n "$BENCH_STRACE" -c 4 -H "Authorization: Bearer $key" "$2" |
+		awk '/^Complete requests:/ {print $3}')
+	kill -INT "$sp"
+	wait "$sp" 2>/dev/null || true
+	echo "$(awk '$NF == "total" {print ($4 ~ /^[0-9]+$/ ? $4 : $3)}' "$out") $r"
+}
+
+syscalls_all() {
+	local side r
+	command -v strace >/dev/null && command -v ab >/dev/null ||
+		{ echo "== strace: strace or ab (apache2-utils) missing: skipped"; return 0; }
+	echo "== system calls per request: the workers under strace -f -c, $BENCH_STRACE requests (ab -c4)"
+	for side in "$@"; do
+		r=$(syscalls "${side%%=*}" "${side#*=}")
+		awk -v s="${side%%=*}" '{printf "syscalls_per_req_%s %.1f\n", s, $1 / $2}' <<<"$r"
+	done
+	echo "-- olp's by name, per request"
+	awk -v n="$BENCH_STRACE" 'NF >= 5 && $NF != "total" && $NF != "syscall" && $1 ~ /^[0-9.]+$/ {
+		c = ($4 ~ /^[0-9]+$/ ? $4 : $3); printf "%8.2f  %s\n", c / n, $NF}' "$work/strace-olp.txt" |
+		sort -rn | head -20 || true
 }
 
 # perf_profile NAME URL: one more round at URL with perf sampling lighttpd NAME's FastCGI
@@ -341,6 +393,10 @@ if [[ $servers == *" lighttpd "* ]]; then
 		[ -z "${BASE_BUILD:-}" ] || perf_profile base "http://127.0.0.1:$pc/health"
 	fi
 	[ "${BENCH_CALLGRIND:-0}" = 0 ] || callgrind_all
+	if [ "${BENCH_STRACE:-0}" != 0 ]; then
+		syscalls_all "olp=http://127.0.0.1:$pa/health" "hello=http://127.0.0.1:$pb/health" \
+			${BASE_BUILD:+"base=http://127.0.0.1:$pc/health"}
+	fi
 fi
 if [[ $servers == *" apache "* ]] && command -v apache2 >/dev/null && [ -f /usr/lib/apache2/modules/mod_fcgid.so ]; then
 	p1=$(free_port); start_apache apache-olp "$work/bin/olp-fcgi" "$p1"
