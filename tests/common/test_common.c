@@ -412,6 +412,57 @@ static void test_json_escapes(void)
 	buf_release(&enc);
 }
 
+/* Long strings are scanned eight bytes at a time: a byte that needs escaping (or a UTF-8
+ * sequence to check) at any place among plain ones, in runs of every length around the
+ * eight-byte steps, comes out as it does alone. */
+static void test_json_escapes_long(void)
+{
+	static const struct {
+		const char *in, *out;
+	} odd[] = {
+		{ "\"", "\\\"" },      { "\\", "\\\\" },      { "\n", "\\n" },
+		{ "\x01", "\\u0001" }, { "\x1f", "\\u001f" }, { "\x7f", "\x7f" },
+		{ " ", " " },	       { "~", "~" },	      { "\xc3\xa9", "\xc3\xa9" },
+		{ "\x80", "\\ufffd" }, { "\xff", "\\ufffd" },
+	};
+	struct buf enc = BUF_INIT, in = BUF_INIT, want = BUF_INIT;
+	unsigned bad = 0;
+
+	for (size_t k = 0; k < ARRAY_SIZE(odd); k++) {
+		for (size_t n = 0; n <= 26; n++) {
+			for (size_t at = 0; at <= n; at++) {
+				buf_reset(&in);
+				buf_reset(&want);
+				for (size_t i = 0; i < n; i++) {
+					if (i == at) {
+						buf_adds(&in, odd[k].in);
+						buf_adds(&want, odd[k].out);
+					}
+					buf_addch(&in, (char)('a' + i % 26));
+					buf_addch(&want, (char)('a' + i % 26));
+				}
+				if (at == n) {
+					buf_adds(&in, odd[k].in);
+					buf_adds(&want, odd[k].out);
+				}
+				buf_reset(&enc);
+				buf_add_json_str(&enc, in.data, in.len);
+				if (enc.len != want.len + 2 || enc.data[0] != '"' ||
+				    memcmp(enc.data + 1, want.data, want.len) ||
+				    enc.data[enc.len - 1] != '"') {
+					if (!bad++)
+						fprintf(stderr, "case %zu, %zu bytes, at %zu: %s\n",
+							k, n, at, enc.data);
+				}
+			}
+		}
+	}
+	CU_ASSERT_EQUAL(bad, 0);
+	buf_release(&enc);
+	buf_release(&in);
+	buf_release(&want);
+}
+
 static bool contains(const char *hay, size_t hlen, const char *needle)
 {
 	size_t n = strlen(needle);
@@ -1381,6 +1432,7 @@ int main(void)
 		{ "buf read file appends to content", test_buf_read_file_appends },
 		{ "buf read once", test_buf_read_once },
 		{ "json escapes", test_json_escapes },
+		{ "json escapes in long strings", test_json_escapes_long },
 		{ "json invalid UTF-8 replaced", test_json_invalid_utf8 },
 		{ "json random input always parses", test_json_random },
 		{ "parse_u64", test_parse_u64 },

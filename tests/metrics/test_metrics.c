@@ -124,6 +124,41 @@ static void test_histogram(void)
 	rm_dir();
 }
 
+/* metrics_request keeps the slots it found for the next request with the same labels:
+ * each request still counts once, in its own series, and in the file mapped now. */
+static void test_request_series(void)
+{
+	fresh();
+	for (int i = 0; i < 3; i++)
+		metrics_request("chat", "p", "m", 200, 3000, -1);
+	metrics_request("chat", "p", "m", 502, 3000, 1000);
+	metrics_request("chat", "p", "m", 200, 3000, 1000);
+	metrics_request("chat", "q", "m", 200, 3000, 1000);
+	metrics_request("chat", "p", "m2", 200, 3000, -1);
+	CU_ASSERT_EQUAL(value_of("olp_requests_total{route=\"chat\",provider=\"p\",model=\"m\","
+				 "status=\"200\"}"),
+			4);
+	CU_ASSERT_EQUAL(value_of("olp_requests_total{route=\"chat\",provider=\"p\",model=\"m\","
+				 "status=\"502\"}"),
+			1);
+	CU_ASSERT_EQUAL(value_of("olp_requests_total{route=\"chat\",provider=\"p\",model=\"m2\","
+				 "status=\"200\"}"),
+			1);
+	CU_ASSERT_EQUAL(value_of("olp_request_duration_seconds_count{provider=\"p\"}"), 6);
+	CU_ASSERT_EQUAL(value_of("olp_time_to_first_byte_seconds_count{provider=\"p\"}"), 2);
+	CU_ASSERT_EQUAL(value_of("olp_time_to_first_byte_seconds_count{provider=\"q\"}"), 1);
+	rm_dir();
+	/* Another file: counted there, from 0 (nothing written through the old mapping). */
+	fresh();
+	metrics_request("chat", "p", "m", 200, 3000, -1);
+	CU_ASSERT_EQUAL(value_of("olp_requests_total{route=\"chat\",provider=\"p\",model=\"m\","
+				 "status=\"200\"}"),
+			1);
+	rm_dir();
+	/* Closed: nothing counted, nothing touched. */
+	metrics_request("chat", "p", "m", 200, 3000, -1);
+}
+
 static void test_escaping(void)
 {
 	fresh();
@@ -456,6 +491,8 @@ int main(void)
 		{ "counts across 4 processes", test_counts_across_processes },
 		{ "histogram buckets, sum, count", test_histogram },
 		{ "label values escaped", test_escaping },
+		{ "metrics_request: the same labels again, others, another file",
+		  test_request_series },
 		{ "table full: dropped and counted", test_table_full },
 		{ "a SIGKILLed process's gauge", test_killed_gauge },
 		{ "olp_ledger_available: the lowest live worker's", test_ledger_available },
