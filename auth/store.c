@@ -814,8 +814,9 @@ uint64_t auth_audit_failures(const struct auth_store *st)
 /* ---- readers of every key: login grants (ADR 0025), /v1/usage's keys -------------------- */
 
 /* Whether a manifest of the index is no longer the file it was read from (a key revoked,
- * its quota or logins set: each write replaces the file). Caller holds scan_lock. */
-static bool index_changed_locked(struct auth_store *st)
+ * its quota or logins set: each write replaces the file). Under the index's read lock
+ * only: threads check at once. */
+static bool index_changed(struct auth_store *st)
 {
 	bool changed = false;
 
@@ -840,14 +841,29 @@ static bool index_changed_locked(struct auth_store *st)
  * one changed is keys/ read again (re-parsing only the manifests that changed). So what
  * another process did (a key made, revoked, its quota or logins set) shows at once,
  * without parsing every manifest on every call. */
+static bool store_unchanged_locked(struct auth_store *st, const struct auth_file_sig *sig)
+{
+	return auth_file_sig_equal(sig, &st->keys_sig) && !atomic_load(&st->stale) &&
+	       !racy(sig, &st->scan_wall);
+}
+
+/* The stat(2)s outside scan_lock: every owner /health comes here, and threads that held
+ * it for theirs made the others wait (a futex wait and a wake-up each). Only when
+ * something changed are they made again, under the lock, to rescan as one. */
 static void store_sync(struct auth_store *st)
 {
 	struct auth_file_sig sig;
+	bool same;
 
+	keys_dir_sig(st, &sig);
+	pthread_mutex_lock(&st->scan_lock);
+	same = store_unchanged_locked(st, &sig);
+	pthread_mutex_unlock(&st->scan_lock);
+	if (same && !index_changed(st))
+		return;
 	pthread_mutex_lock(&st->scan_lock);
 	keys_dir_sig(st, &sig);
-	if (!auth_file_sig_equal(&sig, &st->keys_sig) || atomic_load(&st->stale) ||
-	    racy(&sig, &st->scan_wall) || index_changed_locked(st))
+	if (!store_unchanged_locked(st, &sig) || index_changed(st))
 		store_rescan_locked(st, &sig);
 	pthread_mutex_unlock(&st->scan_lock);
 }

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { fcgiRequest } from './fcgi-client.mjs';
+import { fcgiRequest, fcgiRequestsKept } from './fcgi-client.mjs';
 import { cfg, chatBody, curl, freePort, makeHome, olpKeys, Server, testConfig, waitFor } from './harness.mjs';
 
 const MSG_REQUIRED = 'OLP API key required. Pass via "Authorization: Bearer <token>" or "x-api-key: <token>".';
@@ -296,6 +296,24 @@ describe('stored keys, env owner, anonymous off (3 workers)', () => {
     assert.equal(c.status, 200, c.text);
     assert.match(c.json.choices[0].message.content, new RegExp(prompt));
     assertFullHealth(await req(srv, '/health', { token: k.owner.token }));
+  });
+
+  // A web server that keeps its FastCGI connections (FCGI_KEEP_CONN): each answer whole
+  // and ended (its END_REQUEST), the connection still open for the next request.
+  it('three requests on one kept FastCGI connection: each answered whole', async () => {
+    const { sock } = srv.workerSockets()[0];
+    const token = k.owner.token;
+    const out = await fcgiRequestsKept(sock, [
+      { uri: '/health', headers: reqHeaders({ token }) },
+      { uri: '/v1/models', headers: reqHeaders({ token }) },
+      { uri: '/v1/nope', headers: reqHeaders({ token }) },
+    ]);
+    for (const r of out) keepRid(srv, r);
+    assertFullHealth(out[0]);
+    assert.equal(out[1].status, 200, out[1].text);
+    assert.ok(out[1].json.data.some((x) => x.id === 'echo'), out[1].text);
+    assert.equal(out[2].status, 404, out[2].text);
+    assert.equal(new Set(out.map((r) => r.rid)).size, 3);
   });
 
   it('the env owner (OLP_OWNER_TOKEN): full /health, every provider', async () => {

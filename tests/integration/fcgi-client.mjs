@@ -66,10 +66,8 @@ function parseCgi(buf) {
   return { status, headers, body: buf.subarray(end + sep) };
 }
 
-// One request over the unix socket sockPath. headers: HTTP request headers (sent as
-// HTTP_* params; content-type and content-length as CONTENT_*). Returns
-// {status, headers (a Headers), text, json, rid, stderr, appStatus}.
-export async function fcgiRequest(sockPath, { method = 'GET', uri = '/', headers = {}, body, timeoutMs = 60000 } = {}) {
+// The records of one request (id; flags 1: FCGI_KEEP_CONN) as the web server sends them.
+function requestRecords(id, flags, { method = 'GET', uri = '/', headers = {}, body } = {}) {
   const bodyBuf = body === undefined ? Buffer.alloc(0) : Buffer.isBuffer(body) ? body : Buffer.from(body);
   const [pathPart, query = ''] = uri.split('?');
   const params = {
@@ -94,15 +92,63 @@ export async function fcgiRequest(sockPath, { method = 'GET', uri = '/', headers
     else if (name === 'content-length') params.CONTENT_LENGTH = v;
     else params[`HTTP_${name.toUpperCase().replace(/-/g, '_')}`] = v;
   }
-  const id = 1;
-  const begin = Buffer.from([0, RESPONDER, 0, 0, 0, 0, 0, 0]); // role, flags 0: close after
-  const request = Buffer.concat([
+  const begin = Buffer.from([0, RESPONDER, flags, 0, 0, 0, 0, 0]); // role, flags
+  return Buffer.concat([
     record(BEGIN_REQUEST, id, begin),
     record(PARAMS, id, encodeParams(params)),
     record(PARAMS, id),
     ...(bodyBuf.length ? [record(STDIN, id, bodyBuf)] : []),
     record(STDIN, id),
   ]);
+}
+
+// The whole records at the start of buf: {answers: [{id, stdout, stderr, appStatus}] of
+// the requests whose END_REQUEST is in, used: the bytes they took}. stdout and stderr
+// collect per request id in acc (a Map) until its END_REQUEST.
+function readRecords(buf, acc) {
+  const answers = [];
+  let off = 0;
+  while (off + 8 <= buf.length) {
+    const type = buf[off + 1];
+    const id = buf.readUInt16BE(off + 2);
+    const len = buf.readUInt16BE(off + 4);
+    const pad = buf[off + 6];
+    if (off + 8 + len + pad > buf.length) break;
+    const content = buf.subarray(off + 8, off + 8 + len);
+    if (!acc.has(id)) acc.set(id, { id, stdout: [], stderr: [], appStatus: null });
+    const a = acc.get(id);
+    if (type === STDOUT) a.stdout.push(content);
+    else if (type === STDERR) a.stderr.push(content);
+    else if (type === END_REQUEST) {
+      a.appStatus = content.readUInt32BE(0);
+      acc.delete(id);
+      answers.push(a);
+    }
+    off += 8 + len + pad;
+  }
+  return { answers, used: off };
+}
+
+function answerOf(a) {
+  const res = parseCgi(Buffer.concat(a.stdout));
+  res.text = res.body.toString('utf8');
+  try {
+    res.json = JSON.parse(res.text);
+  } catch {
+    res.json = undefined;
+  }
+  res.rid = res.headers.get('x-request-id');
+  res.stderr = Buffer.concat(a.stderr).toString('utf8');
+  res.appStatus = a.appStatus;
+  return res;
+}
+
+// One request over the unix socket sockPath. headers: HTTP request headers (sent as
+// HTTP_* params; content-type and content-length as CONTENT_*). Returns
+// {status, headers (a Headers), text, json, rid, stderr, appStatus}.
+export async function fcgiRequest(sockPath, opts = {}) {
+  const { method = 'GET', uri = '/', timeoutMs = 60000 } = opts;
+  const request = requestRecords(1, 0, opts); // flags 0: close after
 
   const chunks = await new Promise((resolve, reject) => {
     const sock = net.createConnection(sockPath);
@@ -123,31 +169,66 @@ export async function fcgiRequest(sockPath, { method = 'GET', uri = '/', headers
     });
   });
 
-  const stdout = [];
-  const stderr = [];
-  let appStatus = null;
-  for (let off = 0; off + 8 <= chunks.length; ) {
-    const type = chunks[off + 1];
-    const len = chunks.readUInt16BE(off + 4);
-    const pad = chunks[off + 6];
-    const content = chunks.subarray(off + 8, off + 8 + len);
-    if (type === STDOUT) stdout.push(content);
-    else if (type === STDERR) stderr.push(content);
-    else if (type === END_REQUEST) appStatus = content.readUInt32BE(0);
-    off += 8 + len + pad;
-  }
-  if (appStatus === null) throw new Error(`FastCGI request to ${sockPath} ${method} ${uri}: no END_REQUEST record`);
-  const res = parseCgi(Buffer.concat(stdout));
-  res.text = res.body.toString('utf8');
+  const { answers } = readRecords(chunks, new Map());
+  if (!answers.length) throw new Error(`FastCGI request to ${sockPath} ${method} ${uri}: no END_REQUEST record`);
+  return answerOf(answers[0]);
+}
+
+// Several requests, one after the other, on one connection that the worker is asked to
+// keep (FCGI_KEEP_CONN), as a web server that reuses its FastCGI connections sends them;
+// each waits for the answer before it. Returns the answers, in order; the connection is
+// ours to close, and is closed at the end.
+export async function fcgiRequestsKept(sockPath, list, { timeoutMs = 60000 } = {}) {
+  const sock = net.createConnection(sockPath);
+  const acc = new Map();
+  let pending = Buffer.alloc(0);
+  let waiting = null;
+  let failed = null;
+  const ready = [];
+  const fail = (e) => {
+    failed = e;
+    if (waiting) waiting.reject(e);
+  };
+  sock.on('data', (d) => {
+    pending = Buffer.concat([pending, d]);
+    const { answers, used } = readRecords(pending, acc);
+    pending = pending.subarray(used);
+    ready.push(...answers);
+    if (waiting && ready.length) waiting.resolve(ready.shift());
+  });
+  sock.on('error', (e) => fail(new Error(`FastCGI connection to ${sockPath}: ${e.message}`)));
+  sock.on('close', () => fail(new Error(`FastCGI connection to ${sockPath} closed by the worker`)));
+  await new Promise((resolve, reject) => {
+    sock.once('connect', resolve);
+    sock.once('error', reject);
+  });
+  const out = [];
   try {
-    res.json = JSON.parse(res.text);
-  } catch {
-    res.json = undefined;
+    for (const [i, opts] of list.entries()) {
+      sock.write(requestRecords(i + 1, 1, opts));
+      const a = await new Promise((resolve, reject) => {
+        if (ready.length) return resolve(ready.shift());
+        if (failed) return reject(failed);
+        const timer = setTimeout(() => reject(new Error(`FastCGI request ${i + 1} on a kept connection: no answer within ${timeoutMs} ms`)), timeoutMs);
+        const settle = (f) => (v) => {
+          clearTimeout(timer);
+          waiting = null;
+          f(v);
+        };
+        waiting = { resolve: settle(resolve), reject: settle(reject) };
+      });
+      assert(a.id === i + 1, `answer for request ${a.id}, expected ${i + 1}`);
+      out.push(answerOf(a));
+    }
+  } finally {
+    sock.removeAllListeners('close');
+    sock.destroy();
   }
-  res.rid = res.headers.get('x-request-id');
-  res.stderr = Buffer.concat(stderr).toString('utf8');
-  res.appStatus = appStatus;
-  return res;
+  return out;
+}
+
+function assert(ok, message) {
+  if (!ok) throw new Error(message);
 }
 
 // The listening unix sockets of the processes pids, from /proc: {path -> pid}. A worker
