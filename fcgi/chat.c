@@ -524,7 +524,10 @@ static void answer_done(void *ctx, const struct prov_outcome *reported)
 	 * must find the key's slot free. */
 	fcgi_key_slot_release(rc);
 	answer_send(a, o);
-	/* The answer is complete: the client need not wait for the sandbox's teardown. */
+	/* The answer is complete: the client need not wait for the sandbox's teardown,
+	 * which starts once the web server has taken the end (linger): on a busy host
+	 * it would take the CPU the web server needs to pass the answer on. */
+	rc->io->linger = true;
 	fcgi_io_finish(rc->io);
 }
 

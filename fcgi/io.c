@@ -161,13 +161,14 @@ static bool conn_is_unix(int fd)
  * answer. On a unix socket with nothing unread there is no reset to fear (the answer
  * already sits in the web server's receive queue, and stays readable after our close):
  * a plain close(2), without waiting for the web server (three system calls and a sleep
- * and a wake-up of the thread per request saved). */
-static void fcgx_close(FCGX_Request *req)
+ * and a wake-up of the thread per request saved), unless io->linger asks to wait. */
+static void fcgx_close(struct fcgi_io *io)
 {
+	FCGX_Request *req = io->fcgx;
 	char c;
 	ssize_t n;
 
-	if (!conn_is_unix(req->ipcFd)) {
+	if (io->linger || !conn_is_unix(req->ipcFd)) {
 		FCGX_Free(req, 1);
 		return;
 	}
@@ -187,8 +188,9 @@ static void fcgx_close(FCGX_Request *req)
  * use, or TCP's minimum write space free). */
 static void finish_by_libfcgi(struct fcgi_io *io)
 {
-	int ret = flush_held(io);
+	int ret = io->failed ? 0 : flush_held(io);
 
+	buf_release(&io->held);
 	if (ret)
 		(void)io_failed(io, ret);
 	if (!io->failed && wait_writable(io->fcgx->ipcFd, io->deadline) == -ETIMEDOUT)
@@ -227,6 +229,7 @@ void fcgi_io_finish(struct fcgi_io *io)
 	if (!io->fcgx) {
 		if (!io->failed && (ret = flush_held(io)))
 			(void)io_failed(io, ret);
+		buf_release(&io->held);
 		io->finished = true;
 		close(STDOUT_FILENO); /* CGI: end of the response for the web server */
 		return;
@@ -248,5 +251,5 @@ void fcgi_io_finish(struct fcgi_io *io)
 		FCGX_Free(io->fcgx, 1);
 		return;
 	}
-	fcgx_close(io->fcgx);
+	fcgx_close(io);
 }

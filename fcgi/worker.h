@@ -177,6 +177,11 @@ struct fcgi_io {
 	bool stalled;	   /* ... because it stopped reading: the deadline passed */
 	bool finished;	   /* fcgi_io_finish ran: the answer is complete, nothing more is sent */
 	struct buf held;   /* fcgi_io_write_last's bytes, not written yet (BUF_INIT) */
+	/* fcgi_io_finish waits for the web server to close its end (libfcgi's close, up
+	 * to 2 s) even on a unix socket: for a thread whose work after the answer (a run's
+	 * teardown, the next warm sandbox) would take the CPU the web server needs to pass
+	 * the answer on. Else the connection is closed at once. */
+	bool linger;
 };
 
 const char *fcgi_io_param(struct fcgi_io *io, const char *name);
