@@ -146,7 +146,7 @@ static bool conn_is_unix(int fd)
 	int v = __atomic_load_n(&is_unix, __ATOMIC_RELAXED);
 
 	if (v < 0) {
-		struct sockaddr_storage ss;
+		struct sockaddr_storage ss = { 0 };
 		socklen_t sl = sizeof(ss);
 
 		v = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_UNIX;

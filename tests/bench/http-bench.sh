@@ -286,8 +286,10 @@ syscalls() {
 
 syscalls_all() {
 	local side r
-	command -v strace >/dev/null && command -v ab >/dev/null ||
-		{ echo "== strace: strace or ab (apache2-utils) missing: skipped"; return 0; }
+	if ! command -v strace >/dev/null || ! command -v ab >/dev/null; then
+		echo "== strace: strace or ab (apache2-utils) missing: skipped"
+		return 0
+	fi
 	echo "== system calls per request: the workers under strace -f -c, $BENCH_STRACE requests (ab -c4)"
 	for side in "$@"; do
 		r=$(syscalls "${side%%=*}" "${side#*=}")
