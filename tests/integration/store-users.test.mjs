@@ -124,7 +124,7 @@ function modeTests(ctx) {
     isError(await chat(ctx.server, bearer(k.gone.token)), 401, 'invalid_or_revoked_key');
   });
 
-  it('the database stopped: quota and unchecked keys 503, checked free keys served, no key 401', async () => {
+  it('the database stopped: quota and unchecked keys 503, checked free keys served, no key 401', async (t) => {
     assert.ok(k.quota, 'the test before ran');
     pgCtl('stop');
     let started = false;
@@ -159,6 +159,7 @@ function modeTests(ctx) {
         return q.status === 200;
       }, { timeoutMs: bound, stepMs: 250 });
       assert.ok(back, `the quota key after ${Date.now() - t0} ms: ${q.status} ${q.text}`);
+      t.diagnostic(`the quota key served again ${Date.now() - t0} ms after the database started`);
       const n = await chat(ctx.server, bearer(k.never.token), 'back');
       assert.equal(n.status, 200, n.text);
       isError(await chat(ctx.server, 'Bearer olp_not_a_key'), 401, 'invalid_or_revoked_key');
@@ -175,17 +176,21 @@ function modeTests(ctx) {
   });
 }
 
-// What a worker of this user says of a passfile: olp-fcgi --check-config, the check every
-// worker makes as it starts (run as the user, with OLP_HOME's config.json naming file).
-function checkConfigAs(user, bin, file) {
+// A worker of this user given a passfile (OLP_HOME's config.json names it): mode 'start'
+// runs olp-fcgi as a web server's CGI would (no socket on fd 0: the same start-up as a
+// FastCGI worker's, then one request), 'check' runs olp-fcgi --check-config (what serve
+// runs before it starts the web server). { status, stdout, stderr }.
+function workerAs(user, bin, file, mode) {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-store-users-check-'));
-  fs.chmodSync(home, 0o755);
-  fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify({ ...testConfig(), store: pgURL, store_passfile: file }));
-  fs.writeFileSync(path.join(home, 'models-registry.json'), JSON.stringify(REGISTRY));
-  fs.chmodSync(path.join(home, 'config.json'), 0o644);
-  fs.chmodSync(path.join(home, 'models-registry.json'), 0o644);
-  const r = spawnSync('setpriv', [`--reuid=${user}`, `--regid=${user}`, '--init-groups', '--', bin, '--check-config'], {
-    encoding: 'utf8', timeout: 30000, env: { PATH: process.env.PATH, OLP_HOME: home },
+  const json = (name, v) => fs.writeFileSync(path.join(home, name), JSON.stringify(v), { mode: 0o600 });
+  json('config.json', { ...testConfig(), store: pgURL, store_passfile: file });
+  json('models-registry.json', REGISTRY);
+  // OLP_HOME is the workers' own (the sandbox's runtime dir is made in it).
+  assert.equal(spawnSync('chown', ['-R', `${user}:${user}`, home]).status, 0);
+  const argv = [bin, ...(mode === 'check' ? ['--check-config'] : [])];
+  const r = spawnSync('setpriv', [`--reuid=${user}`, `--regid=${user}`, '--init-groups', '--', ...argv], {
+    encoding: 'utf8', timeout: 30000, stdio: ['ignore', 'pipe', 'pipe'],
+    env: { PATH: process.env.PATH, OLP_HOME: home, GATEWAY_INTERFACE: 'CGI/1.1', REQUEST_METHOD: 'GET', SCRIPT_NAME: '', PATH_INFO: '/health/live' },
   });
   fs.rmSync(home, { recursive: true, force: true });
   return r;
@@ -217,34 +222,28 @@ function lighttpdMode(name, user) {
 
     modeTests(ctx);
 
-    it('a passfile others can read is refused as the workers start', async () => {
-      if (user) {
-        // www-data: one others can read, and one it cannot read (root's 0600 file).
-        const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-store-users-pass-'));
-        fs.chmodSync(dir, 0o755);
-        try {
-          const loose = passfileCopy(path.join(dir, 'loose'), { user, mode: 0o644 });
-          let r = checkConfigAs(user, ctx.stage.bin, loose);
-          assert.equal(r.status, 1, r.stdout + r.stderr);
-          assert.match(r.stderr, /group or others can read it/);
-          const roots = passfileCopy(path.join(dir, 'roots'));
-          r = checkConfigAs(user, ctx.stage.bin, roots);
-          assert.equal(r.status, 1, r.stdout + r.stderr);
-          assert.match(r.stderr, /Permission denied/);
-          const good = passfileCopy(path.join(dir, 'good'), { user });
-          r = checkConfigAs(user, ctx.stage.bin, good);
-          assert.equal(r.status, 0, r.stdout + r.stderr);
-        } finally {
-          fs.rmSync(dir, { recursive: true, force: true });
+    it('a passfile others can read, or the workers cannot, is refused as they start', async () => {
+      const who = user ?? 'root';
+      const bin = ctx.stage?.bin ?? server.bin;
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-store-users-pass-'));
+      fs.chmodSync(dir, 0o755);
+      try {
+        const loose = passfileCopy(path.join(dir, 'loose'), { user, mode: 0o640 });
+        let r = workerAs(who, bin, loose, 'start');
+        assert.notEqual(r.status, 0, r.stdout + r.stderr);
+        assert.match(r.stderr, /store_passfile \S+ group or others can read it/);
+        if (user) {
+          // 0600 but root's: www-data cannot read it, and libpq would skip it.
+          r = workerAs(who, bin, passfileCopy(path.join(dir, 'roots')), 'start');
+          assert.notEqual(r.status, 0, r.stdout + r.stderr);
+          assert.match(r.stderr, /store_passfile \S+ Permission denied/);
         }
-        return;
+        r = workerAs(who, bin, passfileCopy(path.join(dir, 'good'), { user }), 'check');
+        assert.equal(r.status, 0, r.stdout + r.stderr);
+        assert.match(r.stdout, /the shared store \S+ answers/);
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
       }
-      // Root: a real start of lighttpd and its worker, which exits saying why.
-      const dirs = makeHome({ registry: REGISTRY, config: null });
-      const loose = passfileCopy(path.join(dirs.root, 'pgpass'), { mode: 0o640 });
-      fs.writeFileSync(path.join(dirs.home, 'config.json'),
-        JSON.stringify({ ...testConfig(), store: pgURL, store_passfile: loose }), { mode: 0o600 });
-      await assert.rejects(startServer({ dirs, maxProcs: 1, threads: 2 }), /group or others can read it/);
     });
   });
 }
