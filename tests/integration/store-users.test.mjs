@@ -3,12 +3,13 @@
 // (workers as the user olp, OLP_STORE and PGPASSFILE from serve's environment). For each:
 //   - the database up: an owner key of the store, a guest key with a quota, one without
 //     limits, no key and a bad key get 200/401; the passfile is a 0600 copy owned by the
-//     workers' user, and one others can read (or, for www-data, one it cannot read) is
-//     refused as the workers start;
+//     workers' user, and one others can read (or, for www-data, root's, which it cannot
+//     read) is refused as a worker starts (and by serve, for a PGPASSFILE, before it starts
+//     the web server);
 //   - the database stopped (tests/pg/pg-ctl.sh stop): the quota key and a key never
 //     checked get 503 store_unavailable with Retry-After; keys checked just before without
 //     limits are served; no key, a key known revoked and an over-long token stay 401 (an
-//     unknown token gets 503: ADR 0034, "what a caller without a key learns");
+//     unknown token gets 503: ADR 0034's amendment of 2026-12-02);
 //     /health/live stays 200 and the workers are the same processes;
 //   - the database started again: everything back within 10 s (times OLP_TEST_TIME_FACTOR)
 //     and the rows served meanwhile in the ledger.
