@@ -14,10 +14,10 @@
 //   - the database started again: everything back within 10 s (times OLP_TEST_TIME_FACTOR)
 //     and the rows served meanwhile in the ledger.
 // Then a full disk under the cluster (root only: its data directory moved onto a small
-// tmpfs this test mounts, filled): the worker neither crashes nor hangs, the quota key
-// fails closed with an OpenAI-style 503, a key without limits is served, ledger rows wait
-// in the bounded queue (overflow in olp_ledger_dropped_total) and reach the store once
-// there is room again.
+// tmpfs this test mounts, filled): the worker neither crashes nor hangs, keys with a quota
+// or max_concurrent fail closed with an OpenAI-style 503, a key without limits is served,
+// ledger rows wait in the bounded queue (overflow in olp_ledger_dropped_total) and reach
+// the store once there is room again.
 //
 // Run under tests/pg/with-pg.sh (CTest it_store_users); keys made with the real olp-keys.
 import assert from 'node:assert/strict';
@@ -353,7 +353,7 @@ describe('a full disk under the cluster: quota keys fail closed, others served, 
   const pgDir = process.env.OLP_TEST_PG_DIR;
   const mnt = path.join(pgDir ?? '/nonexistent', 'tmpfs');
   const data = path.join(pgDir ?? '/nonexistent', 'data');
-  let server, used, fresh, free, whyNot = null, filler = null, pids;
+  let server, used, fresh, conc, free, whyNot = null, filler = null, pids;
   const served = { free: 0 };
 
   before(async () => {
@@ -381,6 +381,7 @@ describe('a full disk under the cluster: quota keys fail closed, others served, 
     const tag = process.hrtime.bigint();
     used = olpKeys('keygen', `--name=full used ${tag}`, '--quota-rpd=1000');
     fresh = olpKeys('keygen', `--name=full fresh ${tag}`, '--quota-rpd=1000');
+    conc = olpKeys('keygen', `--name=full conc ${tag}`, '--quota-concurrent=2');
     free = olpKeys('keygen', `--name=full free ${tag}`);
     const dirs = makeHome({ registry: REGISTRY, config: null });
     const passfile = passfileCopy(path.join(dirs.root, 'pgpass'));
@@ -415,12 +416,14 @@ describe('a full disk under the cluster: quota keys fail closed, others served, 
     await waitFor(() => ledgerRows(free.id) === 1, { timeoutMs: 10000 * TF });
     psql('VACUUM olp_quota_windows');
     psql('VACUUM olp_requests');
+    psql('VACUUM olp_leases');
     filler = fillDisk(mnt);
     const packed = [
       packTable('olp_quota_windows', 'key_id, kind, start_ms, requests, tokens', (i) => `'__full__' || ${i}, 0, ${i}, 0, 0`),
       packTable('olp_requests',
         'host, ts_ms, key_id, status, prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, start',
         (i) => `'__full__', ${i}, '__full__', 200, 0, 0, 0, 0, 0, 0`),
+      packTable('olp_leases', 'key_id, slot, holder, expires_at', (i) => `'__full__' || ${i}, 0, '__full__', now() + interval '1 day'`),
     ];
     t.diagnostic(`rows packed in: ${packed.join(', ')}`);
 
@@ -455,6 +458,10 @@ describe('a full disk under the cluster: quota keys fail closed, others served, 
       isStoreUnavailable(r);
       assert.match(r.json.error.message, /quota cannot be checked/);
     }
+    // A key with max_concurrent: its lease row cannot be written either.
+    const c = await chat(server, bearer(conc.token), 'full');
+    isStoreUnavailable(c);
+    assert.match(c.json.error.message, /concurrency limit cannot be checked/);
     const u = await chat(server, bearer(used.token), 'full');
     if (u.status !== 200) isStoreUnavailable(u);
     else served.used = 1;
@@ -480,6 +487,8 @@ describe('a full disk under the cluster: quota keys fail closed, others served, 
       return r.status === 200;
     }, { timeoutMs: bound, stepMs: 250 });
     assert.ok(back, `${r.status} ${r.text}`);
+    const c = await chat(server, bearer(conc.token), 'room');
+    assert.equal(c.status, 200, c.text);
     // Every row of the free key served is in the ledger or counted as dropped.
     let rows;
     await waitFor(() => (rows = ledgerRows(free.id)) + served.dropped >= served.free, { timeoutMs: bound, stepMs: 250 });
