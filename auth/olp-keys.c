@@ -843,6 +843,21 @@ static void print_usage_json(const struct auth_key_list *list, const struct usag
 	buf_release(&b);
 }
 
+/* --id, --since and --account into f: 0, or EXIT_USAGE after the usage error. */
+static int usage_filter_read(const struct opts *o, struct usage_filter *f)
+{
+	if (o->id && strlen(o->id) >= sizeof(((struct usage_day *)0)->key_id))
+		return usage_error("--id is a key id, at most %zu characters",
+				   sizeof(((struct usage_day *)0)->key_id) - 1);
+	if (o->since && parse_since(o->since, &f->since_ms))
+		return EXIT_USAGE;
+	if (o->account && !auth_account_name_valid(o->account))
+		return usage_error("--account is an account name, 1-%d of [a-z0-9_-]; not '%s'",
+				   AUTH_ACCOUNT_MAX - 1, o->account);
+	f->account = o->account;
+	return 0;
+}
+
 static int cmd_usage(const struct opts *o, const struct auth_target *t)
 {
 	struct usage_filter f = { .key_id = o->id };
@@ -856,15 +871,8 @@ static int cmd_usage(const struct opts *o, const struct auth_target *t)
 	size_t n = 0;
 	int ret, rc = EXIT_FAILURE;
 
-	if (o->id && strlen(o->id) >= sizeof(days->key_id))
-		return usage_error("--id is a key id, at most %zu characters",
-				   sizeof(days->key_id) - 1);
-	if (o->since && parse_since(o->since, &f.since_ms))
+	if (usage_filter_read(o, &f))
 		return EXIT_USAGE;
-	if (o->account && !auth_account_name_valid(o->account))
-		return usage_error("--account is an account name, 1-%d of [a-z0-9_-]; not '%s'",
-				   AUTH_ACCOUNT_MAX - 1, o->account);
-	f.account = o->account;
 	r = auth_key_list_at(t, &list, &msg);
 	if (r) {
 		rc = fail("usage: %s", msg.len ? msg.data : auth_key_strerror(r));
