@@ -226,6 +226,12 @@ test('an env token per account: each key\'s runs send its own, and print only a 
     assert.match(env, new RegExp(`OLP_ACCOUNT=${acc}( |$)`), env);
     assert.ok(!env.includes('REAL'), env);
   }
+  // An upstream that echoes the bearer it got hands back a masked one.
+  const e = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: `Bearer ${bobKey.token}`,
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(chatBody('claude-acc', 'echo-auth')) });
+  assert.equal(e.status, 200, e.text);
+  assert.match(answer(e), /auth=Bearer \*{16,}/, answer(e));
+  assert.ok(!answer(e).includes('REAL'), answer(e));
   // The owner's /health: each account's login held, from env (no expiry), present.
   const h = (await health()).providers.claudeacc.accounts;
   for (const acc of ['alice', 'bob']) {
