@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { startServer, curl, chatBody, makeHome, olpKeys, testRegistry, testConfig } from './harness.mjs';
+import { startServer, curl, chatBody, makeHome, olpKeys, testRegistry, testConfig, waitFor } from './harness.mjs';
 import { startUpstream } from '../upstream/procs.mjs';
 
 // How long the fake upstream keeps the account rejected.
@@ -142,8 +142,13 @@ test('an unbound key sticks to one account and moves only when it is rejected', 
 
 test('the ledger splits a key\'s requests by account: /v1/usage and olp-keys usage', async () => {
   // The unbound key ran on both accounts (the test before): its own view shows both, with
-  // every day row and recent row carrying its account.
-  const u = await curl(server, { path: '/v1/usage?recent=50', auth: `Bearer ${freeKey.token}` });
+  // every day row and recent row carrying its account. Rows are written after each
+  // answer is out: wait for the 17 served.
+  let u;
+  const served17 = (x) =>
+    (x.json?.keys?.[0]?.by_account ?? []).filter((a) => a.provider === 'acct').reduce((n, a) => n + a.requests - a.errors, 0) >= 17;
+  await waitFor(async () => served17((u = await curl(server, { path: '/v1/usage?recent=50', auth: `Bearer ${freeKey.token}` }))),
+    { timeoutMs: 10000, stepMs: 200 });
   assert.equal(u.status, 200, u.text);
   assert.equal(u.json.keys.length, 1);
   const k = u.json.keys[0];
