@@ -116,6 +116,8 @@ static int file_get(const char *provider, const char *account, struct prov_limit
 	return 0;
 }
 
+static int write_atomic(const char *path, const struct limits_file *f);
+
 /* The host's file, or the shared store's state when the store's cache is fresh and its
  * state is the newer (another host's answer). may_load: the store's table may be read
  * now if this process has not read it in this listener epoch (never on an answer's
@@ -130,8 +132,17 @@ static int limits_get(const char *provider, const char *account, bool may_load,
 		return ret;
 	if (prov_pg_limits_get(provider, account, may_load, &shared))
 		return ret;
-	if (ret || shared.seen_ms > out->seen_ms)
+	if (ret || shared.seen_ms > out->seen_ms) {
+		struct limits_file f = { .magic = LIMITS_MAGIC, .size = sizeof(f), .st = shared };
+		char path[PATH_MAX];
+
 		*out = shared;
+		/* The host's copy of every host's news, once per change: while the store
+		 * is away, this host decides from the last state it saw, not from its own
+		 * older one. */
+		if (!state_path(provider, account, path, sizeof(path)))
+			(void)write_atomic(path, &f);
+	}
 	return 0;
 }
 
