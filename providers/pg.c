@@ -47,9 +47,9 @@
 #define PG_SYNC_MS 1000	   /* a new rejection waits this long for its commit */
 #define PG_RETRY_MS 1000   /* the writer's retry while the database is away */
 #define PG_POOL_WAIT_MS 200
-#define PG_PRUNE_MS (3600 * 1000)      /* lapsed sticky choices deleted hourly */
-#define PG_PRUNE_AGE_S (24 * 3600)     /* ...a day after they lapsed */
-#define PG_NAME_MAX 64		       /* provider, account and key id bytes */
+#define PG_PRUNE_MS INT64_C(3600000)  /* lapsed sticky choices deleted hourly */
+#define PG_PRUNE_AGE_S INT64_C(86400) /* ...a day after they lapsed */
+#define PG_NAME_MAX 64		      /* provider, account and key id bytes */
 #define PG_CHANNEL "olp_providers"
 
 struct pg_entry {
@@ -58,9 +58,9 @@ struct pg_entry {
 	char provider[PG_NAME_MAX + 1];
 	char name[PG_NAME_MAX + 1];
 	int64_t gen;
-	struct prov_limits st;			    /* 'l' */
-	char account[PROV_ACCOUNT_NAME_MAX + 1];    /* 'c' */
-	int64_t until;				    /* 'c' */
+	struct prov_limits st;			 /* 'l' */
+	char account[PROV_ACCOUNT_NAME_MAX + 1]; /* 'c' */
+	int64_t until;				 /* 'c' */
 };
 
 /* One account's state on its way to the store. */
@@ -98,10 +98,11 @@ static json_t *pg_state_encode(const struct prov_limits *st)
 	for (size_t i = 0; i < EGR_RL_NWIN; i++) {
 		const struct egr_rl_win *x = &st->rl.win[i];
 
-		json_array_append_new(w, json_pack("{s:b, s:i, s:f, s:I, s:I, s:I}", "n", x->seen,
-						   "s", (int)x->status, "u", x->utilization, "r",
-						   (json_int_t)x->reset_s, "m", (json_int_t)x->minutes,
-						   "t", (json_int_t)st->win_seen_ms[i]));
+		json_array_append_new(w,
+				      json_pack("{s:b, s:i, s:f, s:I, s:I, s:I}", "n", x->seen, "s",
+						(int)x->status, "u", x->utilization, "r",
+						(json_int_t)x->reset_s, "m", (json_int_t)x->minutes,
+						"t", (json_int_t)st->win_seen_ms[i]));
 	}
 	return json_pack("{s:i, s:i, s:I, s:s, s:I, s:o}", "s", (int)st->rl.status, "h",
 			 st->rl.http_status, "r", (json_int_t)st->rl.reset_s, "c", st->rl.claim,
@@ -154,8 +155,8 @@ static int pg_state_decode(const json_t *o, struct prov_limits *st)
 	    pg_int(o, "t", 0, INT64_C(1) << 50, &st->seen_ms))
 		return -EINVAL;
 	len = json_string_length(c);
-	if (len >= sizeof(st->rl.claim) || strspn(json_string_value(c),
-						  "abcdefghijklmnopqrstuvwxyz0123456789_") != len)
+	if (len >= sizeof(st->rl.claim) ||
+	    strspn(json_string_value(c), "abcdefghijklmnopqrstuvwxyz0123456789_") != len)
 		return -EINVAL;
 	memcpy(st->rl.claim, json_string_value(c), len + 1);
 	st->rl.any = true;
@@ -279,7 +280,8 @@ static int pg_notice_decode(const json_t *o, struct pg_entry *e)
 	const json_t *g = json_object_get(o, "g");
 
 	memset(e, 0, sizeof(*e));
-	if (!t || (strcmp(t, "l") && strcmp(t, "c")) || !p || !n || !pg_name_ok(p) || !pg_name_ok(n))
+	if (!t || (strcmp(t, "l") && strcmp(t, "c")) || !p || !n || !pg_name_ok(p) ||
+	    !pg_name_ok(n))
 		return -EINVAL;
 	e->kind = *t;
 	memcpy(e->provider, p, strlen(p) + 1);
@@ -293,7 +295,8 @@ static int pg_notice_decode(const json_t *o, struct pg_entry *e)
 	e->gen = json_integer_value(g);
 	if (e->kind == 'l')
 		return pg_state_decode(json_object_get(o, "s"), &e->st);
-	if (!a || strlen(a) > PROV_ACCOUNT_NAME_MAX || pg_int(o, "u", 0, INT64_C(1) << 40, &e->until))
+	if (!a || strlen(a) > PROV_ACCOUNT_NAME_MAX ||
+	    pg_int(o, "u", 0, INT64_C(1) << 40, &e->until))
 		return -EINVAL;
 	memcpy(e->account, a, strlen(a) + 1);
 	return 0;
@@ -361,7 +364,8 @@ static int pg_load_limits(uint64_t epoch)
 			e.kind = 'l';
 			if (pg_name_ok(PQgetvalue(r, i, 0)) && pg_name_ok(PQgetvalue(r, i, 1)) &&
 			    !pg_state_decode(s, &e.st)) {
-				(void)snprintf(e.provider, sizeof(e.provider), "%s", PQgetvalue(r, i, 0));
+				(void)snprintf(e.provider, sizeof(e.provider), "%s",
+					       PQgetvalue(r, i, 0));
 				(void)snprintf(e.name, sizeof(e.name), "%s", PQgetvalue(r, i, 1));
 				e.gen = strtoll(PQgetvalue(r, i, 2), NULL, 10);
 				pg_install(&e);
@@ -493,14 +497,16 @@ void prov_pg_limits_put(const char *provider, const char *account, const struct 
 	if (base && !pg_matters(base, st))
 		goto out;
 	if (!p) {
-		log_warnx(NULL, "provider %s: account %s: %d accounts already wait for the store: "
-				"this state is kept on this host only", provider, account, PG_PEND_MAX);
+		log_warnx(NULL,
+			  "provider %s: account %s: %d accounts already wait for the store: "
+			  "this state is kept on this host only",
+			  provider, account, PG_PEND_MAX);
 		goto out;
 	}
 	/* A rejection the store does not know yet is what another host must see before its
 	 * next request: wait for its commit, briefly, and only while the database answers. */
-	wait = st->rl.status == EGR_RL_REJECTED &&
-		    (!base || base->rl.status != EGR_RL_REJECTED) && store_available(pg.db);
+	wait = st->rl.status == EGR_RL_REJECTED && (!base || base->rl.status != EGR_RL_REJECTED) &&
+	       store_available(pg.db);
 
 	p->st = *st;
 	p->dirty = true;
@@ -618,16 +624,18 @@ static void *pg_writer(void *arg)
 			p->has_sent = true;
 			p->done_seq = seq;
 			if (pg.failing)
-				log_info(NULL, "accounts' limits: written to the shared store again");
+				log_info(NULL,
+					 "accounts' limits: written to the shared store again");
 			pg.failing = false;
 		} else {
 			p->failed_seq = seq;
 			p->dirty = true; /* this state, or a newer put's */
 			p->retry_ms = (int64_t)mono_ms() + PG_RETRY_MS;
 			if (!pg.failing)
-				log_warnx(NULL, "accounts' limits: the shared store cannot be written "
-						"now; this host's files are used, and the store is "
-						"tried again every second");
+				log_warnx(NULL,
+					  "accounts' limits: the shared store cannot be written "
+					  "now; this host's files are used, and the store is "
+					  "tried again every second");
 			pg.failing = true;
 		}
 		pthread_cond_broadcast(&pg.cond);

@@ -111,7 +111,7 @@ static size_t start_of(const char *who, size_t n)
 
 	for (const char *c = who; *c; c++)
 		h = (h ^ (unsigned char)*c) * 16777619u;
-	return h % n;
+	return n ? h % n : 0;
 }
 
 /* The first of pv's accounts from start on (in order, round) that is not rejected:
@@ -186,7 +186,7 @@ int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t
 	char path[PATH_MAX], kept[PROV_ACCOUNT_NAME_MAX + 1];
 	const struct prov_provider *cur = NULL;
 	bool have_path = who && !sticky_path(pv, who, path);
-	int64_t until = 0, r;
+	int64_t until = 0, r = 0;
 	int ret;
 
 	if (pv->parent)

@@ -177,8 +177,8 @@ static void host_wait_fresh(struct store_db *db, long limit, char *out, size_t n
 
 /* One command line: "put PROVIDER ACCOUNT STATUS RESET", "blocked ACCOUNT WANT LIMIT_MS",
  * "choose WHO AT_MONO_MS" (WHO is hex: any bytes), "fresh LIMIT_MS". */
-static void host_command(struct store_db *db, const struct prov_provider *pv, char *line,
-			 char *out, size_t n)
+static void host_command(struct store_db *db, const struct prov_provider *pv, char *line, char *out,
+			 size_t n)
 {
 	char a[256], b[256];
 	long long x, y;
@@ -193,7 +193,8 @@ static void host_command(struct store_db *db, const struct prov_provider *pv, ch
 		for (size_t i = 0; i < len; i++) {
 			unsigned v;
 
-			sscanf(a + 2 * i, "%2x", &v);
+			if (sscanf(a + 2 * i, "%2x", &v) != 1)
+				v = 0;
 			b[i] = (char)v;
 		}
 		b[len] = '\0';
@@ -244,7 +245,7 @@ static void hosts_start(void)
 		CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(h->dir));
 		CU_ASSERT_EQUAL_FATAL(pipe2(to, O_CLOEXEC), 0);
 		CU_ASSERT_EQUAL_FATAL(pipe2(from, O_CLOEXEC), 0);
-		fflush(NULL);
+		(void)fflush(NULL);
 		h->pid = fork();
 		CU_ASSERT_FATAL(h->pid >= 0);
 		if (h->pid == 0) {
@@ -476,8 +477,9 @@ static void test_move_once(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(n);
 	CU_ASSERT_STRING_EQUAL(n, "1");
 	free(n);
-	n = admin_value("SELECT account FROM olp_account_choices WHERE provider = $1 AND key_id = $2",
-			2, params);
+	n = admin_value(
+		"SELECT account FROM olp_account_choices WHERE provider = $1 AND key_id = $2", 2,
+		params);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(n);
 	CU_ASSERT_STRING_EQUAL(n, moved);
 	free(n);
@@ -508,7 +510,8 @@ static void test_injection(void)
 		CU_ASSERT_STRING_EQUAL(n, a);
 		free(n);
 	}
-	put(&hosts[0], "a';DROP/**/TABLE/**/olp_account_limits;--", EGR_RL_REJECTED, 0, &ret, &took);
+	put(&hosts[0], "a';DROP/**/TABLE/**/olp_account_limits;--", EGR_RL_REJECTED, 0, &ret,
+	    &took);
 	CU_ASSERT_EQUAL(ret, -EINVAL);
 	n = admin_value("SELECT count(*) > 0 FROM olp_account_limits", 0, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(n);
