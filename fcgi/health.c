@@ -162,12 +162,16 @@ static void add_prestart_block(struct buf *b)
 void fcgi_store_sync(struct store_db *db)
 {
 	static atomic_int last = -1;
-	int now;
+	int now, was;
 
 	if (!db)
 		return;
 	now = store_available(db);
-	if (atomic_exchange(&last, now) != now)
+	was = atomic_exchange(&last, now);
+
+	if (was == -1)
+		metrics_ledger_dropped(0); /* a scrape shows the counter at 0 from the start */
+	if (was != now)
 		metrics_store_available(now);
 }
 

@@ -911,8 +911,8 @@ void metrics_store_available(bool ok)
 
 void metrics_ledger_dropped(uint64_t n)
 {
-	if (n)
-		(void)metrics_counter_add("olp_ledger_dropped_total", NULL, n);
+	/* 0 makes the series, so that a scrape shows it at 0 (the store's first sync). */
+	(void)metrics_counter_add("olp_ledger_dropped_total", NULL, n);
 }
 
 void metrics_unauthenticated(int status)

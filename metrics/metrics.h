@@ -83,7 +83,7 @@ void metrics_ledger_available(bool ok);
  * the live workers'; a worker of the embedded store never sets it). */
 void metrics_store_available(bool ok);
 /* n more ledger rows were dropped from the full queue of the shared store
- * (olp_ledger_dropped_total). */
+ * (olp_ledger_dropped_total; n = 0 makes the series, shown at 0). */
 void metrics_ledger_dropped(uint64_t n);
 /* A request answered without a checked identity (401, or 404 on an unknown route…), by
  * status (olp_unauthenticated_requests_total). */

@@ -203,6 +203,8 @@ struct prov_provider {
 	char *home;			    /* a variant's login dir ("~/" in credential paths,
 						bound read-only for a command), or NULL: HOME */
 	bool own_headers;		    /* a variant's set_headers are its own */
+	bool own_env;			    /* a variant's env_names and env_values are its
+						own: the provider's with its login's token */
 	const struct prov_provider *parent; /* a variant's provider, else NULL */
 	struct prov_provider **accounts;    /* the variants, in name order; NULL: none */
 	size_t naccounts;
@@ -223,6 +225,9 @@ void prov_settings_release(struct prov_provider *pv);
 int prov_accounts_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
 		       struct buf *err);
 void prov_accounts_release(struct prov_provider *pv);
+/* Whether name is the variable of a type's long-lived login token (claude's
+ * CLAUDE_CODE_OAUTH_TOKEN: struct prov_held_ops' token_env), of any type. */
+bool prov_login_token_var(const char *name);
 /* What a run of pv's account adds to its policy: OLP_ACCOUNT (so the pools never mix
  * accounts) and, for a command, its login dir read-only (OLP_ACCOUNT_HOME). 0 or -errno. */
 int prov_account_plan(const struct prov_provider *pv, struct sbx_policy *p);

@@ -42,6 +42,14 @@ struct prov_registry;
  * be>" (the caller adds the file's name). */
 int prov_config_check(const json_t *providers, struct buf *err);
 
+/* A file whose "providers" object (providers) gives a login's long-lived token
+ * (providers.<name>.env or providers.<name>.accounts.<account>.env, claude's
+ * CLAUDE_CODE_OAUTH_TOKEN; ADR 0037) holds a secret: path must then be a regular file
+ * that others cannot read and the group cannot write (mode 0600 or 0640), as a login
+ * file. 0 (also when it gives none), or -EINVAL with err set to "<path>: ..." naming
+ * the first such member. */
+int prov_config_check_file(const json_t *providers, const char *path, struct buf *err);
+
 /* Load a models registry (Node OLP format plus "command" providers) from path.
  * config_providers is config.json's "providers" object (or NULL): "enabled" and
  * per-provider overrides, which replace the entry's settings of the same name; it must

@@ -20,26 +20,17 @@
 #include "common/common.h"
 #include "store/store.h"
 #include "tests/auth/test_util.h"
+#include "tests/bench/stats.h"
 #include "common/banned.h"
 
 #define ENV_TOKEN "olp_bench-env-owner-token-0000000000000000000000"
 
 static const char *store_url; /* -s: the keys in PostgreSQL */
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void report(size_t nkeys, const char *name, uint64_t *ns, size_t n)
 {
-	size_t p50 = n / 2, p90 = n * 90 / 100, p99 = n * 99 / 100;
-
-	qsort(ns, n, sizeof(*ns), cmp_u64);
-	printf("%6zu  %-22s %10.2f %10.2f %10.2f\n", nkeys, name, ns[p50] / 1000.0,
-	       ns[p90] / 1000.0, ns[p99] / 1000.0);
+	printf("%6zu  %-22s %10.2f %10.2f %10.2f\n", nkeys, name, bench_quantile(ns, n, 0.5) / 1e3,
+	       bench_quantile(ns, n, 0.9) / 1e3, bench_quantile(ns, n, 0.99) / 1e3);
 }
 
 enum bench_case { CASE_STORED, CASE_ENV, CASE_MISS, CASE_TOUCH, CASE_RESCAN };

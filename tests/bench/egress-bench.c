@@ -31,6 +31,7 @@
 #include "common/common.h"
 #include "egress/egress.h"
 #include "tests/egress/upstream.h"
+#include "tests/bench/stats.h"
 #include "common/banned.h"
 
 struct conn {
@@ -126,19 +127,6 @@ static int64_t response(struct conn *c, chunk_fn fn, void *ctx)
 	return -1;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double pct(uint64_t *v, size_t n, double p)
-{
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return (double)v[(size_t)((double)(n - 1) * p)];
-}
-
 static int listener(uint16_t *port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
@@ -197,12 +185,12 @@ static void overhead(const char *what, uint16_t direct, uint16_t via, const stru
 		conn_close(&cf);
 	}
 	{
-		double md = pct(d, n, 0.5) / 1e3, mf = pct(f, n, 0.5) / 1e3;
+		double md = bench_quantile(d, n, 0.5) / 1e3, mf = bench_quantile(f, n, 0.5) / 1e3;
 
 		printf("  %-34s direct %7.1f us   via forwarder %7.1f us   +%6.1f us (x%.2f)   "
 		       "p90 %6.1f / %6.1f us   median of pairwise diff +%.1f us\n",
-		       what, md, mf, mf - md, mf / md, pct(d, n, 0.9) / 1e3, pct(f, n, 0.9) / 1e3,
-		       pct(diff, n, 0.5) / 1e3);
+		       what, md, mf, mf - md, mf / md, bench_quantile(d, n, 0.9) / 1e3,
+		       bench_quantile(f, n, 0.9) / 1e3, bench_quantile(diff, n, 0.5) / 1e3);
 	}
 	free(d);
 	free(f);
@@ -251,9 +239,10 @@ static double stream_report(const char *what, uint64_t *lat, size_t nl, uint64_t
 		over += dist[i] > 2000000;
 	printf("  %-14s %zu events: delivery median %6.1f us, p99 %7.1f us;  gap distortion "
 	       "median %6.1f us, p99 %7.1f us, max %7.1f us, %zu over 2 ms\n",
-	       what, nl, pct(lat, nl, 0.5) / 1e3, pct(lat, nl, 0.99) / 1e3,
-	       pct(dist, nd, 0.5) / 1e3, pct(dist, nd, 0.99) / 1e3, pct(dist, nd, 1.0) / 1e3, over);
-	return pct(dist, nd, 0.99) / 1e6;
+	       what, nl, bench_quantile(lat, nl, 0.5) / 1e3, bench_quantile(lat, nl, 0.99) / 1e3,
+	       bench_quantile(dist, nd, 0.5) / 1e3, bench_quantile(dist, nd, 0.99) / 1e3,
+	       bench_quantile(dist, nd, 1.0) / 1e3, over);
+	return bench_quantile(dist, nd, 0.99) / 1e6;
 }
 
 struct stream_job {

@@ -16,6 +16,7 @@
 
 #include "common/common.h"
 #include "fcgi/fcgi.h"
+#include "tests/bench/stats.h"
 #include "common/banned.h"
 
 static json_t *big_request(void)
@@ -61,19 +62,9 @@ static json_t *big_request(void)
 	return root;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median_us(uint64_t *ns, size_t n)
 {
-	size_t mid = n / 2;
-
-	qsort(ns, n, sizeof(*ns), cmp);
-	return (double)ns[mid] / 1000.0;
+	return bench_quantile(ns, n, 0.5) / 1e3;
 }
 
 int main(int argc, char **argv)

@@ -17,6 +17,7 @@
 
 #include "common/common.h"
 #include "sandbox/sandbox.h"
+#include "tests/bench/stats.h"
 
 extern char **environ;
 
@@ -36,21 +37,6 @@ static void on_result(void *ctx, const struct sbx_result *res)
 	(void)ctx;
 	(void)res;
 	t_result = mono_ns();
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median_ms(uint64_t *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
-	size_t mid = (size_t)n / 2;
-
-	return (n % 2 ? (double)v[mid] : ((double)v[mid - 1] + (double)v[mid]) / 2.0) / 1e6;
 }
 
 /* n sandboxed runs of argv; returns 0 and fills v, or 1. */
@@ -128,9 +114,9 @@ int main(int argc, char **argv)
 	/* The first run builds cold and leaves warm sandboxes behind: not counted. */
 	if (sandboxed(argv + 4, n + 1, warm, true))
 		goto out;
-	printf("bare_spawn_median_ms %.3f\n", median_ms(bare, n));
-	printf("sandbox_cold_median_ms %.3f\n", median_ms(cold, n));
-	printf("sandbox_warm_median_ms %.3f\n", median_ms(warm + 1, n));
+	printf("bare_spawn_median_ms %.3f\n", bench_quantile(bare, (size_t)n, 0.5) / 1e6);
+	printf("sandbox_cold_median_ms %.3f\n", bench_quantile(cold, (size_t)n, 0.5) / 1e6);
+	printf("sandbox_warm_median_ms %.3f\n", bench_quantile(warm + 1, (size_t)n, 0.5) / 1e6);
 	ret = 0;
 out:
 	free(bare);

@@ -19,28 +19,8 @@
 #include "common/common.h"
 #include "store/store.h"
 #include "usage/usage.h"
+#include "tests/bench/stats.h"
 #include "common/banned.h"
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double at_us(const uint64_t *ns, size_t n, unsigned q)
-{
-	size_t i = n * q / 100;
-
-	return (double)ns[i < n ? i : n - 1] / 1000.0;
-}
-
-static void report(const char *what, uint64_t *ns, size_t n)
-{
-	qsort(ns, n, sizeof(*ns), cmp_u64);
-	printf("  %-44s %7zu %10.2f %10.2f %10.2f %10.2f\n", what, n, at_us(ns, n, 50),
-	       at_us(ns, n, 90), at_us(ns, n, 99), at_us(ns, n, 100));
-}
 
 struct side {
 	const char *name;
@@ -154,13 +134,13 @@ int main(int argc, char **argv)
 		char what[64];
 
 		snprintf(what, sizeof(what), "%s: usage_quota_take, allowed", s->name);
-		report(what, s->take, n);
+		bench_row(what, 44, s->take, n);
 		snprintf(what, sizeof(what), "%s: usage_quota_take, refused", s->name);
-		report(what, s->refuse, n);
+		bench_row(what, 44, s->refuse, n);
 		snprintf(what, sizeof(what), "%s: usage_record_add", s->name);
-		report(what, s->record, n);
+		bench_row(what, 44, s->record, n);
 		snprintf(what, sizeof(what), "%s: usage_lease_take + release", s->name);
-		report(what, s->lease, n);
+		bench_row(what, 44, s->lease, n);
 	}
 	printf("  postgresql ledger rows dropped: %" PRIu64 "\n", usage_dropped(sides[1].st));
 	for (size_t k = 0; k < 2; k++) {

@@ -12,37 +12,8 @@
 
 #include "common/common.h"
 #include "usage/usage.h"
+#include "tests/bench/stats.h"
 #include "common/banned.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The value at quantile q (in percent) of the sorted ns, in microseconds. */
-static double at_us(const uint64_t *ns, size_t n, unsigned q)
-{
-	size_t i = n * q / 100;
-
-	return (double)ns[i < n ? i : n - 1] / 1000.0;
-}
-
-static void report(const char *what, uint64_t *ns, size_t n)
-{
-	qsort(ns, n, sizeof(*ns), cmp_u64);
-	printf("  %-36s %7zu %10.2f %10.2f %10.2f %10.2f\n", what, n, at_us(ns, n, 50),
-	       at_us(ns, n, 90), at_us(ns, n, 99), at_us(ns, n, 100));
-}
 
 int main(int argc, char **argv)
 {
@@ -90,48 +61,48 @@ int main(int argc, char **argv)
 		uint64_t t0;
 
 		snprintf(key, sizeof(key), "key%02zu", i % 50);
-		t0 = now_ns();
+		t0 = mono_ns();
 		if (usage_record_add(st, &r) != 0) {
 			fprintf(stderr, "usage-bench: usage_record_add failed\n");
 			return 1;
 		}
-		ns[i] = now_ns() - t0;
+		ns[i] = mono_ns() - t0;
 	}
-	report("usage_record_add", ns, n);
+	bench_row("usage_record_add", 36, ns, n);
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t t0;
 
 		snprintf(key, sizeof(key), "key%02zu", i % 50);
-		t0 = now_ns();
+		t0 = mono_ns();
 		if (usage_quota_take(st, key, &big, 0, &v) != 0 || !v.allowed) {
 			fprintf(stderr, "usage-bench: usage_quota_take failed\n");
 			return 1;
 		}
-		ns[i] = now_ns() - t0;
+		ns[i] = mono_ns() - t0;
 	}
-	report("usage_quota_take, allowed", ns, n);
+	bench_row("usage_quota_take, allowed", 36, ns, n);
 
 	/* Refused: the check alone, nothing written. */
 	usage_quota_take(st, "spent", &spent, 0, &v);
 	for (size_t i = 0; i < n; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 
 		if (usage_quota_take(st, "spent", &spent, 0, &v) != 0 || v.allowed) {
 			fprintf(stderr, "usage-bench: usage_quota_take did not refuse\n");
 			return 1;
 		}
-		ns[i] = now_ns() - t0;
+		ns[i] = mono_ns() - t0;
 	}
-	report("usage_quota_take, refused", ns, n);
+	bench_row("usage_quota_take, refused", 36, ns, n);
 
 	for (size_t i = 0; i < n; i++) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = mono_ns();
 
 		usage_quota_take(st, "free", &none, 0, &v);
-		ns[i] = now_ns() - t0;
+		ns[i] = mono_ns() - t0;
 	}
-	report("usage_quota_take, key without quota", ns, n);
+	bench_row("usage_quota_take, key without quota", 36, ns, n);
 
 	/* At a person's pace: 50 ms between checks, as the request-path bench sends them
 	 * (usage-http-bench.sh). Caches are cold then; this is what a request pays. */
@@ -140,14 +111,14 @@ int main(int argc, char **argv)
 		uint64_t t0;
 
 		nanosleep(&pause, NULL);
-		t0 = now_ns();
+		t0 = mono_ns();
 		if (usage_quota_take(st, "paced", &big, 0, &v) != 0 || !v.allowed) {
 			fprintf(stderr, "usage-bench: usage_quota_take failed\n");
 			return 1;
 		}
-		ns[i] = now_ns() - t0;
+		ns[i] = mono_ns() - t0;
 	}
-	report("usage_quota_take, 50 ms apart", ns, n / 100);
+	bench_row("usage_quota_take, 50 ms apart", 36, ns, n / 100);
 
 	if (usage_failures(st)) {
 		fprintf(stderr, "usage-bench: %" PRIu64 " store failures\n", usage_failures(st));

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 
-import { startServer, curl, curlStream, chatBody, testRegistry } from './harness.mjs';
+import { startServer, curl, curlStream, chatBody, olpKeys, testRegistry, waitFor } from './harness.mjs';
 import { startUpstream as startUpstreamIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -245,22 +245,23 @@ test('the official openai SDK: a whole tool round trip, and a streamed call from
 // stop that always matches. The prompt's count is claude's own (its message_start), the
 // answer's an estimate of what was written; the ledger row has both.
 test('a run cut at a stop sequence still counts its tokens, in the answer and the ledger', async () => {
-  const ledger = async () => (await curl(server, { path: '/v1/usage?recent=200', auth: true })).json.recent;
-  const before = (await ledger()).length;
-  const r = await post({ model: 'claude-fake', stop: ['from'],
-    messages: [{ role: 'user', content: 'Say hello' }] });
+  // A key of its own, so that its row is told apart from the rows of the tests before,
+  // which may still be landing (a row is written once its answer is out).
+  const k = olpKeys(server.home, 'keygen', '--name=stop sequence', '--tier=owner');
+  const mine = async () =>
+    (await curl(server, { path: '/v1/usage?recent=200', auth: true })).json.recent.filter((row) => row.key_id === k.id);
+  const r = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: `Bearer ${k.token}`,
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'claude-fake', stop: ['from'], messages: [{ role: 'user', content: 'Say hello' }] }) });
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.choices[0].message.content, 'Hello ');
   assert.equal(r.json.choices[0].finish_reason, 'stop');
   assert.equal(r.json.usage.prompt_tokens, 10, r.text); // the fake upstream's input_tokens
   assert.ok(r.json.usage.completion_tokens >= 1, r.text);
   assert.equal(r.json.usage.total_tokens, r.json.usage.prompt_tokens + r.json.usage.completion_tokens);
-  // The row is written once the answer is out: wait for it.
-  let rows = await ledger();
-  for (let i = 0; i < 50 && rows.length === before; i++) {
-    await new Promise((ok) => setTimeout(ok, 100));
-    rows = await ledger();
-  }
+  let rows;
+  assert.ok(await waitFor(async () => (rows = await mine()).length > 0, { timeoutMs: 10000, stepMs: 100 }), 'no ledger row');
+  assert.equal(rows.length, 1, JSON.stringify(rows));
   const row = rows[0];
   assert.equal(row.status, 200, JSON.stringify(row));
   assert.equal(row.prompt_tokens, 10, JSON.stringify(row));

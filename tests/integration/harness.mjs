@@ -19,6 +19,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { after as afterAll } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { listeningSockets } from './fcgi-client.mjs';
@@ -891,4 +892,99 @@ export function chatBody(model, content = 'hello', extra = {}) {
 // Run a command synchronously; used for the CGI start mode.
 export function runSync(cmd, args, opts) {
   return spawnSync(cmd, args, { timeout: 30000, maxBuffer: 64 << 20, ...opts });
+}
+
+// ---- deploy/olp-local serve, as a user runs it (serve*.test.mjs) ----------------------
+
+// A fresh directory for serve's homes, 0711 (started by root, serve runs the workers as
+// olp, which must reach OLP_HOME); at the end every process still naming it is killed
+// and it is removed (kept with OLP_IT_KEEP). Call at a test file's top level.
+export function serveRoot(prefix) {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  fs.chmodSync(root, 0o711);
+  afterAll(() => {
+    for (const p of procsMentioning(root)) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    if (!process.env.OLP_IT_KEEP) fs.rmSync(root, { recursive: true, force: true });
+  });
+  return root;
+}
+
+// Start `deploy/olp-local serve ARGS...` with OLP_HOME=home in its own process group
+// (like a terminal job) and the olp-fcgi under test as OLP_BIN; wait until readyPath
+// answers 200 (at most upMs). Returns { port, url(p), out(), stop() }: stop sends SIGINT
+// to the group, as Ctrl-C does, and asserts serve exited within stopMs and nothing
+// naming home is left after goneMs. A serve that does not come up fails the test with
+// what it printed.
+export async function startServe(home, args = [], { env = {}, readyPath = '/health', upMs = 60000, stopMs = 15000, goneMs = 10000 } = {}) {
+  const port = await freePort();
+  const child = spawn(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve', ...args], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
+      HOME: process.env.HOME ?? path.dirname(home),
+      OLP_HOME: home,
+      OLP_PORT: String(port),
+      OLP_BIN: cfg.bin,
+      OLP_MAX_PROCS: '1',
+      OLP_THREADS: '2',
+      OLP_NO_INSTALL: '1',
+      ...env,
+    },
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const chunks = [];
+  child.stdout.on('data', (d) => chunks.push(d));
+  child.stderr.on('data', (d) => chunks.push(d));
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  const out = () => Buffer.concat(chunks).toString('utf8');
+  const url = (p) => `http://127.0.0.1:${port}${p}`;
+  const up = await waitFor(
+    async () => {
+      if (child.exitCode !== null) return false;
+      try {
+        const r = await fetch(url(readyPath), { signal: AbortSignal.timeout(2000) });
+        await r.arrayBuffer();
+        return r.status === 200;
+      } catch {
+        return false;
+      }
+    },
+    { timeoutMs: upMs, stepMs: 200 },
+  );
+  const stop = async () => {
+    try {
+      process.kill(-child.pid, 'SIGINT');
+    } catch {
+      /* already gone */
+    }
+    const done = await Promise.race([exited.then(() => true), sleep(stopMs, false, { ref: false })]);
+    if (!done) process.kill(-child.pid, 'SIGKILL');
+    if (!done) throw new Error(`serve ${args.join(' ')} did not stop on Ctrl-C (SIGINT to its process group):\n${out()}`);
+    const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: goneMs });
+    if (!gone) throw new Error(`left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
+  };
+  if (!up) {
+    await stop().catch(() => {});
+    throw new Error(`serve ${args.join(' ')} did not come up on ${port}:\n${out()}`);
+  }
+  return { port, url, out, stop };
+}
+
+// GET http://127.0.0.1:port/p with an optional Bearer token: { status, json, text }.
+export async function getJSON(port, p, token) {
+  const r = await fetch(`http://127.0.0.1:${port}${p}`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+  const text = await r.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: r.status, json, text };
 }

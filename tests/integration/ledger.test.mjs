@@ -186,8 +186,12 @@ describe('tokens_per_day reserved, provider caps refunded, refusals counted', ()
     const refusals = rows.filter((r) => r.status === 429);
     assert.equal(refusals.reduce((n, r) => n + r.count, 0), N - served);
     for (const r of refusals) assert.equal(r.start, 'none');
-    const m = await curl(server, { path: '/metrics', auth: true });
-    assert.ok(metric(m.text, 'olp_quota_rejections_total{limit="requests_per_minute"}') >= N - served);
+    // Counted just after each answer is finished (after its ledger row): wait for the last.
+    let m;
+    await waitFor(async () =>
+      metric((m = await curl(server, { path: '/metrics', auth: true })).text, 'olp_quota_rejections_total{limit="requests_per_minute"}') >= N - served,
+    { timeoutMs: 10000, stepMs: 100 });
+    assert.ok(metric(m.text, 'olp_quota_rejections_total{limit="requests_per_minute"}') >= N - served, m.text);
   });
 });
 
@@ -220,7 +224,10 @@ describe('the audit log: unauthenticated floods counted, size rotation with rete
     const grown = logs().total - before;
     // A summary line (~250 bytes) per worker and minute: not 2,000 lines of ~300.
     assert.ok(grown < 4096, `the audit log grew by ${grown} bytes`);
-    const m = await curl(server, { path: '/metrics', auth: true });
+    // A request is counted just after its answer is finished: wait for the last ones.
+    let m;
+    const counted = (x) => ['401', '404'].every((st) => metric(x.text, `olp_unauthenticated_requests_total{status="${st}"}`) >= 1000);
+    await waitFor(async () => counted((m = await curl(server, { path: '/metrics', auth: true }))), { timeoutMs: 10000, stepMs: 100 });
     assert.equal(metric(m.text, 'olp_unauthenticated_requests_total{status="401"}'), 1000);
     assert.equal(metric(m.text, 'olp_unauthenticated_requests_total{status="404"}'), 1000);
     const text = fs.readFileSync(path.join(server.home, 'logs', 'audit.ndjson'), 'utf8');

@@ -139,6 +139,15 @@ describe('GET /metrics behind lighttpd, 2 workers', () => {
     const chatPids = new Set(await Promise.all(chats.map((c) => servedBy(srv, c.headers['x-request-id']))));
     assert.ok(chatPids.size >= 1);
 
+    // A request is counted just after its answer is finished: wait until the last one is
+    // (any worker's scrape shows the pool's counts).
+    await waitFor(
+      async () =>
+        samples((await curl(srv, { path: '/metrics' })).text).get(
+          `olp_requests_total{route="chat",provider="missing",model="missing",status="${failed.status}"}`,
+        ) === 1,
+      { timeoutMs: 10000, stepMs: 100 },
+    );
     // Scrape in concurrent batches until both workers have answered one.
     const seen = new Set();
     for (let b = 0; b < 30 && seen.size < 2; b++) {

@@ -9,15 +9,13 @@
 // ones. Env (CTest): what harness.mjs needs and OLP_KEYS.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
-  startServer, stageFor, curl, olpKeys, makeHome, commandProvider, testConfig, cfg, freePort, waitFor,
-  procsMentioning,
+  startServer, stageFor, curl, olpKeys, makeHome, commandProvider, testConfig, procsMentioning, serveRoot, startServe,
 } from './harness.mjs';
 
 function identities() {
@@ -166,67 +164,24 @@ for (const id of identities()) {
 const notRoot = process.getuid() === 0 ? false : 'not root: serve runs its workers as olp only when started by root';
 describe('the same routes behind deploy/olp-local serve started as root (workers as olp)', { skip: notRoot }, () => {
   const ctx = { user: 'olp' };
-  let root, home, child, exited;
+  const home = path.join(serveRoot('olp-routes-serve-'), 'home');
+  let serve;
 
   before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-routes-serve-'));
-    fs.chmodSync(root, 0o711); // olp must reach OLP_HOME below it
-    home = path.join(root, 'home');
     fs.mkdirSync(home, { mode: 0o700 });
     fs.writeFileSync(path.join(home, 'models-registry.json'), JSON.stringify(REGISTRY), { mode: 0o600 });
     fs.writeFileSync(path.join(home, 'config.json'), JSON.stringify(testConfig()), { mode: 0o600 });
     ctx.guest = olpKeys(home, ...GUEST);
-    const port = await freePort();
     const token = 'olp_test_' + Math.random().toString(36).slice(2) + Math.random().toString(36).slice(2);
-    child = spawn(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve'], {
-      env: {
-        PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
-        HOME: process.env.HOME ?? root,
-        OLP_HOME: home,
-        OLP_PORT: String(port),
-        OLP_BIN: cfg.bin,
-        OLP_MAX_PROCS: '1',
-        OLP_THREADS: '2',
-        OLP_NO_INSTALL: '1',
-        OLP_OWNER_TOKEN: token,
-      },
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    const out = [];
-    child.stdout.on('data', (d) => out.push(d));
-    child.stderr.on('data', (d) => out.push(d));
-    exited = new Promise((resolve) => child.once('exit', resolve));
-    const up = await waitFor(async () => {
-      if (child.exitCode !== null) return false;
-      try {
-        const r = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
-        await r.arrayBuffer();
-        return r.status === 200;
-      } catch {
-        return false;
-      }
-    }, { timeoutMs: 60000, stepMs: 200 });
-    assert.ok(up, `serve did not come up on ${port}:\n${Buffer.concat(out).toString()}`);
-    ctx.server = { url: (p) => `http://127.0.0.1:${port}${p}`, token };
+    serve = await startServe(home, [], { env: { OLP_OWNER_TOKEN: token }, stopMs: 10000, goneMs: 5000 });
+    ctx.server = { url: serve.url, token };
     ctx.uid = Number(spawnSync('id', ['-u', 'olp'], { encoding: 'utf8' }).stdout.trim());
     ctx.workerPids = () =>
       procsMentioning(home).filter((p) => path.basename(p.cmdline.split(' ')[0] ?? '') === 'olp-fcgi').map((p) => p.pid);
   });
 
   after(async () => {
-    if (child && child.exitCode === null) {
-      try {
-        process.kill(-child.pid, 'SIGINT'); // Ctrl-C, as it_serve stops it
-      } catch {
-        /* gone */
-      }
-      if (!(await Promise.race([exited.then(() => true), sleep(10000).then(() => false)])))
-        process.kill(-child.pid, 'SIGKILL');
-      const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 5000 });
-      assert.ok(gone, `left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
-    }
-    if (root) fs.rmSync(root, { recursive: true, force: true });
+    await serve?.stop(); // Ctrl-C, as it_serve stops it; nothing naming OLP_HOME left
   });
 
   routeTests(ctx);

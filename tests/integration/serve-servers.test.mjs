@@ -6,14 +6,12 @@
 // running. serve.test.mjs covers the lighttpd default in depth.
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { after, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, it } from 'node:test';
 
-import { cfg, chatBody, descendants, freePort, kindMissing, procsMentioning, waitFor } from './harness.mjs';
+import { chatBody, descendants, kindMissing, procsMentioning, serveRoot, startServe } from './harness.mjs';
 
 const SERVERS = [
   ['apache', 'apache2'],
@@ -28,78 +26,19 @@ for (const [server] of SERVERS) {
   }
 }
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-serve-servers-'));
-// Started by root, serve runs the server and the workers as olp, which must reach OLP_HOME.
-fs.chmodSync(root, 0o711);
-
-after(() => {
-  for (const p of procsMentioning(root)) {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
-  }
-  if (!process.env.OLP_IT_KEEP) fs.rmSync(root, { recursive: true, force: true });
-});
+const root = serveRoot('olp-serve-servers-');
 
 const TOKEN_RE = /olp_[A-Za-z0-9_-]{43}/g;
 
-async function serve(server, home) {
-  const port = await freePort();
-  const child = spawn(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve', '--server', server], {
+const serve = (server, home) =>
+  startServe(home, ['--server', server], {
+    readyPath: '/health/live',
     env: {
-      PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
-      HOME: process.env.HOME ?? root,
-      OLP_HOME: home,
-      OLP_PORT: String(port),
-      OLP_BIN: cfg.bin,
       OLP_MAX_PROCS: '2',
-      OLP_THREADS: '2',
-      OLP_NO_INSTALL: '1',
       ...(process.env.OLP_KEYS ? { OLP_KEYS: process.env.OLP_KEYS } : {}),
       ...Object.fromEntries(['ASAN_OPTIONS', 'UBSAN_OPTIONS'].filter((k) => process.env[k]).map((k) => [k, process.env[k]])),
     },
-    detached: true, // its own process group, as a terminal job
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const chunks = [];
-  child.stdout.on('data', (d) => chunks.push(d));
-  child.stderr.on('data', (d) => chunks.push(d));
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  const out = () => Buffer.concat(chunks).toString('utf8');
-  const url = (p) => `http://127.0.0.1:${port}${p}`;
-  const up = await waitFor(
-    async () => {
-      if (child.exitCode !== null) return false;
-      try {
-        const r = await fetch(url('/health/live'), { signal: AbortSignal.timeout(2000) });
-        await r.arrayBuffer();
-        return r.status === 200;
-      } catch {
-        return false;
-      }
-    },
-    { timeoutMs: 60000, stepMs: 200 },
-  );
-  const stop = async () => {
-    try {
-      process.kill(-child.pid, 'SIGINT');
-    } catch {
-      /* gone */
-    }
-    const done = await Promise.race([exited.then(() => true), sleep(15000, false, { ref: false })]);
-    if (!done) process.kill(-child.pid, 'SIGKILL');
-    assert.ok(done, `serve --server ${server} did not stop on Ctrl-C:\n${out()}`);
-    const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 10000 });
-    assert.ok(gone, `left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
-  };
-  if (!up) {
-    await stop().catch(() => {});
-    assert.fail(`serve --server ${server} did not come up on ${port}:\n${out()}`);
-  }
-  return { url, out, stop };
-}
 
 for (const [server, comm] of SERVERS) {
   describe(`deploy/olp-local serve --server ${server}`, () => {

@@ -9,14 +9,12 @@
 // No PostgreSQL server installed is a skip (77, deploy/olp-local test installs it).
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { after, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, it } from 'node:test';
 
-import { cfg, freePort, procsMentioning, waitFor } from './harness.mjs';
+import { getJSON, olpKeys as harnessOlpKeys, serveRoot, startServe } from './harness.mjs';
 
 const hasPg = spawnSync('sh', ['-c', 'ls /usr/lib/postgresql/*/bin/initdb'], { encoding: 'utf8' }).status === 0;
 if (!hasPg) {
@@ -24,96 +22,14 @@ if (!hasPg) {
   process.exit(77);
 }
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-serve-store-'));
-// Started by root, serve runs the workers (and the cluster) as the user olp.
-fs.chmodSync(root, 0o711);
+const root = serveRoot('olp-serve-store-');
 const home = path.join(root, 'home');
 
-after(() => {
-  for (const p of procsMentioning(root)) {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
-  }
-  if (!process.env.OLP_IT_KEEP) fs.rmSync(root, { recursive: true, force: true });
-});
-
-// serve --store postgres in its own process group; resolves once /health answers.
-async function serve() {
-  const port = await freePort();
-  const child = spawn(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve', '--store', 'postgres'], {
-    env: {
-      PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
-      HOME: process.env.HOME ?? root,
-      OLP_HOME: home,
-      OLP_PORT: String(port),
-      OLP_BIN: cfg.bin,
-      OLP_MAX_PROCS: '1',
-      OLP_THREADS: '2',
-      OLP_NO_INSTALL: '1',
-    },
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const chunks = [];
-  child.stdout.on('data', (d) => chunks.push(d));
-  child.stderr.on('data', (d) => chunks.push(d));
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  const out = () => Buffer.concat(chunks).toString('utf8');
-  const up = await waitFor(
-    async () => {
-      if (child.exitCode !== null) return false;
-      try {
-        const r = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
-        await r.arrayBuffer();
-        return r.status === 200;
-      } catch {
-        return false;
-      }
-    },
-    { timeoutMs: 90000, stepMs: 200 },
-  );
-  const stop = async () => {
-    try {
-      process.kill(-child.pid, 'SIGINT');
-    } catch {
-      /* gone */
-    }
-    const done = await Promise.race([exited.then(() => true), sleep(20000).then(() => false)]);
-    if (!done) process.kill(-child.pid, 'SIGKILL');
-    assert.ok(done, 'serve did not stop on Ctrl-C');
-    // The database server ran with its data under OLP_HOME: gone with serve.
-    const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 10000 });
-    assert.ok(gone, `left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
-  };
-  if (!up) {
-    await stop().catch(() => {});
-    assert.fail(`serve --store postgres did not come up on ${port}:\n${out()}`);
-  }
-  return { port, out, stop };
-}
-
-async function get(port, p, token) {
-  const r = await fetch(`http://127.0.0.1:${port}${p}`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-  const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: r.status, json, text };
-}
-
-function olpKeys(...args) {
-  const bin = process.env.OLP_KEYS;
-  assert.ok(bin, 'OLP_KEYS is not set: run this test through CTest');
-  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  assert.equal(r.status, 0, `olp-keys ${args.join(' ')}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
+// serve --store postgres; the database server runs with its data under OLP_HOME, so
+// stop()'s check that nothing naming OLP_HOME is left covers it too.
+const serve = () => startServe(home, ['--store', 'postgres'], { upMs: 90000, stopMs: 20000 });
+const get = getJSON;
+const olpKeys = (...args) => harnessOlpKeys(home, ...args);
 
 describe('deploy/olp-local serve --store postgres', () => {
   let guest;

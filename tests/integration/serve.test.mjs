@@ -10,134 +10,53 @@
 // own olp-keys calls use OLP_KEYS (set by CTest).
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, it } from 'node:test';
 
-import { cfg, freePort, procsMentioning, testConfig, testRegistry, waitFor } from './harness.mjs';
+import { cfg, freePort, getJSON, olpKeys as harnessOlpKeys, procsMentioning, serveRoot, startServe, testConfig, testRegistry, waitFor } from './harness.mjs';
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-serve-'));
-// Started by root, serve runs the workers as the user olp, which must reach OLP_HOME.
-fs.chmodSync(root, 0o711);
+const root = serveRoot('olp-serve-');
 const home = path.join(root, 'home');
 
-after(() => {
-  const left = procsMentioning(root);
-  for (const p of left) {
-    try {
-      process.kill(p.pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
-  }
-  if (!process.env.OLP_IT_KEEP) fs.rmSync(root, { recursive: true, force: true });
-});
-
-// Start serve in its own process group (like a terminal job), wait for
-// /health, return {port, out(), stop()}.  stop() sends SIGINT to the group,
-// as Ctrl-C does, and checks nothing of it is left.
+// serve with extraEnv (started by startServe: /health, Ctrl-C). Started as root, serve
+// stages copies the server's user can read and the workers run from there (their
+// OLP_BIN): stop() also checks that Ctrl-C took the stage away.
 async function serve(extraEnv = {}) {
-  const port = await freePort();
-  const env = {
-    PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin',
-    HOME: process.env.HOME ?? root,
-    OLP_HOME: home,
-    OLP_PORT: String(port),
-    OLP_BIN: cfg.bin,
-    OLP_MAX_PROCS: '1',
-    OLP_THREADS: '2',
-    OLP_NO_INSTALL: '1',
-    ...extraEnv,
-  };
-  const child = spawn(path.join(cfg.sourceDir, 'deploy', 'olp-local'), ['serve'], {
-    env,
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const chunks = [];
-  child.stdout.on('data', (d) => chunks.push(d));
-  child.stderr.on('data', (d) => chunks.push(d));
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  const out = () => Buffer.concat(chunks).toString('utf8');
-  const up = await waitFor(
-    async () => {
-      if (child.exitCode !== null) return false;
-      try {
-        const r = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
-        await r.arrayBuffer();
-        return r.status === 200;
-      } catch {
-        return false;
-      }
-    },
-    { timeoutMs: 60000, stepMs: 200 },
-  );
+  const s = await startServe(home, [], { env: extraEnv, stopMs: 10000, goneMs: 5000 });
+  const staged = [
+    ...new Set(
+      procsMentioning(home)
+        .map((p) => {
+          try {
+            return fs.readlinkSync(`/proc/${p.pid}/exe`);
+          } catch {
+            return '';
+          }
+        })
+        .filter((exe) => exe.startsWith(path.join(os.tmpdir(), 'olp-serve.')))
+        .map((exe) => path.dirname(exe)),
+    ),
+  ];
+  if (process.getuid() === 0) {
+    if (staged.length === 0) await s.stop().catch(() => {});
+    assert.ok(staged.length > 0, 'serve as root: no worker runs from a stage');
+  }
   const stop = async () => {
-    try {
-      process.kill(-child.pid, 'SIGINT');
-    } catch {
-      /* already gone */
-    }
-    const done = await Promise.race([exited.then(() => true), sleep(10000).then(() => false)]);
-    if (!done) process.kill(-child.pid, 'SIGKILL');
-    assert.ok(done, 'serve did not stop on Ctrl-C (SIGINT to its process group)');
-    const gone = await waitFor(() => procsMentioning(home).length === 0, { timeoutMs: 5000 });
-    assert.ok(gone, `left running after Ctrl-C: ${JSON.stringify(procsMentioning(home))}`);
-  };
-  // Started as root, serve stages copies the server's user can read: the workers run
-  // from there (their OLP_BIN). Ctrl-C must take the stage away too.
-  const stages = () =>
-    procsMentioning(home)
-      .map((p) => {
-        try {
-          return fs.readlinkSync(`/proc/${p.pid}/exe`);
-        } catch {
-          return '';
-        }
-      })
-      .filter((exe) => exe.startsWith(path.join(os.tmpdir(), 'olp-serve.')))
-      .map((exe) => path.dirname(exe));
-  const staged = up ? [...new Set(stages())] : [];
-  const stopAndCheck = stop;
-  const stopAll = async () => {
-    await stopAndCheck();
+    await s.stop();
     for (const d of staged) assert.ok(!fs.existsSync(d), `serve left its stage ${d}`);
   };
-  if (process.getuid() === 0 && up) assert.ok(staged.length > 0, 'serve as root: no worker runs from a stage');
-  if (!up) {
-    await stop().catch(() => {});
-    assert.fail(`serve did not come up on ${port}:\n${out()}`);
-  }
-  return { port, out, stop: stopAll };
+  return { port: s.port, out: s.out, stop };
 }
 
-async function get(port, p, token) {
-  const r = await fetch(`http://127.0.0.1:${port}${p}`, {
-    headers: token ? { Authorization: `Bearer ${token}` } : {},
-  });
-  const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: r.status, json, text };
-}
+const get = getJSON;
 
 const models = async (port, token) => (await get(port, '/v1/models', token)).status;
 
-function olpKeys(...args) {
-  const bin = process.env.OLP_KEYS;
-  assert.ok(bin, 'OLP_KEYS is not set: run this test through CTest');
-  const r = spawnSync(bin, [...args, '--json', `--olp-home=${home}`], { encoding: 'utf8', timeout: 30000 });
-  assert.equal(r.status, 0, `olp-keys ${args.join(' ')}: ${r.stderr}`);
-  return JSON.parse(r.stdout);
-}
+const olpKeys = (...args) => harnessOlpKeys(home, ...args);
 
 const ownerKeys = () => olpKeys('list', '--owner-only');
 const TOKEN_RE = /olp_[A-Za-z0-9_-]{43}/g;
