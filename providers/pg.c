@@ -486,13 +486,17 @@ void prov_pg_limits_put(const char *provider, const char *account, const struct 
 	if (!pg.writer_on)
 		goto out;
 	p = pg_pending_slot(provider, account);
-	if (p && (p->dirty || p->inflight)) {
+	/* What the store holds, as far as this process knows: the state on its way there,
+	 * else the newer of the cache's row and this process's last write (the row's
+	 * notification may not have come back yet). */
+	if (p && (p->dirty || p->inflight))
 		base = &p->st;
-	} else if (pg_fresh(NULL) && pg.limits_loaded && (e = *pg_find('l', provider, account))) {
+	else if (p && p->has_sent)
+		base = &p->sent;
+	if (!(p && (p->dirty || p->inflight)) && pg_fresh(NULL) && pg.limits_loaded &&
+	    (e = *pg_find('l', provider, account)) && (!base || e->st.seen_ms > base->seen_ms)) {
 		cached = e->st;
 		base = &cached;
-	} else if (p && p->has_sent) {
-		base = &p->sent;
 	}
 	if (base && !pg_matters(base, st))
 		goto out;
