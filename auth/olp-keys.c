@@ -16,6 +16,7 @@
 
 #include "auth/auth.h"
 #include "common/common.h"
+#include "providers/providers.h"
 #include "store/store.h"
 #include "usage/usage.h"
 #include "common/banned.h"
@@ -925,10 +926,12 @@ out_free:
 /* ---- the PostgreSQL store ---------------------------------------------------------------- */
 
 /* Every module's schema, in the order store init applies them: the keys' (auth/), then the
- * usage ledger's, quota windows' and leases' (usage/) (ADR 0034). */
+ * usage ledger's, quota windows' and leases' (usage/) (ADR 0034), then the accounts'
+ * limits and sticky choices (providers/, ADR 0035 and 0037 amendments). */
 static const struct store_schema *(*const schema_fns[])(void) = {
 	auth_pg_schema,
 	usage_pg_schema,
+	prov_pg_schema,
 };
 
 /* Open url (the passfile, may be NULL) for this tool: NULL with the reason printed. */

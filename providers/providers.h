@@ -426,6 +426,27 @@ bool prov_account_blocked(const struct prov_provider *pv, const char *account, i
 int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t now_s,
 			const char **account, int64_t *retry_s);
 
+/* ---- the shared store of several hosts (pg.c; ADR 0034, 0035 and 0037 amendments) ---- */
+
+struct store_db;     /* store/store.h */
+struct store_schema; /* store/store.h */
+
+/* The "providers" schema of the shared store (olp_account_limits, olp_account_choices),
+ * for olp-keys store init. */
+const struct store_schema *prov_pg_schema(void);
+/* Keep the accounts' limits and the unbound keys' account choices in db as well as in
+ * the state dir, for every host that uses db. Registers the store's LISTEN channel
+ * olp_providers, so call it before the listener thread starts (auth_store_open starts
+ * it); until that thread answers, reads use the host's files. Starts this process's
+ * writer thread. 0; -ENOENT or -EPROTO when db has no providers schema or another
+ * version (logged: nothing is shared until olp-keys store init); -EINVAL (attached
+ * already) or -EBUSY (the listener runs). A database away is no error. db must outlive
+ * prov_store_detach. */
+int prov_store_attach(struct store_db *db);
+/* Stop the writer (a state still queued is dropped: the host's file has it) and the
+ * notifications; reads use the files again. */
+void prov_store_detach(void);
+
 /* ---- running ------------------------------------------------------------------------- */
 
 /* The error code as in the Node OLP ("SPAWN_TIMEOUT", …). */
