@@ -54,6 +54,8 @@ enum auth_result {
 #define AUTH_ACCOUNT_MAX 33
 /* A key's binding as a manifest's "accounts" member holds it: "<provider>=<account>". */
 #define AUTH_BINDING_MAX (AUTH_PROVIDER_MAX + AUTH_ACCOUNT_MAX)
+/* Whether s is an account name: 1..AUTH_ACCOUNT_MAX - 1 of [a-z0-9_-]. */
+bool auth_account_name_valid(const char *s);
 /* Split "<provider>=<account>" into its names, each checked. 0 or -EINVAL. */
 int auth_binding_split(const char *binding, char provider[AUTH_PROVIDER_MAX],
 		       char account[AUTH_ACCOUNT_MAX]);

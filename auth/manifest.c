@@ -51,7 +51,7 @@ bool auth_provider_name_valid(const char *s)
 	return i > 0 && i < AUTH_PROVIDER_MAX;
 }
 
-static bool account_name_valid(const char *s)
+bool auth_account_name_valid(const char *s)
 {
 	size_t i;
 
@@ -73,7 +73,7 @@ int auth_binding_split(const char *binding, char provider[AUTH_PROVIDER_MAX],
 	memcpy(provider, binding, pl);
 	provider[pl] = '\0';
 	snprintf(account, AUTH_ACCOUNT_MAX, "%s", eq + 1);
-	return auth_provider_name_valid(provider) && account_name_valid(account) ? 0 : -EINVAL;
+	return auth_provider_name_valid(provider) && auth_account_name_valid(account) ? 0 : -EINVAL;
 }
 
 void auth_file_sig_from_stat(struct auth_file_sig *s, const struct stat *sb)

@@ -16,6 +16,7 @@
 
 #include "auth/auth.h"
 #include "common/common.h"
+#include "providers/providers.h"
 #include "store/store.h"
 #include "usage/usage.h"
 #include "common/banned.h"
@@ -41,8 +42,9 @@ static const char usage_text[] =
 	"  set-account --id=ID (PROVIDER=ACCOUNT | --clear PROVIDER)\n"
 	"                            bind a key's requests to one of a provider's accounts\n"
 	"                            (keygen: --account=PROVIDER=ACCOUNT[,...]), or unbind\n"
-	"  usage [--id=ID] [--since=YYYY-MM-DD]\n"
-	"                            requests and tokens per key, provider and UTC day\n"
+	"  usage [--id=ID] [--since=YYYY-MM-DD] [--account=ACCOUNT]\n"
+	"                            requests and tokens per key, provider, account and UTC\n"
+	"                            day (--account: that account's only)\n"
 	"  store init [--worker-role=ROLE]\n"
 	"                            create or upgrade the PostgreSQL store's schema and grant\n"
 	"                            ROLE (the workers') data rights only\n"
@@ -113,7 +115,8 @@ struct opts {
 	/* keygen (allow_login), set-login */
 	const char *allow_login;
 	const char *deny_login;
-	/* keygen (--account), set-account (PROVIDER=ACCOUNT, or PROVIDER with --clear) */
+	/* keygen (--account), usage (--account: one account's rows), set-account
+	 * (PROVIDER=ACCOUNT, or PROVIDER with --clear) */
 	const char *account;
 	const char *binding;
 	/* usage */
@@ -174,7 +177,7 @@ static const struct opt_def opt_defs[] = {
 	/* set-quota's own name for it, beside --clear */
 	VALUE("concurrent", SET_QUOTA, quota_concurrent),
 	FLAG("clear", SET_QUOTA | SET_LOGIN | SET_ACCOUNT, clear),
-	VALUE("account", KEYGEN, account),
+	VALUE("account", KEYGEN | USAGE, account),
 	VALUE("since", USAGE, since),
 	VALUE("allow-login", KEYGEN, allow_login),
 	/* set-login's names for them */
@@ -841,6 +844,21 @@ static void print_usage_json(const struct auth_key_list *list, const struct usag
 	buf_release(&b);
 }
 
+/* --id, --since and --account into f: 0, or EXIT_USAGE after the usage error. */
+static int usage_filter_read(const struct opts *o, struct usage_filter *f)
+{
+	if (o->id && strlen(o->id) >= sizeof(((struct usage_day *)0)->key_id))
+		return usage_error("--id is a key id, at most %zu characters",
+				   sizeof(((struct usage_day *)0)->key_id) - 1);
+	if (o->since && parse_since(o->since, &f->since_ms))
+		return EXIT_USAGE;
+	if (o->account && !auth_account_name_valid(o->account))
+		return usage_error("--account is an account name, 1-%d of [a-z0-9_-]; not '%s'",
+				   AUTH_ACCOUNT_MAX - 1, o->account);
+	f->account = o->account;
+	return 0;
+}
+
 static int cmd_usage(const struct opts *o, const struct auth_target *t)
 {
 	struct usage_filter f = { .key_id = o->id };
@@ -854,10 +872,7 @@ static int cmd_usage(const struct opts *o, const struct auth_target *t)
 	size_t n = 0;
 	int ret, rc = EXIT_FAILURE;
 
-	if (o->id && strlen(o->id) >= sizeof(days->key_id))
-		return usage_error("--id is a key id, at most %zu characters",
-				   sizeof(days->key_id) - 1);
-	if (o->since && parse_since(o->since, &f.since_ms))
+	if (usage_filter_read(o, &f))
 		return EXIT_USAGE;
 	r = auth_key_list_at(t, &list, &msg);
 	if (r) {
@@ -879,8 +894,10 @@ out_print:
 	if (o->json) {
 		print_usage_json(&list, days, n);
 	} else if (!n) {
-		printf("No usage recorded%s%s%s%s.\n", o->id ? " for key " : "", o->id ? o->id : "",
-		       o->since ? " since " : "", o->since ? o->since : "");
+		printf("No usage recorded%s%s%s%s%s%s.\n", o->id ? " for key " : "",
+		       o->id ? o->id : "", o->account ? " on account " : "",
+		       o->account ? o->account : "", o->since ? " since " : "",
+		       o->since ? o->since : "");
 	} else {
 		printf("%-10s %-14s %-20s %-10s %-10s %8s %6s %12s %12s %12s %8s\n", "DAY", "KEY",
 		       "NAME", "PROVIDER", "ACCOUNT", "REQUESTS", "ERRORS", "PROMPT", "COMPLETION",
@@ -909,10 +926,12 @@ out_free:
 /* ---- the PostgreSQL store ---------------------------------------------------------------- */
 
 /* Every module's schema, in the order store init applies them: the keys' (auth/), then the
- * usage ledger's, quota windows' and leases' (usage/) (ADR 0034). */
+ * usage ledger's, quota windows' and leases' (usage/) (ADR 0034), then the accounts'
+ * limits and sticky choices (providers/, ADR 0035 and 0037 amendments). */
 static const struct store_schema *(*const schema_fns[])(void) = {
 	auth_pg_schema,
 	usage_pg_schema,
+	prov_pg_schema,
 };
 
 /* Open url (the passfile, may be NULL) for this tool: NULL with the reason printed. */

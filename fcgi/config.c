@@ -577,6 +577,9 @@ int fcgi_config_load(struct fcgi_config *c, struct buf *err)
 		buf_release(&why);
 		return -1;
 	}
+	/* A login token in it: the file must be as private as a login file (ADR 0037). */
+	if (prov_config_check_file(json_object_get(c->json, "providers"), c->path, err))
+		return -1;
 	if (read_server(c, err) || read_streaming(c, err) || read_auth(c, err) ||
 	    read_anonymous(c, err) || read_sandbox(c, err) || read_usage(c, err) ||
 	    read_audit(c, err) || read_metrics(c, err) || read_store(c, err))

@@ -104,7 +104,10 @@ static void add_account(struct buf *b, const struct prov_provider *apv, int64_t 
 	buf_addch(b, '}');
 }
 
-void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, const char *only)
+/* The accounts of pv (only: that one alone; NULL: every one), each with its login when
+ * owner. */
+static void accounts_json(struct buf *b, const struct prov_provider *pv, const char *only,
+			  bool owner)
 {
 	int64_t now_s = wall_ms() / 1000;
 	bool first = true;
@@ -118,12 +121,17 @@ void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, co
 		if (!first)
 			buf_addch(b, ',');
 		first = false;
-		add_account(b, prov_provider_for_account(pv, name), now_s, !only);
+		add_account(b, prov_provider_for_account(pv, name), now_s, owner);
 	}
 	buf_addch(b, '}');
 }
 
-void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b)
+void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, const char *only)
+{
+	accounts_json(b, pv, only, !only);
+}
+
+void fcgi_limits_usage_json(struct fcgi_req *rc, const char *account, struct buf *b)
 {
 	const struct prov_registry *reg = rc->app->reg;
 	bool first = true;
@@ -149,7 +157,13 @@ void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b)
 		first = false;
 		buf_add_json_str(b, name, strlen(name));
 		buf_addch(b, ':');
-		fcgi_limits_accounts_json(b, pv, only);
+		/* ?account=: that account alone; for a key, only when it is its own, else as
+		 * for an account the provider does not have (an empty object): another
+		 * person's account is neither named nor described. */
+		if (account && only && strcmp(only, account))
+			buf_adds(b, "{}");
+		else
+			accounts_json(b, pv, account ? account : only, fcgi_is_owner(rc));
 	}
 	buf_addch(b, '}');
 }

@@ -379,6 +379,18 @@ static int open_store(void)
 	return 0;
 }
 
+/* The accounts' limits and the unbound keys' account choices in the shared store too
+ * (ADR 0035 and 0037 amendments), so that every host refuses a rejected account and an
+ * unbound key runs on one account whichever host serves it. Before open_auth, which
+ * starts the store's listener thread. Not for a CGI process: it answers one request,
+ * and has no listener to keep a cache fresh (its host's files are used). Advisory: a
+ * failure here leaves each host its own files (logged). */
+static void open_shared_accounts(bool cgi)
+{
+	if (app.store && !cgi)
+		(void)prov_store_attach(app.store);
+}
+
 /* The key store, with the anonymous access and audit options: 0, or -1 (logged). */
 static int open_auth(bool cgi)
 {
@@ -431,7 +443,10 @@ static int app_init(bool cgi)
 		return -1;
 	/* The pool's shared metrics, in the same place. */
 	open_metrics(cgi);
-	if (open_store() || open_auth(cgi))
+	if (open_store())
+		return -1;
+	open_shared_accounts(cgi);
+	if (open_auth(cgi))
 		return -1;
 	open_leases();
 	/* The ledger and the quota counters. Opened in CGI mode too: every process of a host

@@ -69,7 +69,7 @@ static void usage_key_add(struct usage_key_info **keys, size_t *n, const char *i
 
 /* What GET /v1/usage asks for, from its query string. */
 struct usage_query {
-	struct buf key, since, recent;
+	struct buf key, since, recent, account;
 	int has_key;	       /* ?key= given */
 	struct usage_filter f; /* f.key_id points into key, or at the caller's id */
 	uint64_t nrecent;
@@ -84,8 +84,32 @@ static void usage_bad_param(struct fcgi_req *rc, const char *param, const char *
 	fcgi_send_error(rc, &e, NULL);
 }
 
-/* Read ?key=, ?since= and ?recent= into q, and who may see what: 0, or -1 after
- * answering (400, or 403 for another key's usage asked by a key not the owner's). */
+/* ?account=NAME into q: an account name as providers.<name>.accounts names them (ADR
+ * 0037). Not looked up: an account no provider has, or another person's asked by a key,
+ * is an account with no rows of the caller's, answered as such. 0, or -1 after a 400. */
+static int usage_query_account(struct fcgi_req *rc, const char *qs, struct usage_query *q)
+{
+	int r = fcgi_query_get(qs, "account", &q->account);
+
+	if (!r)
+		return 0;
+	if (r < 0 || strlen(q->account.data) != q->account.len ||
+	    !prov_account_name_ok(q->account.data)) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg),
+			 "account: must be an account name, 1-%d of [a-z0-9_-] (as "
+			 "providers.<name>.accounts names it)",
+			 PROV_ACCOUNT_NAME_MAX);
+		usage_bad_param(rc, "account", msg);
+		return -1;
+	}
+	q->f.account = q->account.data;
+	return 0;
+}
+
+/* Read ?key=, ?since=, ?recent= and ?account= into q, and who may see what: 0, or -1
+ * after answering (400, or 403 for another key's usage asked by a key not the owner's). */
 static int usage_query_parse(struct fcgi_req *rc, struct usage_query *q)
 {
 	const char *qs = fcgi_io_param(rc->io, "QUERY_STRING");
@@ -126,6 +150,8 @@ static int usage_query_parse(struct fcgi_req *rc, struct usage_query *q)
 		usage_bad_param(rc, "recent", msg);
 		return -1;
 	}
+	if (usage_query_account(rc, qs, q))
+		return -1;
 	if (!fcgi_is_owner(rc))
 		q->f.key_id = rc->id.key_id;
 	else if (q->has_key)
@@ -150,7 +176,8 @@ static void usage_keys_collect(struct fcgi_req *rc, const struct usage_query *q,
 		}
 		return;
 	}
-	for (i = 0; i < sk->n; i++)
+	/* Every key of the store, or with ?account= those with rows on it. */
+	for (i = 0; !q->f.account && i < sk->n; i++)
 		usage_key_add(keys, nkeys, sk->v[i].id, sk);
 	/* Keys in the ledger but not (or no longer) in the store: the env owner, anonymous,
 	 * deleted keys. */
@@ -162,7 +189,7 @@ static void usage_keys_collect(struct fcgi_req *rc, const struct usage_query *q,
 
 /* The accounts' subscription limits (ADR 0035) as the report's last member, "accounts":
  * the report is one JSON object, so its closing brace moves after them. */
-static void usage_add_accounts(struct fcgi_req *rc, struct buf *msg)
+static void usage_add_accounts(struct fcgi_req *rc, const char *account, struct buf *msg)
 {
 	while (msg->len && msg->data[msg->len - 1] != '}')
 		msg->len--;
@@ -170,20 +197,22 @@ static void usage_add_accounts(struct fcgi_req *rc, struct buf *msg)
 		return;
 	msg->data[--msg->len] = '\0';
 	buf_adds(msg, ",\"accounts\":");
-	fcgi_limits_usage_json(rc, msg);
+	fcgi_limits_usage_json(rc, account, msg);
 	buf_addch(msg, '}');
 }
 
 /* GET /v1/usage: the ledger, read. A key sees its own usage; the owner sees every key's
  * (or one, ?key=ID). ?since=YYYY-MM-DD (default: 30 days back), ?recent=N (default 20,
- * at most 200) rows of recent requests. docs/openai-compat.md has the shape (usage_report_json
- * writes it). */
+ * at most 200) rows of recent requests, ?account=NAME only that account's rows (and the
+ * keys that have some). docs/openai-compat.md has the shape (usage_report_json writes
+ * it). */
 void fcgi_handle_usage(struct fcgi_req *rc)
 {
 	struct usage_store *st = rc->app->usage;
 	struct usage_query q = { .key = BUF_INIT,
 				 .since = BUF_INIT,
 				 .recent = BUF_INIT,
+				 .account = BUF_INIT,
 				 .nrecent = USAGE_RECENT_DEFAULT };
 	struct buf msg = BUF_INIT;
 	struct usage_store_keys sk = { 0 };
@@ -215,6 +244,7 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 	r.since_ms = q.f.since_ms;
 	r.recent_limit = q.nrecent;
 	r.all_keys = fcgi_is_owner(rc) && !q.has_key;
+	r.account = q.f.account;
 	/* Names, tiers and quotas: the worker's index of the key store, brought in step with
 	 * keys/ (a key made or revoked since shows), not a parse of every manifest. */
 	(void)auth_store_keys(rc->app->auth, &sk.v, &sk.n);
@@ -222,7 +252,7 @@ void fcgi_handle_usage(struct fcgi_req *rc)
 	r.keys = keys;
 	r.nkeys = nkeys;
 	usage_report_json(st, &r, &msg);
-	usage_add_accounts(rc, &msg);
+	usage_add_accounts(rc, q.f.account, &msg);
 	fcgi_send_json(rc, 200, &msg,
 		       (const struct fcgi_hdr[]){ { "Cache-Control", "no-store" }, { 0 } });
 out:
@@ -233,6 +263,7 @@ out:
 	buf_release(&q.key);
 	buf_release(&q.since);
 	buf_release(&q.recent);
+	buf_release(&q.account);
 	buf_release(&msg);
 }
 

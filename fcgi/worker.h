@@ -132,8 +132,9 @@ void fcgi_limits_accounts_json(struct buf *b, const struct prov_provider *pv, co
  * ,"login":null: pv's login as the owner's /health shows it (health.c, ADR 0036). */
 void fcgi_health_login(struct buf *b, const struct prov_provider *pv);
 /* {"<provider>":{accounts}, ...}: every provider's for the owner, for a key those of the
- * providers it may use. */
-void fcgi_limits_usage_json(struct fcgi_req *rc, struct buf *b);
+ * providers it may use; account (?account=, NULL: none): that account alone, which a key
+ * sees only when it is its own (else each provider's object is empty). */
+void fcgi_limits_usage_json(struct fcgi_req *rc, const char *account, struct buf *b);
 /* Append the olp_account_* families (Prometheus text) to b. */
 void fcgi_limits_metrics(const struct prov_registry *reg, struct buf *b);
 

@@ -51,6 +51,12 @@ static void variant_free(struct prov_provider *v)
 		strv_release(&v->net.hdr_names);
 		strv_release(&v->net.hdr_srcs);
 	}
+	if (v->own_env) {
+		for (size_t i = 0; i < v->env_values.n; i++)
+			explicit_bzero(v->env_values.v[i], strlen(v->env_values.v[i]));
+		strv_release(&v->env_names);
+		strv_release(&v->env_values);
+	}
 	free(v);
 }
 
@@ -71,6 +77,7 @@ static struct prov_provider *variant_new(const struct prov_provider *pv, const c
 	v->account = xstrdup(name);
 	v->home = NULL;
 	v->own_headers = false;
+	v->own_env = false;
 	v->parent = pv;
 	v->accounts = NULL;
 	v->naccounts = 0;
@@ -105,29 +112,120 @@ static int read_home(struct prov_provider *v, const json_t *h, const char *where
 	return 0;
 }
 
+/* The variable of pv's login token ("env", ADR 0036), or NULL when its type has none. */
+static const char *token_var(const struct prov_provider *pv)
+{
+	return pv->ops && pv->ops->held ? pv->ops->held->token_env : NULL;
+}
+
+/* "env": {"<token variable>": "<token>"}, the account's own login as a long-lived token
+ * (claude's `setup-token`): the variant's environment is the provider's with that
+ * variable set, so that the held login (login.c) reads it as it reads the provider's.
+ * Only the login's variable: every other setting of a run is the provider's. The type
+ * is not known when config.json is checked alone (pv->ops NULL): any type's token
+ * variable is taken then, and the provider's own checked when the registry loads. */
+static int read_env(struct prov_provider *pv, struct prov_provider *v, const json_t *e,
+		    const char *where, struct buf *err)
+{
+	const char *tv = token_var(pv), *name, *tok;
+	const json_t *val;
+
+	if (!json_is_object(e) || json_object_size(e) != 1) {
+		buf_addf(err, "%s.env: must be an object of one variable, the login's token (%s)",
+			 where, tv ? tv : "a type with a token login: claude's");
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)e, name, val) {
+		if (pv->ops ? !tv || strcmp(name, tv) : !prov_login_token_var(name)) {
+			buf_addf(err,
+				 "%s.env.%.100s: an account's env holds only its login's token "
+				 "(%s)",
+				 where, name, tv ? tv : "none for this type");
+			return -EINVAL;
+		}
+		tok = json_string_value(val);
+		if (!tok || !*tok || strlen(tok) != json_string_length(val)) {
+			buf_addf(err, "%s.env.%s: must be the token, a non-empty string", where,
+				 name);
+			return -EINVAL;
+		}
+		for (const char *c = tok; *c; c++) {
+			/* It becomes a header value: a line break would be a header of its own. */
+			if ((unsigned char)*c < 0x21 || *c == 0x7f) {
+				buf_addf(err, "%s.env.%s: holds a space or control character",
+					 where, name);
+				return -EINVAL;
+			}
+		}
+		memset(&v->env_names, 0, sizeof(v->env_names));
+		memset(&v->env_values, 0, sizeof(v->env_values));
+		v->own_env = true;
+		for (size_t i = 0; i < pv->env_names.n; i++) {
+			if (strcmp(pv->env_names.v[i], name)) {
+				strv_push(&v->env_names, pv->env_names.v[i]);
+				strv_push(&v->env_values, pv->env_values.v[i]);
+			}
+		}
+		strv_push(&v->env_names, name);
+		strv_push(&v->env_values, tok);
+	}
+	return 0;
+}
+
+/* An account's login: at most one of "home", "set_headers" and "env"; and "home" not
+ * under a token the provider's env gives, which would be the login instead (login.c
+ * reads the token first). */
+static int check_one_login(const struct prov_provider *pv, const json_t *o, const char *where,
+			   struct buf *err)
+{
+	const char *tv = token_var(pv);
+	int n = !!json_object_get(o, "home") + !!json_object_get(o, "set_headers") +
+		!!json_object_get(o, "env");
+
+	if (n > 1) {
+		buf_addf(err,
+			 "%s: \"home\", \"set_headers\" and \"env\" each name the login; keep "
+			 "one",
+			 where);
+		return -EINVAL;
+	}
+	if (json_object_get(o, "home") && tv && strv_find(&pv->env_names, tv) >= 0) {
+		buf_addf(err,
+			 "%s.home: the provider's env.%s would be this account's login, not its "
+			 "home's; give each account its own (home, or env.%s) and remove the "
+			 "provider's",
+			 where, tv, tv);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int read_account(struct prov_provider *pv, struct prov_provider *v, const json_t *o,
 			const char *where, bool strict, struct buf *err)
 {
 	const json_t *h = json_object_get(o, "home"), *sh = json_object_get(o, "set_headers");
+	const json_t *e = json_object_get(o, "env");
 	const char *key;
 	const json_t *val;
 
 	if (!json_is_object(o)) {
-		buf_addf(err, "%s: must be an object ({\"home\": DIR} or {\"set_headers\": {...}})",
+		buf_addf(err,
+			 "%s: must be an object ({\"home\": DIR}, {\"env\": {...}} or "
+			 "{\"set_headers\": {...}})",
 			 where);
 		return -EINVAL;
 	}
 	json_object_foreach((json_t *)o, key, val) {
-		if (strcmp(key, "home") && strcmp(key, "set_headers")) {
-			buf_addf(err, "%s.%.100s: unknown setting (home, set_headers)", where, key);
+		if (strcmp(key, "home") && strcmp(key, "set_headers") && strcmp(key, "env")) {
+			buf_addf(err, "%s.%.100s: unknown setting (home, env, set_headers)", where,
+				 key);
 			return -EINVAL;
 		}
 	}
-	if (h && sh) {
-		buf_addf(err, "%s: \"home\" and \"set_headers\" both name the login; keep one",
-			 where);
+	if (check_one_login(pv, o, where, err))
 		return -EINVAL;
-	}
+	if (e)
+		return read_env(pv, v, e, where, err);
 	for (size_t i = 0; h && pv->credentials_set && i < pv->cred_host.n; i++) {
 		if (pv->cred_host.v[i][0] == '/') {
 			buf_addf(err,

@@ -356,6 +356,13 @@ static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state
 	out->cli_found = !prov_cli_find(pv, real);
 	if (prov_net_secretless(&pv->net))
 		return;
+	/* A long-lived token in env (claude's setup-token; the provider's or an account's)
+	 * is the login: no file is read. */
+	if (pv->ops->held && pv->ops->held->token_env &&
+	    strv_find(&pv->env_names, pv->ops->held->token_env) >= 0) {
+		out->credentials = "present";
+		return;
+	}
 	/* Configured files must all be there; of the defaults one is enough (vibe reads its
 	 * key from either). */
 	if (pv->credentials_set) {

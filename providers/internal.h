@@ -2,6 +2,8 @@
 #ifndef OLP_PROVIDERS_INTERNAL_H
 #define OLP_PROVIDERS_INTERNAL_H
 
+#include <pthread.h>
+
 #include "providers/providers.h"
 #include "sandbox/sandbox.h"
 
@@ -201,6 +203,8 @@ struct prov_provider {
 	char *home;			    /* a variant's login dir ("~/" in credential paths,
 						bound read-only for a command), or NULL: HOME */
 	bool own_headers;		    /* a variant's set_headers are its own */
+	bool own_env;			    /* a variant's env_names and env_values are its
+						own: the provider's with its login's token */
 	const struct prov_provider *parent; /* a variant's provider, else NULL */
 	struct prov_provider **accounts;    /* the variants, in name order; NULL: none */
 	size_t naccounts;
@@ -221,6 +225,9 @@ void prov_settings_release(struct prov_provider *pv);
 int prov_accounts_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
 		       struct buf *err);
 void prov_accounts_release(struct prov_provider *pv);
+/* Whether name is the variable of a type's long-lived login token (claude's
+ * CLAUDE_CODE_OAUTH_TOKEN: struct prov_held_ops' token_env), of any type. */
+bool prov_login_token_var(const char *name);
 /* What a run of pv's account adds to its policy: OLP_ACCOUNT (so the pools never mix
  * accounts) and, for a command, its login dir read-only (OLP_ACCOUNT_HOME). 0 or -errno. */
 int prov_account_plan(const struct prov_provider *pv, struct sbx_policy *p);
@@ -343,10 +350,33 @@ void prov_slot_release(int fd);
 
 void prov_plan_release(struct prov_plan *plan);
 
+/* <state_dir>/<name>, made 0700 when missing, into *dir (a heap copy that replaces the
+ * old one, under lock) (slots.c): the one place the state dir's parts are made. 0 or
+ * -errno. */
+int prov_state_subdir(const char *state_dir, const char *name, char **dir, pthread_mutex_t *lock);
 /* The unbound callers' account choices (sticky.c): <state_dir>/accounts, 0700. 0 or -errno. */
 int prov_sticky_set_dir(const char *state_dir);
 /* The accounts' limits files (limits.c): <state_dir>/limits, made 0700. 0 or -errno. */
 int prov_limits_set_dir(const char *state_dir);
+/* The shared store's side of the limits and the choices (pg.c). All answer -ESTALE when
+ * no store is attached or it cannot be used now: the caller uses the host's files. */
+/* The store's state of (provider, account) while its cache is fresh: 0, -ENOENT (the
+ * store has none) or -ESTALE. may_load: the store's table may be read now (a round trip,
+ * once per listener epoch); false on an answer's path. */
+int prov_pg_limits_get(const char *provider, const char *account, bool may_load,
+		       struct prov_limits *out);
+/* Queue st for the store when it differs from what the store holds in a way that
+ * matters; waits (1 s at most) only for a new rejection while the database answers. */
+void prov_pg_limits_put(const char *provider, const char *account, const struct prov_limits *st);
+/* The kept choice of (provider, who): 0 with account (PROV_ACCOUNT_NAME_MAX + 1) and
+ * *until, -ENOENT (none yet) or -ESTALE. */
+int prov_pg_choice_get(const char *provider, const char *who, char *account, int64_t *until);
+/* olp_account_choose: keep account until `until` for (provider, who) unless a choice is
+ * kept that has not lapsed at now_s and is not old (the account the caller saw kept and
+ * cannot use; NULL: none). The kept choice after it into out and *out_until: 0 or
+ * -ESTALE. */
+int prov_pg_choose(const char *provider, const char *who, const char *account, int64_t until,
+		   int64_t now_s, const char *old, char *out, int64_t *out_until);
 /* egr_limits_fn for a run's forwarder: ctx is the run's const struct prov_provider. */
 void prov_limits_seen(void *ctx, const struct egr_ratelimit *rl);
 /* The tool-list files (toolfile.c): <state_dir>/tools, made 0700. 0 or -errno. */

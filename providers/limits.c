@@ -13,7 +13,13 @@
  * Readers: /health, /v1/usage, the dashboard and /metrics (fcgi/limits.c), and the check
  * before each run (prov_limits_blocked) that refuses a request for an account the
  * upstream rejected until its reset, without starting anything. The files hold the
- * upstream's words about limits only: status, fractions, times. */
+ * upstream's words about limits only: status, fractions, times.
+ *
+ * With a shared PostgreSQL store (pg.c), every host's view: a put is also queued for the
+ * store when it changed in a way that matters, and a read takes the store's state over
+ * the file's when the store's cache is fresh and its state is the newer one (another
+ * host's answer). Not fresh: the file alone (limits are advisory; failing open lets the
+ * CLI run, and the upstream answers 429 itself). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,19 +52,7 @@ static atomic_uint tmp_seq;
 
 int prov_limits_set_dir(const char *state_dir)
 {
-	char path[PATH_MAX];
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/limits", state_dir) >= sizeof(path)) {
-		errno = ENAMETOOLONG;
-		return -ENAMETOOLONG;
-	}
-	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	pthread_mutex_lock(&dir_lock);
-	free(limits_dir);
-	limits_dir = xstrdup(path);
-	pthread_mutex_unlock(&dir_lock);
-	return 0;
+	return prov_state_subdir(state_dir, "limits", &limits_dir, &dir_lock);
 }
 
 /* A plain file name part: no path, no hidden file, nothing a shell or a log would read
@@ -93,7 +87,8 @@ static int state_path(const char *provider, const char *account, char *path, siz
 	return ret;
 }
 
-int prov_limits_get(const char *provider, const char *account, struct prov_limits *out)
+/* The host's own file of the account. */
+static int file_get(const char *provider, const char *account, struct prov_limits *out)
 {
 	struct limits_file f;
 	char path[PATH_MAX];
@@ -119,6 +114,41 @@ int prov_limits_get(const char *provider, const char *account, struct prov_limit
 	if ((unsigned)out->rl.status > EGR_RL_REJECTED)
 		out->rl.status = EGR_RL_UNKNOWN;
 	return 0;
+}
+
+static int write_atomic(const char *path, const struct limits_file *f);
+
+/* The host's file, or the shared store's state when the store's cache is fresh and its
+ * state is the newer (another host's answer). may_load: the store's table may be read
+ * now if this process has not read it in this listener epoch (never on an answer's
+ * path). */
+static int limits_get(const char *provider, const char *account, bool may_load,
+		      struct prov_limits *out)
+{
+	struct prov_limits shared;
+	int ret = file_get(provider, account, out);
+
+	if (ret && ret != -ENOENT)
+		return ret;
+	if (prov_pg_limits_get(provider, account, may_load, &shared))
+		return ret;
+	if (ret || shared.seen_ms > out->seen_ms) {
+		struct limits_file f = { .magic = LIMITS_MAGIC, .size = sizeof(f), .st = shared };
+		char path[PATH_MAX];
+
+		*out = shared;
+		/* The host's copy of every host's news, once per change: while the store
+		 * is away, this host decides from the last state it saw, not from its own
+		 * older one. */
+		if (!state_path(provider, account, path, sizeof(path)))
+			(void)write_atomic(path, &f);
+	}
+	return 0;
+}
+
+int prov_limits_get(const char *provider, const char *account, struct prov_limits *out)
+{
+	return limits_get(provider, account, true, out);
 }
 
 /* Write f to path through a temporary file of its own, renamed over it. 0 or -errno. */
@@ -169,10 +199,13 @@ int prov_limits_put(const char *provider, const char *account, const struct egr_
 
 	if (ret)
 		return ret;
-	if (prov_limits_get(provider, account, &f.st))
+	if (limits_get(provider, account, false, &f.st))
 		memset(&f.st, 0, sizeof(f.st));
 	merge(&f.st, rl, wall_ms());
-	return write_atomic(path, &f);
+	ret = write_atomic(path, &f);
+	/* Every host's view: queued for the store only when it matters (pg.c). */
+	prov_pg_limits_put(provider, account, &f.st);
+	return ret;
 }
 
 bool prov_limits_blocked(const struct prov_limits *st, int64_t now_s, int64_t *retry_s)

@@ -42,6 +42,14 @@ struct prov_registry;
  * be>" (the caller adds the file's name). */
 int prov_config_check(const json_t *providers, struct buf *err);
 
+/* A file whose "providers" object (providers) gives a login's long-lived token
+ * (providers.<name>.env or providers.<name>.accounts.<account>.env, claude's
+ * CLAUDE_CODE_OAUTH_TOKEN; ADR 0037) holds a secret: path must then be a regular file
+ * that others cannot read and the group cannot write (mode 0600 or 0640), as a login
+ * file. 0 (also when it gives none), or -EINVAL with err set to "<path>: ..." naming
+ * the first such member. */
+int prov_config_check_file(const json_t *providers, const char *path, struct buf *err);
+
 /* Load a models registry (Node OLP format plus "command" providers) from path.
  * config_providers is config.json's "providers" object (or NULL): "enabled" and
  * per-provider overrides, which replace the entry's settings of the same name; it must
@@ -417,6 +425,27 @@ bool prov_account_blocked(const struct prov_provider *pv, const char *account, i
  * string), or -EBUSY when every account is rejected, with *retry_s the soonest reset. */
 int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t now_s,
 			const char **account, int64_t *retry_s);
+
+/* ---- the shared store of several hosts (pg.c; ADR 0034, 0035 and 0037 amendments) ---- */
+
+struct store_db;     /* store/store.h */
+struct store_schema; /* store/store.h */
+
+/* The "providers" schema of the shared store (olp_account_limits, olp_account_choices),
+ * for olp-keys store init. */
+const struct store_schema *prov_pg_schema(void);
+/* Keep the accounts' limits and the unbound keys' account choices in db as well as in
+ * the state dir, for every host that uses db. Registers the store's LISTEN channel
+ * olp_providers, so call it before the listener thread starts (auth_store_open starts
+ * it); until that thread answers, reads use the host's files. Starts this process's
+ * writer thread. 0; -ENOENT or -EPROTO when db has no providers schema or another
+ * version (logged: nothing is shared until olp-keys store init); -EINVAL (attached
+ * already) or -EBUSY (the listener runs). A database away is no error. db must outlive
+ * prov_store_detach. */
+int prov_store_attach(struct store_db *db);
+/* Stop the writer (a state still queued is dropped: the host's file has it) and the
+ * notifications; reads use the files again. */
+void prov_store_detach(void);
 
 /* ---- running ------------------------------------------------------------------------- */
 

@@ -39,6 +39,15 @@ const struct provider_ops *prov_ops_at(size_t i)
 	return i < ARRAY_SIZE(all_ops) ? all_ops[i] : NULL;
 }
 
+bool prov_login_token_var(const char *name)
+{
+	for (size_t i = 0; name && i < ARRAY_SIZE(all_ops); i++)
+		if (all_ops[i]->held && all_ops[i]->held->token_env &&
+		    !strcmp(all_ops[i]->held->token_env, name))
+			return true;
+	return false;
+}
+
 const struct provider_ops *prov_ops_for_type(const char *type)
 {
 	for (size_t i = 0; type && i < ARRAY_SIZE(all_ops); i++)
@@ -321,6 +330,10 @@ struct prov_registry *prov_registry_load(const char *path, const json_t *config_
 	providers = json_object_get(root, "providers");
 	if (!json_is_object(providers)) {
 		buf_addf(err, "%s: no \"providers\" object", path);
+		json_decref(root);
+		return NULL;
+	}
+	if (prov_config_check_file(providers, path, err)) {
 		json_decref(root);
 		return NULL;
 	}

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "providers/internal.h"
 #include "common/banned.h"
@@ -25,6 +26,7 @@ struct reader {
 	struct buf *err;
 	const json_t *network; /* read last (network.c): its defaults depend on "env" */
 	bool login_set;	       /* "login" was given: held that cannot be is an error */
+	const json_t *conf;    /* the whole entry (its accounts, for check_login) */
 };
 
 static void vsay(struct buf *b, const struct reader *r, const char *key, const char *fmt,
@@ -407,9 +409,27 @@ static int read_login_token_url(struct reader *r, const char *key, const json_t 
 	return read_string(r, key, v, &r->pv->login_token_url);
 }
 
+/* Whether the provider's env, or an account's (accounts.c), gives the token variable tv. */
+static bool gives_token(const struct reader *r, const char *tv)
+{
+	const json_t *accs = json_object_get(r->conf, "accounts"), *a;
+	const char *name;
+
+	if (!tv)
+		return false;
+	if (strv_find(&r->pv->env_names, tv) >= 0)
+		return true;
+	json_object_foreach((json_t *)accs, name, a) {
+		if (json_object_get(json_object_get(a, "env"), tv))
+			return true;
+	}
+	return false;
+}
+
 /* "held" needs what lets the worker hold the login: upstream mode (the forwarder sets its
  * headers), no set_headers of the operator's, one login file or the type's token
- * variable. Given, anything else is an error; by default, the login stays "copy". */
+ * variable (the provider's or its accounts'). Given, anything else is an error; by
+ * default, the login stays "copy". */
 static int check_login(struct reader *r)
 {
 	struct prov_provider *pv = r->pv;
@@ -428,8 +448,7 @@ static int check_login(struct reader *r)
 		      "login's headers)";
 	else if (prov_net_secretless(&pv->net))
 		why = ": \"held\" and network.set_headers both set the credential; keep one";
-	else if (pv->credentials_set && pv->cred_host.n != 1 &&
-		 !(tv && strv_find(&pv->env_names, tv) >= 0))
+	else if (pv->credentials_set && pv->cred_host.n != 1 && !gives_token(r, tv))
 		why = ": \"held\" needs exactly one login file in \"credentials\"";
 	if (!why)
 		return 0;
@@ -469,7 +488,7 @@ static const struct setting {
 int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char *where, bool strict,
 		       struct buf *err)
 {
-	struct reader r = { .pv = pv, .where = where, .strict = strict, .err = err };
+	struct reader r = { .pv = pv, .where = where, .strict = strict, .err = err, .conf = conf };
 	/* config.json's overrides are checked whatever their type */
 	unsigned mask = pv->ops ? pv->ops->settings : PROV_SET_ALL;
 
@@ -563,4 +582,62 @@ int prov_config_check(const json_t *providers, struct buf *err)
 			return -EINVAL;
 	}
 	return 0;
+}
+
+/* The first token variable of env (an "env" object), or NULL. */
+static const char *env_token_var(const json_t *env)
+{
+	const char *name;
+	const json_t *v;
+
+	json_object_foreach((json_t *)env, name, v) {
+		if (prov_login_token_var(name))
+			return name;
+	}
+	return NULL;
+}
+
+/* Where providers gives a login token, as "providers.<name>[.accounts.<a>].env.<var>"
+ * into at; false when it gives none. */
+static bool find_token(const json_t *providers, struct buf *at)
+{
+	const json_t *pv, *acc;
+	const char *name, *aname, *var;
+
+	json_object_foreach((json_t *)providers, name, pv) {
+		if ((var = env_token_var(json_object_get(pv, "env")))) {
+			buf_addf(at, "providers.%.100s.env.%s", name, var);
+			return true;
+		}
+		json_object_foreach(json_object_get(pv, "accounts"), aname, acc) {
+			if ((var = env_token_var(json_object_get(acc, "env")))) {
+				buf_addf(at, "providers.%.100s.accounts.%.100s.env.%s", name, aname,
+					 var);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+int prov_config_check_file(const json_t *providers, const char *path, struct buf *err)
+{
+	struct buf at = BUF_INIT;
+	struct stat st;
+	int ret = 0;
+
+	if (!json_is_object(providers) || !find_token(providers, &at))
+		goto out;
+	/* Every reader of the file could log in as that account: as a login file, the
+	 * worker's and its group's only (ADR 0037). */
+	if (stat(path, &st) || !S_ISREG(st.st_mode) || (st.st_mode & 0027)) {
+		buf_addf(err,
+			 "%s: %s is a login token: the file must be readable by its owner (and "
+			 "group) only, and writable by its owner only (chmod 0600 or 0640)",
+			 path, at.data);
+		ret = -EINVAL;
+	}
+out:
+	buf_release(&at);
+	return ret;
 }

@@ -5,6 +5,7 @@
  * leaks one). */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,30 +14,42 @@
 #include "providers/internal.h"
 #include "common/banned.h"
 
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *slot_dir;
 
-int prov_set_state_dir(const char *dir)
+int prov_state_subdir(const char *state_dir, const char *name, char **dir, pthread_mutex_t *lock)
 {
 	char path[PATH_MAX];
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/slots", dir) >= sizeof(path))
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", state_dir, name) >= sizeof(path))
 		return -ENAMETOOLONG;
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
-	free(slot_dir);
-	slot_dir = xstrdup(path);
+	pthread_mutex_lock(lock);
+	free(*dir);
+	*dir = xstrdup(path);
+	pthread_mutex_unlock(lock);
+	return 0;
+}
+
+int prov_set_state_dir(const char *dir)
+{
+	int ret = prov_state_subdir(dir, "slots", &slot_dir, &slot_lock);
+
+	if (ret)
+		return ret;
 	/* The tool lists of runs live in the same state dir (toolfile.c); without it a
 	 * request with tools fails at its plan, saying why. */
 	/* The accounts' subscription limits (limits.c): without them nothing is kept or
 	 * shown, and no request is refused for a limit. */
-	if (prov_limits_set_dir(dir))
+	if ((ret = prov_limits_set_dir(dir)))
 		log_warnx(NULL, "subscription limits in %s/limits: %s; they will not be kept", dir,
-			  strerror(errno));
+			  strerror(-ret));
 	/* The unbound callers' account choices (sticky.c): without them each request
 	 * chooses again, the same way. */
-	if (prov_sticky_set_dir(dir))
+	if ((ret = prov_sticky_set_dir(dir)))
 		log_warnx(NULL, "account choices in %s/accounts: %s; they will not be kept", dir,
-			  strerror(errno));
+			  strerror(-ret));
 	/* Held logins (login.c): without the dir, their runs fail, saying why. */
 	if (prov_login_set_dir(dir))
 		log_warnx(NULL, "held logins in %s/held: %s; their runs will fail", dir,

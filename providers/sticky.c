@@ -10,6 +10,11 @@
  * One person's requests never alternate between accounts request by request: upstreams
  * read that as a shared login.
  *
+ * With a shared PostgreSQL store (pg.c) the choice is made once for every host: the
+ * store's row (olp_account_choose: the first INSERT wins; a move compares the account it
+ * replaces) is the choice, and the host's file keeps a copy of it. While the store cannot
+ * be reached, the file's choice is used, and hosts may then differ.
+ *
  * Without a state dir (tests, tools) nothing is kept: the choice is recomputed the same
  * way each time, which gives the same account while none is rejected. */
 #include <errno.h>
@@ -30,17 +35,7 @@ static char *sticky_dir;
 
 int prov_sticky_set_dir(const char *state_dir)
 {
-	char path[PATH_MAX];
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/accounts", state_dir) >= sizeof(path))
-		return -ENAMETOOLONG;
-	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return -errno;
-	pthread_mutex_lock(&dir_lock);
-	free(sticky_dir);
-	sticky_dir = xstrdup(path);
-	pthread_mutex_unlock(&dir_lock);
-	return 0;
+	return prov_state_subdir(state_dir, "accounts", &sticky_dir, &dir_lock);
 }
 
 /* A caller's name as a file name part: [A-Za-z0-9_-], as key ids are; else -EINVAL. */
@@ -116,26 +111,102 @@ static size_t start_of(const char *who, size_t n)
 
 	for (const char *c = who; *c; c++)
 		h = (h ^ (unsigned char)*c) * 16777619u;
-	return h % n;
+	return n ? h % n : 0;
+}
+
+/* The first of pv's accounts from start on (in order, round) that is not rejected:
+ * its name, or NULL with *soonest the soonest reset of them all. */
+static const char *next_free(const struct prov_provider *pv, size_t start, int64_t now_s,
+			     int64_t *soonest)
+{
+	size_t n = prov_provider_account_count(pv);
+	int64_t r;
+
+	*soonest = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *a = prov_provider_account_at(pv, (start + i) % n);
+
+		if (!prov_account_blocked(pv, a, now_s, &r))
+			return a;
+		if (!*soonest || r < *soonest)
+			*soonest = r;
+	}
+	return NULL;
+}
+
+/* Where a new choice starts: after cur (the kept account, which cannot be used), or at
+ * the caller's own place. */
+static size_t start_after(const struct prov_provider *pv, const char *cur, const char *who)
+{
+	size_t n = prov_provider_account_count(pv), i;
+
+	for (i = 0; cur && i < n; i++)
+		if (!strcmp(prov_provider_account_at(pv, i), cur))
+			return i + 1;
+	return start_of(who ? who : "", n);
+}
+
+/* The choice through the shared store (pg.c): 0 with *account, -EBUSY with *retry_s,
+ * or -ESTALE when the store cannot be used now (the caller uses the file). Each round
+ * either finds the kept account usable or replaces it, comparing the account it saw: two
+ * hosts that choose or move at the same moment end on one account. */
+static int choose_shared(const struct prov_provider *pv, const char *who, int64_t now_s,
+			 const char **account, int64_t *retry_s, char *kept, int64_t *until)
+{
+	size_t n = prov_provider_account_count(pv);
+	const struct prov_provider *cur;
+	const char *want, *old;
+	int64_t r;
+	int ret = prov_pg_choice_get(pv->name, who, kept, until);
+
+	for (size_t round = 0; round <= n; round++) {
+		if (ret == -ESTALE)
+			return ret;
+		old = !ret && *until > now_s ? kept : NULL;
+		cur = old ? prov_provider_for_account(pv, old) : NULL;
+		if (cur && !prov_account_blocked(pv, prov_provider_account(cur), now_s, &r)) {
+			*account = prov_provider_account(cur);
+			return 0;
+		}
+		want = next_free(pv, start_after(pv, cur ? old : NULL, who), now_s, retry_s);
+		if (!want)
+			return -EBUSY;
+		/* old: the account seen kept and not usable here (rejected, or one this host
+		 * does not have); NULL: none, or lapsed. */
+		ret = prov_pg_choose(pv->name, who, want, now_s + PROV_STICKY_S, now_s, old, kept,
+				     until);
+	}
+	/* The store kept answering with accounts this host cannot use: the file decides. */
+	return -ESTALE;
 }
 
 int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t now_s,
 			const char **account, int64_t *retry_s)
 {
 	char path[PATH_MAX], kept[PROV_ACCOUNT_NAME_MAX + 1];
-	size_t n = prov_provider_account_count(pv), start, i;
 	const struct prov_provider *cur = NULL;
 	bool have_path = who && !sticky_path(pv, who, path);
-	int64_t until = 0, r, soonest = 0;
+	int64_t until = 0, r = 0;
+	int ret;
 
 	if (pv->parent)
 		pv = pv->parent;
-	if (n == 1) {
+	if (prov_provider_account_count(pv) == 1) {
 		*account = prov_provider_account_at(pv, 0);
 		if (!prov_account_blocked(pv, *account, now_s, &r))
 			return 0;
 		*retry_s = r;
 		return -EBUSY;
+	}
+	if (who) {
+		ret = choose_shared(pv, who, now_s, account, retry_s, kept, &until);
+		if (ret != -ESTALE) {
+			/* The host's copy, for the time the store cannot be reached. */
+			if (!ret && have_path &&
+			    (sticky_read(path, kept, &r) || strcmp(kept, *account) || r != until))
+				sticky_write(path, *account, until);
+			return ret;
+		}
 	}
 	if (have_path && !sticky_read(path, kept, &until) && until > now_s)
 		cur = prov_provider_for_account(pv, kept);
@@ -144,22 +215,11 @@ int prov_account_choose(const struct prov_provider *pv, const char *who, int64_t
 		return 0;
 	}
 	/* A new choice: after the rejected one, or from the caller's own place. */
-	for (start = 0; cur && start < n; start++)
-		if (!strcmp(prov_provider_account_at(pv, start), prov_provider_account(cur)))
-			break;
-	start = cur ? start + 1 : start_of(who ? who : "", n);
-	for (i = 0; i < n; i++) {
-		const char *a = prov_provider_account_at(pv, (start + i) % n);
-
-		if (!prov_account_blocked(pv, a, now_s, &r)) {
-			*account = a;
-			if (have_path)
-				sticky_write(path, a, now_s + PROV_STICKY_S);
-			return 0;
-		}
-		if (!soonest || r < soonest)
-			soonest = r;
-	}
-	*retry_s = soonest;
-	return -EBUSY;
+	*account = next_free(pv, start_after(pv, cur ? prov_provider_account(cur) : NULL, who),
+			     now_s, retry_s);
+	if (!*account)
+		return -EBUSY;
+	if (have_path)
+		sticky_write(path, *account, now_s + PROV_STICKY_S);
+	return 0;
 }

@@ -8,6 +8,7 @@
  * queues requests behind connect timeouts. A connection that breaks (the server restarted,
  * the network dropped) is closed with every idle one, which shared its fate. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,29 +127,40 @@ PGconn *store_connect(struct store_db *db)
 	return c;
 }
 
-static int check_passfile(const char *path, struct buf *err)
+/* A passfile libpq will read: a regular file this process can open, that group and others
+ * cannot read. libpq skips one it cannot open, or one others can read (a warning on
+ * stderr), and every connection then fails for want of a password: the worker would run
+ * as if the database were away (503 for every key with a quota) instead of saying why.
+ * Refused here, as it starts. what: where the path came from, for the message. */
+static int check_passfile(const char *path, const char *what, struct buf *err)
 {
 	struct stat st;
+	int fd, ret = -1;
 
-	if (stat(path, &st) < 0) {
-		buf_addf(err, "store_passfile %s: %s", path, strerror(errno));
+	/* O_NONBLOCK: a FIFO named here must not hang the start. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		buf_addf(err, "%s %s: %s (the workers' user must be able to read it)", what, path,
+			 strerror(errno));
 		return -1;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		buf_addf(err, "store_passfile %s: not a regular file", path);
-		return -1;
-	}
-	if (st.st_mode & 077) {
-		buf_addf(err, "store_passfile %s: group or others can read it (chmod 0600 %s)",
-			 path, path);
-		return -1;
-	}
-	return 0;
+	if (fstat(fd, &st) < 0)
+		buf_addf(err, "%s %s: %s", what, path, strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		buf_addf(err, "%s %s: not a regular file", what, path);
+	else if (st.st_mode & 077)
+		buf_addf(err, "%s %s: group or others can read it (chmod 0600 %s)", what, path,
+			 path);
+	else
+		ret = 0;
+	close(fd);
+	return ret;
 }
 
 struct store_db *store_open(const char *url, const struct store_options *opt, struct buf *err)
 {
 	struct store_options none = { 0 };
+	const char *passfile;
 	struct store_db *db;
 	PGconn *c;
 
@@ -156,7 +168,11 @@ struct store_db *store_open(const char *url, const struct store_options *opt, st
 		opt = &none;
 	if (store_url_check(url, err))
 		return NULL;
-	if (opt->passfile && check_passfile(opt->passfile, err))
+	/* The passfile libpq will use: the option's, else PGPASSFILE's (~/.pgpass and a
+	 * service file are libpq's own business). */
+	passfile = opt->passfile ? opt->passfile : getenv("PGPASSFILE");
+	if (passfile && *passfile &&
+	    check_passfile(passfile, opt->passfile ? "store_passfile" : "PGPASSFILE", err))
 		return NULL;
 	db = xcalloc(1, sizeof(*db));
 	db->url = xstrdup(url);

@@ -63,11 +63,12 @@ struct store_options {
 /* An open store: opaque, thread-safe. */
 struct store_db;
 
-/* A store for url (checked with store_url_check; the passfile, when given, must be a
- * regular file not readable by group or others). Connects once to find out whether the
- * database can be reached, but returns the store either way: it retries later (see
- * store_conn_get). NULL with the reason in err only for a URL or passfile it refuses.
- * Copies what it keeps. */
+/* A store for url (checked with store_url_check; the passfile, opt->passfile or else
+ * PGPASSFILE when set, must be a regular file this process can read and group and others
+ * cannot: libpq would skip any other and every connection fail). Connects once to find
+ * out whether the database can be reached, but returns the store either way: it retries
+ * later (see store_conn_get). NULL with the reason in err only for a URL or passfile it
+ * refuses. Copies what it keeps. */
 struct store_db *store_open(const char *url, const struct store_options *opt, struct buf *err);
 /* Close every connection, stop the listener thread (store_listen) and free db (NULL is
  * fine). No other thread may use db during or after the call. */

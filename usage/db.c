@@ -83,12 +83,14 @@ static const char *const stmt_sql[ST__N] = {
 		    " sum(cached_tokens), sum(duration_ms), sum(start = 2), sum(start = 3),"
 		    " COALESCE(account, '')"
 		    " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		    " AND (?4 IS NULL OR account = ?4)"
 		    " GROUP BY day, key_id, COALESCE(provider, ''), COALESCE(account, '')"
 		    " ORDER BY day, key_id, COALESCE(provider, ''), COALESCE(account, '')",
 	[ST_RECENT] = "SELECT ts_ms, key_id, COALESCE(provider, ''), COALESCE(model, ''), status,"
 		      " prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms, "
 		      "start, count, COALESCE(account, '')"
 		      " FROM requests WHERE (?1 IS NULL OR key_id = ?1) AND ts_ms >= ?2"
+		      " AND (?4 IS NULL OR account = ?4)"
 		      " ORDER BY ts_ms DESC, id DESC LIMIT ?3",
 	[ST_PRUNE_ROWS] = "DELETE FROM requests WHERE ts_ms < ?1",
 	[ST_PRUNE_WINDOWS] = "DELETE FROM quota_windows WHERE start_ms < ?1",

@@ -502,6 +502,16 @@ static void filter_params(const struct usage_filter *f, char *key, char *since)
 	(void)snprintf(since, 24, "%" PRId64, f && f->since_ms > 0 ? f->since_ms : INT64_MIN);
 }
 
+/* The filter's account, as a statement parameter (NULL: every account); its length was
+ * checked by usage_days and usage_recent. */
+static const char *filter_account(const struct usage_filter *f, char *acc)
+{
+	if (!f || !f->account)
+		return NULL;
+	(void)snprintf(acc, USAGE_ACCOUNT_SIZE, "%s", f->account);
+	return acc;
+}
+
 static void copy_val(char *dst, size_t n, const PGresult *r, int row, int col)
 {
 	(void)snprintf(dst, n, "%s", PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col));
@@ -510,8 +520,8 @@ static void copy_val(char *dst, size_t n, const PGresult *r, int row, int col)
 int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
 		  size_t *n)
 {
-	char key[USAGE_KEY_ID_MAX + 1], since[24];
-	const char *p[2] = { f && f->key_id ? key : NULL, since };
+	char key[USAGE_KEY_ID_MAX + 1], since[24], acc[USAGE_ACCOUNT_SIZE];
+	const char *p[3] = { f && f->key_id ? key : NULL, since, filter_account(f, acc) };
 	struct usage_day *days;
 	PGresult *r;
 	int err, rows;
@@ -526,9 +536,10 @@ int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct u
 		" count(*) FILTER (WHERE start = 2), count(*) FILTER (WHERE start = 3),"
 		" coalesce(account, '')"
 		" FROM olp_requests WHERE ($1::text IS NULL OR key_id = $1) AND ts_ms >= $2::bigint"
+		" AND ($3::text IS NULL OR account = $3)"
 		" GROUP BY day, key_id, coalesce(provider, ''), coalesce(account, '')"
 		" ORDER BY day, key_id, coalesce(provider, ''), coalesce(account, '')",
-		2, p, &err);
+		3, p, &err);
 	if (!r)
 		return err;
 	rows = PQntuples(r);
@@ -558,8 +569,8 @@ int usage_pg_days(struct usage_store *st, const struct usage_filter *f, struct u
 int usage_pg_recent(struct usage_store *st, const struct usage_filter *f, size_t limit,
 		    struct usage_row **out, size_t *n)
 {
-	char key[USAGE_KEY_ID_MAX + 1], since[24], lim[24];
-	const char *p[3] = { f && f->key_id ? key : NULL, since, lim };
+	char key[USAGE_KEY_ID_MAX + 1], since[24], lim[24], acc[USAGE_ACCOUNT_SIZE];
+	const char *p[4] = { f && f->key_id ? key : NULL, since, lim, filter_account(f, acc) };
 	struct usage_row *rows;
 	PGresult *r;
 	int err, nr;
@@ -572,8 +583,9 @@ int usage_pg_recent(struct usage_store *st, const struct usage_filter *f, size_t
 		" prompt_tokens, completion_tokens, cached_tokens, duration_ms, ttfb_ms,"
 		" start, count, coalesce(account, '') FROM olp_requests"
 		" WHERE ($1::text IS NULL OR key_id = $1) AND ts_ms >= $2::bigint"
+		" AND ($4::text IS NULL OR account = $4)"
 		" ORDER BY ts_ms DESC, id DESC LIMIT $3::bigint",
-		3, p, &err);
+		4, p, &err);
 	if (!r)
 		return err;
 	nr = PQntuples(r);

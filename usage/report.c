@@ -256,8 +256,10 @@ void usage_report_json(struct usage_store *st, const struct usage_report *r, str
 	buf_adds(b, "{\"object\":\"usage\"");
 	add_time(b, "since", r->since_ms, false);
 	add_time(b, "generated_at", r->now_ms ? r->now_ms : wall_ms(), true);
-	buf_addf(b, ",\"recent_limit\":%zu,\"all_keys\":%s,\"keys\":[", r->recent_limit,
+	buf_addf(b, ",\"recent_limit\":%zu,\"all_keys\":%s", r->recent_limit,
 		 r->all_keys ? "true" : "false");
+	add_str(b, "account", r->account);
+	buf_adds(b, ",\"keys\":[");
 	for (size_t i = 0; i < r->nkeys; i++) {
 		if (i)
 			buf_addch(b, ',');

@@ -130,7 +130,13 @@ static void copy_col(char *dst, size_t n, sqlite3_stmt *s, int col)
 	snprintf(dst, n, "%s", t ? (const char *)t : "");
 }
 
-/* Bind a filter to ?1 (key) and ?2 (since). */
+/* An account longer than the ledger keeps would be cut into another name: refused. */
+static bool filter_ok(const struct usage_filter *f)
+{
+	return !f || !f->account || strlen(f->account) < USAGE_ACCOUNT_SIZE;
+}
+
+/* Bind a filter to ?1 (key), ?2 (since) and ?4 (account; ?3 is the recent rows' limit). */
 static void bind_filter(sqlite3_stmt *s, const struct usage_filter *f)
 {
 	if (f && f->key_id)
@@ -138,6 +144,10 @@ static void bind_filter(sqlite3_stmt *s, const struct usage_filter *f)
 	else
 		sqlite3_bind_null(s, 1);
 	sqlite3_bind_int64(s, 2, f && f->since_ms > 0 ? f->since_ms : INT64_MIN);
+	if (f && f->account)
+		usage_bind_text(s, 4, f->account, USAGE_ACCOUNT_SIZE - 1);
+	else
+		sqlite3_bind_null(s, 4);
 }
 
 int usage_days(struct usage_store *st, const struct usage_filter *f, struct usage_day **out,
@@ -152,7 +162,7 @@ int usage_days(struct usage_store *st, const struct usage_filter *f, struct usag
 		*out = NULL;
 	if (n)
 		*n = 0;
-	if (!st || !out || !n)
+	if (!st || !out || !n || !filter_ok(f))
 		return -EINVAL;
 	if (st->pg)
 		return usage_pg_days(st, f, out, n);
@@ -209,7 +219,7 @@ int usage_recent(struct usage_store *st, const struct usage_filter *f, size_t li
 		*out = NULL;
 	if (n)
 		*n = 0;
-	if (!st || !out || !n)
+	if (!st || !out || !n || !filter_ok(f))
 		return -EINVAL;
 	if (!limit)
 		return 0;

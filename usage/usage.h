@@ -263,8 +263,11 @@ struct usage_row {
 };
 
 struct usage_filter {
-	const char *key_id; /* NULL: every key */
-	int64_t since_ms;   /* rows at or after (unix ms); 0: all kept */
+	const char *key_id;  /* NULL: every key */
+	int64_t since_ms;    /* rows at or after (unix ms); 0: all kept */
+	const char *account; /* NULL: every account (and rows without one); else only rows
+			      * of that account, of whichever provider (ADR 0037); at most
+			      * USAGE_ACCOUNT_SIZE - 1 bytes (longer: -EINVAL) */
 };
 
 /* Per-key, per-provider, per-account, per-day sums matching f (NULL: everything), ordered
@@ -308,6 +311,7 @@ struct usage_report {
 	int64_t now_ms;	     /* "generated_at" (0: now) */
 	size_t recent_limit; /* ?recent= */
 	bool all_keys;	     /* the owner asked for every key */
+	const char *account; /* the rows' account (?account=), or NULL: every account */
 	const struct usage_key_info *keys;
 	size_t nkeys;
 	const struct usage_day *days; /* usage_days' */

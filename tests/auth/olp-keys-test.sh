@@ -207,6 +207,21 @@ grep -q 'PROMPT' "$T/out" || fail "usage table header"
 grep -q 'ACCOUNT' "$T/out" || fail "usage table: no ACCOUNT column"
 grep "^$d2" "$T/out" | grep "$owner_id" | grep -q ' claude  *alice ' ||
 	fail "usage table: the row's account: $(cat "$T/out")"
+# --account: that account's rows only (ADR 0037), with --id and --since too.
+expect 0 "$KEYS" usage --account=alice --json --olp-home="$H"
+[ "$(json "$T/out" '[(r["key_id"], r["account"], r["requests"]) for r in d]')" = "[('$owner_id', 'alice', 1)]" ] ||
+	fail "usage --account: $(cat "$T/out")"
+expect 0 "$KEYS" usage --account=alice --id="$q_id" --json --olp-home="$H"
+[ "$(json "$T/out" 'd')" = "[]" ] || fail "usage --account --id: $(cat "$T/out")"
+expect 0 "$KEYS" usage --account=alice --since="$d2" --olp-home="$H"
+grep "^$d2" "$T/out" | grep -q ' claude  *alice ' || fail "usage --account table: $(cat "$T/out")"
+grep -q ' codex ' "$T/out" && fail "usage --account: another account's row"
+expect 0 "$KEYS" usage --account=bob --olp-home="$H"
+grep -q 'No usage recorded on account bob' "$T/out" || fail "usage --account=bob: $(cat "$T/out")"
+for bad in Alice a.b '' abcdefghijabcdefghijabcdefghijabc 'a b'; do
+	expect 2 "$KEYS" usage --account="$bad" --olp-home="$H"
+done
+grep -q 'account name' "$T/err" || fail "--account message: $(cat "$T/err")"
 for bad in 2026-1-1 2026-13-01 2026-02-30 yesterday 2026-01-01x; do
 	expect 2 "$KEYS" usage --since="$bad" --olp-home="$H"
 done

@@ -180,3 +180,98 @@ test('the ledger splits a key\'s requests by account: /v1/usage and olp-keys usa
   const accts = new Set(rows.filter((r) => r.provider === 'acct' && r.requests > r.errors).map((r) => r.account));
   assert.deepEqual([...accts].sort(), ['alice', 'bob'], JSON.stringify(rows));
 });
+
+test('GET /v1/usage?account= and olp-keys usage --account: one account\'s rows', async () => {
+  const get = (q, auth) => curl(server, { path: `/v1/usage${q}`, auth });
+  const owner = (q) => get(q, true);
+  // The owner: bob's rows of every key, and only the keys with some (bob's key, the key
+  // set later, the unbound one that moved there).
+  const all = await owner('?recent=200');
+  const b = await owner('?account=bob&recent=200');
+  assert.equal(b.status, 200, b.text);
+  assert.equal(b.json.account, 'bob');
+  assert.ok(b.json.keys.length >= 3, JSON.stringify(b.json.keys.map((k) => k.key_id)));
+  for (const k of b.json.keys) {
+    assert.ok(k.days.length > 0, `a key without bob's rows listed: ${k.key_id}`);
+    for (const d of k.days) assert.equal(d.account, 'bob', JSON.stringify(d));
+    for (const a of k.by_account) assert.equal(a.account, 'bob');
+    // Its totals are bob's: the sum of the key's bob rows in the unfiltered answer.
+    const full = all.json.keys.find((x) => x.key_id === k.key_id);
+    const want = full.days.filter((d) => d.account === 'bob').reduce((s, d) => s + d.requests, 0);
+    assert.equal(k.totals.requests, want, k.key_id);
+  }
+  assert.ok(b.json.keys.some((k) => k.key_id === bobKey.id));
+  assert.ok(b.json.recent.length > 0);
+  for (const r of b.json.recent) assert.equal(r.account, 'bob', JSON.stringify(r));
+  assert.deepEqual(Object.keys(b.json.accounts.acct), ['bob']);
+  assert.ok('login' in b.json.accounts.acct.bob, 'the owner\'s view of the account');
+  // With the other parameters: ?key= and ?since=.
+  const bk = await owner(`?account=bob&key=${bobKey.id}&since=2020-01-01`);
+  assert.equal(bk.status, 200, bk.text);
+  assert.deepEqual(bk.json.keys.map((k) => k.key_id), [bobKey.id]);
+  assert.equal(bk.json.keys[0].totals.requests - bk.json.keys[0].totals.errors, 5);
+  const future = await owner('?account=bob&since=2999-01-01');
+  assert.equal(future.status, 200);
+  assert.deepEqual(future.json.keys, []);
+  // An account no provider has: an answer without rows.
+  const none = await owner('?account=carol');
+  assert.equal(none.status, 200, none.text);
+  assert.deepEqual(none.json.keys, []);
+  assert.deepEqual(none.json.recent, []);
+  assert.deepEqual(none.json.accounts.acct, {});
+
+  // A guest key: its own rows on an account its requests ran on.
+  const gb = await get('?account=bob', `Bearer ${bobKey.token}`);
+  assert.equal(gb.status, 200, gb.text);
+  assert.equal(gb.json.keys.length, 1);
+  assert.equal(gb.json.keys[0].key_id, bobKey.id);
+  assert.ok(gb.json.keys[0].totals.requests >= 5);
+  assert.deepEqual(Object.keys(gb.json.accounts.acct), ['bob']);
+  assert.ok(!('login' in gb.json.accounts.acct.bob), 'a key does not see the login');
+  // Another person's account, and one that does not exist, answer alike: nothing of
+  // alice's (her name, her limits, her use) shows.
+  const ga = await get('?account=alice&recent=50', `Bearer ${bobKey.token}`);
+  const gc = await get('?account=carol&recent=50', `Bearer ${bobKey.token}`);
+  assert.equal(ga.status, 200, ga.text);
+  assert.equal(gc.status, 200, gc.text);
+  const strip = (j) => JSON.stringify({ ...j, account: null, generated_at: null });
+  assert.equal(strip(ga.json), strip(gc.json));
+  assert.deepEqual(ga.json.accounts.acct, {});
+  assert.equal(ga.json.keys[0].totals.requests, 0);
+  assert.deepEqual(ga.json.recent, []);
+  assert.ok(!ga.text.includes('ALICE') && !/"alice"/.test(ga.text.replace('"account":"alice"', '')), ga.text);
+  // The unbound key ran on both: each filter gives its own share.
+  const fb = await get('?account=bob', `Bearer ${freeKey.token}`);
+  const fa = await get('?account=alice', `Bearer ${freeKey.token}`);
+  const ok = (r) => r.json.keys[0].totals.requests - r.json.keys[0].totals.errors;
+  assert.deepEqual([ok(fa), ok(fb)].sort((x, y) => x - y), [6, 11]);
+  // A guest's ?key= of another key is still refused.
+  const other = await get(`?account=bob&key=${freeKey.id}`, `Bearer ${bobKey.token}`);
+  assert.equal(other.status, 403, other.text);
+
+  // Malformed names: 400, an OpenAI error object naming the parameter.
+  for (const bad of ['Bob', 'a.b', '', 'x'.repeat(33), '%ZZ', '..%2Fx', 'b%20ob']) {
+    const r = await owner(`?account=${bad}`);
+    assert.equal(r.status, 400, `${bad}: ${r.text}`);
+    assert.ok(r.json, `${bad}: ${r.text}`);
+    assert.equal(r.json.error.type, 'invalid_request_error');
+    assert.equal(r.json.error.param, 'account');
+    assert.match(r.json.error.message, /^account: must be an account name/);
+  }
+  // Unknown parameters are ignored, as before.
+  const unk = await owner('?account=bob&color=blue');
+  assert.equal(unk.status, 200);
+  // No key, or a bad one: 401, whatever the account.
+  const nokey = await get('?account=bob', false);
+  assert.equal(nokey.status, 401, nokey.text);
+  const badkey = await get('?account=bob', 'Bearer sk-olp-not-a-key-at-all-0000000000');
+  assert.equal(badkey.status, 401, badkey.text);
+
+  // olp-keys usage --account: the same rows.
+  const rows = olpKeys(home, 'usage', '--account=bob');
+  assert.ok(rows.length > 0);
+  for (const r of rows) assert.equal(r.account, 'bob', JSON.stringify(r));
+  const mine = olpKeys(home, 'usage', '--account=bob', `--id=${bobKey.id}`);
+  assert.equal(mine.reduce((s, r) => s + r.requests - r.errors, 0), 5);
+  assert.deepEqual(olpKeys(home, 'usage', '--account=carol'), []);
+});

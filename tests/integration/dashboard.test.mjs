@@ -83,9 +83,12 @@ describe('GET /dashboard', () => {
   const evilName = '<img src=x id=injected> & "quotes"';
 
   before(async () => {
-    const dirs = makeHome({ registry: meteredRegistry(), config: testConfig() });
+    // Two accounts of the metered provider (ADR 0037): bob's key bound to bob, the other
+    // key on whichever it is given, the owner's requests on the echo provider's one.
+    const config = { ...testConfig(), providers: { metered: { accounts: { alice: {}, bob: {} } } } };
+    const dirs = makeHome({ registry: meteredRegistry(), config });
     const a = olpKeys(dirs.home, 'keygen', `--name=${evilName}`);
-    const b = olpKeys(dirs.home, 'keygen', '--name=bob');
+    const b = olpKeys(dirs.home, 'keygen', '--name=bob', '--account=metered=bob');
     keys = { a, b };
     server = await startServer({ dirs, maxProcs: 1, threads: 4 });
     const chat = (token, model) =>
@@ -138,7 +141,28 @@ describe('GET /dashboard', () => {
       assert.equal(dayRows.length, k.days.length, dom);
       const want = k.days.map((d) => d.account ?? '–').sort();
       assert.deepEqual(dayRows.map((r) => cell(r, 'account')).sort(), want);
+      // The keys table: under the key's row, a row per provider and account, whose
+      // numbers are the key's by_account and add up to its totals.
+      const accRows = dom.split(`<tr data-key-account="${k.key_id}/`).slice(1);
+      assert.equal(accRows.length, k.by_account.length, dom);
+      for (const ba of k.by_account) {
+        const r = rowOf(dom, 'data-key-account', `${k.key_id}/${ba.provider ?? '-'}/${ba.account ?? '-'}`);
+        assert.ok(r, `no account row for ${k.key_id} ${ba.provider}/${ba.account}`);
+        assert.equal(cell(r, 'account'), `\u21b3 ${ba.provider ?? '–'} / ${ba.account ?? '–'}`, r);
+        assert.equal(num(cell(r, 'requests')), ba.requests, r);
+        assert.equal(num(cell(r, 'errors')), ba.errors, r);
+        assert.equal(num(cell(r, 'tokens')), ba.total_tokens, r);
+      }
+      const sum = (f) => accRows.reduce((s, r) => s + num(cell(r, f)), 0);
+      assert.equal(sum('requests'), k.totals.requests);
+      assert.equal(sum('tokens'), k.totals.total_tokens);
     }
+    // Bob's key ran on bob only; the metered rows of the other key on one account.
+    const bobRow = rowOf(dom, 'data-key-account', `${keys.b.id}/metered/bob`);
+    assert.ok(bobRow, dom);
+    assert.equal(num(cell(bobRow, 'requests')), 1, bobRow);
+    assert.equal(num(cell(bobRow, 'tokens')), 12, bobRow);
+    assert.ok(!dom.includes(`data-key-account="${keys.b.id}/metered/alice"`));
     const a = u.json.keys.find((k) => k.key_id === keys.a.id);
     assert.equal(a.totals.requests, 2);
     assert.ok(a.totals.total_tokens > 0);

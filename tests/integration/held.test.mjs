@@ -21,7 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { startServer, curl, chatBody, makeHome, testRegistry } from './harness.mjs';
+import { startServer, curl, chatBody, makeHome, olpKeys, testRegistry } from './harness.mjs';
 import { startUpstream as startUpstreamIn } from '../upstream/procs.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -33,11 +33,16 @@ const codexJs = path.join(pcliDir, 'node_modules/@openai/codex/bin/codex.js');
 const REAL_CLAUDE = `sk-ant-oat01-REAL-claude-access-${'x'.repeat(24)}`;
 const REAL_ACCOUNT = 'acct-REAL-0123456789abcdef';
 const REAL_SETUP = `sk-ant-oat01-REAL-setup-token-${'y'.repeat(24)}`;
+// Two people's setup-tokens, one per account (ADR 0037).
+const REAL_ALICE = `sk-ant-oat01-REAL-alice-token-${'a'.repeat(24)}`;
+const REAL_BOB = `sk-ant-oat01-REAL-bob-token-${'b'.repeat(24)}`;
 const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
 const jwt = (claims) => `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64(claims)}.c2lnbmF0dXJl`;
 const HOUR = 3600 * 1000;
+// What a prompt has claude's Bash run to print the run's environment.
+const PRINT_ENV = process.env.OLP_HELD_PRINT_ENV ?? 'env';
 
-let anthropic, openai, tokens, server, work, dirs, claudeCred, codexAuth, realCodex;
+let anthropic, openai, tokens, server, work, dirs, claudeCred, codexAuth, realCodex, aliceKey, bobKey;
 const children = new Set();
 
 function writeClaude(expiresAt, refreshToken = 'rt-claude-REAL-refresh') {
@@ -73,10 +78,17 @@ before(async () => {
   registry.providers.codex = { type: 'codex', displayName: 'Codex (held login)', models: models('gpt-held') };
   registry.providers.claudetok = { type: 'claude', displayName: 'Claude (setup-token)', models: models('claude-tok') };
   registry.providers.claudetokenv = { type: 'claude', displayName: 'fake claude', models: models('claude-tokenv') };
+  registry.providers.claudeacc = { type: 'claude', displayName: 'Claude (an env token per account)', models: models('claude-acc') };
+  registry.providers.claudeaccenv = { type: 'claude', displayName: 'fake claude', models: models('claude-accenv') };
   const fake = path.join(work, 'fake-claude');
   // Prints the token variable it was given as claude's last output line.
   fs.writeFileSync(fake, '#!/bin/sh\ncat >/dev/null\nprintf \'{"type":"result","subtype":"success","is_error":false,'
     + '"result":"TOKEN=%s"}\\n\' "$CLAUDE_CODE_OAUTH_TOKEN"\n', { mode: 0o755 });
+  const fakeEnv = path.join(work, 'fake-claude-env');
+  // Prints the run's whole environment as claude's last output line (what a CLI that
+  // obeyed "print your environment" would answer).
+  fs.writeFileSync(fakeEnv, '#!/bin/sh\ncat >/dev/null\nprintf \'{"type":"result","subtype":"success",'
+    + '"is_error":false,"result":"ENV %s"}\\n\' "$(env | tr \'\\n"\\\\\' \'   \')"\n', { mode: 0o755 });
   const config = {
     auth: { allow_anonymous: false },
     sandbox: { mode: 'bwrap' },
@@ -92,12 +104,25 @@ before(async () => {
         env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
       claudetokenv: { bin: fake, timeout_s: 30, prestart: 0, credentials: [],
         env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
+      // One login per person from env: each account its own setup-token; claude's own
+      // Bash on, so that a prompt can have it print its environment. Pre-started: each
+      // account's process holds its own placeholder before a request comes.
+      claudeacc: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 1, credentials: [],
+        accounts: { alice: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_ALICE } },
+          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_BOB } } },
+        network: { upstream: anthropic.url } },
+      claudeaccenv: { bin: fakeEnv, timeout_s: 30, prestart: 0, credentials: [],
+        accounts: { alice: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_ALICE } },
+          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_BOB } } },
+        network: { upstream: anthropic.url } },
       codex: { bin: codexJs, timeout_s: 90, config_toml: false, prestart: 0, login: 'held',
         credentials: { [codexAuth]: '.codex/auth.json' },
         login_token_url: `${tokens.url}/oauth/token`, network: { upstream: `${openai.url}/v1` } },
     },
   };
   dirs = makeHome({ registry, config });
+  aliceKey = olpKeys(dirs.home, 'keygen', '--name=alice', '--tier=guest', '--account=claudeacc=alice,claudeaccenv=alice');
+  bobKey = olpKeys(dirs.home, 'keygen', '--name=bob', '--tier=guest', '--account=claudeacc=bob,claudeaccenv=bob');
   server = await startServer({ dirs });
 });
 
@@ -171,6 +196,49 @@ test('claude setup-token: the run\'s variable is a placeholder, the upstream get
   assert.equal(f.status, 200, f.text);
   assert.match(answer(f), /TOKEN=sk-ant-oat01-olp-placeholder/, answer(f));
   assert.ok(!answer(f).includes(REAL_SETUP));
+});
+
+test('an env token per account: each key\'s runs send its own, and print only a placeholder', async () => {
+  const ask = (key, model, content) => curl(server, { method: 'POST', path: '/v1/chat/completions',
+    auth: `Bearer ${key.token}`, headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(chatBody(model, content)) });
+  for (const [key, acc, mine, other] of [[aliceKey, 'alice', REAL_ALICE, REAL_BOB], [bobKey, 'bob', REAL_BOB, REAL_ALICE]]) {
+    // The real claude, told to print its environment through its own Bash: claude 2.1.332
+    // asks for an approval print mode cannot give ("This command requires approval"; env,
+    // printenv, /proc/self/environ, $VAR are all held back), so what it can print is
+    // checked with the fake claude below. Whatever it answers holds no real token, and
+    // every request it made carried the account's own.
+    const before = (await requests(anthropic)).length;
+    const r = await ask(key, 'claude-acc', `ownbash:${PRINT_ENV}`);
+    assert.equal(r.status, 200, r.text);
+    const text = answer(r);
+    assert.match(text, /Tool said: /, text);
+    for (const t of [mine, other, REAL_SETUP]) assert.ok(!text.includes(t), `a real token reached the answer: ${text}`);
+    if (/CLAUDE_CODE_OAUTH_TOKEN=/.test(text)) assert.match(text, /CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-olp-placeholder/);
+    const seen = (await requests(anthropic)).slice(before).filter((e) => e.path.startsWith('/v1/messages'));
+    assert.ok(seen.length >= 2, 'the call and the answer with its result');
+    for (const e of seen) assert.equal(e.headers.authorization, `Bearer ${mine}`, JSON.stringify(e.headers));
+    // The run's whole environment, printed: the placeholder and its account, no token.
+    const f = await ask(key, 'claude-accenv', 'print your environment');
+    assert.equal(f.status, 200, f.text);
+    const env = answer(f);
+    assert.match(env, /CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-olp-placeholder-the-worker-holds-this-token/, env);
+    assert.match(env, new RegExp(`OLP_ACCOUNT=${acc}( |$)`), env);
+    assert.ok(!env.includes('REAL'), env);
+  }
+  // An upstream that echoes the bearer it got hands back a masked one.
+  const e = await curl(server, { method: 'POST', path: '/v1/chat/completions', auth: `Bearer ${bobKey.token}`,
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(chatBody('claude-acc', 'echo-auth')) });
+  assert.equal(e.status, 200, e.text);
+  assert.match(answer(e), /auth=Bearer \*{16,}/, answer(e));
+  assert.ok(!answer(e).includes('REAL'), answer(e));
+  // The owner's /health: each account's login held, from env (no expiry), present.
+  const h = (await health()).providers.claudeacc.accounts;
+  for (const acc of ['alice', 'bob']) {
+    assert.equal(h[acc].credentials, 'present', JSON.stringify(h[acc]));
+    assert.equal(h[acc].login.mode, 'held', JSON.stringify(h[acc]));
+    assert.equal(h[acc].login.expires, null);
+  }
 });
 
 test('codex: the run holds a placeholder, the upstream gets the real token and account', async () => {

@@ -15,14 +15,25 @@
 //   store_unavailable, and once it is back every request served meanwhile is in the ledger
 //   and everything works within 10 s;
 // - SQL injection through key names, notes, model ids, tokens and query parameters:
-//   stored verbatim, the tables intact.
+//   stored verbatim, the tables intact;
+// - the accounts' limits and sticky choices are shared (ADR 0035 and 0037 amendments): a
+//   command provider with two accounts (alice, bob) whose runs print the account they ran
+//   as and make one request to a fake Anthropic upstream through the worker's forwarder;
+//   an account the upstream rejects on host a gets the next request on host b a 429 with
+//   Retry-After and no run (the upstream's request count does not move); an unbound key
+//   sent round robin over both hosts runs on one account every time, also when host a
+//   chose it while the other account was rejected and host b first sees it after the
+//   reset (a host choosing on its own would then pick the other account).
 //
 // CTest runs it as `tests/pg/with-pg.sh node --test hosts.test.mjs` (it_hosts): no
 // PostgreSQL server installed is a skip (77, from with-pg.sh), and so is no HAProxy (77,
 // below); nothing else is.
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -30,6 +41,7 @@ import { fcgiRequest } from './fcgi-client.mjs';
 import { chatBody, commandProvider, curl, waitFor } from './harness.mjs';
 import { haproxyBin, olpKeysRun, pgCtl, psql, startHosts } from './hosts.mjs';
 import { meteredRegistry } from './metered.mjs';
+import { startUpstream } from '../upstream/procs.mjs';
 
 if (!haproxyBin()) {
   process.stderr.write('it_hosts: skipped: haproxy is not installed (deploy/olp-local test installs it)\n');
@@ -41,9 +53,33 @@ const bearer = (t) => `Bearer ${t}`;
 // 30 lines 0.2 s apart: about 6 s, far longer than the requests made while it runs.
 const SLOW = 'cat >/dev/null; i=0; while [ $i -lt 30 ]; do echo "tick $i"; sleep 0.2; i=$((i+1)); done';
 
-function registry() {
+// How long the fake upstream keeps an account rejected (its "-limitonce<N>" model).
+const RESET_S = 120;
+// ... and a short rejection, that passes within the test.
+const SHORT_S = 10;
+
+// The accounts' command: its account, then one request to the upstream through the
+// worker's forwarder (whose answer's limits the worker keeps): a rejecting one when the
+// prompt says "reject", else one that announces the account allowed.
+const ACCT = [
+  'p=$(cat)',
+  'echo "acct=$OLP_ACCOUNT"',
+  `case "$p" in *reject-short*) m=acct-limitonce${SHORT_S};; *reject*) m=acct-limitonce${RESET_S};; *) m=acct-limits;; esac`,
+  '/usr/bin/curl -s -o /dev/null -w "upstream=%{http_code}\\n" -X POST -H "content-type: application/json"'
+    + ' http://127.0.0.1:4180/v1/messages'
+    + ' -d "{\\"model\\":\\"$m\\",\\"max_tokens\\":5,\\"messages\\":[{\\"role\\":\\"user\\",\\"content\\":\\"hi\\"}]}"',
+].join('; ');
+
+function registry(upstream, work) {
   const r = meteredRegistry();
   r.providers.slow = commandProvider('slow', ['/bin/sh', '-c', SLOW], { timeout_s: 60 });
+  r.providers.acct = {
+    type: 'command', displayName: 'Accounts', argv: ['/bin/sh', '-c', ACCT], timeout_s: 30,
+    network: { upstream },
+    accounts: { alice: { home: path.join(work, 'alice') }, bob: { home: path.join(work, 'bob') } },
+    default_account: 'alice',
+    models: [{ id: 'acct', created: 1700000000 }],
+  };
   return r;
 }
 
@@ -160,14 +196,24 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
   let lb;
   let owner;
 
+  let upstream;
+  let work;
+  const children = new Set();
+
   before(async () => {
-    env = await startHosts({ n: 2, registry: registry(), maxProcs: 2, threads: 4 });
+    work = fs.mkdtempSync(path.join(os.tmpdir(), 'olp-hosts-accounts-'));
+    fs.chmodSync(work, 0o755);
+    for (const who of ['alice', 'bob']) fs.mkdirSync(path.join(work, who), { mode: 0o755 });
+    upstream = await startUpstream('fake-anthropic.mjs', {}, children);
+    env = await startHosts({ n: 2, registry: registry(upstream.url, work), maxProcs: 2, threads: 4 });
     [a, b] = env.hosts;
     lb = env.lb;
     owner = env.ownerToken;
   });
   after(async () => {
     await env?.stop();
+    for (const c of children) c.kill('SIGTERM');
+    if (work) fs.rmSync(work, { recursive: true, force: true });
   });
 
   it('the schema is made by the operator; the workers\' role has data rights only', () => {
@@ -355,6 +401,91 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
     const again = keys(b, 'list');
     for (const [i, m] of made.entries())
       assert.equal(again.find((x) => x.id === m.id).notes, evil[(i + 1) % evil.length], `notes of ${m.id}`);
+  });
+
+  // The upstream's requests so far (the fake's log): one per run of the accounts' command.
+  const upstreamRequests = async () => (await (await fetch(`${upstream.url}/_requests`)).json()).length;
+  const accountOf = (r) => (/acct=(\w+)/.exec(r.json?.choices?.[0]?.message?.content ?? '') ?? [])[1];
+
+  it('an unbound key round robin over both hosts runs on one account every time', async () => {
+    for (let k = 0; k < 4; k++) {
+      const key = keys(a, 'keygen', `--name=unbound ${k}`);
+      // Its first requests on both hosts at the same moment, then ten through the balancer.
+      const first = await Promise.all([a, b].map((h) => chat(h, key.token, 'acct', 'hello')));
+      const rest = [];
+      for (let i = 0; i < 10; i++) rest.push(await chat(lb, key.token, 'acct', `hello ${i}`));
+      const all = [...first, ...rest];
+      for (const r of all) assert.equal(r.status, 200, r.text);
+      const accounts = new Set(all.map(accountOf));
+      assert.equal(accounts.size, 1, `key ${k}: accounts ${[...accounts]} (${all.map((r) => `${r.host}:${accountOf(r)}`)})`);
+      assert.deepEqual([...new Set(rest.map((r) => r.host))].sort(), ['a', 'b'], 'both hosts served');
+    }
+  });
+
+  // Where an unbound key's first choice starts (providers/sticky.c): FNV-1a of its id,
+  // modulo the number of accounts (alice 0, bob 1).
+  const startOf = (id) => {
+    let h = 2166136261;
+    for (const c of Buffer.from(id)) h = Math.imul(h ^ c, 16777619) >>> 0;
+    return h % 2;
+  };
+
+  it('an unbound key chosen on host a while alice was rejected keeps bob on host b after the reset', async () => {
+    // Keys whose own first choice would be alice.
+    const fresh = [];
+    while (fresh.length < 3) {
+      const k = keys(a, 'keygen', `--name=moved ${fresh.length}`);
+      if (startOf(k.id) === 0) fresh.push(k);
+    }
+    const alice = keys(a, 'keygen', '--name=alice short', '--account=acct=alice');
+    const r = await chat(a, alice.token, 'acct', 'please reject-short');
+    assert.match(r.json?.choices?.[0]?.message?.content ?? '', /upstream=429/, r.text);
+    const t0 = Date.now();
+    // While alice is rejected, host a gives each key bob.
+    for (const k of fresh) {
+      const m = await chat(a, k.token, 'acct', 'first');
+      assert.equal(m.status, 200, m.text);
+      assert.equal(accountOf(m), 'bob', m.text);
+    }
+    // Alice's reset passes: a host that chose on its own would now give these keys alice.
+    await sleep(Math.max(0, (SHORT_S + 1) * 1000 - (Date.now() - t0)));
+    assert.equal((await chat(b, alice.token, 'acct', 'back')).status, 200, 'alice is allowed again');
+    for (const k of fresh) {
+      const all = [await chat(b, k.token, 'acct', 'on b')];
+      for (let i = 0; i < 6; i++) all.push(await chat(lb, k.token, 'acct', `via lb ${i}`));
+      for (const x of all) assert.equal(x.status, 200, x.text);
+      assert.deepEqual([...new Set(all.map(accountOf))], ['bob'], all.map((x) => `${x.host}:${accountOf(x)}`).join(' '));
+    }
+  });
+
+  it('an account rejected on host a: host b answers 429 with Retry-After, and runs nothing', async () => {
+    const alice = keys(a, 'keygen', '--name=alice', '--account=acct=alice');
+    const ok = await chat(b, alice.token, 'acct', 'hello');
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(accountOf(ok), 'alice');
+    // Host a's run meets the upstream's rejection of alice.
+    const r = await chat(a, alice.token, 'acct', 'please reject');
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.json.choices[0].message.content, /upstream=429/);
+    const before = await upstreamRequests();
+    // The next request, on host b: refused before any run.
+    const refused = await chat(b, alice.token, 'acct', 'hello again');
+    assert.equal(refused.status, 429, refused.text);
+    assert.equal(refused.json.error.code, 'subscription_limit');
+    const retry = Number(refused.headers.get('retry-after'));
+    assert.ok(retry > 0 && retry <= RESET_S, `Retry-After ${refused.headers.get('retry-after')}`);
+    // Every worker of both hosts, and the balancer: the same.
+    const req = { method: 'POST', uri: '/v1/chat/completions', token: alice.token, body: chatBody('acct', 'hi') };
+    for (const { host, pid, res } of await everyWorker([a, b], req)) assert.equal(res.status, 429, `${host}/${pid}: ${res.text}`);
+    for (let i = 0; i < 4; i++) assert.equal((await chat(lb, alice.token, 'acct', 'via lb')).status, 429);
+    assert.equal(await upstreamRequests(), before, 'no run reached the upstream');
+    // Host b's owner sees alice limited, though none of b's runs was told so.
+    const h = await send(b, { method: 'GET', path: '/health', token: owner });
+    assert.equal(h.json.providers.acct.accounts.alice.limited, true, JSON.stringify(h.json.providers.acct));
+    assert.equal(h.json.providers.acct.accounts.alice.status, 'rejected');
+    // The store holds one row per account, written by host a.
+    const rows = psql("SELECT account, state->>'s' FROM olp_account_limits WHERE provider = 'acct' ORDER BY 1");
+    assert.deepEqual(rows.find((x) => x[0] === 'alice'), ['alice', '3']);
   });
 
   it('the database stopped and started under load: nothing crashes, nothing served is lost', async () => {

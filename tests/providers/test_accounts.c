@@ -231,6 +231,130 @@ static void test_held(void)
 	buf_release(&why);
 }
 
+/* Each account's long-lived token (claude's setup-token) in its own env: the forwarder's
+ * bearer is the account's, its placeholder a variable (no file), its credentials present;
+ * an account without one keeps the provider's token. */
+static void test_held_env(void)
+{
+	struct buf err = BUF_INIT, why = BUF_INIT;
+	struct prov_provider *pv;
+	struct prov_cli_state cs;
+	struct prov_login_info li;
+	char ph[4096];
+
+	pv = provider(
+		"envc",
+		"{\"type\":\"claude\",\"credentials\":[],\"accounts\":{"
+		"\"alice\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-ALICE-SETUP\"}},"
+		"\"bob\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-BOB-SETUP\"}}}}",
+		&err);
+	if (!pv)
+		fprintf(stderr, "refused: %s\n", err.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	/* Held (the default), though "credentials" names no file: the accounts' tokens. */
+	prov_provider_login_info(prov_provider_for_account(pv, "alice"), &li);
+	CU_ASSERT_STRING_EQUAL(li.mode ? li.mode : "(null)", "held");
+	CU_ASSERT_FALSE(prov_provider_login_exposed(prov_provider_for_account(pv, "alice")));
+	expect_bearer(pv, "alice", "Bearer sk-ant-oat01-ALICE-SETUP");
+	expect_bearer(pv, "bob", "Bearer sk-ant-oat01-BOB-SETUP");
+	CU_ASSERT_EQUAL(
+		prov_provider_held_placeholder(prov_provider_for_account(pv, "alice"), ph, &why),
+		-EINVAL);
+	prov_provider_cli_state(prov_provider_for_account(pv, "bob"), &cs);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "present");
+	prov_provider_free(pv);
+
+	/* The provider's own token: the login of an account that gives none. */
+	pv = provider(
+		"envd",
+		"{\"type\":\"claude\",\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":"
+		"\"sk-ant-oat01-OWNER-SETUP\",\"OTHER\":\"1\"},\"accounts\":{"
+		"\"alice\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-ALICE-SETUP\"}},"
+		"\"owner\":{}}}",
+		&err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	expect_bearer(pv, "alice", "Bearer sk-ant-oat01-ALICE-SETUP");
+	expect_bearer(pv, "owner", "Bearer sk-ant-oat01-OWNER-SETUP");
+	prov_provider_free(pv);
+	buf_release(&err);
+	buf_release(&why);
+}
+
+static void test_held_env_refused(void)
+{
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"/x\",\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\"}}}}",
+		"accounts.a: \"home\", \"set_headers\" and \"env\" each name the login; keep one");
+	refused("{\"type\":\"claude\",\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\"},"
+		"\"accounts\":{\"a\":{\"home\":\"/x\"}}}",
+		"accounts.a.home: the provider's env.CLAUDE_CODE_OAUTH_TOKEN would be this "
+		"account's login");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"env\":{\"HOME\":\"/x\"}}}}",
+		"accounts.a.env.HOME: an account's env holds only its login's token "
+		"(CLAUDE_CODE_OAUTH_TOKEN)");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\",\"X\":\"1\"}}}}",
+		"accounts.a.env: must be an object of one variable");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"\"}}}}",
+		"accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN: must be the token");
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\\r\\nx-evil: 1\"}}}}",
+		"accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN: holds a space or control character");
+	refused("{\"type\":\"codex\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\"}}}}",
+		"(none for this type)");
+	/* "held" given with neither a file nor a token anywhere: still an error. */
+	refused("{\"type\":\"claude\",\"login\":\"held\",\"credentials\":[],"
+		"\"accounts\":{\"a\":{}}}",
+		"exactly one login file");
+}
+
+/* config.json's check (the type not known yet), and the files that may hold a token. */
+static void test_held_env_config(void)
+{
+	struct buf err = BUF_INIT;
+	char path[256];
+	json_t *ok = json_loads("{\"c\":{\"accounts\":{\"a\":{\"env\":{"
+				"\"CLAUDE_CODE_OAUTH_TOKEN\":\"sk-ant-oat01-A\"}}}}}",
+				0, NULL);
+	json_t *bad =
+		json_loads("{\"c\":{\"accounts\":{\"a\":{\"env\":{\"PATH\":\"/x\"}}}}}", 0, NULL);
+	json_t *top = json_loads("{\"c\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\"}}}", 0, NULL);
+	json_t *none = json_loads("{\"c\":{\"env\":{\"X\":\"1\"}}}", 0, NULL);
+	static const struct {
+		mode_t mode;
+		bool ok;
+	} modes[] = { { 0600, true },  { 0640, true },	{ 0400, true },
+		      { 0644, false }, { 0660, false }, { 0604, false } };
+
+	CU_ASSERT_EQUAL(prov_config_check(ok, &err), 0);
+	buf_reset(&err);
+	CU_ASSERT_EQUAL(prov_config_check(bad, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data, "providers.c.accounts.a.env.PATH"));
+	snprintf(path, sizeof(path), "%s/config.json", tmpdir);
+	write_text(path, "{}");
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		CU_ASSERT_EQUAL_FATAL(chmod(path, modes[i].mode), 0);
+		buf_reset(&err);
+		CU_ASSERT_EQUAL(prov_config_check_file(ok, path, &err), modes[i].ok ? 0 : -EINVAL);
+		CU_ASSERT_EQUAL(prov_config_check_file(top, path, &err), modes[i].ok ? 0 : -EINVAL);
+		/* No token: any mode. */
+		CU_ASSERT_EQUAL(prov_config_check_file(none, path, &err), 0);
+	}
+	buf_reset(&err);
+	CU_ASSERT_EQUAL(prov_config_check_file(ok, path, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.data,
+				      "providers.c.accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN "
+				      "is a login token"));
+	CU_ASSERT_PTR_NULL(strstr(err.data, "sk-ant-oat01-A")); /* never the token itself */
+	json_decref(ok);
+	json_decref(bad);
+	json_decref(top);
+	json_decref(none);
+	buf_release(&err);
+}
+
 /* The forwarder's word that an account is rejected until reset (epoch s). */
 static void reject(const char *provider, const char *account, int64_t reset)
 {
@@ -418,6 +542,9 @@ int main(void)
 		{ "bad accounts settings are refused", test_settings_refused },
 		{ "accounts with their own set_headers", test_set_headers },
 		{ "each account holds its own login", test_held },
+		{ "each account's login from its env token", test_held_env },
+		{ "bad account env tokens are refused", test_held_env_refused },
+		{ "a login token only in a private file", test_held_env_config },
 		{ "an unbound caller's sticky account and its move", test_sticky },
 		{ "a run sees only its account's login dir", test_runs },
 		{ "pre-started processes never cross accounts", test_pools },

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -118,20 +119,101 @@ static void test_url_resolve(void)
 	buf_release(&err);
 }
 
+/* store_open with o (a URL nothing listens on): the reason it refused, or "" if it opened. */
+static void open_refusal(const struct store_options *o, char *why, size_t n)
+{
+	struct buf err = BUF_INIT;
+	struct store_db *db = store_open("postgresql://u@127.0.0.1:1/d", o, &err);
+
+	snprintf(why, n, "%s", db ? "" : err.data);
+	store_free(db);
+	buf_release(&err);
+}
+
+/* As the user nobody, in a child: whether store_open refuses path (a root-owned 0600
+ * file nobody cannot open) naming it. 1 refused, 0 opened, -1 could not test. */
+static int refused_as_nobody(const char *path)
+{
+	struct store_options o = { .passfile = path };
+	char why[512];
+	pid_t pid;
+	int status;
+
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		if (setgid(65534) < 0 || setuid(65534) < 0)
+			_exit(3);
+		open_refusal(&o, why, sizeof(why));
+		_exit(strstr(why, "Permission denied") ? 1 : *why ? 2 : 0);
+	}
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) > 2)
+		return -1;
+	return WEXITSTATUS(status) == 1;
+}
+
+/* The passfile libpq would read, refused at start when libpq would skip it (and every
+ * connection fail for want of a password): config.json's store_passfile, else
+ * PGPASSFILE's; readable by others, not a regular file, missing, or one this process
+ * cannot open. */
 static void test_passfile_mode(void)
 {
-	char path[256];
-	struct buf err = BUF_INIT;
+	const char *env = getenv("PGPASSFILE");
+	char *saved = env ? strdup(env) : NULL;
+	char path[256], good[256], why[512];
 	struct store_options o = { 0 };
-	struct store_db *db;
 
 	snprintf(path, sizeof(path), "%s/pgpass", tmproot);
+	snprintf(good, sizeof(good), "%s/pgpass-0600", tmproot);
 	write_file(path, "127.0.0.1:1:*:u:p\n", 0644);
+	write_file(good, "127.0.0.1:1:*:u:p\n", 0600);
 	o.passfile = path;
-	db = store_open("postgresql://u@127.0.0.1:1/d", &o, &err);
-	CU_ASSERT(db == NULL);
-	CU_ASSERT(strstr(err.data, "chmod 0600") != NULL);
-	buf_release(&err);
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT(strstr(why, "store_passfile") && strstr(why, "chmod 0600"));
+	o.passfile = good;
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT_STRING_EQUAL(why, "");
+
+	/* No store_passfile: PGPASSFILE's file is held to the same rules. */
+	o.passfile = NULL;
+	setenv("PGPASSFILE", path, 1);
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT(strstr(why, "PGPASSFILE") && strstr(why, "chmod 0600"));
+	setenv("PGPASSFILE", tmproot, 1);
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT(strstr(why, "not a regular file") != NULL);
+	setenv("PGPASSFILE", "/nonexistent/pgpass", 1);
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT(strstr(why, "No such file") != NULL);
+	setenv("PGPASSFILE", good, 1);
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT_STRING_EQUAL(why, "");
+	/* store_passfile wins over PGPASSFILE, as libpq's passfile keyword does. */
+	setenv("PGPASSFILE", path, 1);
+	o.passfile = good;
+	open_refusal(&o, why, sizeof(why));
+	CU_ASSERT_STRING_EQUAL(why, "");
+
+	/* 0600 but another user's: the workers' user cannot read it. */
+	if (geteuid() == 0) {
+		chmod(tmproot, 0755);
+		CU_ASSERT_EQUAL(refused_as_nobody(good), 1);
+		chmod(tmproot, 0700);
+	} else {
+		char mine[256];
+
+		snprintf(mine, sizeof(mine), "%s/pgpass-0000", tmproot);
+		write_file(mine, "127.0.0.1:1:*:u:p\n", 0000);
+		o.passfile = mine;
+		open_refusal(&o, why, sizeof(why));
+		CU_ASSERT(strstr(why, "Permission denied") != NULL);
+	}
+	if (saved)
+		setenv("PGPASSFILE", saved, 1);
+	else
+		unsetenv("PGPASSFILE");
+	free(saved);
 }
 
 /* A store of the workers' role; skips (NULL) without a server. */

@@ -1580,7 +1580,8 @@ static void test_report_json(void)
 	usage_report_json(st, &(struct usage_report){ .since_ms = 0, .now_ms = 1 }, &b);
 	CU_ASSERT_STRING_EQUAL(b.data, "{\"object\":\"usage\",\"since\":\"1970-01-01\","
 				       "\"generated_at\":\"1970-01-01T00:00:00.001Z\","
-				       "\"recent_limit\":0,\"all_keys\":false,\"keys\":[],"
+				       "\"recent_limit\":0,\"all_keys\":false,\"account\":null,"
+				       "\"keys\":[],"
 				       "\"recent\":[]}");
 	buf_release(&b);
 	free(days);
@@ -1675,6 +1676,103 @@ static void test_accounts(void)
 	usage_store_free(st);
 }
 
+/* ?account= (ADR 0037): only that account's rows, in the days, the recent rows (the limit
+ * counted after the filter) and the report's totals; with a key too; an account without
+ * rows, or a name too long for the ledger, reads nothing. */
+static void test_account_filter(void)
+{
+	const char *home = new_home();
+	struct usage_store *st = open_store(home);
+	const struct usage_key_info keys[] = { { .id = "k1" }, { .id = "k2" } };
+	struct usage_report rep = { .keys = keys, .nkeys = 2, .account = "bob" };
+	static const struct {
+		const char *key, *acct;
+	} rec[] = { { "k1", "alice" }, { "k1", "bob" }, { "k2", "bob" },  { "k1", "bob" },
+		    { "k2", "alice" }, { "k1", NULL },	{ "k1", "alice" } };
+	struct usage_filter f = { .account = "bob" };
+	struct usage_day *days;
+	struct usage_row *rows;
+	struct buf b = BUF_INIT;
+	json_t *j;
+	int64_t t = today_ms();
+	size_t n, nr;
+
+	for (size_t i = 0; i < ARRAY_SIZE(rec); i++) {
+		struct usage_record r = { .ts_ms = t + (int64_t)i,
+					  .key_id = rec[i].key,
+					  .provider = i == 3 ? "codex" : "claude",
+					  .model = "m",
+					  .account = rec[i].acct,
+					  .status = 200,
+					  .prompt_tokens = 10 * (int64_t)(i + 1),
+					  .completion_tokens = 1,
+					  .start = USAGE_START_COLD };
+
+		CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	}
+	/* bob's rows of every key and provider: k1 claude, k1 codex, k2 claude. */
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 3);
+	for (size_t i = 0; i < n; i++) {
+		CU_ASSERT_STRING_EQUAL(days[i].account, "bob");
+		CU_ASSERT_EQUAL(days[i].requests, 1);
+	}
+	/* The newest two of bob's, not the newest two of all. */
+	CU_ASSERT_EQUAL_FATAL(usage_recent(st, &f, 2, &rows, &nr), 0);
+	CU_ASSERT_EQUAL_FATAL(nr, 2);
+	CU_ASSERT_STRING_EQUAL(rows[0].account, "bob");
+	CU_ASSERT_EQUAL(rows[0].prompt_tokens, 40);
+	CU_ASSERT_STRING_EQUAL(rows[1].account, "bob");
+	CU_ASSERT_EQUAL(rows[1].prompt_tokens, 30);
+	rep.days = days;
+	rep.ndays = n;
+	rep.rows = rows;
+	rep.nrows = nr;
+	usage_report_json(st, &rep, &b);
+	j = parsed(&b);
+	CU_ASSERT_STRING_EQUAL(member_str(j, "account"), "bob");
+	CU_ASSERT_EQUAL(
+		member_int(json_object_get(json_array_get(json_object_get(j, "keys"), 0), "totals"),
+			   "requests"),
+		2);
+	CU_ASSERT_EQUAL(
+		member_int(json_object_get(json_array_get(json_object_get(j, "keys"), 0), "totals"),
+			   "prompt_tokens"),
+		20 + 40);
+	json_decref(j);
+	free(days);
+	free(rows);
+	/* With a key: k2's bob row alone. */
+	f.key_id = "k2";
+	CU_ASSERT_EQUAL_FATAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_STRING_EQUAL(days[0].key_id, "k2");
+	CU_ASSERT_EQUAL(days[0].prompt_tokens, 30);
+	free(days);
+	/* An account with no rows (or none of this key's): nothing. */
+	f.account = "carol";
+	f.key_id = NULL;
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 0);
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &nr), 0);
+	CU_ASSERT_EQUAL(nr, 0);
+	f.account = "alice";
+	f.key_id = "k2";
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 1);
+	free(days);
+	/* A name longer than the ledger keeps is refused, never cut into another. */
+	f.account = "abcdefghijabcdefghijabcdefghijabc";
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), -EINVAL);
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &nr), -EINVAL);
+	/* No account: every row, those without one included. */
+	CU_ASSERT_EQUAL(usage_recent(st, NULL, 100, &rows, &nr), 0);
+	CU_ASSERT_EQUAL(nr, ARRAY_SIZE(rec));
+	free(rows);
+	buf_release(&b);
+	usage_store_free(st);
+}
+
 int main(void)
 {
 	static const struct ts_test tests[] = {
@@ -1696,6 +1794,7 @@ int main(void)
 		{ "a version 1 database is migrated", test_migrate_v1 },
 		{ "a version 2 database is migrated to 3 (accounts)", test_migrate_v2 },
 		{ "accounts: days, refusals, by_account, recent", test_accounts },
+		{ "?account=: one account's rows", test_account_filter },
 		{ "a fresh store opened by 16 processes at once, 10 times", test_open_together },
 		{ "a store opened while another holds a lock past the busy timeout",
 		  test_open_while_locked },

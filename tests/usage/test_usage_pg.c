@@ -331,6 +331,68 @@ static void test_record_read(void)
 	store_free(db);
 }
 
+/* ?account= on the store (ADR 0037): that account's rows alone, the recent rows' limit
+ * counted after the filter, with a key or without; an account without rows reads
+ * nothing; a name is a statement parameter, never SQL. */
+static void test_account_filter(void)
+{
+	struct store_db *db = db_open();
+	struct usage_store *st = pg_store(db, 0);
+	char k1[64], k2[64]; /* new_key's buffer is static */
+	static const char *const acct[] = { "alice", "bob", "bob", NULL, "alice", "bob" };
+	int64_t t0 = today_ms() + 3600000;
+	struct usage_filter f = { .key_id = k1, .account = "bob" };
+	struct usage_day *days = NULL;
+	struct usage_row *rows = NULL;
+	size_t n = 0;
+
+	snprintf(k1, sizeof(k1), "%s", new_key("acf1"));
+	snprintf(k2, sizeof(k2), "%s", new_key("acf2"));
+	for (size_t i = 0; i < ARRAY_SIZE(acct); i++) {
+		struct usage_record r = { .ts_ms = t0 + (int64_t)i * 1000,
+					  .key_id = i < 4 ? k1 : k2,
+					  .provider = "claude",
+					  .model = "m",
+					  .account = acct[i],
+					  .status = 200,
+					  .prompt_tokens = (int64_t)i + 1,
+					  .start = USAGE_START_COLD };
+
+		CU_ASSERT_EQUAL(usage_record_add(st, &r), 0);
+	}
+	CU_ASSERT_EQUAL(recent_wait(st, k1, 4, 5000, &rows), 4);
+	free(rows);
+	CU_ASSERT_EQUAL(recent_wait(st, k2, 2, 5000, &rows), 2);
+	free(rows);
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_STRING_EQUAL(days[0].account, "bob");
+	CU_ASSERT_EQUAL(days[0].requests, 2);
+	CU_ASSERT_EQUAL(days[0].prompt_tokens, 2 + 3);
+	free(days);
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 1, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(rows[0].prompt_tokens, 3); /* bob's newest, not k1's newest */
+	free(rows);
+	f.account = "alice";
+	f.key_id = k2;
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL_FATAL(n, 1);
+	CU_ASSERT_EQUAL(rows[0].prompt_tokens, 5);
+	free(rows);
+	f.account = "carol";
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), 0);
+	CU_ASSERT_EQUAL(n, 0);
+	f.account = "x' OR '1'='1";
+	f.key_id = NULL;
+	CU_ASSERT_EQUAL(usage_recent(st, &f, 10, &rows, &n), 0);
+	CU_ASSERT_EQUAL(n, 0);
+	f.account = "abcdefghijabcdefghijabcdefghijabc";
+	CU_ASSERT_EQUAL(usage_days(st, &f, &days, &n), -EINVAL);
+	usage_store_free(st);
+	store_free(db);
+}
+
 /* Rows queued just before usage_store_free are written by it; a second host's rows are
  * read by the first. */
 static void test_free_flushes_two_hosts(void)
@@ -965,6 +1027,7 @@ int main(void)
 		{ "schema 1 -> 2 (accounts)", test_upgrade },
 		{ "schema", test_schema },
 		{ "record and read", test_record_read },
+		{ "?account= filter", test_account_filter },
 		{ "free flushes, two hosts", test_free_flushes_two_hosts },
 		{ "quota minute and day", test_quota_minute_day },
 		{ "quota tokens", test_quota_tokens },
