@@ -1,4 +1,5 @@
 /* GET /health, GET /health/live and GET /v1/models. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -206,8 +207,29 @@ void fcgi_json_since(struct buf *b, int64_t ms)
 	buf_addf(b, "\"%s\"", since);
 }
 
-void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline_keys_s)
+/* Whether the accounts' limits and choices are shared through the store, and if not why
+ * (ADR 0035, 0037 amendments): a store without the providers schema keeps them per host
+ * until olp-keys store init, which the owner must be able to see. */
+static void add_accounts_shared(struct buf *b, int shared)
 {
+	const char *why =
+		shared == -ENOENT ? "the store has no providers schema: run olp-keys store init"
+		: shared == -EPROTO
+			? "the store's providers schema is another version: run olp-keys store init"
+		: shared == -EOPNOTSUPP ? "a CGI process: the host's files only"
+					: "could not be set up (see the worker's log)";
+
+	if (!shared) {
+		buf_adds(b, ",\"accounts_shared\":true");
+		return;
+	}
+	buf_adds(b, ",\"accounts_shared\":false,\"accounts_shared_why\":");
+	buf_add_json_str(b, why, strlen(why));
+}
+
+void fcgi_store_health_json(struct buf *b, const struct fcgi_app *app)
+{
+	struct store_db *db = app->store;
 	struct store_health h;
 
 	if (!db) {
@@ -225,7 +247,8 @@ void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline
 		buf_add_json_str(b, h.last_error, strlen(h.last_error));
 	else
 		buf_adds(b, "null");
-	buf_addf(b, ",\"offline_keys_s\":%u}", offline_keys_s);
+	add_accounts_shared(b, app->accounts_shared);
+	buf_addf(b, ",\"offline_keys_s\":%u}", app->cfg.store_offline_keys_s);
 }
 
 void fcgi_handle_health(struct fcgi_req *rc)
@@ -288,7 +311,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 		fcgi_usage_health_json(&b, rc->app->usage);
 		/* Where keys and usage live, and whether it answers (ADR 0034). */
 		buf_adds(&b, ",\"store\":");
-		fcgi_store_health_json(&b, rc->app->store, rc->app->cfg.store_offline_keys_s);
+		fcgi_store_health_json(&b, rc->app);
 		fcgi_store_sync(rc->app->store);
 		add_prestart_block(&b);
 	}

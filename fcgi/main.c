@@ -387,8 +387,8 @@ static int open_store(void)
  * failure here leaves each host its own files (logged). */
 static void open_shared_accounts(bool cgi)
 {
-	if (app.store && !cgi)
-		(void)prov_store_attach(app.store);
+	if (app.store)
+		app.accounts_shared = cgi ? -EOPNOTSUPP : prov_store_attach(app.store);
 }
 
 /* The key store, with the anonymous access and audit options: 0, or -1 (logged). */

@@ -104,6 +104,10 @@ struct fcgi_app {
 	struct auth_store *auth;
 	struct usage_store *usage; /* NULL when usage.enabled is false */
 	struct store_db *store;	   /* the shared store, or NULL (the embedded one) */
+	/* With a shared store: 0 when the accounts' limits and choices are kept in it
+	 * (prov_store_attach), else why not (-ENOENT: no providers schema, -EPROTO: another
+	 * version; a CGI process: -EOPNOTSUPP). */
+	int accounts_shared;
 	/* The keys' concurrency slots (quota max_concurrent): files in <runtime_dir>/keyslots
 	 * shared by every process of the host, or leases in the shared store (usage.h); NULL
 	 * when they could not be set up (such keys are then refused: fail closed). */
@@ -118,7 +122,7 @@ struct fcgi_app {
 void fcgi_store_sync(struct store_db *db);
 /* The owner's /health "store": {"kind":"embedded"} or {"kind":"postgresql","where",
  * "ok","failing_since","last_error","offline_keys_s"}. */
-void fcgi_store_health_json(struct buf *b, struct store_db *db, unsigned offline_keys_s);
+void fcgi_store_health_json(struct buf *b, const struct fcgi_app *app);
 /* A wall-clock time in ms as a JSON string "YYYY-MM-DDTHH:MM:SSZ", or null when ms <= 0. */
 void fcgi_json_since(struct buf *b, int64_t ms);
 

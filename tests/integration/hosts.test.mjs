@@ -233,6 +233,7 @@ describe('two hosts behind HAProxy, one PostgreSQL', () => {
         assert.equal(r.status, 200, r.text);
         assert.equal(r.json.store?.kind, 'postgresql', `${h.name}: ${r.text}`);
         assert.equal(r.json.store.ok, true, `${h.name}: ${r.text}`);
+        assert.equal(r.json.store.accounts_shared, true, `${h.name}: ${r.text}`);
       }),
     );
   });

@@ -165,4 +165,33 @@ describe('two hosts, one PostgreSQL: quotas, max_concurrent and the ledger share
       if (!restarted) pgCtl('start');
     }
   });
+
+  it('/health says whether the accounts\' limits and choices are shared, and why not', async () => {
+    const h = await curl(a, { path: '/health', auth: true });
+    assert.equal(h.json.store.accounts_shared, true, h.text);
+    assert.equal(h.json.store.accounts_shared_why, undefined, h.text);
+    // A store whose providers schema is missing (made by an older olp-keys store init):
+    // a worker started on it keeps them per host, and its owner is told how to fix it.
+    const admin = (sql) => {
+      const r = spawnSync(process.env.OLP_TEST_PG_CTL, ['psql', '-v', 'ON_ERROR_STOP=1', '-c', sql], { encoding: 'utf8', timeout: 30000 });
+      assert.equal(r.status, 0, `psql ${sql}: ${r.stderr}`);
+    };
+    // Its row only: the tables stay, and the row goes back at the end.
+    admin("CREATE TABLE olp_schema_saved AS SELECT * FROM olp_schema WHERE module = 'providers'");
+    admin("DELETE FROM olp_schema WHERE module = 'providers'");
+    let c;
+    try {
+      const config = { ...testConfig(), store: pgURL, store_passfile: process.env.PGPASSFILE };
+      c = await startServer({ dirs: makeHome({ registry: registry(), config }), maxProcs: 1, threads: 2 });
+      const hc = await curl(c, { path: '/health', auth: true });
+      assert.equal(hc.json.store.accounts_shared, false, hc.text);
+      assert.match(hc.json.store.accounts_shared_why, /no providers schema: run olp-keys store init/, hc.text);
+      // A guest sees no store object at all.
+      const g = await curl(c, { path: '/health', auth: bearer(free.token) });
+      assert.equal(g.json.store, undefined, g.text);
+    } finally {
+      await c?.stop();
+      admin('INSERT INTO olp_schema SELECT * FROM olp_schema_saved; DROP TABLE olp_schema_saved');
+    }
+  });
 });
