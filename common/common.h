@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* ---- struct buf: a growable byte buffer -------------------------------------------
  * Invariants (after buf_init and until buf_release):
@@ -181,6 +182,9 @@ static inline uint64_t mono_ms(void)
 /* The wall clock (CLOCK_REALTIME) in milliseconds since the epoch: for timestamps that are
  * stored or shown, never for a wait or a duration (it can jump). */
 int64_t wall_ms(void);
+/* The time ms milliseconds from now on clock clk, for pthread_cond_timedwait (whose
+ * condition variable was made with that clock: CLOCK_REALTIME unless set). */
+struct timespec clock_after_ms(clockid_t clk, uint64_t ms);
 /* The wall clock now as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC, milliseconds) and a NUL: the
  * timestamps of log lines, the audit log and key manifests. */
 #define WALL_ISO_MAX 25

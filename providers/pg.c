@@ -458,15 +458,8 @@ static struct pg_pending *pg_pending_slot(const char *provider, const char *acco
 /* Caller holds lock: wait for the write of seq (PG_SYNC_MS at most). */
 static void pg_wait_written(struct pg_pending *p, uint64_t seq)
 {
-	struct timespec ts;
+	struct timespec ts = clock_after_ms(CLOCK_MONOTONIC, PG_SYNC_MS);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += PG_SYNC_MS / 1000;
-	ts.tv_nsec += (long)(PG_SYNC_MS % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	while (p->done_seq < seq && p->failed_seq < seq && !pg.stopping)
 		if (pthread_cond_timedwait(&pg.cond, &pg.lock, &ts) == ETIMEDOUT)
 			break;
@@ -578,15 +571,8 @@ static struct pg_pending *pg_next_due(int64_t now, int64_t *wait_ms)
 
 static void pg_wait_ms(int64_t ms)
 {
-	struct timespec ts;
+	struct timespec ts = clock_after_ms(CLOCK_MONOTONIC, (uint64_t)ms);
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	(void)pthread_cond_timedwait(&pg.cond, &pg.lock, &ts);
 }
 

@@ -223,13 +223,7 @@ static bool wait_until(struct store_db *db, uint64_t deadline)
 
 	if (now >= deadline)
 		return false;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)((deadline - now) / 1000);
-	ts.tv_nsec += (long)((deadline - now) % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	ts = clock_after_ms(CLOCK_MONOTONIC, deadline - now);
 	(void)pthread_cond_timedwait(&db->freed, &db->lock, &ts);
 	return true;
 }

@@ -175,13 +175,7 @@ static void *renewer_main(void *arg)
 
 	pthread_mutex_lock(&ls->lock);
 	while (!ls->stop) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += every / 1000;
-		ts.tv_nsec += (long)(every % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = clock_after_ms(CLOCK_REALTIME, every);
 		(void)pthread_cond_timedwait(&ls->wake, &ls->lock, &ts);
 		if (ls->stop)
 			break;

@@ -378,15 +378,8 @@ static void prune(struct usage_store *st)
 /* Wait on cond for ms at most (under p->lock). */
 static void timed_wait(struct usage_pg *p, pthread_cond_t *cond, unsigned ms)
 {
-	struct timespec ts;
+	struct timespec ts = clock_after_ms(CLOCK_REALTIME, ms);
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
 	(void)pthread_cond_timedwait(cond, &p->lock, &ts);
 }
 

@@ -884,6 +884,18 @@ static void test_utils(void)
 		CU_ASSERT(ms >= before && ms <= after);
 	}
 
+	/* clock_after_ms: ms later on that clock, nanoseconds carried into seconds. */
+	for (unsigned ms = 0; ms <= 2999; ms += 333) {
+		struct timespec now, at;
+		int64_t d;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		at = clock_after_ms(CLOCK_MONOTONIC, ms);
+		CU_ASSERT(at.tv_nsec >= 0 && at.tv_nsec < 1000000000L);
+		d = (int64_t)(at.tv_sec - now.tv_sec) * 1000000000 + (at.tv_nsec - now.tv_nsec);
+		CU_ASSERT(d >= (int64_t)ms * 1000000 && d < ((int64_t)ms + 60000) * 1000000);
+	}
+
 	CU_ASSERT_EQUAL(write_all(-1, "x", 1), -EBADF);
 
 	/* More than 64 bytes is cut to 64. */
