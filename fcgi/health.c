@@ -283,8 +283,10 @@ void fcgi_handle_health(struct fcgi_req *rc)
 			buf_add_json_str(&b, prov_provider_display_name(pv),
 					 strlen(prov_provider_display_name(pv)));
 			add_network(&b, pv);
-			add_cli_state(&b, pv);
-			fcgi_health_login(&b, pv);
+			/* The login a request that names no account runs with: the default
+			 * account's when the provider has accounts (each one's is below). */
+			add_cli_state(&b, prov_provider_for_account(pv, NULL));
+			fcgi_health_login(&b, prov_provider_for_account(pv, NULL));
 			fcgi_access_health(&b, pv, grants, ngrants);
 			/* What the upstream last said of each account's limits (ADR 0035). */
 			buf_adds(&b, ",\"accounts\":");

@@ -233,7 +233,12 @@ test('an env token per account: each key\'s runs send its own, and print only a 
   assert.match(answer(e), /auth=Bearer \*{16,}/, answer(e));
   assert.ok(!answer(e).includes('REAL'), answer(e));
   // The owner's /health: each account's login held, from env (no expiry), present.
-  const h = (await health()).providers.claudeacc.accounts;
+  const p = (await health()).providers.claudeacc;
+  // The provider's own fields describe its default account (the first, alice): its
+  // login is there and held, though the provider names no files of its own.
+  assert.equal(p.credentials, 'present', JSON.stringify(p));
+  assert.equal(p.login && p.login.mode, 'held', JSON.stringify(p));
+  const h = p.accounts;
   for (const acc of ['alice', 'bob']) {
     assert.equal(h[acc].credentials, 'present', JSON.stringify(h[acc]));
     assert.equal(h[acc].login.mode, 'held', JSON.stringify(h[acc]));
