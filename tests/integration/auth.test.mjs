@@ -16,7 +16,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { fcgiRequest, fcgiRequestsKept } from './fcgi-client.mjs';
-import { cfg, chatBody, curl, freePort, makeHome, olpKeys, Server, testConfig, waitFor } from './harness.mjs';
+import { cfg, chatBody, curl, freePort, jsonOrUndefined, makeHome, olpKeys, Server, testConfig, waitFor } from './harness.mjs';
 
 const MSG_REQUIRED = 'OLP API key required. Pass via "Authorization: Bearer <token>" or "x-api-key: <token>".';
 const MSG_INVALID = 'OLP API key is invalid or has been revoked.';
@@ -140,12 +140,7 @@ async function req(server, p, opts = {}) {
     signal: AbortSignal.timeout(60000),
   });
   const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
+  const json = jsonOrUndefined(text);
   return keepRid(server, { status: r.status, headers: r.headers, text, json, rid: r.headers.get('x-request-id') });
 }
 

@@ -976,15 +976,19 @@ export async function startServe(home, args = [], { env = {}, readyPath = '/heal
   return { port, url, out, stop };
 }
 
+// The value of a JSON text, or undefined when it is not JSON (an error page, a cut body).
+export function jsonOrUndefined(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 // GET http://127.0.0.1:port/p with an optional Bearer token: { status, json, text }.
 export async function getJSON(port, p, token) {
   const r = await fetch(`http://127.0.0.1:${port}${p}`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
   const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
+  const json = jsonOrUndefined(text);
   return { status: r.status, json, text };
 }

@@ -38,7 +38,7 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { fcgiRequest } from './fcgi-client.mjs';
-import { chatBody, commandProvider, curl, waitFor } from './harness.mjs';
+import { chatBody, commandProvider, curl, jsonOrUndefined, waitFor } from './harness.mjs';
 import { haproxyBin, olpKeysRun, pgCtl, psql, startHosts } from './hosts.mjs';
 import { meteredRegistry } from './metered.mjs';
 import { startUpstream } from '../upstream/procs.mjs';
@@ -122,12 +122,7 @@ function send(target, { method = 'POST', path = '/v1/chat/completions', token, b
       res.on('data', (d) => (text += d));
       res.on('error', reject);
       res.on('end', () => {
-        let json;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
+        const json = jsonOrUndefined(text);
         const get = (n) => res.headers[n.toLowerCase()] ?? null;
         resolve({ status: res.statusCode, host: get('x-olp-host'), headers: { get }, text, json });
       });

@@ -19,7 +19,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { chatBody, curl, makeHome, olpKeys, startServer, testConfig, waitFor } from './harness.mjs';
+import { chatBody, curl, jsonOrUndefined, makeHome, olpKeys, startServer, testConfig, waitFor } from './harness.mjs';
 import { meteredRegistry } from './metered.mjs';
 
 const bearer = (t) => `Bearer ${t}`;
@@ -68,12 +68,7 @@ async function req(server, p, { token, method = 'GET', body } = {}) {
     signal: AbortSignal.timeout(60000),
   });
   const text = await r.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
+  const json = jsonOrUndefined(text);
   return { status: r.status, headers: r.headers, text, json };
 }
 

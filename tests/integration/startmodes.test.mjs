@@ -17,6 +17,7 @@ import {
   curl,
   freePort,
   isAlive,
+  jsonOrUndefined,
   makeHome,
   procsMentioning,
   runSync,
@@ -167,12 +168,7 @@ describe('start modes', () => {
         }
         const status = headers.status ? Number(headers.status.split(' ')[0]) : 200;
         const text = out.slice(m.index + m[0].length);
-        let json;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          /* not JSON */
-        }
+        const json = jsonOrUndefined(text);
         return { status, headers, text, json, stderr: r.stderr.toString() };
       } finally {
         fs.closeSync(fd);
