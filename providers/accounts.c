@@ -118,6 +118,28 @@ static const char *token_var(const struct prov_provider *pv)
 	return pv->ops && pv->ops->held ? pv->ops->held->token_env : NULL;
 }
 
+/* The token as "file:/abs": read by the worker at each run, so the login must be held
+ * (a copy would need the token itself inside the run). */
+static int env_token_file(const struct prov_provider *pv, const char *tok, const char *where,
+			  const char *name, bool strict, struct buf *err)
+{
+	struct buf at = BUF_INIT;
+	int ret;
+
+	if (pv->ops && pv->login != PROV_LOGIN_HELD) {
+		buf_addf(err,
+			 "%s.env.%s: a file: token is read by the worker for its held login; the "
+			 "provider's login is \"copy\" (\"login\": \"held\" needs the "
+			 "network's upstream mode)",
+			 where, name);
+		return -EINVAL;
+	}
+	buf_addf(&at, "%s.env.%s", where, name);
+	ret = prov_login_token_file_check(tok, at.data, strict, err);
+	buf_release(&at);
+	return ret;
+}
+
 /* "env": {"<token variable>": "<token>"}, the account's own login as a long-lived token
  * (claude's `setup-token`): the variant's environment is the provider's with that
  * variable set, so that the held login (login.c) reads it as it reads the provider's.
@@ -125,7 +147,7 @@ static const char *token_var(const struct prov_provider *pv)
  * is not known when config.json is checked alone (pv->ops NULL): any type's token
  * variable is taken then, and the provider's own checked when the registry loads. */
 static int read_env(struct prov_provider *pv, struct prov_provider *v, const json_t *e,
-		    const char *where, struct buf *err)
+		    const char *where, bool strict, struct buf *err)
 {
 	const char *tv = token_var(pv), *name, *tok;
 	const json_t *val;
@@ -149,7 +171,10 @@ static int read_env(struct prov_provider *pv, struct prov_provider *v, const jso
 				 name);
 			return -EINVAL;
 		}
-		for (const char *c = tok; *c; c++) {
+		if (prov_login_token_is_file(tok) &&
+		    env_token_file(pv, tok, where, name, strict, err))
+			return -EINVAL;
+		for (const char *c = tok; !prov_login_token_is_file(tok) && *c; c++) {
 			/* It becomes a header value: a line break would be a header of its own. */
 			if ((unsigned char)*c < 0x21 || *c == 0x7f) {
 				buf_addf(err, "%s.env.%s: holds a space or control character",
@@ -225,7 +250,7 @@ static int read_account(struct prov_provider *pv, struct prov_provider *v, const
 	if (check_one_login(pv, o, where, err))
 		return -EINVAL;
 	if (e)
-		return read_env(pv, v, e, where, err);
+		return read_env(pv, v, e, where, strict, err);
 	for (size_t i = 0; h && pv->credentials_set && i < pv->cred_host.n; i++) {
 		if (pv->cred_host.v[i][0] == '/') {
 			buf_addf(err,

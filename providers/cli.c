@@ -347,6 +347,7 @@ static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state
 	const char *const *dflt = pv->ops->credentials;
 	char real[PATH_MAX];
 	size_t i, found = 0;
+	ssize_t t;
 
 	*out = (struct prov_cli_state){ .credentials = "not_needed" };
 	if (!pv->ops->bin_name) { /* its program is its argv (a command) */
@@ -357,10 +358,14 @@ static void cli_state_look(const struct prov_provider *pv, struct prov_cli_state
 	if (prov_net_secretless(&pv->net))
 		return;
 	/* A long-lived token in env (claude's setup-token; the provider's or an account's)
-	 * is the login: no file is read. */
+	 * is the login: no file is read, or only the token's own ("file:/abs"; whether the
+	 * worker may read it, its login's last_error says). */
 	if (pv->ops->held && pv->ops->held->token_env &&
-	    strv_find(&pv->env_names, pv->ops->held->token_env) >= 0) {
-		out->credentials = "present";
+	    (t = strv_find(&pv->env_names, pv->ops->held->token_env)) >= 0) {
+		out->credentials = !prov_login_token_is_file(pv->env_values.v[t]) ||
+						   file_present(NULL, pv->env_values.v[t] + 5)
+					   ? "present"
+					   : "missing";
 		return;
 	}
 	/* Configured files must all be there; of the defaults one is enough (vibe reads its

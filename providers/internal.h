@@ -228,6 +228,13 @@ void prov_accounts_release(struct prov_provider *pv);
 /* Whether name is the variable of a type's long-lived login token (claude's
  * CLAUDE_CODE_OAUTH_TOKEN: struct prov_held_ops' token_env), of any type. */
 bool prov_login_token_var(const char *name);
+/* A login token given as "file:/abs/path" in env (the provider's or an account's), read
+ * by the worker at every run: whether src is such a source. */
+bool prov_login_token_is_file(const char *src);
+/* Check that source at load: its form, and whether the worker can read it now (an error
+ * when strict, else a warning: its runs fail until it can). where names the setting.
+ * 0 or -EINVAL with err set (never quoting the file). */
+int prov_login_token_file_check(const char *src, const char *where, bool strict, struct buf *err);
 /* What a run of pv's account adds to its policy: OLP_ACCOUNT (so the pools never mix
  * accounts) and, for a command, its login dir read-only (OLP_ACCOUNT_HOME). 0 or -errno. */
 int prov_account_plan(const struct prov_provider *pv, struct sbx_policy *p);
@@ -274,6 +281,7 @@ enum prov_login {
  * live as long as root does. */
 struct prov_held_login {
 	json_t *root;	     /* the login file's JSON; NULL for a token from "env" */
+	char *token;	     /* a token of "env" read from its "file:" source (wiped) */
 	const char *access;  /* the access token */
 	const char *refresh; /* the refresh token, or NULL */
 	const char *account; /* the account the upstream wants named in a header, or NULL */

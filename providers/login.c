@@ -328,7 +328,8 @@ const struct prov_held_ops prov_held_codex = {
 
 /* ---- reading the login ---------------------------------------------------------------- */
 
-/* The token of "env" (claude setup-token), or NULL when the login is a file. */
+/* The token of "env" (claude setup-token) as given, the token or its "file:" source, or
+ * NULL when the login is a file. */
 static const char *env_token(const struct prov_provider *pv)
 {
 	const char *var = pv->ops->held->token_env;
@@ -349,8 +350,62 @@ int prov_login_path(const struct prov_provider *pv, char *path)
 	return prov_cli_expand_home_in(pv->home, pv->ops->credentials[0], path);
 }
 
+bool prov_login_token_is_file(const char *src)
+{
+	return src && !strncmp(src, "file:", 5);
+}
+
+int prov_login_token_file_check(const char *src, const char *where, bool strict, struct buf *err)
+{
+	struct buf v = BUF_INIT, why = BUF_INIT;
+	int ret = 0;
+
+	if (src[5] != '/') {
+		buf_addf(err, "%s: a file: token needs an absolute path (file:/...)", where);
+		return -EINVAL;
+	}
+	/* The rules of a set_headers file (network.c): the worker's own, mode 0600. */
+	if (prov_net_resolve(src, &v, &why)) {
+		if (strict) {
+			buf_addf(err, "%s: %s", where, why.data);
+			ret = -EINVAL;
+		} else {
+			log_warnx(NULL, "%s: %s: its runs have no login until it can be read",
+				  where, why.data);
+		}
+	}
+	explicit_bzero(v.data, v.len);
+	buf_release(&v);
+	buf_release(&why);
+	return ret;
+}
+
+/* The token of "env" into l: itself, or read from its file now, so that a renewed token
+ * is sent without a restart. */
+static int read_env_token(const char *tok, struct prov_held_login *l, struct buf *why)
+{
+	struct buf v = BUF_INIT;
+	int ret;
+
+	if (!prov_login_token_is_file(tok)) {
+		l->access = tok; /* long-lived: nothing to refresh */
+		return 0;
+	}
+	if ((ret = prov_net_resolve(tok, &v, why))) {
+		buf_release(&v);
+		return ret;
+	}
+	l->token = buf_detach(&v, NULL);
+	l->access = l->token;
+	return 0;
+}
+
 void prov_login_release(struct prov_held_login *l)
 {
+	if (l->token) {
+		explicit_bzero(l->token, strlen(l->token));
+		free(l->token);
+	}
 	json_decref(l->root);
 	memset(l, 0, sizeof(*l));
 }
@@ -399,10 +454,8 @@ int prov_login_read(const struct prov_provider *pv, struct prov_held_login *l, s
 	int ret;
 
 	memset(l, 0, sizeof(*l));
-	if (tok) {
-		l->access = tok; /* long-lived: nothing to refresh */
-		return 0;
-	}
+	if (tok)
+		return read_env_token(tok, l, why);
 	if ((ret = prov_login_path(pv, path))) {
 		buf_addf(why, "its login file: %s", strerror(-ret));
 		return ret;

@@ -458,6 +458,35 @@ static int check_login(struct reader *r)
 	return 0;
 }
 
+/* The provider's login token as "file:/abs" (accounts.c checks an account's): read by the
+ * worker at each run, so only for a held login. The type not known (config.json checked
+ * alone): any type's token variable. */
+static int check_token_file(struct reader *r)
+{
+	const struct prov_provider *pv = r->pv;
+	const char *tv = pv->ops && pv->ops->held ? pv->ops->held->token_env : NULL;
+	struct buf at = BUF_INIT;
+	int ret = 0;
+
+	for (size_t i = 0; !ret && i < pv->env_names.n; i++) {
+		const char *name = pv->env_names.v[i];
+
+		if (!prov_login_token_is_file(pv->env_values.v[i]) ||
+		    (pv->ops ? !tv || strcmp(name, tv) : !prov_login_token_var(name)))
+			continue;
+		if (pv->ops && pv->login != PROV_LOGIN_HELD)
+			return bad(r, "env",
+				   ".%s: a file: token is read by the worker for its held login; "
+				   "the login is \"copy\" (\"login\": \"held\" needs the "
+				   "network's upstream mode)",
+				   name);
+		buf_addf(&at, "%s.env.%s", r->where, name);
+		ret = prov_login_token_file_check(pv->env_values.v[i], at.data, r->strict, r->err);
+	}
+	buf_release(&at);
+	return ret;
+}
+
 static const struct setting {
 	const char *key;
 	unsigned group;	 /* enum prov_setting, or 0 for every type */
@@ -510,7 +539,7 @@ int prov_settings_read(struct prov_provider *pv, const json_t *conf, const char 
 		return bad(&r, "argv", ": must be a non-empty array of strings");
 	if (prov_net_read(pv, json_is_null(r.network) ? NULL : r.network, where, strict, err))
 		return -EINVAL;
-	if (check_login(&r))
+	if (check_login(&r) || check_token_file(&r))
 		return -EINVAL;
 	/* Last: each account's variant copies every other setting. */
 	return prov_accounts_read(pv, conf, where, strict, err);
@@ -591,7 +620,8 @@ static const char *env_token_var(const json_t *env)
 	const json_t *v;
 
 	json_object_foreach((json_t *)env, name, v) {
-		if (prov_login_token_var(name))
+		/* "file:/abs": the token is in that file (checked when read), not here. */
+		if (prov_login_token_var(name) && !prov_login_token_is_file(json_string_value(v)))
 			return name;
 	}
 	return NULL;

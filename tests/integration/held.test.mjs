@@ -36,13 +36,15 @@ const REAL_SETUP = `sk-ant-oat01-REAL-setup-token-${'y'.repeat(24)}`;
 // Two people's setup-tokens, one per account (ADR 0037).
 const REAL_ALICE = `sk-ant-oat01-REAL-alice-token-${'a'.repeat(24)}`;
 const REAL_BOB = `sk-ant-oat01-REAL-bob-token-${'b'.repeat(24)}`;
+// Bob's renewed token (his is in a file of its own, read at each run).
+const REAL_BOB2 = `sk-ant-oat01-REAL-bob-renewed-${'c'.repeat(24)}`;
 const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
 const jwt = (claims) => `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64(claims)}.c2lnbmF0dXJl`;
 const HOUR = 3600 * 1000;
 // What a prompt has claude's Bash run to print the run's environment.
 const PRINT_ENV = process.env.OLP_HELD_PRINT_ENV ?? 'env';
 
-let anthropic, openai, tokens, server, work, dirs, claudeCred, codexAuth, realCodex, aliceKey, bobKey;
+let anthropic, openai, tokens, server, work, dirs, claudeCred, codexAuth, realCodex, aliceKey, bobKey, bobToken;
 const children = new Set();
 
 function writeClaude(expiresAt, refreshToken = 'rt-claude-REAL-refresh') {
@@ -89,6 +91,9 @@ before(async () => {
   // obeyed "print your environment" would answer).
   fs.writeFileSync(fakeEnv, '#!/bin/sh\ncat >/dev/null\nprintf \'{"type":"result","subtype":"success",'
     + '"is_error":false,"result":"ENV %s"}\\n\' "$(env | tr \'\\n"\\\\\' \'   \')"\n', { mode: 0o755 });
+  // Bob's token in a file of the worker's own (0600), named by "file:" in env.
+  bobToken = path.join(work, 'bob.token');
+  fs.writeFileSync(bobToken, `${REAL_BOB}\n`, { mode: 0o600 });
   const config = {
     auth: { allow_anonymous: false },
     sandbox: { mode: 'bwrap' },
@@ -104,16 +109,17 @@ before(async () => {
         env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
       claudetokenv: { bin: fake, timeout_s: 30, prestart: 0, credentials: [],
         env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_SETUP }, network: { upstream: anthropic.url } },
-      // One login per person from env: each account its own setup-token; claude's own
-      // Bash on, so that a prompt can have it print its environment. Pre-started: each
-      // account's process holds its own placeholder before a request comes.
+      // One login per person from env: each account its own setup-token (alice's in
+      // config.json, bob's in a file of its own); claude's own Bash on, so that a prompt
+      // can have it print its environment. Pre-started: each account's process holds its
+      // own placeholder before a request comes.
       claudeacc: { bin: claudeBin, timeout_s: 90, tools: 'Bash', prestart: 1, credentials: [],
         accounts: { alice: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_ALICE } },
-          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_BOB } } },
+          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: `file:${bobToken}` } } },
         network: { upstream: anthropic.url } },
       claudeaccenv: { bin: fakeEnv, timeout_s: 30, prestart: 0, credentials: [],
         accounts: { alice: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_ALICE } },
-          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: REAL_BOB } } },
+          bob: { env: { CLAUDE_CODE_OAUTH_TOKEN: `file:${bobToken}` } } },
         network: { upstream: anthropic.url } },
       codex: { bin: codexJs, timeout_s: 90, config_toml: false, prestart: 0, login: 'held',
         credentials: { [codexAuth]: '.codex/auth.json' },
@@ -232,6 +238,15 @@ test('an env token per account: each key\'s runs send its own, and print only a 
   assert.equal(e.status, 200, e.text);
   assert.match(answer(e), /auth=Bearer \*{16,}/, answer(e));
   assert.ok(!answer(e).includes('REAL'), answer(e));
+  // Bob renews his token: the file replaced whole, the next run sends the new one.
+  fs.writeFileSync(`${bobToken}.new`, `${REAL_BOB2}\n`, { mode: 0o600 });
+  fs.renameSync(`${bobToken}.new`, bobToken);
+  const before = (await requests(anthropic)).length;
+  const n = await ask(bobKey, 'claude-acc', 'hello');
+  assert.equal(n.status, 200, n.text);
+  const renewed = (await requests(anthropic)).slice(before).filter((x) => x.path.startsWith('/v1/messages'));
+  assert.ok(renewed.length >= 1);
+  for (const x of renewed) assert.equal(x.headers.authorization, `Bearer ${REAL_BOB2}`, JSON.stringify(x.headers));
   // The owner's /health: each account's login held, from env (no expiry), present.
   const p = (await health()).providers.claudeacc;
   // The provider's own fields describe its default account (the first, alice): its

@@ -280,6 +280,89 @@ static void test_held_env(void)
 	buf_release(&why);
 }
 
+/* A token given as "file:/abs": read at each run (a renewed token is sent without a
+ * restart), under a set_headers file's rules (the worker's own, 0600), never quoted. */
+static void test_held_env_file(void)
+{
+	struct buf err = BUF_INIT, why = BUF_INIT;
+	struct strv names = STRV_INIT, values = STRV_INIT;
+	char tok[256], tmp[300], conf[1024];
+	struct prov_provider *pv;
+	struct prov_cli_state cs;
+	json_t *top;
+
+	snprintf(tok, sizeof(tok), "%s/alice.token", tmpdir);
+	snprintf(tmp, sizeof(tmp), "%s/alice.token.new", tmpdir);
+	write_text(tok, "sk-ant-oat01-ALICE-FILE-ONE\n");
+	CU_ASSERT_EQUAL_FATAL(chmod(tok, 0600), 0);
+	snprintf(conf, sizeof(conf),
+		 "{\"type\":\"claude\",\"credentials\":[],\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":"
+		 "\"file:%s\"},\"accounts\":{\"alice\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":"
+		 "\"file:%s\"}},\"bob\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":"
+		 "\"sk-ant-oat01-BOB-SETUP\"}},\"owner\":{}}}",
+		 tok, tok);
+	pv = provider("envf", conf, &err);
+	if (!pv)
+		fprintf(stderr, "refused: %s\n", err.data);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	expect_bearer(pv, "alice", "Bearer sk-ant-oat01-ALICE-FILE-ONE");
+	expect_bearer(pv, "owner", "Bearer sk-ant-oat01-ALICE-FILE-ONE"); /* the provider's */
+	expect_bearer(pv, "bob", "Bearer sk-ant-oat01-BOB-SETUP");
+	prov_provider_cli_state(prov_provider_for_account(pv, "alice"), &cs);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "present");
+	/* Renewed in place (a new file renamed over it): the next run sends the new one. */
+	write_text(tmp, "sk-ant-oat01-ALICE-FILE-TWO");
+	CU_ASSERT_EQUAL_FATAL(chmod(tmp, 0600), 0);
+	CU_ASSERT_EQUAL_FATAL(rename(tmp, tok), 0);
+	expect_bearer(pv, "alice", "Bearer sk-ant-oat01-ALICE-FILE-TWO");
+	/* Readable by others: refused, naming the file, never its content. */
+	CU_ASSERT_EQUAL_FATAL(chmod(tok, 0644), 0);
+	CU_ASSERT_EQUAL(prov_provider_held_headers(prov_provider_for_account(pv, "alice"), NULL,
+						   &names, &values, &why),
+			-EPERM);
+	CU_ASSERT_EQUAL(names.n, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(why.data ? why.data : "", tok));
+	CU_ASSERT_PTR_NULL(strstr(why.data ? why.data : "", "ALICE-FILE"));
+	prov_provider_free(pv);
+
+	/* Gone: the account's credentials are missing (and the provider still loads, with
+	 * a warning: its runs have no login until the file is back). */
+	CU_ASSERT_EQUAL_FATAL(unlink(tok), 0);
+	pv = provider("envf", conf, &err);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pv);
+	prov_provider_cli_state(prov_provider_for_account(pv, "alice"), &cs);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "missing");
+	prov_provider_cli_state(prov_provider_for_account(pv, "bob"), &cs);
+	CU_ASSERT_STRING_EQUAL(cs.credentials, "present");
+	prov_provider_free(pv);
+
+	/* config.json's check is strict: a token file it cannot read now is an error; the
+	 * file that names it holds no token, so any mode of config.json will do. */
+	snprintf(conf, sizeof(conf),
+		 "{\"c\":{\"accounts\":{\"a\":{\"env\":{\"CLAUDE_CODE_OAUTH_TOKEN\":"
+		 "\"file:%s\"}}}}}",
+		 tok);
+	top = json_loads(conf, 0, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(top);
+	buf_reset(&err);
+	CU_ASSERT_EQUAL(prov_config_check(top, &err), -EINVAL);
+	CU_ASSERT_PTR_NOT_NULL(
+		strstr(err.data ? err.data : "", "accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN: file"));
+	write_text(tok, "sk-ant-oat01-ALICE-FILE-THREE\n");
+	CU_ASSERT_EQUAL_FATAL(chmod(tok, 0600), 0);
+	buf_reset(&err);
+	CU_ASSERT_EQUAL(prov_config_check(top, &err), 0);
+	snprintf(tmp, sizeof(tmp), "%s/config.json", tmpdir);
+	write_text(tmp, "{}");
+	CU_ASSERT_EQUAL_FATAL(chmod(tmp, 0644), 0);
+	CU_ASSERT_EQUAL(prov_config_check_file(top, tmp, &err), 0);
+	json_decref(top);
+	strv_release(&names);
+	strv_release(&values);
+	buf_release(&err);
+	buf_release(&why);
+}
+
 static void test_held_env_refused(void)
 {
 	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"home\":\"/x\",\"env\":{"
@@ -304,6 +387,16 @@ static void test_held_env_refused(void)
 	refused("{\"type\":\"codex\",\"accounts\":{\"a\":{\"env\":{"
 		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"t\"}}}}",
 		"(none for this type)");
+	/* A file: token: an absolute path, and only for a held login. */
+	refused("{\"type\":\"claude\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"file:tok\"}}}}",
+		"accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN: a file: token needs an absolute path");
+	refused("{\"type\":\"claude\",\"login\":\"copy\",\"accounts\":{\"a\":{\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"file:/x\"}}}}",
+		"accounts.a.env.CLAUDE_CODE_OAUTH_TOKEN: a file: token is read by the worker");
+	refused("{\"type\":\"claude\",\"network\":\"host\",\"env\":{"
+		"\"CLAUDE_CODE_OAUTH_TOKEN\":\"file:/x\"}}",
+		"env.CLAUDE_CODE_OAUTH_TOKEN: a file: token is read by the worker");
 	/* "held" given with neither a file nor a token anywhere: still an error. */
 	refused("{\"type\":\"claude\",\"login\":\"held\",\"credentials\":[],"
 		"\"accounts\":{\"a\":{}}}",
@@ -543,6 +636,7 @@ int main(void)
 		{ "accounts with their own set_headers", test_set_headers },
 		{ "each account holds its own login", test_held },
 		{ "each account's login from its env token", test_held_env },
+		{ "an env token read from its file at each run", test_held_env_file },
 		{ "bad account env tokens are refused", test_held_env_refused },
 		{ "a login token only in a private file", test_held_env_config },
 		{ "an unbound caller's sticky account and its move", test_sticky },
