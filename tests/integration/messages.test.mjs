@@ -517,11 +517,13 @@ test('Claude Code as the client: a tool round trip runs its own Bash, on its sid
   // the client may make a call of its own beside the two turns (a loaded run once saw
   // three calls upstream; when it does, OLP answered three). A run that called twice
   // (its CLI ran the tool) keeps the calls ahead of the runs, and this fails.
-  let upstreamN = 0, runs = 0;
+  let calls = [], runs = [];
   const settled = await waitFor(async () => {
-    upstreamN = (await (await fetch(`${upstream.url}/_requests`)).json()).length - before;
-    runs = accessLines(mark).filter((l) => l.path.split('?')[0] === '/v1/messages').length;
-    return upstreamN >= 2 && upstreamN <= runs;
+    calls = (await (await fetch(`${upstream.url}/_requests`)).json()).slice(before);
+    runs = accessLines(mark).filter((l) => l.path.split('?')[0] === '/v1/messages');
+    return calls.length >= 2 && calls.length <= runs.length;
   }, { timeoutMs: 5000 });
-  assert.ok(settled, `one upstream call per run: ${upstreamN} upstream calls, ${runs} runs answered`);
+  const said = (e) => `${e.method} ${e.path} ${e.model ?? ''} ${e.user_agent ?? ''}`;
+  assert.ok(settled, `one upstream call per run: upstream ${JSON.stringify(calls.map(said))}, `
+    + `OLP answered ${JSON.stringify(runs)}`);
 });
