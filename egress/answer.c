@@ -72,15 +72,33 @@ static void add_usage(struct egr_answer *a, const json_t *u)
 	}
 }
 
+/* A content block's name (content_block_start's "content_block"), when the route stops
+ * after a tool call. */
+static bool is_block_name(const struct egr_answer *a, const struct egr_jscan *s, unsigned depth)
+{
+	return a->f->stop_tool && depth == 2 && !strcmp(s->key[0], "content_block") &&
+	       !strcmp(s->key[1], "name");
+}
+
 /* A "usage" member at the top, or in "message" (Anthropic's message_start) or
- * "response" (the Responses API's events). */
+ * "response" (the Responses API's events); a content block's name. */
 static int want(void *ctx, const struct egr_jscan *s, unsigned depth)
 {
-	(void)ctx;
 	if (depth == 1)
 		return !strcmp(s->key[0], "usage");
-	return !strcmp(s->key[1], "usage") &&
-	       (!strcmp(s->key[0], "message") || !strcmp(s->key[0], "response"));
+	return is_block_name(ctx, s, depth) ||
+	       (!strcmp(s->key[1], "usage") &&
+		(!strcmp(s->key[0], "message") || !strcmp(s->key[0], "response")));
+}
+
+/* A tool of the stop prefix was called: the run ends there (route.stop_after_tool). Said
+ * as soon as the block starts, long before the CLI has the answer and could act on it. */
+static void block_named(struct egr_answer *a, const json_t *name)
+{
+	const char *n = json_string_value(name), *p = a->f->stop_tool;
+
+	if (n && !strncmp(n, p, strlen(p)) && n[strlen(p)])
+		atomic_store(&a->f->tool_called, 1);
 }
 
 static int got(void *ctx, const struct egr_jscan *s, unsigned depth, const char *raw, size_t len,
@@ -89,12 +107,12 @@ static int got(void *ctx, const struct egr_jscan *s, unsigned depth, const char 
 	struct egr_answer *a = ctx;
 	json_t *u;
 
-	(void)s;
-	(void)depth;
 	if (!whole)
 		return 0;
-	u = json_loadb(raw, len, 0, NULL);
-	if (u)
+	u = json_loadb(raw, len, JSON_DECODE_ANY, NULL);
+	if (u && is_block_name(a, s, depth))
+		block_named(a, u);
+	else if (u)
 		add_usage(a, u);
 	json_decref(u);
 	return 0;

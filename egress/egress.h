@@ -183,6 +183,14 @@ struct egr_route {
 	egr_limits_fn on_limits;
 	void *limits_ctx;
 
+	/* Upstream mode: a tool-name prefix, or NULL. Once an answer has called a tool whose
+	 * name starts with it (a streamed content_block of the Messages API), every further
+	 * POST is refused (403) without reaching the upstream: the run ends at that call,
+	 * and its CLI, which would act on the call and ask the model again at the client's
+	 * cost before it is stopped, cannot (ADR 0019). An answer that is not streamed is
+	 * not read for it. */
+	const char *stop_after_tool;
+
 	unsigned flags; /* enum egr_flags */
 };
 

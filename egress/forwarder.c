@@ -362,6 +362,7 @@ static void forwarder_free(struct egr_forwarder *f)
 	strv_release(&f->models);
 	wipe_release(&f->secrets);
 	free(f->ca_file);
+	free(f->stop_tool);
 	strv_release(&f->allow_hosts);
 	free(f->slots);
 	free(f);
@@ -391,6 +392,7 @@ static void copy_route(struct egr_forwarder *f, const struct egr_route *r)
 	f->flags = r->flags;
 	f->on_limits = r->on_limits;
 	f->limits_ctx = r->limits_ctx;
+	f->stop_tool = r->stop_after_tool ? xstrdup(r->stop_after_tool) : NULL;
 	f->rid = r->request_id ? xstrdup(r->request_id) : NULL;
 	if (r->mode == EGR_MODE_UPSTREAM) {
 		size_t n;

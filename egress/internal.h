@@ -48,6 +48,8 @@ struct egr_forwarder {
 	struct egr_limits lim;	 /* defaults filled in */
 	egr_limits_fn on_limits; /* or NULL */
 	void *limits_ctx;
+	char *stop_tool;	 /* route.stop_after_tool, or NULL */
+	_Atomic int tool_called; /* an answer called a stop_tool tool: no more POSTs */
 
 	int listen_fd; /* owned by the acceptor thread once started */
 	int stop_fd;   /* eventfd: readable once the forwarder stops, for good */

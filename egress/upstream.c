@@ -847,6 +847,9 @@ static bool admit(struct egr_conn *c, const struct egr_req *r)
 	if (r->has_length && r->length > f->lim.max_body_bytes)
 		return refuse(c, r, 413, "request_too_large",
 			      "OLP egress: the request body is too large");
+	if (atomic_load(&f->tool_called) && !strcmp(r->method, "POST"))
+		return refuse(c, r, 403, "permission_error",
+			      "OLP egress: the run ended at the client's tool call");
 	/* A compressed body could not be checked (body.c). */
 	if ((f->flags & EGR_CHECK_BODY) && cenc && strcasecmp(cenc, "identity"))
 		return refuse(c, r, 415, "invalid_request_error",

@@ -94,6 +94,8 @@ static int claude_plan_tools(const struct prov_provider *pv, const struct prov_r
 	strv_push(&plan->argv, "--mcp-config");
 	strv_push(&plan->argv, cdump);
 	strv_push(&plan->argv, "--strict-mcp-config");
+	/* Ended at the first call: nothing more goes upstream once the model made one. */
+	plan->stop_after_tool = MCP_PREFIX;
 	free(cdump);
 	json_decref(conf);
 	return 0;

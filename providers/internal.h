@@ -12,6 +12,10 @@ struct prov_plan {
 	struct strv argv; /* argv.v is what runs: NULL-terminated once anything is pushed */
 	struct buf stdin_data;
 	struct sbx_policy *policy;
+	/* The run ends at the model's first call of a tool named with this prefix (the
+	 * client's, declared through olp-mcp-tools): its forwarder lets no request out after
+	 * it (egr_route.stop_after_tool). A static string, or NULL. */
+	const char *stop_after_tool;
 };
 
 struct prov_held_ops;

@@ -802,6 +802,57 @@ static void test_usage(void)
 	CU_ASSERT_EQUAL(st.usage.cached_tokens, 5 + 4);
 }
 
+/* An answer that calls a tool of the route's stop prefix: streamed (in pieces of 7
+ * bytes, split anywhere), a text block first, then the call. */
+#define TOOL_SSE(name)                                                                             \
+	"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n"  \
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"         \
+	"\"content_block\":{\"type\":\"text\",\"text\":\"\\\"name\\\":\\\"mcp__olp__x\\\"\"}}\n\n" \
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,"         \
+	"\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"" name "\","       \
+	"\"input\":{}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"     \
+	"{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":6}}\n\n"
+
+/* route.stop_after_tool (ADR 0019): once an answer called one of the client's tools, the
+ * CLI's next request (it would ask the model again) never reaches the upstream; another
+ * tool (claude's own), a name in the text, or no call leaves the run's requests alone. */
+static void test_stop_after_tool(void)
+{
+	struct egr_route r = plain_route();
+	const char *others[] = { TOOL_SSE("ToolSearch"), TOOL_SSE("mcp__olp__"),
+				 TOOL_SSE("mcp__other__x") };
+	struct egr_stats st;
+	struct egr_forwarder *f;
+	uint16_t port;
+	unsigned before;
+
+	r.stop_after_tool = "mcp__olp__";
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		f = fwd(&r, NULL, &port);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+		reflect(port, "/reflect?sse=1&piece=7", others[i]);
+		CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"m\"}"), 200);
+		egr_stop(f, NULL);
+	}
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	reflect(port, "/reflect?sse=1&piece=7", TOOL_SSE("mcp__olp__get_weather"));
+	before = tu_requests(up_plain);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"m\"}"), 403);
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages?beta=true", "", "{}"), 403);
+	CU_ASSERT_EQUAL(tu_requests(up_plain), before);
+	egr_stop(f, &st);
+	CU_ASSERT_EQUAL(st.refused, 2);
+	CU_ASSERT_EQUAL(st.usage.output_tokens, 6); /* the answer was still read for its usage */
+	/* Without the prefix, the same answer stops nothing. */
+	r.stop_after_tool = NULL;
+	f = fwd(&r, NULL, &port);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	reflect(port, "/reflect?sse=1", TOOL_SSE("mcp__olp__get_weather"));
+	CU_ASSERT_EQUAL(post_json(port, "/v1/messages", "", "{\"model\":\"m\"}"), 200);
+	egr_stop(f, NULL);
+}
+
 /* A reflecting upstream (issue 22: the injected key came back into the run): the headers
  * that hold the credential are dropped, and every copy in a body is masked, also when a
  * copy is split between two pieces of the answer. */
@@ -1599,6 +1650,7 @@ int main(void)
 		{ "overriding and hop-by-hop headers dropped", test_override_headers },
 		{ "request bodies checked", test_body_check },
 		{ "usage counted from the answers", test_usage },
+		{ "no request after the client's tool call", test_stop_after_tool },
 		{ "the credential never echoed back", test_echo },
 		{ "body cap", test_body_cap },
 		{ "keep-alive and pipelining", test_keep_alive },
