@@ -269,7 +269,7 @@ void fcgi_handle_health(struct fcgi_req *rc)
 		(void)auth_login_grants(rc->app->auth, &grants, &ngrants);
 		buf_adds(&b, ",\"providers\":{");
 		for (i = 0; i < prov_registry_provider_count(reg); i++) {
-			const struct prov_provider *pv = prov_registry_provider_at(reg, i);
+			const struct prov_provider *pv = prov_registry_provider_at(reg, i), *dpv;
 			bool first = true;
 
 			if (i)
@@ -285,8 +285,9 @@ void fcgi_handle_health(struct fcgi_req *rc)
 			add_network(&b, pv);
 			/* The login a request that names no account runs with: the default
 			 * account's when the provider has accounts (each one's is below). */
-			add_cli_state(&b, prov_provider_for_account(pv, NULL));
-			fcgi_health_login(&b, prov_provider_for_account(pv, NULL));
+			dpv = prov_provider_for_account(pv, NULL);
+			add_cli_state(&b, dpv);
+			fcgi_health_login(&b, dpv);
 			fcgi_access_health(&b, pv, grants, ngrants);
 			/* What the upstream last said of each account's limits (ADR 0035). */
 			buf_adds(&b, ",\"accounts\":");

@@ -118,24 +118,26 @@ static const char *token_var(const struct prov_provider *pv)
 	return pv->ops && pv->ops->held ? pv->ops->held->token_env : NULL;
 }
 
-/* The token as "file:/abs": read by the worker at each run, so the login must be held
- * (a copy would need the token itself inside the run). */
-static int env_token_file(const struct prov_provider *pv, const char *tok, const char *where,
-			  const char *name, bool strict, struct buf *err)
+/* The token itself: it becomes a header value, where a line break would be a header of
+ * its own. "file:/abs" instead: its file, checked (login.c). */
+static int check_token(const struct prov_provider *pv, const char *tok, const char *where,
+		       const char *name, bool strict, struct buf *err)
 {
 	struct buf at = BUF_INIT;
 	int ret;
 
-	if (pv->ops && pv->login != PROV_LOGIN_HELD) {
-		buf_addf(err,
-			 "%s.env.%s: a file: token is read by the worker for its held login; the "
-			 "provider's login is \"copy\" (\"login\": \"held\" needs the "
-			 "network's upstream mode)",
-			 where, name);
-		return -EINVAL;
+	if (!prov_login_token_is_file(tok)) {
+		for (const char *c = tok; *c; c++) {
+			if ((unsigned char)*c < 0x21 || *c == 0x7f) {
+				buf_addf(err, "%s.env.%s: holds a space or control character",
+					 where, name);
+				return -EINVAL;
+			}
+		}
+		return 0;
 	}
 	buf_addf(&at, "%s.env.%s", where, name);
-	ret = prov_login_token_file_check(tok, at.data, strict, err);
+	ret = prov_login_token_file_check(pv, tok, at.data, strict, err);
 	buf_release(&at);
 	return ret;
 }
@@ -171,17 +173,8 @@ static int read_env(struct prov_provider *pv, struct prov_provider *v, const jso
 				 name);
 			return -EINVAL;
 		}
-		if (prov_login_token_is_file(tok) &&
-		    env_token_file(pv, tok, where, name, strict, err))
+		if (check_token(pv, tok, where, name, strict, err))
 			return -EINVAL;
-		for (const char *c = tok; !prov_login_token_is_file(tok) && *c; c++) {
-			/* It becomes a header value: a line break would be a header of its own. */
-			if ((unsigned char)*c < 0x21 || *c == 0x7f) {
-				buf_addf(err, "%s.env.%s: holds a space or control character",
-					 where, name);
-				return -EINVAL;
-			}
-		}
 		memset(&v->env_names, 0, sizeof(v->env_names));
 		memset(&v->env_values, 0, sizeof(v->env_values));
 		v->own_env = true;

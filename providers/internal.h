@@ -235,10 +235,11 @@ bool prov_login_token_var(const char *name);
 /* A login token given as "file:/abs/path" in env (the provider's or an account's), read
  * by the worker at every run: whether src is such a source. */
 bool prov_login_token_is_file(const char *src);
-/* Check that source at load: its form, and whether the worker can read it now (an error
- * when strict, else a warning: its runs fail until it can). where names the setting.
- * 0 or -EINVAL with err set (never quoting the file). */
-int prov_login_token_file_check(const char *src, const char *where, bool strict, struct buf *err);
+/* Check that source of pv's token at load: pv's login held, its form, and whether the
+ * worker can read it now (an error when strict, else a warning: its runs fail until it
+ * can). where names the setting. 0 or -EINVAL with err set (never quoting the file). */
+int prov_login_token_file_check(const struct prov_provider *pv, const char *src, const char *where,
+				bool strict, struct buf *err);
 /* What a run of pv's account adds to its policy: OLP_ACCOUNT (so the pools never mix
  * accounts) and, for a command, its login dir read-only (OLP_ACCOUNT_HOME). 0 or -errno. */
 int prov_account_plan(const struct prov_provider *pv, struct sbx_policy *p);

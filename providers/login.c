@@ -355,11 +355,20 @@ bool prov_login_token_is_file(const char *src)
 	return src && !strncmp(src, "file:", 5);
 }
 
-int prov_login_token_file_check(const char *src, const char *where, bool strict, struct buf *err)
+int prov_login_token_file_check(const struct prov_provider *pv, const char *src, const char *where,
+				bool strict, struct buf *err)
 {
 	struct buf v = BUF_INIT, why = BUF_INIT;
 	int ret = 0;
 
+	/* Read by the worker at each run: a copy would need the token itself in the run. */
+	if (pv->ops && pv->login != PROV_LOGIN_HELD) {
+		buf_addf(err,
+			 "%s: a file: token is read by the worker for its held login; the login "
+			 "is \"copy\" (\"login\": \"held\" needs the network's upstream mode)",
+			 where);
+		return -EINVAL;
+	}
 	if (src[5] != '/') {
 		buf_addf(err, "%s: a file: token needs an absolute path (file:/...)", where);
 		return -EINVAL;

@@ -181,9 +181,8 @@ struct run_ctx {
 	struct net_run net;
 	bool retry; /* a pre-started run failed before any output: run again, cold */
 	bool retried;
-	size_t given_bytes;    /* what the CLI was given: stdin and argv (estimate_usage) */
-	size_t out_bytes;      /* what reached the sink: answer text, call arguments */
-	const char *stop_tool; /* the plan's stop_after_tool */
+	size_t given_bytes; /* what the CLI was given: stdin and argv (estimate_usage) */
+	size_t out_bytes;   /* what reached the sink: answer text, call arguments */
 };
 
 /* Deltas go through at once (no buffering here); usage and finish are kept for the
@@ -694,7 +693,6 @@ static int run_again_cold(struct run_ctx *rc, struct sbx_run_options *opt)
 	if ((pv->net.mode == PROV_NET_UPSTREAM || pv->net.mode == PROV_NET_CONNECT) &&
 	    net_prepare(pv, rc->req, deadline_ms, &rc->net, out))
 		return -1;
-	rc->net.route.stop_after_tool = rc->stop_tool;
 	return 0;
 }
 
@@ -783,10 +781,10 @@ void prov_run(const struct prov_request *oreq, const struct prov_sink *sink, int
 			  pv->name, strerror(-rc.slot));
 	if (make_plan(pv, req, &plan, out))
 		goto out_run;
+	/* net_prepare leaves it, so a cold rerun's route (run_again_cold) keeps it too. */
+	rc.net.route.stop_after_tool = plan.stop_after_tool;
 	if (own_net && net_prepare(pv, req, deadline_ms, &rc.net, out))
 		goto out_run;
-	rc.stop_tool = plan.stop_after_tool;
-	rc.net.route.stop_after_tool = rc.stop_tool;
 	res = xmalloc(sizeof(*res));
 	rc.inner.emit = inner_emit;
 	rc.inner.ctx = &rc;

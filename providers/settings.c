@@ -459,8 +459,8 @@ static int check_login(struct reader *r)
 }
 
 /* The provider's login token as "file:/abs" (accounts.c checks an account's): read by the
- * worker at each run, so only for a held login. The type not known (config.json checked
- * alone): any type's token variable. */
+ * worker at each run (prov_login_token_file_check). The type not known (config.json
+ * checked alone): any type's token variable. */
 static int check_token_file(struct reader *r)
 {
 	const struct prov_provider *pv = r->pv;
@@ -474,14 +474,9 @@ static int check_token_file(struct reader *r)
 		if (!prov_login_token_is_file(pv->env_values.v[i]) ||
 		    (pv->ops ? !tv || strcmp(name, tv) : !prov_login_token_var(name)))
 			continue;
-		if (pv->ops && pv->login != PROV_LOGIN_HELD)
-			return bad(r, "env",
-				   ".%s: a file: token is read by the worker for its held login; "
-				   "the login is \"copy\" (\"login\": \"held\" needs the "
-				   "network's upstream mode)",
-				   name);
 		buf_addf(&at, "%s.env.%s", r->where, name);
-		ret = prov_login_token_file_check(pv->env_values.v[i], at.data, r->strict, r->err);
+		ret = prov_login_token_file_check(pv, pv->env_values.v[i], at.data, r->strict,
+						  r->err);
 	}
 	buf_release(&at);
 	return ret;
